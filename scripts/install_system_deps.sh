@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# System packages for the synthetic corpora: text sources (Debian main), espeak-ng, and the non-free
+# voices (pico, mbrola), which are installed from Debian's non-free component without touching /etc/apt.
+set -euo pipefail
+MAIN_PKGS=(espeak-ng trans-de-en diatheke sword-text-web sword-text-sparv)
+NONFREE_PKGS=(libttspico-utils mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-de2 mbrola-de6)
+
+missing() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done; }
+
+if ! command -v dpkg >/dev/null 2>&1; then
+    echo "install_system_deps: not a Debian system; install espeak-ng, pico2wave, mbrola voices and the" \
+         "Debian text packages (${MAIN_PKGS[*]}) by hand to build the synthetic corpora" >&2
+    exit 0
+fi
+need_main=$(missing "${MAIN_PKGS[@]}")
+need_nonfree=$(missing "${NONFREE_PKGS[@]}")
+[ -z "$need_main$need_nonfree" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+    echo "install_system_deps: not root; missing packages:" $need_main $need_nonfree >&2
+    echo "install_system_deps: the synthetic-corpus tests will be skipped without them" >&2
+    exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+if [ -n "$need_main" ]; then
+    apt-get update -qq
+    apt-get install -y -qq $need_main >/dev/null
+fi
+if [ -n "$need_nonfree" ]; then
+    tmp=$(mktemp -d); mkdir -p "$tmp/lists/partial"
+    src=/etc/apt/sources.list.d/debian.sources
+    if [ -f "$src" ]; then
+        sed 's/^Components: main$/Components: main contrib non-free/' "$src" > "$tmp/nf.sources"
+        opts=(-o "Dir::Etc::SourceList=$tmp/nf.sources" -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$tmp/lists")
+        apt-get "${opts[@]}" update -qq && apt-get "${opts[@]}" install -y -qq $need_nonfree >/dev/null \
+            || echo "install_system_deps: non-free voices unavailable; synthesis falls back to espeak-ng" >&2
+    else
+        echo "install_system_deps: $src not found; skipping non-free voices" >&2
+    fi
+    rm -rf "$tmp"
+fi

@@ -1,0 +1,3 @@
+"""speechmt: end-to-end speech-to-text translation."""
+
+__version__ = "0.1.0"

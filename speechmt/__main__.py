@@ -1,0 +1,3 @@
+from speechmt.cli import main
+
+raise SystemExit(main())

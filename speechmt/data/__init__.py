@@ -1,0 +1,1 @@
+"""Manifests, corpus preparation, feature stores, datasets and batching."""

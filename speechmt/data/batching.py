@@ -1,0 +1,160 @@
+"""Padding, masks and size-bucketed batching with distributed sharding and exact resume."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+
+def collate_sequences(seqs: Sequence[torch.Tensor], pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pads B tensors of shape (T_i, ...) to one (B, T_max, ...) tensor; also returns lengths (B,) int64.
+
+    Works for features (T_i, F) and for token ids (T_i,) alike; pass the pad id as `pad_value` for ids.
+    """
+    if not seqs:
+        raise ValueError("collate_sequences needs at least one sequence")
+    lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
+    x = torch.nn.utils.rnn.pad_sequence(list(seqs), batch_first=True, padding_value=pad_value)
+    return x, lengths
+
+
+def lengths_to_padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """(B,) lengths -> (B, T) bool mask, True at padding; T is `max_len` or the longest length.
+
+    The one place masks come from. `max_len` must be at least the longest length (not checked, so that
+    no device sync is needed when it is given).
+    """
+    if max_len is None:
+        max_len = int(lengths.max()) if lengths.numel() else 0
+    positions = torch.arange(max_len, device=lengths.device)
+    return positions[None, :] >= lengths[:, None]  # (1, T) >= (B, 1) -> (B, T)
+
+
+def padded_size(batch: Sequence[int], sizes: Sequence[int]) -> int:
+    """What a batch costs once padded: len(batch) * its longest size."""
+    return len(batch) * max((sizes[i] for i in batch), default=0)
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of items of similar size whose padded size stays within `max_tokens`.
+
+    Each epoch the items are shuffled, sorted by size (over the whole epoch, or within chunks of
+    `chunk_size` shuffled items, which mixes batch contents more between epochs at some cost in padding),
+    cut greedily into batches of at most `max_tokens` padded size (len(batch) * max size, sizes counted
+    as at least 1) and `max_sentences` items, and the batch order is shuffled. An item longer than
+    `max_tokens` forms a batch of one, or raises ValueError at construction if `strict`. With
+    `shuffle=False` batches come in ascending size and are the same every epoch.
+
+    Batches and their order are a function of (seed, epoch) only. Sharding: every rank builds the same
+    batch list and takes every `world_size`-th batch from `rank`. So that all ranks get the same number
+    of batches, the list is padded by repeating batches from its start (as DistributedSampler does: a few
+    items are then seen twice in the epoch) or, with `drop_last`, the last len % world_size batches are
+    dropped (their items are not seen this epoch).
+
+    Resume: `state_dict()` is {"epoch", "position"}, position being how many of this rank's batches
+    this sampler has handed out in the epoch; after `load_state_dict`, iteration continues at the next
+    batch. A DataLoader with workers draws batches ahead of training, so a trainer wanting exact resume
+    stores the number of batches it has trained on as the position.
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        max_tokens: int,
+        max_sentences: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        chunk_size: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        strict: bool = False,
+    ):
+        super().__init__()
+        self.sizes = np.maximum(np.asarray(sizes, dtype=np.int64), 1)
+        if max_tokens < 1 or (max_sentences is not None and max_sentences < 1):
+            raise ValueError(f"max_tokens ({max_tokens}) and max_sentences ({max_sentences}) must be positive")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        too_long = int((self.sizes > max_tokens).sum())
+        if strict and too_long:
+            raise ValueError(f"{too_long} items are longer than max_tokens={max_tokens} "
+                             f"(longest {int(self.sizes.max())})")
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.shuffle, self.seed, self.chunk_size = shuffle, seed, chunk_size
+        self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
+        self.epoch, self.position = 0, 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch to iterate; a new epoch starts at its first batch."""
+        if epoch != self.epoch:
+            self.epoch, self.position = epoch, 0
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch": current epoch, "position": batches of it handed out so far}."""
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restores epoch and position; the next iteration starts at batch `position` of that epoch."""
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    def __len__(self) -> int:
+        return len(self.rank_batches())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        """Yields this rank's remaining batches of the epoch; an epoch already finished starts again."""
+        batches = self.rank_batches()
+        if self.position >= len(batches):
+            self.position = 0
+        return self._follow(batches)
+
+    def _follow(self, batches: list[list[int]]) -> Iterator[list[int]]:
+        while self.position < len(batches):
+            self.position += 1
+            yield batches[self.position - 1]
+
+    def rank_batches(self) -> list[list[int]]:
+        """This rank's batches for the current epoch, in order."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = (self.epoch, self._shard(self.epoch_batches()))
+        return self._cache[1]
+
+    def epoch_batches(self) -> list[list[int]]:
+        """All ranks' batches for the current epoch, before sharding."""
+        rng = np.random.default_rng((self.seed, self.epoch))
+        order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
+        step = self.chunk_size or max(len(order), 1)
+        chunks = [order[i : i + step] for i in range(0, len(order), step)]
+        order = np.concatenate([c[np.argsort(self.sizes[c], kind="stable")] for c in chunks] or [order])
+        batches = self._cut(order)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def _cut(self, order: np.ndarray) -> list[list[int]]:
+        """Greedy batches along `order`, each within max_tokens and max_sentences."""
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        longest = 0
+        cap = self.max_sentences or len(order) + 1
+        for i, size in zip(order.tolist(), self.sizes[order].tolist()):
+            if batch and (len(batch) == cap or (len(batch) + 1) * max(longest, size) > self.max_tokens):
+                batches.append(batch)
+                batch, longest = [], 0
+            batch.append(i)
+            longest = max(longest, size)
+        return batches + [batch] if batch else batches
+
+    def _shard(self, batches: list[list[int]]) -> list[list[int]]:
+        """Every world_size-th batch from rank, after padding or trimming to a multiple of world_size."""
+        ws, n = self.world_size, len(batches)
+        if self.drop_last:
+            batches = batches[: n - n % ws]
+        elif n % ws:
+            extra = ws - n % ws
+            batches = batches + [batches[i % n] for i in range(extra)]
+        return batches[self.rank :: ws]

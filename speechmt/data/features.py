@@ -1,0 +1,92 @@
+"""On-disk feature store: one flat memory-mapped array of frames per split, with an index by utterance id.
+
+Layout for a prefix P: `P.bin` (all frames, row-major (total_frames, dim), `dtype`) and `P.index.npz`
+(ids, frame offsets, frame counts, dim, dtype). Both are written to temporary names and renamed when the
+store is complete, so a store that exists is whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+class FeatureStoreWriter:
+    """Appends utterances' features, (T, dim) each, to a new store; `close()` publishes it."""
+
+    def __init__(self, prefix: str | os.PathLike, dim: int, dtype: str = "float16"):
+        self.prefix = Path(prefix)
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        self.dim, self.dtype = dim, np.dtype(dtype)
+        self._bin_tmp = Path(f"{self.prefix}.bin.tmp")
+        self._file = open(self._bin_tmp, "wb")
+        self._ids: list[str] = []
+        self._lengths: list[int] = []
+
+    def add(self, utt_id: str, feats: np.ndarray) -> None:
+        if feats.ndim != 2 or feats.shape[1] != self.dim:
+            raise ValueError(f"{utt_id}: features of shape {feats.shape}, expected (T, {self.dim})")
+        self._file.write(np.ascontiguousarray(feats, dtype=self.dtype).tobytes())
+        self._ids.append(utt_id)
+        self._lengths.append(feats.shape[0])
+
+    def close(self) -> None:
+        self._file.close()
+        lengths = np.asarray(self._lengths, dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
+        os.replace(self._bin_tmp, f"{self.prefix}.bin")
+        index_tmp = Path(f"{self.prefix}.index.tmp.npz")
+        np.savez(index_tmp, ids=np.asarray(self._ids, dtype=str), offsets=offsets, lengths=lengths,
+                 dim=self.dim, dtype=str(self.dtype))
+        os.replace(index_tmp, f"{self.prefix}.index.npz")
+
+    def __enter__(self) -> "FeatureStoreWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._file.close()
+            self._bin_tmp.unlink(missing_ok=True)
+
+
+class FeatureStore:
+    """Read-only, memory-mapped access to a store: `store[id]` or `store.get(i)` -> (T, dim) float32."""
+
+    def __init__(self, prefix: str | os.PathLike):
+        prefix = Path(prefix)
+        index_path = Path(f"{prefix}.index.npz")
+        if not index_path.exists():
+            raise FileNotFoundError(f"{index_path}: feature store index not found (run `speechmt prepare`)")
+        with np.load(index_path) as idx:
+            self.ids = [str(i) for i in idx["ids"]]
+            self.offsets, self.lengths = idx["offsets"], idx["lengths"]
+            self.dim, dtype = int(idx["dim"]), np.dtype(str(idx["dtype"]))
+        total = int(self.lengths.sum())
+        bin_path = Path(f"{prefix}.bin")
+        expected = total * self.dim * dtype.itemsize
+        if not bin_path.exists() or bin_path.stat().st_size != expected:
+            size = bin_path.stat().st_size if bin_path.exists() else "missing"
+            raise ValueError(f"{bin_path}: feature store is incomplete ({size} bytes, expected {expected})")
+        self._data = np.memmap(bin_path, dtype=dtype, mode="r", shape=(total, self.dim)) if total else \
+            np.zeros((0, self.dim), dtype=dtype)
+        self._pos = {utt: i for i, utt in enumerate(self.ids)}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, utt_id: str) -> bool:
+        return utt_id in self._pos
+
+    def get(self, i: int) -> np.ndarray:
+        """Features of the i-th utterance, (T, dim) float32."""
+        start = int(self.offsets[i])
+        return np.asarray(self._data[start:start + int(self.lengths[i])], dtype=np.float32)
+
+    def __getitem__(self, utt_id: str) -> np.ndarray:
+        if utt_id not in self._pos:
+            raise KeyError(f"{utt_id}: not in this feature store")
+        return self.get(self._pos[utt_id])

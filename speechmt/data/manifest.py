@@ -1,0 +1,68 @@
+"""Manifest records: one JSON object per line, one line per utterance."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Iterator
+
+
+@dataclass
+class Record:
+    """One utterance: where its audio is and what it says.
+
+    `audio` is a path (absolute, or relative to the manifest's folder); `offset` and `duration` are in
+    seconds (duration 0.0 with offset 0.0 means "the whole file"); `n_frames` counts 10 ms fbank frames.
+    """
+
+    id: str
+    audio: str
+    offset: float
+    duration: float
+    n_frames: int
+    src_text: str
+    tgt_text: str
+    speaker: str
+    src_lang: str
+    tgt_lang: str
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(Record))
+
+
+class ManifestError(ValueError):
+    """A manifest line that cannot be read; the message names the file and line."""
+
+
+def write_manifest(path: str | os.PathLike, records: Iterable[Record]) -> int:
+    """Writes records atomically (temporary file, then rename); returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def iter_manifest(path: str | os.PathLike) -> Iterator[Record]:
+    """Yields the records of a manifest; a malformed line raises ManifestError naming file and line."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                yield Record(**{k: d[k] for k in RECORD_FIELDS})
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ManifestError(f"{path}:{lineno}: malformed manifest record ({e})") from None
+
+
+def read_manifest(path: str | os.PathLike) -> list[Record]:
+    """All records of a manifest, in file order."""
+    return list(iter_manifest(path))

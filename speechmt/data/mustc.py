@@ -1,0 +1,119 @@
+"""MuST-C (v1.0, v2): read the released layout into manifest records.
+
+Obtain the corpus from https://ict.fbk.eu/must-c/ (one archive per pair, e.g. MUSTC_v1.0_en-de.tar.gz)
+and unpack it; `root` is the folder that holds `en-de/` (or `en-de/` itself):
+
+    en-de/data/{train,dev,tst-COMMON,tst-HE}/wav/ted_767.wav
+    en-de/data/<split>/txt/<split>.yaml    - {duration: 3.5, offset: 16.08, ..., speaker_id: spk.767, wav: ted_767.wav}
+    en-de/data/<split>/txt/<split>.en      line i belongs to yaml item i
+    en-de/data/<split>/txt/<split>.<tgt>
+
+Segments are grouped by talk, sorted by offset, and named `{talk}_{i}` (i from 0 in offset order).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from speechmt.data.manifest import Record
+from speechmt.data.prepare import PrepareConfig, PrepareError, Skip, format_summary, prepare_splits
+
+MUSTC_SPLITS = ("train", "dev", "tst-COMMON", "tst-HE")
+_LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
+_REQUIRED = ("duration", "offset", "wav")
+
+
+def _pair_dir(root: Path, tgt_lang: str) -> Path:
+    for cand in (root / f"en-{tgt_lang}", root):
+        if (cand / "data").is_dir() and cand.name == f"en-{tgt_lang}":
+            return cand
+    raise PrepareError(f"{root}: no en-{tgt_lang}/data folder (is --root the unpacked MuST-C folder?)")
+
+
+def _read_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise PrepareError(f"{path}: not found")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").rstrip("\r") for line in f]
+
+
+def _parse_yaml_items(path: Path) -> list[dict | str]:
+    """One entry per yaml list item, in file order: a dict of strings, or the error text for a bad item."""
+    items: list[dict | str] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if not line.startswith("-"):
+                raise PrepareError(f"{path}:{lineno}: expected one '- {{...}}' segment per line")
+            items.append(_parse_item(line, f"{path}:{lineno}"))
+    return items
+
+
+def _parse_item(line: str, where: str) -> dict | str:
+    try:
+        parsed = yaml.load(line, Loader=_LOADER)
+        item = parsed[0] if isinstance(parsed, list) and len(parsed) == 1 else None
+        if not isinstance(item, dict):
+            return f"{where}: malformed segment (not a mapping)"
+        missing = [k for k in _REQUIRED if k not in item]
+        if missing:
+            return f"{where}: malformed segment (missing {', '.join(missing)})"
+        offset, duration = float(item["offset"]), float(item["duration"])
+    except (yaml.YAMLError, ValueError, TypeError) as e:
+        return f"{where}: malformed segment ({str(e).splitlines()[0]})"
+    if offset < 0 or duration <= 0:
+        return f"{where}: malformed segment (offset {offset}, duration {duration})"
+    return item
+
+
+def read_mustc_split(root: str | os.PathLike, tgt_lang: str, split: str) -> Iterator[Record | Skip]:
+    """Records of one split in talk order, segments by offset; Skips for malformed items or missing text."""
+    pair = _pair_dir(Path(root), tgt_lang)
+    txt, wav_dir = pair / "data" / split / "txt", (pair / "data" / split / "wav").resolve()
+    items = _parse_yaml_items(txt / f"{split}.yaml")
+    src, tgt = _read_lines(txt / f"{split}.en"), _read_lines(txt / f"{split}.{tgt_lang}")
+    for path, lines in ((txt / f"{split}.en", src), (txt / f"{split}.{tgt_lang}", tgt)):
+        if len(lines) != len(items):
+            raise PrepareError(f"{path}: {len(lines)} lines but {txt / f'{split}.yaml'} has {len(items)} "
+                               "segments; line i must belong to segment i")
+    talks: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            yield Skip(f"{split}.yaml#{i}", "malformed row", item)
+        else:
+            talks[item["wav"]].append((float(item["offset"]), i))
+    for wav, segs in talks.items():
+        stem = Path(wav).stem
+        for k, (offset, i) in enumerate(sorted(segs)):
+            utt = f"{stem}_{k}"
+            if not src[i].strip() or not tgt[i].strip():
+                side = "en" if not src[i].strip() else tgt_lang
+                yield Skip(utt, "missing text", f"{txt / f'{split}.{side}'}:{i + 1}: empty line for {utt}")
+                continue
+            yield Record(id=utt, audio=str(wav_dir / wav), offset=offset, duration=float(items[i]["duration"]),
+                         n_frames=0, src_text=src[i].strip(), tgt_text=tgt[i].strip(),
+                         speaker=items[i].get("speaker_id", stem), src_lang="en", tgt_lang=tgt_lang)
+
+
+def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str,
+                  splits: tuple[str, ...] | None = None, cfg: PrepareConfig = PrepareConfig()) -> dict:
+    """Prepares MuST-C en-<tgt_lang>: manifests, fbank stores, global CMVN and a summary under `out`.
+
+    `splits` defaults to those present among train, dev, tst-COMMON, tst-HE. Returns the summary dict.
+    """
+    pair = _pair_dir(Path(root), tgt_lang)
+    if splits is None:
+        splits = tuple(s for s in MUSTC_SPLITS if (pair / "data" / s / "txt").is_dir())
+        if not splits:
+            raise PrepareError(f"{pair / 'data'}: no split folders ({', '.join(MUSTC_SPLITS)})")
+    readers = {s: read_mustc_split(root, tgt_lang, s) for s in splits}
+    summary = prepare_splits(readers, out, cfg, {"corpus": "mustc", "src_lang": "en", "tgt_lang": tgt_lang,
+                                                 "root": str(pair.resolve())})
+    print(format_summary(summary))
+    return summary
