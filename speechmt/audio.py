@@ -147,36 +147,29 @@ def mel_banks(cfg: FbankConfig) -> np.ndarray:
     return np.pad(banks, ((0, 0), (0, 1)))  # Kaldi leaves the Nyquist bin out
 
 
-def _analysis_matrix(cfg: FbankConfig) -> np.ndarray:
-    """One linear map for everything before the power spectrum, (window_size, 2 * (fft_size // 2 + 1)).
-
-    DC-offset removal, pre-emphasis, the povey window, zero padding and the real DFT are all linear in the
-    frame, so they compose into one matrix: frames @ K = [Re(rfft) | Im(rfft)] of the processed frames.
-    """
-    n = cfg.window_size
-    center = np.eye(n) - 1.0 / n  # remove the DC offset
-    preemph = np.eye(n) - cfg.preemphasis * np.eye(n, k=-1)
-    preemph[0, 0] -= cfg.preemphasis  # Kaldi replicates the first sample
-    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / (n - 1))) ** 0.85  # povey
-    pre = (window[:, None] * preemph) @ center * cfg.scale
-    k = np.arange(cfg.fft_size // 2 + 1)
-    angle = 2 * np.pi * np.outer(np.arange(n), k) / cfg.fft_size
-    dft = np.concatenate([np.cos(angle), -np.sin(angle)], axis=1)
-    return pre.T @ dft
+def povey_window(n: int) -> np.ndarray:
+    """Kaldi's povey window: a Hann window (non-periodic) to the power 0.85. (n,) float64."""
+    return (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / (n - 1))) ** 0.85
 
 
 class Fbank(torch.nn.Module):
     """Kaldi-compatible log-mel filterbank, batched: waveforms (B, N) in [-1, 1] -> (B, T, num_mel_bins).
 
-    Equal to torchaudio.compliance.kaldi.fbank on `waveform * cfg.scale` (max abs diff ~1e-4), several times
-    faster: one matmul does DC removal, pre-emphasis, windowing and the DFT.
+    Equal to torchaudio.compliance.kaldi.fbank on `waveform * cfg.scale` computed exactly (float64): within
+    ~3e-4 (torchaudio's own float32 path is ~1e-2 off its float64 one on near-silent bins). Frames are
+    processed in cache-sized blocks with DC removal, pre-emphasis, windowing and the FFT in float64 (a
+    float32 FFT loses low-energy bins), the mel projection and log in float32; the waveform scale is
+    folded into the window.
     """
+
+    block = 256  # frames per block: fits in cache, amortises per-op overhead
 
     def __init__(self, cfg: FbankConfig = FbankConfig()):
         super().__init__()
         self.cfg = cfg
-        self.register_buffer("analysis", torch.from_numpy(_analysis_matrix(cfg)).float(), persistent=False)
-        self.register_buffer("mel", torch.from_numpy(mel_banks(cfg).T).float(), persistent=False)
+        window = povey_window(cfg.window_size) * cfg.scale
+        self.register_buffer("window", torch.from_numpy(window), persistent=False)
+        self.register_buffer("mel", torch.from_numpy(mel_banks(cfg).T).float().contiguous(), persistent=False)
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N) or (N,) waveforms with sample lengths (B,) -> features (B, T, F) and frame counts (B,).
@@ -189,15 +182,31 @@ class Fbank(torch.nn.Module):
             lengths = torch.full((wave.shape[0],), wave.shape[1], dtype=torch.long, device=wave.device)
         n_frames = num_frames(lengths, self.cfg)
         t_max = int(n_frames.max()) if n_frames.numel() else 0
-        frames = wave.unfold(-1, self.cfg.window_size, self.cfg.window_shift)[:, :t_max]  # (B, T, W)
+        feats = torch.zeros(wave.shape[0], t_max, self.cfg.num_mel_bins, device=wave.device)
+        if t_max == 0:
+            return feats, n_frames
+        padded = torch.zeros(min(self.block, t_max), self.cfg.fft_size, dtype=torch.float64, device=wave.device)
+        for b, n in enumerate(n_frames.tolist()):
+            frames = wave[b].unfold(0, self.cfg.window_size, self.cfg.window_shift)  # (T, W), a view
+            for start in range(0, n, self.block):
+                stop = min(start + self.block, n)
+                self._block(frames[start:stop], padded[: stop - start], feats[b, start:stop])
+        return feats, n_frames
+
+    def _block(self, frames: torch.Tensor, padded: torch.Tensor, out: torch.Tensor) -> None:
+        """Log-mel energies of a block of frames (n, W) into `out` (n, F); `padded` (n, fft_size) is scratch."""
+        x = frames.to(torch.float64, copy=True)
         if self.training and self.cfg.dither > 0:
-            frames = frames + self.cfg.dither / self.cfg.scale * torch.randn_like(frames)
-        spec = frames @ self.analysis  # (B, T, 2K)
-        re, im = spec.chunk(2, dim=-1)
-        power = re * re + im * im  # (B, T, K)
-        feats = (power @ self.mel).clamp_(min=torch.finfo(torch.float32).eps).log_()
-        valid = torch.arange(t_max, device=wave.device)[None, :] < n_frames[:, None]
-        return feats * valid[..., None], n_frames
+            x += torch.randn_like(x) * (self.cfg.dither / self.cfg.scale)
+        x -= x.mean(1, keepdim=True)
+        w = self.cfg.window_size
+        torch.sub(x[:, 1:], x[:, :-1], alpha=self.cfg.preemphasis, out=padded[:, 1:w])
+        padded[:, 0] = x[:, 0] * (1 - self.cfg.preemphasis)  # Kaldi replicates the first sample
+        padded[:, :w] *= self.window
+        spec = torch.fft.rfft(padded)
+        power = spec.real.square() + spec.imag.square()
+        torch.mm(power.float(), self.mel, out=out)
+        out.clamp_(min=torch.finfo(torch.float32).eps).log_()
 
 
 _FBANK_CACHE: dict[FbankConfig, Fbank] = {}
