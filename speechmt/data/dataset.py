@@ -1,0 +1,152 @@
+"""Datasets over prepared splits: speech (features + texts) and text-only pairs, and their batches."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from speechmt.audio import CMVNConfig, SpecAugmentConfig, apply_cmvn, spec_augment
+from speechmt.data.batching import collate_sequences
+from speechmt.data.features import FeatureStore
+from speechmt.data.manifest import Record, read_manifest
+from speechmt.tokenizer import Tokenizer
+
+
+def global_cmvn(data_dir: str | os.PathLike) -> CMVNConfig:
+    """The global CMVN that preparation computed over the training split(s) of `data_dir`."""
+    path = Path(data_dir) / "global_cmvn.npz"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no global CMVN statistics (prepare a training split first)")
+    with np.load(path) as d:
+        return CMVNConfig("global", tuple(d["mean"].tolist()), tuple(d["std"].tolist()))
+
+
+def load_split(data_dir: str | os.PathLike, split: str, num_mel_bins: int = 80) -> tuple[list[Record], FeatureStore]:
+    """A prepared split's manifest and feature store, checked to hold the same utterances in the same order."""
+    data_dir = Path(data_dir)
+    records = read_manifest(data_dir / f"{split}.jsonl")
+    prefix = data_dir / f"fbank{num_mel_bins}" / split
+    store = FeatureStore(prefix)
+    if store.ids != [r.id for r in records]:
+        raise ValueError(f"{data_dir / f'{split}.jsonl'} and its feature store {prefix} hold different "
+                         "utterances; prepare the split again with --overwrite")
+    return records, store
+
+
+@dataclass
+class Example:
+    """One item: features (T, F) and/or token ids (S,), (U,); absent parts are None."""
+
+    index: int
+    id: str
+    feats: torch.Tensor | None = None
+    src_ids: torch.Tensor | None = None
+    tgt_ids: torch.Tensor | None = None
+
+
+@dataclass
+class Batch:
+    """Padded examples: feats (B, T, F), src (B, S), tgt (B, U), each with lengths (B,); parts may be None."""
+
+    ids: list[str]
+    feats: torch.Tensor | None = None
+    feat_lengths: torch.Tensor | None = None
+    src: torch.Tensor | None = None
+    src_lengths: torch.Tensor | None = None
+    tgt: torch.Tensor | None = None
+    tgt_lengths: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> "Batch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in moved.items():
+            if isinstance(v, torch.Tensor):
+                moved[k] = v.to(device, non_blocking=True)
+        return Batch(**moved)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def collate(examples: list[Example], pad_id: int = 0) -> Batch:
+    """Pads a list of examples into one Batch (features padded with 0, ids with `pad_id`)."""
+    batch = Batch(ids=[e.id for e in examples])
+    if examples[0].feats is not None:
+        batch.feats, batch.feat_lengths = collate_sequences([e.feats for e in examples])
+    if examples[0].src_ids is not None:
+        batch.src, batch.src_lengths = collate_sequences([e.src_ids for e in examples], pad_id)
+    if examples[0].tgt_ids is not None:
+        batch.tgt, batch.tgt_lengths = collate_sequences([e.tgt_ids for e in examples], pad_id)
+    return batch
+
+
+def _ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | None:
+    return None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
+
+
+class SpeechDataset(Dataset):
+    """Utterances of a prepared split: normalised (and, when `spec_augment` is set, augmented) features
+    with the transcript and/or translation encoded by the given tokenizers.
+
+    Augmentation is a function of (seed, epoch, index), so a resumed run sees the same masks.
+    """
+
+    def __init__(self, records: list[Record], store: FeatureStore, cmvn: CMVNConfig,
+                 src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
+                 src_tag: str | None = None, tgt_tag: str | None = None,
+                 spec_augment: SpecAugmentConfig | None = None, seed: int = 0):
+        self.records, self.store, self.cmvn = records, store, cmvn
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.src_tag, self.tgt_tag = src_tag, tgt_tag
+        self.spec_augment, self.seed, self.epoch = spec_augment, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    @property
+    def sizes(self) -> list[int]:
+        """Frames per utterance, for batching."""
+        return [r.n_frames for r in self.records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> Example:
+        rec = self.records[i]
+        feats = apply_cmvn(torch.from_numpy(self.store.get(i)), self.cmvn)
+        if self.spec_augment is not None:
+            gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + i) % 2**63)
+            feats = spec_augment(feats, self.spec_augment, gen)
+        return Example(i, rec.id, feats, _ids(self.src_tokenizer, rec.src_text, self.src_tag),
+                       _ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
+
+
+class TextDataset(Dataset):
+    """Text pairs (MT): source ids (S,) and target ids (U,); sizes are source lengths in tokens."""
+
+    def __init__(self, pairs: list[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+                 src_tag: str | None = None, tgt_tag: str | None = None, ids: list[str] | None = None):
+        self.pairs, self.src_tokenizer, self.tgt_tokenizer = pairs, src_tokenizer, tgt_tokenizer
+        self.src_tag, self.tgt_tag = src_tag, tgt_tag
+        self.ids = ids or [str(i) for i in range(len(pairs))]
+        self._src = [_ids(src_tokenizer, s, src_tag) for s, _ in pairs]
+
+    @classmethod
+    def from_records(cls, records: list[Record], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+                     src_tag: str | None = None, tgt_tag: str | None = None) -> "TextDataset":
+        return cls([(r.src_text, r.tgt_text) for r in records], src_tokenizer, tgt_tokenizer, src_tag, tgt_tag,
+                   [r.id for r in records])
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(s) for s in self._src]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> Example:
+        return Example(i, self.ids[i], None, self._src[i], _ids(self.tgt_tokenizer, self.pairs[i][1], self.tgt_tag))
