@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from speechmt.audio import AudioError
@@ -114,7 +115,12 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"speechmt: warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _one_line_warning
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,21 @@
+# Sourced by the recipes: finds the speechmt command and parses --name value options into variables
+# (--stop-stage 2 sets stop_stage=2). Only options whose variable the recipe defines are accepted.
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [ -z "${SPEECHMT:-}" ]; then
+    if [ -x "$repo_root/.venv/bin/speechmt" ]; then SPEECHMT="$repo_root/.venv/bin/speechmt"; else SPEECHMT=speechmt; fi
+fi
+
+parse_options() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --help|-h) usage; exit 0 ;;
+            --*) name=${1#--}; name=${name//-/_}
+                 if [ -z "${!name+x}" ]; then echo "$0: unknown option $1" >&2; usage >&2; exit 2; fi
+                 if [ $# -lt 2 ]; then echo "$0: option $1 needs a value" >&2; exit 2; fi
+                 printf -v "$name" '%s' "$2"; shift 2 ;;
+            *) echo "$0: unexpected argument $1" >&2; usage >&2; exit 2 ;;
+        esac
+    done
+}
+
+log() { echo "$(date "+%F %T") [$(basename "$PWD")] $*"; }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# MuST-C en-<tgt_lang> recipe, staged as icefall/ESPnet recipes: run.sh --stage N --stop-stage M.
+#   0  build MuST-C-mini (synthetic, same layout) at $root when --mini tiny|small|full is given
+#   1  prepare every split: manifests, fbank80 features, global CMVN, summary (skips counted with reasons)
+#   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
+# Stages run unchanged on the released corpus and on the mini corpus.
+set -euo pipefail
+cd "$(dirname "$0")"
+source ../common/env.sh
+
+stage=1
+stop_stage=2
+root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
+tgt_lang=de
+mini=""                     # tiny, small or full: build MuST-C-mini at $root in stage 0
+seed=0
+jobs=2
+data=""                     # default: data/en-$tgt_lang
+st_vocab=8000
+asr_vocab=5000
+
+usage() {
+    echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--tgt-lang de] [--mini tiny|small|full]"
+    echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
+}
+parse_options "$@"
+data=${data:-data/en-$tgt_lang}
+
+if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
+    log "stage 0: MuST-C-mini ($mini) at $root"
+    "$SPEECHMT" synth --corpus mustc --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
+fi
+
+if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
+    log "stage 1: prepare $root -> $data"
+    "$SPEECHMT" prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"
+fi
+
+if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
+    log "stage 2: vocabularies in $data"
+    "$SPEECHMT" vocab "$data/train.jsonl" --field tgt --vocab-size "$st_vocab" \
+        --lang-tags "<en>" "<$tgt_lang>" --out "$data/spm_st_$st_vocab.model"
+    "$SPEECHMT" vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
+        --lang-tags "<en>" --out "$data/spm_asr_$asr_vocab.model"
+fi
+log "done (stages $stage..$stop_stage)"
