@@ -1,0 +1,162 @@
+"""MuST-C-mini en-de: German-English dictionary sentences voiced as synthetic talks, in the MuST-C layout.
+
+```
+out/en-de/data/{train,dev,tst-COMMON}/wav/ted_<N>.wav      whole talks, 16 kHz mono 16-bit
+out/en-de/data/<split>/txt/<split>.{yaml,en,de}            one segment per yaml item / line
+out/en-de/text-only/train.{en,de}                          pairs held out from voicing (MT data)
+```
+Each talk is one speaker (a voice with a speed and pitch); its segments are joined with 0.3-1.5 s of
+near-silent noise, and each yaml item gives its segment's exact offset and duration in the talk.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from speechmt.data.synth.common import (ensure_free, finish_summary, low_noise, publish, run_parallel,
+                                        split_pool, staging_dir, write_lines)
+from speechmt.data.synth.text import Pair, ding_pairs
+from speechmt.data.synth.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
+
+SAMPLE_RATE = 16000
+PAIR = "en-de"
+SPLIT_DIRS = {"train": "train", "dev": "dev", "test": "tst-COMMON"}
+TALK_SEGMENTS = {"tiny": (6, 6), "small": (10, 40), "full": (10, 40)}  # segments per talk, min and max
+PAUSE_S = (0.3, 1.5)
+DING_STREAM = 0  # the seed stream that orders the dictionary pairs (shared with CoVoST-mini de)
+
+
+@dataclass(frozen=True)
+class TalkJob:
+    """One talk to voice: its number, speaker, (English, German) segments and the wav to write."""
+
+    talk_id: int
+    speaker: Speaker
+    pairs: tuple[Pair, ...]
+    wav_path: Path
+    seed: int
+
+
+@dataclass
+class TalkResult:
+    """A voiced talk: (offset s, duration s, pair) per voiced segment, failures, wav length in seconds."""
+
+    talk_id: int
+    speaker: str
+    items: list[tuple[float, float, Pair]] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def talk_sizes(n: int, low: int, high: int, rng: np.random.Generator) -> list[int]:
+    """Splits n segments into talks of `low`..`high` segments (a short last talk only when n < low)."""
+    sizes = []
+    left = n
+    while left > 0:
+        if left <= high:
+            sizes.append(left)
+            break
+        size = int(rng.integers(low, max(low, min(high, left - low)) + 1))
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path) -> dict[str, list[TalkJob]]:
+    """Groups each split's pairs into talks, numbered across splits, each with a seeded speaker."""
+    rng = np.random.default_rng([seed, DING_STREAM, 1])
+    low, high = TALK_SEGMENTS[size]
+    plans: dict[str, list[TalkJob]] = {}
+    talk_id = 1
+    for split in ("train", "dev", "test"):
+        pairs = splits[split]
+        wav_dir = root / "data" / SPLIT_DIRS[split] / "wav"
+        plans[split] = []
+        start = 0
+        for n in talk_sizes(len(pairs), low, high, rng):
+            plans[split].append(TalkJob(talk_id, draw_speaker("en", rng), tuple(pairs[start:start + n]),
+                                        wav_dir / f"ted_{talk_id}.wav", seed))
+            talk_id += 1
+            start += n
+    return plans
+
+
+def voice_talk(job: TalkJob) -> TalkResult:
+    """Speaks a talk's English segments one after another and writes the talk wav (16 kHz PCM_16)."""
+    rng = np.random.default_rng([job.seed, DING_STREAM, 2, job.talk_id])
+    result = TalkResult(job.talk_id, job.speaker.label)
+    pieces = [low_noise(rng, rng.uniform(*PAUSE_S), SAMPLE_RATE)]
+    position = len(pieces[0])
+    with tempfile.TemporaryDirectory(prefix="synth-") as workdir:
+        for pair in job.pairs:
+            try:
+                wave = synthesize(job.speaker, pair.src, SAMPLE_RATE, Path(workdir))
+            except TTSError as e:
+                result.failures.append({"talk": job.wav_path.stem, "sentence": pair.src,
+                                        "voice": job.speaker.label, "reason": str(e)})
+                continue
+            result.items.append((position / SAMPLE_RATE, len(wave) / SAMPLE_RATE, pair))
+            pause = low_noise(rng, rng.uniform(*PAUSE_S), SAMPLE_RATE)
+            pieces += [wave, pause]
+            position += len(wave) + len(pause)
+    if result.items:
+        sf.write(job.wav_path, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
+        result.seconds = position / SAMPLE_RATE
+    return result
+
+
+def yaml_line(offset: float, duration: float, english: str, talk_id: int) -> str:
+    """One MuST-C yaml item on one line (six decimals; rW = English word count, uW = 0)."""
+    return (f"- {{duration: {duration:.6f}, offset: {offset:.6f}, rW: {len(english.split())}, uW: 0, "
+            f"speaker_id: spk.{talk_id}, wav: ted_{talk_id}.wav}}")
+
+
+def write_split(txt_dir: Path, name: str, results: list[TalkResult]) -> None:
+    """Writes <name>.yaml, <name>.en and <name>.de, talk by talk in offset order."""
+    items = [(r.talk_id, offset, duration, pair) for r in results for offset, duration, pair in r.items]
+    write_lines(txt_dir / f"{name}.yaml", (yaml_line(o, d, p.src, t) for t, o, d, p in items))
+    write_lines(txt_dir / f"{name}.en", (p.src for *_, p in items))
+    write_lines(txt_dir / f"{name}.de", (p.tgt for *_, p in items))
+
+
+def split_summary(results: list[TalkResult]) -> dict[str, float]:
+    """Counts of one split: talks, segments, failed segments, audio and speech seconds."""
+    return {"talks": sum(1 for r in results if r.items), "sentences": sum(len(r.items) for r in results),
+            "failed": sum(len(r.failures) for r in results),
+            "audio_seconds": round(sum(r.seconds for r in results), 2),
+            "speech_seconds": round(sum(d for r in results for _, d, _ in r.items), 2)}
+
+
+def build_mustc(out: Path, size: str, seed: int, jobs: int) -> dict:
+    """Builds MuST-C-mini en-de under `out` (see the module docstring) and returns its summary."""
+    final = out / PAIR
+    ensure_free(final)
+    with tempfile.TemporaryDirectory(prefix="synth-check-") as workdir:
+        check_voices("en", Path(workdir))
+    pairs = ding_pairs()
+    text_only, splits = split_pool(pairs, size, seed, DING_STREAM)
+    root = staging_dir(final)
+    plans = plan_talks(splits, size, seed, root)
+    summary: dict = {"corpus": "mustc", "pair": PAIR, "size": size, "seed": seed, "pairs_usable": len(pairs),
+                     "splits": {}, "voices": Counter(), "failures": []}
+    for split, jobs_of_split in plans.items():
+        split_dir = root / "data" / SPLIT_DIRS[split]
+        (split_dir / "wav").mkdir(parents=True)
+        (split_dir / "txt").mkdir()
+        results = run_parallel(voice_talk, jobs_of_split, jobs)
+        write_split(split_dir / "txt", SPLIT_DIRS[split], results)
+        summary["splits"][SPLIT_DIRS[split]] = split_summary(results)
+        summary["failures"] += [dict(f, split=SPLIT_DIRS[split]) for r in results for f in r.failures]
+        summary["voices"].update({r.speaker: len(r.items) for r in results})
+    (root / "text-only").mkdir()
+    write_lines(root / "text-only" / "train.en", (p.src for p in text_only))
+    write_lines(root / "text-only" / "train.de", (p.tgt for p in text_only))
+    publish(root, final)
+    return finish_summary(summary, len(text_only))
+
