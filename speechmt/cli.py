@@ -54,6 +54,71 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from speechmt.config import load_config
+    from speechmt.training.run import run_training
+
+    state = run_training(load_config(args.config, args.overrides), resume=not args.no_resume)
+    print(f"finished at update {state.step} (epoch {state.epoch}); best dev loss {state.best_loss:.4f}")
+    return 0
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    from speechmt.training.run import average
+
+    used = average(args.inputs, args.last, args.out)
+    print(f"{args.out}: average of {len(used)} checkpoints ({', '.join(p.name for p in used)})")
+    return 0
+
+
+def _decode_kwargs(args: argparse.Namespace) -> dict:
+    return {"max_len_a": args.max_len_a, "max_len_b": args.max_len_b, "len_penalty": args.len_penalty}
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    import json
+
+    from speechmt.decoding.segment import SegmentConfig
+    from speechmt.decoding.translate import load_model, translate
+
+    lm = load_model(args.model, args.device)
+    results = translate(lm, args.audio, beam=args.beam, batch_size=args.batch_size, nbest=args.nbest,
+                        segment=SegmentConfig(max_seconds=args.max_chunk_seconds), **_decode_kwargs(args))
+    for r in results:
+        if args.format == "json":
+            print(json.dumps({"file": r.source, "text": r.text, "nbest": r.nbest, "chunks": r.chunks,
+                              "audio_seconds": round(r.audio_seconds, 3)}, ensure_ascii=False))
+        else:
+            print(r.text if len(results) == 1 else f"{r.source}\t{r.text}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from speechmt.decoding.translate import load_model
+    from speechmt.evaluation.evaluate import evaluate
+    from speechmt.evaluation.report import append_results_row
+
+    lm = load_model(args.model, args.device)
+    out = args.out or str(Path(args.model).parent / f"eval_{args.split}")
+    report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
+                      args.max_tokens)
+    for score in report.metrics.values():
+        print(f"{score.name} = {score.score:.2f}  ({score.signature})")
+    print(f"RTF {report.extra['rtf']}; report in {out}")
+    if args.results:
+        append_results_row(args.results, report)
+    return 0
+
+
+def _add_decode_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="checkpoint file")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--max-len-a", type=float, default=0.0, help="max output length = a * encoder length + b")
+    p.add_argument("--max-len-b", type=int, default=200)
+    p.add_argument("--len-penalty", type=float, default=1.0)
+    p.add_argument("--device", default="cpu")
+
+
 def _add_prepare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder for manifests, features and the summary")
     p.add_argument("--jobs", type=int, default=2, help="feature extraction processes")
@@ -98,6 +163,36 @@ def build_parser() -> argparse.ArgumentParser:
     vocab.add_argument("--lang-tags", nargs="*", default=[], help="e.g. <en> <de> <audio>")
     vocab.add_argument("--out", required=True, help="output .model file")
     vocab.set_defaults(func=cmd_vocab)
+
+    train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.pt)")
+    train.add_argument("--config", help="experiment YAML (model, data, train sections)")
+    train.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000")
+    train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
+    train.set_defaults(func=cmd_train)
+
+    avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
+    avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.pt")
+    avg.add_argument("--last", type=int, default=10, help="how many numbered checkpoints of a folder")
+    avg.add_argument("--out", required=True)
+    avg.set_defaults(func=cmd_average)
+
+    tr = sub.add_parser("translate", help="translate audio files (any length) with a checkpoint")
+    tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3)")
+    _add_decode_options(tr)
+    tr.add_argument("--nbest", type=int, default=1)
+    tr.add_argument("--batch-size", type=int, default=16)
+    tr.add_argument("--max-chunk-seconds", type=float, default=20.0, help="long audio is cut at pauses")
+    tr.add_argument("--format", default="text", choices=("text", "json"))
+    tr.set_defaults(func=cmd_translate)
+
+    ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
+    _add_decode_options(ev)
+    ev.add_argument("--data", required=True, help="prepared data folder")
+    ev.add_argument("--split", required=True)
+    ev.add_argument("--out", help="report folder (default: beside the model, eval_<split>)")
+    ev.add_argument("--max-tokens", type=int, default=20000)
+    ev.add_argument("--results", help="a RESULTS.md to append a row to")
+    ev.set_defaults(func=cmd_evaluate)
     return parser
 
 
@@ -106,6 +201,13 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.data.prepare import PrepareError
 
     errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError]
+    try:
+        from speechmt.config import ConfigError
+        from speechmt.training.checkpoint import CheckpointError
+
+        errors += [CheckpointError, ConfigError]
+    except ImportError:
+        pass
     try:
         from speechmt.data.synth import SynthError
 

@@ -122,7 +122,7 @@ def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: Pr
     with FeatureStoreWriter(out / f"fbank{cfg.fbank.num_mel_bins}" / split, cfg.fbank.num_mel_bins,
                             cfg.store_dtype) as store:
         for rec, (feats, seconds, skip) in tqdm(_extracted(records, cfg, pool), total=len(records),
-                                                desc=f"{split}: features", unit="utt", leave=False):
+                                                desc=f"{split}: features", unit="utt", leave=False, disable=None):
             skip = replace(skip, id=rec.id) if skip else _length_skip(rec, feats.shape[0], cfg, is_train)
             if skip:
                 skips.append(skip)

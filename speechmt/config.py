@@ -1,0 +1,145 @@
+"""Experiment configuration: the data, training and model dataclasses, and their YAML form.
+
+A recipe's conf/*.yaml is a serialisation of `ExperimentConfig`; `load_config(path, overrides)` reads one
+and applies `section.key=value` overrides (values parsed as YAML scalars).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from speechmt.models.translator import ModelConfig, preset
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; one line naming the option or file."""
+
+
+@dataclass
+class DataConfig:
+    """Where the prepared data and vocabularies are, and how batches are made."""
+
+    dir: str = ""
+    train_split: str = "train"
+    valid_split: str = "dev"
+    src_vocab: str = ""  # SentencePiece model of the source side (ASR targets, CTC, MT input)
+    tgt_vocab: str = ""  # SentencePiece model of the target side (ST/MT output)
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    lang_tag: bool = True  # targets start with the target language tag, e.g. <de>
+    cmvn: str = "utterance"  # "utterance" or "global" (statistics from preparation)
+    spec_augment: str = "lb"  # "", "lb" or "ld"
+    max_tokens: int = 40000  # padded frames (audio) or tokens (text) per batch
+    max_sentences: int = 0  # 0: no limit
+    num_workers: int = 0
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, schedule, checkpointing and logging (fairseq s2t defaults where they exist)."""
+
+    task: str = "st"  # st, asr or mt
+    lr: float = 2e-3
+    warmup_updates: int = 10000
+    max_updates: int = 100000
+    max_epochs: int = 0  # 0: no limit
+    update_freq: int = 1
+    clip_norm: float = 10.0
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    label_smoothing: float = 0.1
+    ctc_weight: float = 0.0
+    seed: int = 1
+    save_dir: str = "exp/st"
+    save_interval_updates: int = 1000
+    keep_last: int = 10
+    validate_interval_updates: int = 1000
+    log_interval: int = 50
+    precision: str = "fp32"  # fp32, bf16 or fp16 (autocast on CUDA)
+    device: str = "auto"
+    init_encoder_from: str = ""  # a checkpoint (e.g. ASR) whose speech encoder initialises this model
+    best_metric: str = "loss"  # "loss" (dev loss, lower is better)
+
+    def __post_init__(self):
+        self.adam_betas = tuple(self.adam_betas)
+        if self.task not in ("st", "asr", "mt"):
+            raise ConfigError(f"unknown task {self.task!r}; expected st, asr or mt")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ConfigError(f"unknown precision {self.precision!r}; expected fp32, bf16 or fp16")
+
+
+@dataclass
+class ExperimentConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
+        model = dict(d.get("model", {}))
+        name = model.pop("preset", None)
+        try:
+            built = preset(name, **_tuples(model)) if name else _build(ModelConfig, model, "model")
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model: {e}") from None
+        return cls(model=built, data=_build(DataConfig, d.get("data", {}), "data"),
+                   train=_build(TrainConfig, d.get("train", {}), "train"))
+
+
+def _tuples(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+
+def _build(cls, d: dict[str, Any], section: str):
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(f"unknown {section} option(s): {', '.join(unknown)}")
+    try:
+        return cls(**_tuples(d))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{section}: {e}") from None
+
+
+def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Applies `section.key=value` strings to a config dict (values parsed as YAML scalars)."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        parts = key.split(".")
+        if not sep or len(parts) != 2:
+            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")
+        d.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value)
+    return d
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> ExperimentConfig:
+    """Reads a YAML experiment config (or starts from defaults when path is None) and applies overrides."""
+    d: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: config file not found")
+        d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: expected a mapping with model, data and train sections")
+    return ExperimentConfig.from_dict(apply_overrides(d, list(overrides)))
+
+
+def save_config(cfg: ExperimentConfig, path: str | os.PathLike) -> None:
+    def plain(x):
+        if isinstance(x, tuple):
+            return list(x)
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        return x
+
+    Path(path).write_text(yaml.safe_dump(plain(cfg.to_dict()), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,217 @@
+"""Greedy and beam search on the decoder cache, batched over utterances (and beams).
+
+Decomposed as whisper's decoding.py: frozen `DecodeOptions`, the model's `DecoderCache`, a `BeamSearch`
+with small methods and a short main loop. The beam search is fairseq's SequenceGenerator algorithm:
+2K candidates per utterance and step; an EOS among the top K ends a hypothesis, which is set aside; the
+first K non-EOS candidates go on; an utterance is done when it has K finished hypotheses or reaches its
+maximum length (where EOS is forced). Scores are sums of log-probabilities; the normalised score divides
+by length ** len_penalty, the length counting the generated tokens and the EOS.
+
+Decoder input starts with bos_id then the forced `prefix` (e.g. the target language tag); returned
+tokens leave out bos, prefix and EOS. The model should be in eval mode (dropout off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from speechmt.models.decoder import DecoderCache
+from speechmt.models.encoders import EncoderOutput
+from speechmt.models.translator import Translator
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Search settings (fairseq's defaults). Length limits count generated tokens, EOS excluded.
+
+    The maximum length of an utterance is floor(max_len_a * source_length + max_len_b), at least
+    min_len, where source_length is the encoder output length (enc.lengths: subsampled frames for
+    speech, 4 input frames each with the conv subsamplers; tokens for text).
+    """
+
+    beam_size: int = 5
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    min_len: int = 1
+    len_penalty: float = 1.0
+    nbest: int = 1
+    prefix: tuple[int, ...] = ()
+    bos_id: int = 2
+    eos_id: int = 3
+    pad_id: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "prefix", tuple(self.prefix))
+        if self.beam_size < 1 or not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(f"need beam_size >= 1 and 1 <= nbest <= beam_size; got {self.beam_size}, {self.nbest}")
+        if self.min_len < 0:
+            raise ValueError(f"min_len must be >= 0; got {self.min_len}")
+
+    def max_lengths(self, source_lengths: Tensor) -> Tensor:
+        """(B,) source lengths -> (B,) int64 maximum numbers of generated tokens."""
+        lengths = torch.floor(self.max_len_a * source_lengths.double() + self.max_len_b).long()
+        return lengths.clamp(min=self.min_len)
+
+
+@dataclass
+class Hypothesis:
+    """A finished hypothesis: tokens (no bos, prefix or EOS), sum of log-probs (EOS included), and that
+    sum / (len(tokens) + 1) ** len_penalty."""
+
+    tokens: list[int]
+    score: float
+    normalized_score: float
+
+
+def start_tokens(options: DecodeOptions, n: int, device: torch.device) -> Tensor:
+    """(n, 1 + len(prefix)) first decoder input: bos, then the prefix."""
+    return torch.tensor([options.bos_id, *options.prefix], device=device).expand(n, -1)
+
+
+def next_log_probs(model: Translator, inputs: Tensor, enc: EncoderOutput, cache: DecoderCache) -> Tensor:
+    """Log-probabilities (R, V) of the token after `inputs` (R, U): the positions new to the cache."""
+    return model.decode(inputs, enc, cache)[:, -1].float().log_softmax(dim=-1)
+
+
+def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOptions) -> Tensor:
+    """Bans pad and bos, EOS before min_len, everything but EOS at a row's max length; lprobs (R, V),
+    max_lens (R,); `step` tokens have been generated. Modifies and returns lprobs."""
+    lprobs[:, [options.pad_id, options.bos_id]] = float("-inf")
+    if step < options.min_len:
+        lprobs[:, options.eos_id] = float("-inf")
+    at_max = step >= max_lens  # (R,)
+    if at_max.any():
+        eos = lprobs[:, options.eos_id].clone()
+        lprobs[at_max] = float("-inf")
+        lprobs[:, options.eos_id] = torch.where(at_max, eos, lprobs[:, options.eos_id])
+    return lprobs
+
+
+def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
+    return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
+
+
+@torch.no_grad()
+def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[int]]:
+    """Most probable token at each step, for B utterances at once -> B token lists (beam_size unused)."""
+    n = enc.lengths.size(0)
+    if n == 0:
+        return []
+    max_lens = options.max_lengths(enc.lengths)
+    cache, inputs = model.new_cache(), start_tokens(options, n, enc.x.device)
+    done = torch.zeros(n, dtype=torch.bool, device=enc.x.device)
+    steps = []
+    for step in range(int(max_lens.max()) + 1):
+        lprobs = constrain(next_log_probs(model, inputs, enc, cache), step, max_lens, options)
+        tokens = lprobs.argmax(dim=-1).masked_fill(done, options.eos_id)  # (B,)
+        steps.append(tokens)
+        done |= tokens == options.eos_id
+        if done.all():
+            break
+        inputs = tokens[:, None]
+    return [_until_eos(row, options.eos_id) for row in torch.stack(steps, dim=1).tolist()]
+
+
+@dataclass
+class _Beams:
+    """Search state of the N utterances still searched, K beams each; rows are n * K + k."""
+
+    alive: Tensor  # (N,) indices of the utterances
+    scores: Tensor  # (N, K) sum log-prob of each beam
+    history: Tensor  # (N * K, t) tokens generated so far
+    enc: EncoderOutput  # (N * K, ...) rows
+    cache: DecoderCache
+
+
+class BeamSearch:
+    """Batched beam search; `search(enc)` gives each utterance's n-best, best first."""
+
+    def __init__(self, model: Translator, options: DecodeOptions = DecodeOptions()):
+        self.model, self.options, self.k = model, options, options.beam_size
+
+    @torch.no_grad()
+    def search(self, enc: EncoderOutput) -> list[list[Hypothesis]]:
+        """enc: EncoderOutput of B utterances -> B lists of `nbest` hypotheses, by normalised score."""
+        max_lens = self.options.max_lengths(enc.lengths)
+        finished: list[list[Hypothesis]] = [[] for _ in range(enc.lengths.size(0))]
+        if not finished:
+            return []
+        beams = self._start(enc)
+        inputs = start_tokens(self.options, beams.history.size(0), enc.x.device)
+        for step in range(int(max_lens.max()) + 1):
+            lprobs = self._log_probs(beams, inputs, step, max_lens[beams.alive])  # (N, K, V)
+            cand_scores, cand_beams, cand_tokens = self._candidates(beams.scores, lprobs)  # each (N, 2K)
+            self._finish(finished, beams, cand_scores, cand_beams, cand_tokens, step)
+            searching = self._searching(finished, beams.alive, step, max_lens)  # (N,)
+            if not searching.any():
+                break
+            beams = self._advance(beams, searching, cand_scores, cand_beams, cand_tokens)
+            inputs = beams.history[:, -1:]
+        n = self.options.nbest
+        return [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[:n] for hyps in finished]
+
+    def _start(self, enc: EncoderOutput) -> _Beams:
+        """K copies of every utterance; only beam 0 is live at first (the others score -inf)."""
+        b, device = enc.lengths.size(0), enc.x.device
+        scores = torch.full((b, self.k), float("-inf"), device=device)
+        scores[:, 0] = 0.0
+        history = torch.empty(b * self.k, 0, dtype=torch.long, device=device)
+        rows = torch.arange(b, device=device).repeat_interleave(self.k)
+        expanded = EncoderOutput(enc.x, enc.lengths).select(rows)  # CTC logits are not needed here
+        return _Beams(torch.arange(b, device=device), scores, history, expanded, self.model.new_cache())
+
+    def _log_probs(self, beams: _Beams, inputs: Tensor, step: int, max_lens: Tensor) -> Tensor:
+        """(N * K, U) new inputs -> constrained next-token log-probs (N, K, V); max_lens (N,)."""
+        lprobs = next_log_probs(self.model, inputs, beams.enc, beams.cache)
+        lprobs = constrain(lprobs, step, max_lens.repeat_interleave(self.k), self.options)
+        return lprobs.view(-1, self.k, lprobs.size(-1))
+
+    def _candidates(self, scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The 2K best (score, beam, token) extensions per utterance, best first; each (N, 2K)."""
+        vocab = lprobs.size(-1)
+        total = (scores[:, :, None] + lprobs).view(scores.size(0), -1)  # (N, K, V) -> (N, K * V)
+        cand_scores, flat = total.topk(2 * self.k, dim=1)
+        return cand_scores, flat // vocab, flat % vocab
+
+    def _finish(self, finished: list[list[Hypothesis]], beams: _Beams, cand_scores: Tensor,
+                cand_beams: Tensor, cand_tokens: Tensor, step: int) -> None:
+        """Sets aside the EOS candidates among each utterance's top K, up to K hypotheses per utterance."""
+        top = slice(0, self.k)
+        ends = (cand_tokens[:, top] == self.options.eos_id) & cand_scores[:, top].isfinite()  # (N, K)
+        for n, j in ends.nonzero().tolist():
+            utt = int(beams.alive[n])
+            if len(finished[utt]) < self.k:
+                score = float(cand_scores[n, j])
+                tokens = beams.history[n * self.k + int(cand_beams[n, j])].tolist()
+                finished[utt].append(Hypothesis(tokens, score, score / (step + 1) ** self.options.len_penalty))
+
+    def _searching(self, finished: list[list[Hypothesis]], alive: Tensor, step: int, max_lens: Tensor) -> Tensor:
+        """(N,) bool: utterances with fewer than K finished hypotheses and below their maximum length."""
+        counts = torch.tensor([len(finished[u]) for u in alive.tolist()], device=alive.device)
+        return (counts < self.k) & (step < max_lens[alive])
+
+    def _advance(self, beams: _Beams, searching: Tensor, cand_scores: Tensor, cand_beams: Tensor,
+                 cand_tokens: Tensor) -> _Beams:
+        """Keeps the first K non-EOS candidates of the utterances still searched; reorders the cache."""
+        kept = searching.nonzero()[:, 0]  # (N',)
+        is_eos = (cand_tokens[kept] == self.options.eos_id).long()
+        order = (is_eos * cand_tokens.size(1) + torch.arange(cand_tokens.size(1), device=kept.device))
+        pick = order.argsort(dim=1)[:, : self.k]  # (N', K): first K non-EOS candidates, in rank order
+        rows = (kept[:, None] * self.k + cand_beams[kept].gather(1, pick)).flatten()  # (N' * K,)
+        tokens = cand_tokens[kept].gather(1, pick).flatten()
+        shrink = kept.numel() < searching.numel()
+        beams.cache.reorder(rows, cross=shrink)
+        enc = beams.enc
+        if shrink:  # the K rows of each utterance left hold the same encoder output
+            enc = enc.select((kept[:, None] * self.k + torch.arange(self.k, device=kept.device)).flatten())
+        history = torch.cat([beams.history[rows], tokens[:, None]], dim=1)
+        return _Beams(beams.alive[kept], cand_scores[kept].gather(1, pick), history, enc, beams.cache)
+
+
+def beam_search(model: Translator, enc: EncoderOutput,
+                options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
+    """Beam search for B utterances -> per utterance the `nbest` hypotheses, best normalised score first."""
+    return BeamSearch(model, options).search(enc)

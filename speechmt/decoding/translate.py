@@ -1,0 +1,154 @@
+"""Files (or arrays) in, text out: a checkpoint's own feature pipeline, pause-based chunking of long
+audio, batched beam search.
+
+Audio longer than `SegmentConfig.max_seconds` is cut at pauses and read chunk by chunk from disk, so
+memory stays bounded whatever the file's length; the chunks' texts are joined with spaces.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import soundfile as sf
+import torch
+
+from speechmt.audio import SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, apply_cmvn, fbank, read_audio, resample
+from speechmt.data.batching import collate_sequences
+from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
+from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments
+from speechmt.models.translator import ModelConfig, Translator, build_model
+from speechmt.tokenizer import Tokenizer
+from speechmt.training.checkpoint import CheckpointError, load_checkpoint
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to translate: weights, the decoder's tokenizer and tag, and the feature pipeline."""
+
+    model: Translator
+    tokenizer: Tokenizer
+    tag: str | None
+    fbank: FbankConfig
+    cmvn: CMVNConfig
+    task: str
+    path: str
+    device: torch.device
+    source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
+
+    def decode_options(self, beam: int = 5, **kw) -> DecodeOptions:
+        prefix = (self.tokenizer.tag_id(self.tag),) if self.tag else ()
+        return DecodeOptions(beam_size=beam, prefix=prefix, bos_id=self.tokenizer.bos_id,
+                             eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id, **kw)
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuilds a model from one checkpoint file (config, weights, tokenizers, features inside)."""
+    from speechmt.training.builders import Tokenizers
+
+    ckpt = load_checkpoint(path, map_location="cpu")
+    try:
+        model = build_model(ModelConfig(**ckpt["model_config"]))
+        model.load_state_dict(ckpt["model"])
+        toks = Tokenizers.from_state_dict(ckpt["tokenizers"])
+        feats = ckpt["features"]
+    except (KeyError, RuntimeError, TypeError) as e:
+        raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
+    task = ckpt.get("task", "st")
+    tokenizer = toks.src if task == "asr" else toks.tgt
+    device = torch.device(device)
+    return LoadedModel(model.to(device).eval(), tokenizer, ckpt.get("decoder_tag"), FbankConfig(**feats["fbank"]),
+                       CMVNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in feats["cmvn"].items()}),
+                       task, str(path), device, toks.src)
+
+
+@dataclass
+class Translation:
+    """The result for one input: text, the chunks it was cut into (seconds), and audio seconds."""
+
+    source: str
+    text: str = ""
+    chunks: list[tuple[float, float]] = field(default_factory=list)
+    audio_seconds: float = 0.0
+    nbest: list[str] = field(default_factory=list)
+
+
+def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterator[tuple[float, float, np.ndarray]]:
+    """(start s, end s, 16 kHz wave) per chunk of a file path or a 16 kHz array."""
+    if isinstance(item, np.ndarray):
+        for s, e in find_segments(item, SAMPLE_RATE, seg) or [(0, len(item))]:
+            yield s / SAMPLE_RATE, e / SAMPLE_RATE, item[s:e]
+        return
+    path = os.fspath(item)
+    read_audio(path, 0.0, min(0.05, _duration(path)))  # validates the file with a clear error
+    for chunk in iter_file_segments(path, seg):
+        wave = resample(chunk.wave, chunk.sample_rate, SAMPLE_RATE)
+        if not np.isfinite(wave).all():
+            raise AudioError(f"{path}: non-finite samples (NaN or Inf)", "non-finite samples")
+        yield chunk.start_seconds, chunk.end / chunk.sample_rate, wave
+
+
+def _duration(path: str) -> float:
+    try:
+        info = sf.info(path)
+    except (sf.LibsndfileError, RuntimeError) as e:
+        if not os.path.exists(path):
+            raise AudioError(f"{path}: file not found", "missing audio") from None
+        raise AudioError(f"{path}: cannot decode audio ({e})") from None
+    return info.frames / info.samplerate
+
+
+@torch.no_grad()
+def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:
+    """n-best texts for a batch of 16 kHz waves."""
+    feats = [apply_cmvn(torch.from_numpy(fbank(w, lm.fbank)), lm.cmvn) for w in waves]
+    x, lengths = collate_sequences(feats)
+    enc = lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
+    if options.beam_size == 1 and options.nbest == 1:
+        return [[lm.tokenizer.decode(t)] for t in greedy_search(lm.model, enc, options)]
+    return [[lm.tokenizer.decode(h.tokens) for h in hyps] for hyps in beam_search(lm.model, enc, options)]
+
+
+def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int,
+            results: list[Translation]) -> Iterator[tuple[int, int, float, float, np.ndarray]]:
+    """(input index, chunk index, start s, end s, wave) of every decodable chunk, input by input."""
+    for n, item in enumerate(inputs):
+        for k, (start, end, wave) in enumerate(_chunks(item, segment)):
+            results[n].audio_seconds += end - start
+            if len(wave) >= min_samples:
+                yield n, k, start, end, wave
+
+
+def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray], beam: int = 5,
+              batch_size: int = 16, segment: SegmentConfig = SegmentConfig(), **options) -> list[Translation]:
+    """Translates (or transcribes, for an ASR model) audio files or 16 kHz float arrays, in order.
+
+    Chunks are decoded `batch_size` at a time, sorted by length within a window of 4 batches, so at
+    most that window of audio is held in memory.
+    """
+    opts = lm.decode_options(beam, **options)
+    results = [Translation(f"array[{n}]" if isinstance(i, np.ndarray) else str(i)) for n, i in enumerate(inputs)]
+    done: dict[tuple[int, int], tuple[float, float, list[str]]] = {}
+    window: list[tuple[int, int, float, float, np.ndarray]] = []
+
+    def flush() -> None:
+        window.sort(key=lambda p: len(p[4]))
+        for b in range(0, len(window), batch_size):
+            batch = window[b:b + batch_size]
+            for (n, k, start, end, _), nbest in zip(batch, _decode_batch(lm, [p[4] for p in batch], opts)):
+                done[(n, k)] = (start, end, nbest)
+        window.clear()
+
+    for piece in _pieces(inputs, segment, lm.fbank.window_size, results):
+        window.append(piece)
+        if len(window) >= 4 * batch_size:
+            flush()
+    flush()
+    for (n, _), (start, end, nbest) in sorted(done.items()):
+        results[n].chunks.append((start, end))
+        results[n].text = f"{results[n].text} {nbest[0]}".strip()
+        results[n].nbest = nbest if len(results[n].chunks) == 1 else []
+    return results

@@ -1,0 +1,77 @@
+"""`evaluate(model, data_dir, split)`: decode a prepared split with a checkpoint and score it.
+
+Speech models read the split's stored features (with the checkpoint's CMVN); the fbank settings of the
+data must equal the checkpoint's. ST and MT are scored with BLEU and chrF against the translations, ASR
+with WER and CER (fairseq's normalisation) against the transcripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from speechmt.audio import FbankConfig, apply_cmvn
+from speechmt.data.batching import BucketBatchSampler, collate_sequences
+from speechmt.data.dataset import load_split
+from speechmt.decoding.search import DecodeOptions, beam_search
+from speechmt.decoding.translate import LoadedModel
+from speechmt.evaluation.metrics import bleu, cer, chrf, wer
+from speechmt.evaluation.report import EvalReport, git_commit, write_report
+from speechmt.training.checkpoint import CheckpointError
+
+
+def _check_features(lm: LoadedModel, data_dir: Path) -> None:
+    summary = data_dir / "prepare_summary.json"
+    if summary.exists():
+        data_fbank = FbankConfig(**json.loads(summary.read_text())["fbank"])
+        if data_fbank != lm.fbank:
+            raise CheckpointError(f"{lm.path}: trained on features {lm.fbank}, but {data_dir} holds {data_fbank}")
+
+
+@torch.no_grad()
+def _encode_batch(lm: LoadedModel, records, store, idx: list[int]):
+    if lm.task == "mt":
+        src = [torch.tensor(lm.source_tokenizer.encode(records[i].src_text)) for i in idx]
+        x, lengths = collate_sequences(src, lm.source_tokenizer.pad_id)
+        return lm.model.encode_text(x.to(lm.device), lengths.to(lm.device))
+    feats = [apply_cmvn(torch.from_numpy(store.get(i)), lm.cmvn) for i in idx]
+    x, lengths = collate_sequences(feats)
+    return lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
+
+
+def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
+                 max_tokens: int = 20000) -> tuple[list, list[str], float]:
+    """(records, hypotheses in record order, decoding seconds) for a prepared split."""
+    data_dir = Path(data_dir)
+    _check_features(lm, data_dir)
+    records, store = load_split(data_dir, split)
+    sizes = [r.n_frames for r in records]
+    hyps = [""] * len(records)
+    start = time.perf_counter()
+    for idx in BucketBatchSampler(sizes, max_tokens, shuffle=False):
+        enc = _encode_batch(lm, records, store, idx)
+        for i, nbest in zip(idx, beam_search(lm.model, enc, options)):
+            hyps[i] = lm.tokenizer.decode(nbest[0].tokens)
+    return records, hyps, time.perf_counter() - start
+
+
+def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
+             out_dir: str | os.PathLike | None = None, max_tokens: int = 20000) -> EvalReport:
+    """Decodes and scores a split; writes the report files to `out_dir` when given."""
+    records, hyps, seconds = decode_split(lm, data_dir, split, options, max_tokens)
+    asr = lm.task == "asr"
+    refs = [r.src_text if asr else r.tgt_text for r in records]
+    metrics = {s.name: s for s in ((wer(hyps, refs), cer(hyps, refs)) if asr else (bleu(hyps, refs), chrf(hyps, refs)))}
+    audio = sum(r.duration for r in records)
+    extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
+             "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
+             "commit": git_commit(), "device": str(lm.device)}
+    report = EvalReport(model=lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
+    if out_dir is not None:
+        write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
+    return report

@@ -1,0 +1,87 @@
+"""Pre-norm Transformer decoder with cached incremental decoding (fairseq's transformer decoder shape:
+scaled embeddings + sinusoidal positions, pre-norm layers, final LayerNorm, bias-free output projection)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from torch import Tensor, nn
+
+from speechmt.models.layers import (
+    LayerCache,
+    SinusoidalPositionalEncoding,
+    TransformerDecoderLayer,
+    causal_mask,
+    embedding,
+    key_padding_mask,
+)
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer self- and cross-attention keys/values, and `offset`: the steps decoded so far.
+
+    Cross-attention keys/values are projected from the encoder output on the first call and reused after.
+    """
+
+    layers: list[LayerCache] = field(default_factory=list)
+    offset: int = 0
+
+    @classmethod
+    def empty(cls, n_layers: int) -> "DecoderCache":
+        return cls([LayerCache() for _ in range(n_layers)])
+
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keeps batch rows `index` (B',) LongTensor, in that order (beam search: the selected beams).
+
+        `cross=False` leaves the cross-attention keys/values as they are: right (and cheaper) when `index`
+        only moves rows among beams of one utterance, whose encoder output is the same.
+        """
+        for layer in self.layers:
+            layer.reorder(index, cross)
+
+
+class TransformerDecoder(nn.Module):
+    """tokens (B, U) and encoder memory (B, S, D) -> logits (B, U, V)."""
+
+    def __init__(self, embed: nn.Embedding, layers: list[TransformerDecoderLayer], output: nn.Linear,
+                 dropout: float = 0.1):
+        super().__init__()
+        dim = embed.embedding_dim
+        self.embed, self.layers, self.output = embed, nn.ModuleList(layers), output
+        self.positions, self.scale = SinusoidalPositionalEncoding(dim), math.sqrt(dim)
+        self.norm, self.dropout = nn.LayerNorm(dim), nn.Dropout(dropout)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache.empty(len(self.layers))
+
+    def forward(self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor,
+                cache: DecoderCache | None = None) -> Tensor:
+        """tokens (B, U): all positions, or with a cache only the new ones; memory (B, S, D), memory_lengths
+        (B,) -> logits (B, U, V). A cache is updated in place (keys/values appended, offset advanced)."""
+        offset = cache.offset if cache is not None else 0
+        n = tokens.size(1)
+        x = self.dropout(self.positions(self.embed(tokens) * self.scale, offset))
+        self_mask = causal_mask(n, offset, tokens.device) if n > 1 else None
+        memory_mask = key_padding_mask(memory_lengths, memory.size(1))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, memory_mask, self_mask, cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.offset += n
+        return self.output(self.norm(x))
+
+
+def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, ffn_dim: int,
+                        dropout: float = 0.1, attention_dropout: float = 0.1, activation_dropout: float = 0.1,
+                        tie_embeddings: bool = True, pad_id: int = 0) -> TransformerDecoder:
+    """Builds a TransformerDecoder; with `tie_embeddings` the output projection is the embedding matrix."""
+    embed = embedding(vocab_size, dim, pad_id)
+    output = nn.Linear(dim, vocab_size, bias=False)
+    if tie_embeddings:
+        output.weight = embed.weight
+    else:
+        nn.init.normal_(output.weight, mean=0.0, std=dim**-0.5)
+    layers = [TransformerDecoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
+              for _ in range(n_layers)]
+    return TransformerDecoder(embed, layers, output, dropout)

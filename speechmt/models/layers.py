@@ -1,0 +1,210 @@
+"""Transformer building blocks: attention, feed-forward, pre-norm encoder/decoder layers, positions.
+
+Layouts are batch first: x (B, T, D); attention heads (B, H, T, D / H). Boolean attention masks follow
+`torch.nn.functional.scaled_dot_product_attention`: True where a query may attend to a key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechmt.data.batching import lengths_to_padding_mask
+
+
+def _xavier(linear: nn.Linear, gain: float = 1.0) -> nn.Linear:
+    """fairseq's initialisation of attention and feed-forward projections."""
+    nn.init.xavier_uniform_(linear.weight, gain=gain)
+    if linear.bias is not None:
+        nn.init.zeros_(linear.bias)
+    return linear
+
+
+def key_padding_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """(B,) key lengths -> (B, 1, 1, S) bool attention mask, True at real (attendable) keys."""
+    return ~lengths_to_padding_mask(lengths, max_len)[:, None, None, :]
+
+
+def causal_mask(n_queries: int, offset: int, device: torch.device) -> Tensor:
+    """(Q, offset + Q) bool mask: query at absolute position offset + i sees keys 0 .. offset + i."""
+    queries = torch.arange(offset, offset + n_queries, device=device)
+    keys = torch.arange(offset + n_queries, device=device)
+    return keys[None, :] <= queries[:, None]
+
+
+def embedding(num_embeddings: int, dim: int, pad_id: int) -> nn.Embedding:
+    """Token embedding initialised as fairseq: N(0, dim^-0.5), zero row at `pad_id`."""
+    emb = nn.Embedding(num_embeddings, dim, padding_idx=pad_id)
+    nn.init.normal_(emb.weight, mean=0.0, std=dim**-0.5)
+    with torch.no_grad():
+        emb.weight[pad_id].zero_()
+    return emb
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds fairseq's sinusoidal positions (sin of all frequencies, then cos) to x, from any offset.
+
+    Position p, channel i < D/2: sin(p * 10000^(-i / (D/2 - 1))); channel D/2 + i: the cos of the same.
+    Computed on the fly for any length, so it has no parameters or buffers.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def table(self, length: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
+        """(length, D) encodings of positions offset .. offset + length - 1 (float32)."""
+        half = self.dim // 2
+        step = math.log(10000.0) / max(half - 1, 1)
+        freqs = torch.exp(torch.arange(half, device=device, dtype=torch.float32) * -step)
+        positions = torch.arange(offset, offset + length, device=device, dtype=torch.float32)
+        angles = positions[:, None] * freqs[None, :]  # (L, D/2)
+        table = torch.cat([angles.sin(), angles.cos()], dim=1)
+        return F.pad(table, (0, self.dim % 2))
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, T, D) -> x + positions offset .. offset + T - 1, (B, T, D)."""
+        return x + self.table(x.size(1), offset, x.device).to(x.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention on `scaled_dot_product_attention`, split into key/value projection and
+    attention so that a decoder can cache projected keys and values."""
+
+    def __init__(self, dim: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if dim % n_heads:
+            raise ValueError(f"dim {dim} is not divisible by n_heads {n_heads}")
+        self.n_heads, self.dropout = n_heads, dropout
+        gain = 1 / math.sqrt(2)
+        self.q_proj = _xavier(nn.Linear(dim, dim), gain)
+        self.k_proj = _xavier(nn.Linear(dim, dim), gain)
+        self.v_proj = _xavier(nn.Linear(dim, dim), gain)
+        self.out_proj = _xavier(nn.Linear(dim, dim))
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        return x.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, T, D) -> (B, H, T, D/H)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """memory (B, S, D) -> keys and values, each (B, H, S, D/H)."""
+        return self._heads(self.k_proj(memory)), self._heads(self.v_proj(memory))
+
+    def attend(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """Queries from x (B, T, D) over k, v (B, H, S, D/H); mask broadcastable to (B, H, T, S) -> (B, T, D)."""
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(self._heads(self.q_proj(x)), k, v, attn_mask=mask, dropout_p=p)
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, H, T, D/H) -> (B, T, D)
+
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x (B, T, D) attends over memory (B, S, D) -> (B, T, D)."""
+        return self.attend(x, *self.project_kv(memory), mask)
+
+
+class FeedForward(nn.Module):
+    """Linear -> ReLU -> dropout -> Linear, (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, dim: int, hidden: int, activation_dropout: float = 0.0):
+        super().__init__()
+        self.fc1, self.fc2 = _xavier(nn.Linear(dim, hidden)), _xavier(nn.Linear(hidden, dim))
+        self.dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Pre-norm self-attention + feed-forward block; takes and returns (x (B, T, D), lengths (B,))."""
+
+    def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.1, activation_dropout: float = 0.1):
+        super().__init__()
+        self.attn_norm, self.attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
+        self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.attn_norm(x)
+        x = x + self.dropout(self.attn(h, h, key_padding_mask(lengths, x.size(1))))
+        x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+        return x, lengths
+
+
+class TransformerEncoder(nn.Module):
+    """A stack of pre-norm encoder layers and the final LayerNorm; padded frames of the output are zero.
+
+    (x (B, T, D), lengths (B,)) -> (x (B, T, D), lengths).
+    """
+
+    def __init__(self, layers: list[TransformerEncoderLayer], dim: int):
+        super().__init__()
+        self.layers, self.norm = nn.ModuleList(layers), nn.LayerNorm(dim)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        for layer in self.layers:
+            x, lengths = layer(x, lengths)
+        x = self.norm(x).masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
+        return x, lengths
+
+
+def transformer_encoder(n_layers: int, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
+                        attention_dropout: float = 0.1, activation_dropout: float = 0.1) -> TransformerEncoder:
+    """Builds a TransformerEncoder of `n_layers` identical-shape layers."""
+    layers = [TransformerEncoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
+              for _ in range(n_layers)]
+    return TransformerEncoder(layers, dim)
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's cached keys and values, each (B, H, S, D/H): self-attention over the steps
+    so far, cross-attention over the encoder output (projected once)."""
+
+    self_kv: tuple[Tensor, Tensor] | None = None
+    cross_kv: tuple[Tensor, Tensor] | None = None
+
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keeps batch rows `index` (B',) of the cached tensors (cross-attention ones only if `cross`)."""
+        if self.self_kv is not None:
+            self.self_kv = (self.self_kv[0].index_select(0, index), self.self_kv[1].index_select(0, index))
+        if cross and self.cross_kv is not None:
+            self.cross_kv = (self.cross_kv[0].index_select(0, index), self.cross_kv[1].index_select(0, index))
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Pre-norm causal self-attention, cross-attention and feed-forward, with an optional KV cache."""
+
+    def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.1, activation_dropout: float = 0.1):
+        super().__init__()
+        self.self_norm, self.self_attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
+        self.cross_norm, self.cross_attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
+        self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor, self_mask: Tensor | None,
+                cache: LayerCache | None = None) -> Tensor:
+        """x (B, U, D) new positions; memory (B, S, D); memory_mask (B, 1, 1, S); self_mask (U, t + U) or
+        None (no masking); with a cache, keys/values of the t earlier steps come from it -> (B, U, D)."""
+        h = self.self_norm(x)
+        k, v = self.self_attn.project_kv(h)
+        if cache is not None:
+            if cache.self_kv is not None:
+                k, v = torch.cat([cache.self_kv[0], k], dim=2), torch.cat([cache.self_kv[1], v], dim=2)
+            cache.self_kv = (k, v)
+        x = x + self.dropout(self.self_attn.attend(h, k, v, self_mask))
+        x = x + self.dropout(self.cross_attn.attend(self.cross_norm(x), *self._cross_kv(memory, cache), memory_mask))
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+
+    def _cross_kv(self, memory: Tensor, cache: LayerCache | None) -> tuple[Tensor, Tensor]:
+        if cache is not None and cache.cross_kv is not None:
+            return cache.cross_kv
+        kv = self.cross_attn.project_kv(memory)
+        if cache is not None:
+            cache.cross_kv = kv
+        return kv

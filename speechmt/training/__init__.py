@@ -1,0 +1,1 @@
+"""Training: the trainer loop, optimiser and learning-rate schedule, checkpoints."""

@@ -1,0 +1,95 @@
+"""`run_training(cfg)`: builds data, model and trainer from an ExperimentConfig and trains, resuming
+from save_dir/checkpoint_last.pt when it exists."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from speechmt.config import ExperimentConfig, save_config
+from speechmt.models.translator import build_model
+from speechmt.training import distributed as dist
+from speechmt.training.builders import (build_dataset, decoder_tag, decoder_tokenizer, feature_settings,
+                                        load_tokenizers, model_config_for, task_config_for)
+from speechmt.training.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
+from speechmt.training.trainer import Trainer, TrainState
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def init_encoder_from(model: torch.nn.Module, path: str) -> int:
+    """Copies the speech encoder (and CTC head when shapes agree) of another checkpoint, e.g. an ASR
+    model, into `model`, as fairseq's load_pretrained_encoder_from. Returns the number of tensors copied."""
+    source = load_checkpoint(path)["model"]
+    own = model.state_dict()
+    prefixes = ("speech_encoder.", "ctc_head.")
+    copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
+    if not any(k.startswith("speech_encoder.") for k in copied):
+        raise CheckpointError(f"{path}: no speech encoder weights of matching shapes to initialise from")
+    model.load_state_dict(copied, strict=False)
+    return len(copied)
+
+
+def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
+    """Trains as `cfg` says; with `resume`, continues exactly from save_dir/checkpoint_last.pt."""
+    device = pick_device(cfg.train.device)
+    dist.init(device)
+    seed_everything(cfg.train.seed)
+    toks = load_tokenizers(cfg.data)
+    fbank, cmvn = feature_settings(cfg)
+    train_data = build_dataset(cfg, cfg.data.train_split, toks, cmvn, train=True)
+    valid_data = build_dataset(cfg, cfg.data.valid_split, toks, cmvn, train=False) if cfg.data.valid_split else None
+    model = build_model(model_config_for(cfg, toks))
+    if cfg.train.init_encoder_from:
+        init_encoder_from(model, cfg.train.init_encoder_from)
+    extras = {"tokenizers": toks.state_dict(), "task": cfg.train.task, "decoder_tag": decoder_tag(cfg),
+              "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn)}}
+    pad_id = decoder_tokenizer(cfg.train.task, toks).pad_id
+    trainer = Trainer(cfg, model, task_config_for(cfg, toks), train_data, valid_data, extras, device, pad_id)
+    last = Path(cfg.train.save_dir) / "checkpoint_last.pt"
+    if resume and last.exists():
+        trainer.load_state(load_checkpoint(last, map_location=device))
+        print(f"resumed from {last} at update {trainer.state.step}")
+    if dist.is_main():
+        Path(cfg.train.save_dir).mkdir(parents=True, exist_ok=True)
+        save_config(cfg, Path(cfg.train.save_dir) / "config.yaml")
+    return trainer.train()
+
+
+def numbered_checkpoints(directory: str | Path) -> list[Path]:
+    """checkpoint_<step>.pt files of a folder, oldest first."""
+    found = [(int(m.group(1)), p) for p in Path(directory).glob("checkpoint_*.pt")
+             if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def average(inputs: list[str], last: int, out: str) -> list[Path]:
+    """Averages the given checkpoint files, or the `last` numbered checkpoints of a given folder."""
+    paths: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        paths += numbered_checkpoints(p)[-last:] if p.is_dir() else [p]
+    if not paths:
+        raise CheckpointError(f"no checkpoints found in {', '.join(inputs)}")
+    state = average_checkpoints(paths)
+    state.pop("format", None)
+    save_checkpoint(out, state)
+    return paths
