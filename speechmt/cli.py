@@ -101,7 +101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     lm = load_model(args.model, args.device)
     out = args.out or str(Path(args.model).parent / f"eval_{args.split}")
     report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
-                      args.max_tokens)
+                      args.max_tokens, args.name)
     for score in report.metrics.values():
         print(f"{score.name} = {score.score:.2f}  ({score.signature})")
     print(f"RTF {report.extra['rtf']}; report in {out}")
@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="report folder (default: beside the model, eval_<split>)")
     ev.add_argument("--max-tokens", type=int, default=20000)
     ev.add_argument("--results", help="a RESULTS.md to append a row to")
+    ev.add_argument("--name", help="how the model is named in the report and RESULTS row")
     ev.set_defaults(func=cmd_evaluate)
     return parser
 

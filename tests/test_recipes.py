@@ -24,7 +24,7 @@ def _run(recipe: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_mustc_data_stages(tmp_path):
-    res = _run("mustc", "--root", str(ASSETS / "mustc"), "--data", str(tmp_path), "--st-vocab", "60",
+    res = _run("mustc", "--root", str(ASSETS / "mustc"), "--data", str(tmp_path), "--st-vocab", "60", "--stop-stage", "2",
                "--asr-vocab", "50")
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "prepare_summary.json").read_text())

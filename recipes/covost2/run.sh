@@ -3,13 +3,18 @@
 #   0  build CoVoST-mini (synthetic, same layout; de->en and es->en) at $root when --mini is given
 #   1  prepare train (train + train_covost), dev, test: manifests, fbank80, global CMVN, summary
 #   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
+#   3  ASR pretraining ($asr_conf)
+#   4  average the last $avg ASR checkpoints; WER on $test_sets
+#   5  ST training, encoder initialised from the averaged ASR model ($st_conf)
+#   6  average the last $avg ST checkpoints; BLEU on $test_sets; a row per result in RESULTS.md
 # Stages run unchanged on the released corpus (Common Voice 4 clips + CoVoST 2 TSVs) and on the mini one.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../common/env.sh
+source ../common/train_stages.sh
 
 stage=1
-stop_stage=2
+stop_stage=6
 root=corpora/covost2        # holds <src_lang>/clips, <src_lang>/validated.tsv, <src_lang>/covost_v2.*.tsv
 src_lang=de
 tgt_lang=en
@@ -19,13 +24,26 @@ jobs=2
 data=""                     # default: data/$src_lang-$tgt_lang
 st_vocab=8000
 asr_vocab=5000
+asr_conf=conf/asr_s2t_s.yaml
+st_conf=conf/st_s2t_s.yaml
+exp=""                      # default: exp/$src_lang-$tgt_lang
+avg=10
+beam=5
+test_sets=test
+name=""                     # label of the results rows, default: the corpus root and configs
 
 usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--src-lang de] [--tgt-lang en]"
     echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000]"
+    echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--exp DIR] [--avg 10]"
+    echo "          [--beam 5] [--test-sets test] [--name LABEL]"
 }
 parse_options "$@"
 data=${data:-data/$src_lang-$tgt_lang}
+exp=${exp:-exp/$src_lang-$tgt_lang}
+name=${name:-$(basename "$root") $src_lang-$tgt_lang $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
+asr_spm=$data/spm_asr_$asr_vocab.model
+st_spm=$data/spm_st_$st_vocab.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: CoVoST-mini ($mini) at $root"
@@ -45,4 +63,5 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
     "$SPEECHMT" vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
         --lang-tags "<$src_lang>" --out "$data/spm_asr_$asr_vocab.model"
 fi
+train_stages
 log "done (stages $stage..$stop_stage)"

@@ -3,13 +3,18 @@
 #   0  build MuST-C-mini (synthetic, same layout) at $root when --mini tiny|small|full is given
 #   1  prepare every split: manifests, fbank80 features, global CMVN, summary (skips counted with reasons)
 #   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
+#   3  ASR pretraining ($asr_conf)
+#   4  average the last $avg ASR checkpoints; WER on $test_sets
+#   5  ST training, encoder initialised from the averaged ASR model ($st_conf)
+#   6  average the last $avg ST checkpoints; BLEU on $test_sets; a row per result in RESULTS.md
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../common/env.sh
+source ../common/train_stages.sh
 
 stage=1
-stop_stage=2
+stop_stage=6
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
 mini=""                     # tiny, small or full: build MuST-C-mini at $root in stage 0
@@ -18,13 +23,27 @@ jobs=2
 data=""                     # default: data/en-$tgt_lang
 st_vocab=8000
 asr_vocab=5000
+asr_conf=conf/asr_s2t_s.yaml
+st_conf=conf/st_s2t_s.yaml
+exp=""                      # default: exp/en-$tgt_lang
+avg=10
+beam=5
+test_sets=tst-COMMON
+name=""                     # label of the results rows, default: the corpus root and configs
 
 usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--tgt-lang de] [--mini tiny|small|full]"
     echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
+    echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--exp DIR] [--avg 10]"
+    echo "          [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"
 data=${data:-data/en-$tgt_lang}
+exp=${exp:-exp/en-$tgt_lang}
+name=${name:-$(basename "$root") $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
+src_lang=en
+asr_spm=$data/spm_asr_$asr_vocab.model
+st_spm=$data/spm_st_$st_vocab.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: MuST-C-mini ($mini) at $root"
@@ -43,4 +62,5 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
     "$SPEECHMT" vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
         --lang-tags "<en>" --out "$data/spm_asr_$asr_vocab.model"
 fi
+train_stages
 log "done (stages $stage..$stop_stage)"

@@ -61,8 +61,9 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
 
 
 def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-             out_dir: str | os.PathLike | None = None, max_tokens: int = 20000) -> EvalReport:
-    """Decodes and scores a split; writes the report files to `out_dir` when given."""
+             out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None) -> EvalReport:
+    """Decodes and scores a split; writes the report files to `out_dir` when given. `name` labels the
+    model in reports (default: the checkpoint path)."""
     records, hyps, seconds = decode_split(lm, data_dir, split, options, max_tokens)
     asr = lm.task == "asr"
     refs = [r.src_text if asr else r.tgt_text for r in records]
@@ -70,8 +71,8 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
     audio = sum(r.duration for r in records)
     extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
              "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
-             "commit": git_commit(), "device": str(lm.device)}
-    report = EvalReport(model=lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
+             "commit": git_commit(), "device": str(lm.device), "checkpoint": lm.path}
+    report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
     return report

@@ -264,10 +264,12 @@ class JsonLog:
                 self.tb = None
 
     def write(self, record: dict[str, Any]) -> None:
+        """Appends the record, and prints it as one line (above the progress bar when there is one)."""
         if not self.enabled:
             return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"time": time.time(), **record}) + "\n")
+        tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
         if self.tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k not in ("step", "time"):
