@@ -64,7 +64,7 @@ class TrainConfig:
     precision: str = "fp32"  # fp32, bf16 or fp16 (autocast on CUDA)
     device: str = "auto"
     init_encoder_from: str = ""  # a checkpoint (e.g. ASR) whose speech encoder initialises this model
-    best_metric: str = "loss"  # "loss" (dev loss, lower is better)
+    valid_decode: bool = True  # also decode the dev split greedily at validation: BLEU (st, mt) or WER (asr)
 
     def __post_init__(self):
         self.adam_betas = tuple(self.adam_betas)

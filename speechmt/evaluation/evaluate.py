@@ -18,7 +18,7 @@ import torch
 from speechmt.audio import FbankConfig, apply_cmvn
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.dataset import load_split
-from speechmt.decoding.search import DecodeOptions, beam_search
+from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.metrics import bleu, cer, chrf, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
@@ -55,9 +55,23 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     start = time.perf_counter()
     for idx in BucketBatchSampler(sizes, max_tokens, shuffle=False):
         enc = _encode_batch(lm, records, store, idx)
-        for i, nbest in zip(idx, beam_search(lm.model, enc, options)):
-            hyps[i] = lm.tokenizer.decode(nbest[0].tokens)
+        if options.beam_size == 1:
+            best = greedy_search(lm.model, enc, options)
+        else:
+            best = [nbest[0].tokens for nbest in beam_search(lm.model, enc, options)]
+        for i, tokens in zip(idx, best):
+            hyps[i] = lm.tokenizer.decode(tokens)
     return records, hyps, time.perf_counter() - start
+
+
+def score(task: str, hyps: list[str], refs: list[str]) -> dict:
+    """BLEU and chrF for translation tasks, WER and CER for ASR: {name: Score}."""
+    scores = (wer(hyps, refs), cer(hyps, refs)) if task == "asr" else (bleu(hyps, refs), chrf(hyps, refs))
+    return {s.name: s for s in scores}
+
+
+def references(task: str, records) -> list[str]:
+    return [r.src_text if task == "asr" else r.tgt_text for r in records]
 
 
 def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
@@ -65,9 +79,8 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
     """Decodes and scores a split; writes the report files to `out_dir` when given. `name` labels the
     model in reports (default: the checkpoint path)."""
     records, hyps, seconds = decode_split(lm, data_dir, split, options, max_tokens)
-    asr = lm.task == "asr"
-    refs = [r.src_text if asr else r.tgt_text for r in records]
-    metrics = {s.name: s for s in ((wer(hyps, refs), cer(hyps, refs)) if asr else (bleu(hyps, refs), chrf(hyps, refs)))}
+    refs = references(lm.task, records)
+    metrics = score(lm.task, hyps, refs)
     audio = sum(r.duration for r in records)
     extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
              "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,

@@ -8,6 +8,7 @@ import random
 import re
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -15,7 +16,8 @@ import torch
 from speechmt.config import ExperimentConfig, save_config
 from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
-from speechmt.training.builders import (build_dataset, decoder_tag, decoder_tokenizer, feature_settings,
+from speechmt.audio import CMVNConfig, FbankConfig
+from speechmt.training.builders import (Tokenizers, build_dataset, decoder_tag, decoder_tokenizer, feature_settings,
                                         load_tokenizers, model_config_for, task_config_for)
 from speechmt.training.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.training.trainer import Trainer, TrainState
@@ -48,6 +50,22 @@ def init_encoder_from(model: torch.nn.Module, path: str) -> int:
     return len(copied)
 
 
+def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmvn: CMVNConfig,
+                device: torch.device) -> Callable[[torch.nn.Module], dict[str, float]]:
+    """A function scoring a model's greedy output on the dev split: {"valid_bleu"} or {"valid_wer"}."""
+    from speechmt.decoding.translate import LoadedModel
+    from speechmt.evaluation.evaluate import decode_split, references, score
+
+    def decode(model: torch.nn.Module) -> dict[str, float]:
+        tokenizer, tag = decoder_tokenizer(cfg.train.task, toks), decoder_tag(cfg)
+        lm = LoadedModel(model, tokenizer, tag, fbank, cmvn, cfg.train.task, "(training)", device, toks.src)
+        records, hyps, _ = decode_split(lm, cfg.data.dir, cfg.data.valid_split, lm.decode_options(beam=1),
+                                        cfg.data.max_tokens)
+        return {f"valid_{k.lower()}": s.score for k, s in score(cfg.train.task, hyps, references(cfg.train.task, records)).items()}
+
+    return decode
+
+
 def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     """Trains as `cfg` says; with `resume`, continues exactly from save_dir/checkpoint_last.pt."""
     device = pick_device(cfg.train.device)
@@ -63,7 +81,10 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     extras = {"tokenizers": toks.state_dict(), "task": cfg.train.task, "decoder_tag": decoder_tag(cfg),
               "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn)}}
     pad_id = decoder_tokenizer(cfg.train.task, toks).pad_id
-    trainer = Trainer(cfg, model, task_config_for(cfg, toks), train_data, valid_data, extras, device, pad_id)
+    valid_decoder = (dev_decoder(cfg, toks, fbank, cmvn, device)
+                     if cfg.data.valid_split and cfg.train.valid_decode else None)
+    trainer = Trainer(cfg, model, task_config_for(cfg, toks), train_data, valid_data, extras, device, pad_id,
+                      valid_decoder)
     last = Path(cfg.train.save_dir) / "checkpoint_last.pt"
     if resume and last.exists():
         trainer.load_state(load_checkpoint(last, map_location=device))

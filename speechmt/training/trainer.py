@@ -8,7 +8,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -56,8 +56,10 @@ class Trainer:
     feature settings) so that a checkpoint alone is enough to translate."""
 
     def __init__(self, cfg: ExperimentConfig, model: torch.nn.Module, task_cfg: TaskConfig, train_data,
-                 valid_data, extras: dict[str, Any], device: torch.device, pad_id: int = 0):
+                 valid_data, extras: dict[str, Any], device: torch.device, pad_id: int = 0,
+                 valid_decoder: Callable[[torch.nn.Module], dict[str, float]] | None = None):
         self.cfg, self.task_cfg, self.extras, self.device = cfg, task_cfg, extras, device
+        self.valid_decoder = valid_decoder
         self.model = model.to(device)
         self.task = TASKS[cfg.train.task]
         self.runner = dist.wrap(TaskRunner(self.model, self.task, task_cfg), device)
@@ -159,7 +161,8 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Dev loss per target token (label-smoothed and nll); keeps checkpoint_best.pt by the loss."""
+        """Dev loss per target token (label-smoothed and nll), and the valid decoder's scores (greedy BLEU
+        or WER) when there is one; keeps checkpoint_best.pt by the loss."""
         if self.valid_data is None:
             return {}
         self.model.eval()
@@ -173,6 +176,8 @@ class Trainer:
         loss, nll, ntok = (dist.all_reduce_sum(v) for v in (loss, nll, ntok))
         result = {"valid_loss": loss / max(ntok, 1), "valid_nll": nll / max(ntok, 1),
                   "valid_ppl": math.exp(min(nll / max(ntok, 1), 50))}
+        if self.valid_decoder is not None and dist.is_main():
+            result.update(self.valid_decoder(self.model))
         self.log.write({"type": "valid", "step": self.state.step, **result})
         if result["valid_loss"] < self.state.best_loss:
             self.state.best_loss = result["valid_loss"]

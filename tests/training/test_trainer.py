@@ -37,7 +37,9 @@ def test_training_lowers_the_loss_and_logs(tiny_data, tmp_path):
     train = [x for x in lines if x["type"] == "train"]
     assert [x["step"] for x in train] == [10, 20, 30, 40]
     assert train[-1]["loss"] < 0.6 * train[0]["loss"]
-    assert [x["step"] for x in lines if x["type"] == "valid"] == [20, 40]
+    valid = [x for x in lines if x["type"] == "valid"]
+    assert [x["step"] for x in valid] == [20, 40]
+    assert 0.0 <= valid[-1]["valid_bleu"] <= 100.0 and 0.0 <= valid[-1]["valid_chrf"] <= 100.0
     assert state.best_loss < float("inf") and (tmp_path / "checkpoint_best.pt").exists()
     assert sorted(p.name for p in tmp_path.glob("checkpoint_*.pt")) == [
         "checkpoint_12.pt", "checkpoint_16.pt", "checkpoint_20.pt", "checkpoint_24.pt", "checkpoint_28.pt",
