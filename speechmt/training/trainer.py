@@ -90,7 +90,8 @@ class Trainer:
         while not t.max_epochs or self.state.epoch < t.max_epochs:
             self.sampler.load_state_dict({"epoch": self.state.epoch, "position": self.state.batches_in_epoch})
             self.sampler.set_epoch(self.state.epoch)
-            self.train_data.set_epoch(self.state.epoch) if hasattr(self.train_data, "set_epoch") else None
+            if hasattr(self.train_data, "set_epoch"):
+                self.train_data.set_epoch(self.state.epoch)
             for batch in self._loader(self.train_data, self.sampler):
                 self.state.batches_in_epoch += 1
                 yield batch
@@ -120,14 +121,15 @@ class Trainer:
     def _update(self, group: list[Batch], meter: "Meter") -> None:
         """One optimiser step over `group` (update_freq batches): summed losses, normalised by tokens."""
         self.runner.train()
-        totals: dict[str, float] = {}
+        sums: dict[str, Any] = {}
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             with dist.no_sync_unless(self.runner, last=i == len(group) - 1), self._autocast():
                 loss, stats = self.runner(batch)
             self.scaler.scale(loss).backward()
             for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + float(v)
+                sums[k] = sums.get(k, 0) + v
+        totals = {k: float(v) for k, v in sums.items()}  # one device sync per update
         ntokens = dist.all_reduce_sum(totals["ntokens"])
         self.scaler.unscale_(self.optimizer)
         scale = dist.world_size() / max(ntokens, 1.0)  # DDP averages gradients over ranks
