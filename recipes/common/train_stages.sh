@@ -19,7 +19,8 @@ train_stages() {
 
     if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ]; then
         log "stage 5: ST training from the ASR encoder -> $exp/st"
-        "$SPEECHMT" train --config "$st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_lang="$src_lang" \
+        "$SPEECHMT" train --config "$st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" \
             data.tgt_lang="$tgt_lang" train.task=st train.init_encoder_from="$exp/asr/checkpoint_avg.pt" \
             train.save_dir="$exp/st"
     fi
