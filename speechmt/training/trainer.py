@@ -147,8 +147,9 @@ class Trainer:
         self.state.step += 1
         loss_sum = totals["ce_loss"] if "ctc_loss" not in totals else (
             (1 - self.task_cfg.ctc_weight) * totals["ce_loss"] + self.task_cfg.ctc_weight * totals["ctc_loss"])
-        meter.add(loss=loss_sum / max(totals["ntokens"], 1), nll=totals["nll_loss"] / max(totals["ntokens"], 1),
-                  nsentences=totals["nsentences"], ntokens=totals["ntokens"], gnorm=float(norm))
+        per_token = {k: totals[k] / max(totals["ntokens"], 1) for k in ("nll_loss", "ctc_loss") if k in totals}
+        meter.add(loss=loss_sum / max(totals["ntokens"], 1), nsentences=totals["nsentences"],
+                  ntokens=totals["ntokens"], gnorm=float(norm), **per_token)
 
     def _after_update(self, meter: "Meter") -> None:
         t, step = self.cfg.train, self.state.step
@@ -252,8 +253,8 @@ class Meter:
         return self.sums.get(key, 0.0) / max(time.perf_counter() - self.start, 1e-9)
 
     def summary(self) -> dict[str, float]:
-        return {"loss": self.value("loss"), "nll": self.value("nll"), "gnorm": self.value("gnorm"),
-                "utt_per_s": self.rate("nsentences"), "tokens_per_s": self.rate("ntokens")}
+        means = {k: self.value(k) for k in ("loss", "nll_loss", "ctc_loss", "gnorm") if k in self.sums}
+        return {**means, "utt_per_s": self.rate("nsentences"), "tokens_per_s": self.rate("ntokens")}
 
 
 class JsonLog:
