@@ -110,6 +110,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    from speechmt.interop.hf_s2t import import_hf_s2t
+
+    out = import_hf_s2t(args.source, args.out, tgt_lang=args.tgt_lang, task=args.task)
+    print(f"{out}: speechmt checkpoint of {args.source}")
+    return 0
+
+
 def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="checkpoint file")
     p.add_argument("--beam", type=int, default=5)
@@ -194,14 +202,22 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--results", help="a RESULTS.md to append a row to")
     ev.add_argument("--name", help="how the model is named in the report and RESULTS row")
     ev.set_defaults(func=cmd_evaluate)
+
+    imp = sub.add_parser("import-hf", help="convert a Hugging Face Speech2Text model into a speechmt checkpoint")
+    imp.add_argument("source", help="a local model directory, or a hub id (e.g. facebook/s2t-small-mustc-en-de-st)")
+    imp.add_argument("--out", required=True, help="checkpoint file to write")
+    imp.add_argument("--tgt-lang", help="target language of a multilingual model (its <lang:xx> tag)")
+    imp.add_argument("--task", default="st", choices=("st", "asr"))
+    imp.set_defaults(func=cmd_import_hf)
     return parser
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.data.manifest import ManifestError
     from speechmt.data.prepare import PrepareError
+    from speechmt.interop import HFImportError
 
-    errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError]
+    errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError]
     try:
         from speechmt.config import ConfigError
         from speechmt.training.checkpoint import CheckpointError

@@ -7,8 +7,9 @@ first K non-EOS candidates go on; an utterance is done when it has K finished hy
 maximum length (where EOS is forced). Scores are sums of log-probabilities; the normalised score divides
 by length ** len_penalty, the length counting the generated tokens and the EOS.
 
-Decoder input starts with bos_id then the forced `prefix` (e.g. the target language tag); returned
-tokens leave out bos, prefix and EOS. The model should be in eval mode (dropout off).
+Decoder input starts with bos_id (or start_id, for models trained to start elsewhere: fairseq's start with
+EOS) then the forced `prefix` (e.g. the target language tag); returned tokens leave out the start, prefix
+and EOS; pad and bos are never generated. The model should be in eval mode (dropout off).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class DecodeOptions:
     bos_id: int = 2
     eos_id: int = 3
     pad_id: int = 0
+    start_id: int | None = None  # the decoder's first input; None: bos_id
 
     def __post_init__(self):
         object.__setattr__(self, "prefix", tuple(self.prefix))
@@ -67,8 +69,9 @@ class Hypothesis:
 
 
 def start_tokens(options: DecodeOptions, n: int, device: torch.device) -> Tensor:
-    """(n, 1 + len(prefix)) first decoder input: bos, then the prefix."""
-    return torch.tensor([options.bos_id, *options.prefix], device=device).expand(n, -1)
+    """(n, 1 + len(prefix)) first decoder input: the start token (bos unless start_id is set), then the prefix."""
+    start = options.bos_id if options.start_id is None else options.start_id
+    return torch.tensor([start, *options.prefix], device=device).expand(n, -1)
 
 
 def next_log_probs(model: Translator, inputs: Tensor, enc: EncoderOutput, cache: DecoderCache) -> Tensor:

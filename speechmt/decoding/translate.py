@@ -38,11 +38,13 @@ class LoadedModel:
     path: str
     device: torch.device
     source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
+    decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
 
     def decode_options(self, beam: int = 5, **kw) -> DecodeOptions:
         prefix = (self.tokenizer.tag_id(self.tag),) if self.tag else ()
+        start = self.tokenizer.eos_id if self.decoder_start == "eos" else None
         return DecodeOptions(beam_size=beam, prefix=prefix, bos_id=self.tokenizer.bos_id,
-                             eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id, **kw)
+                             eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id, start_id=start, **kw)
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedModel:
@@ -57,12 +59,14 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
         feats = ckpt["features"]
     except (KeyError, RuntimeError, TypeError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
-    task = ckpt.get("task", "st")
+    task, start = ckpt.get("task", "st"), ckpt.get("decoder_start", "bos")
+    if start not in ("bos", "eos"):
+        raise CheckpointError(f"{path}: unknown decoder_start {start!r}; expected 'bos' or 'eos'")
     tokenizer = toks.src if task == "asr" else toks.tgt
     device = torch.device(device)
     return LoadedModel(model.to(device).eval(), tokenizer, ckpt.get("decoder_tag"), FbankConfig(**feats["fbank"]),
                        CMVNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in feats["cmvn"].items()}),
-                       task, str(path), device, toks.src)
+                       task, str(path), device, toks.src, start)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Pre-norm Transformer decoder with cached incremental decoding (fairseq's transformer decoder shape:
-scaled embeddings + sinusoidal positions, pre-norm layers, final LayerNorm, bias-free output projection)."""
+scaled embeddings + sinusoidal positions, pre-norm layers, final LayerNorm, bias-free output projection;
+a bias is optional, for imported models whose vocabulary has rows the original never predicts)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,11 @@ class TransformerDecoder(nn.Module):
     """tokens (B, U) and encoder memory (B, S, D) -> logits (B, U, V)."""
 
     def __init__(self, embed: nn.Embedding, layers: list[TransformerDecoderLayer], output: nn.Linear,
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, position_offset: int = 0):
         super().__init__()
         dim = embed.embedding_dim
         self.embed, self.layers, self.output = embed, nn.ModuleList(layers), output
-        self.positions, self.scale = SinusoidalPositionalEncoding(dim), math.sqrt(dim)
+        self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
         self.norm, self.dropout = nn.LayerNorm(dim), nn.Dropout(dropout)
 
     def new_cache(self) -> DecoderCache:
@@ -74,14 +75,18 @@ class TransformerDecoder(nn.Module):
 
 def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, ffn_dim: int,
                         dropout: float = 0.1, attention_dropout: float = 0.1, activation_dropout: float = 0.1,
-                        tie_embeddings: bool = True, pad_id: int = 0) -> TransformerDecoder:
-    """Builds a TransformerDecoder; with `tie_embeddings` the output projection is the embedding matrix."""
+                        tie_embeddings: bool = True, pad_id: int = 0, position_offset: int = 0,
+                        output_bias: bool = False) -> TransformerDecoder:
+    """Builds a TransformerDecoder; with `tie_embeddings` the output projection is the embedding matrix;
+    `output_bias` gives the projection a bias (zero at first)."""
     embed = embedding(vocab_size, dim, pad_id)
-    output = nn.Linear(dim, vocab_size, bias=False)
+    output = nn.Linear(dim, vocab_size, bias=output_bias)
+    if output_bias:
+        nn.init.zeros_(output.bias)
     if tie_embeddings:
         output.weight = embed.weight
     else:
         nn.init.normal_(output.weight, mean=0.0, std=dim**-0.5)
     layers = [TransformerDecoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
               for _ in range(n_layers)]
-    return TransformerDecoder(embed, layers, output, dropout)
+    return TransformerDecoder(embed, layers, output, dropout, position_offset)

@@ -49,12 +49,13 @@ class SinusoidalPositionalEncoding(nn.Module):
     """Adds fairseq's sinusoidal positions (sin of all frequencies, then cos) to x, from any offset.
 
     Position p, channel i < D/2: sin(p * 10000^(-i / (D/2 - 1))); channel D/2 + i: the cos of the same.
-    Computed on the fly for any length, so it has no parameters or buffers.
+    The first frame gets position `position_offset` (0 here; fairseq and Hugging Face's Speech2Text count
+    from padding_idx + 1). Computed on the fly for any length, so it has no parameters or buffers.
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, position_offset: int = 0):
         super().__init__()
-        self.dim = dim
+        self.dim, self.position_offset = dim, position_offset
 
     def table(self, length: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
         """(length, D) encodings of positions offset .. offset + length - 1 (float32)."""
@@ -67,8 +68,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         return F.pad(table, (0, self.dim % 2))
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """x (B, T, D) -> x + positions offset .. offset + T - 1, (B, T, D)."""
-        return x + self.table(x.size(1), offset, x.device).to(x.dtype)
+        """x (B, T, D) -> x + positions p .. p + T - 1 with p = position_offset + offset, (B, T, D)."""
+        return x + self.table(x.size(1), self.position_offset + offset, x.device).to(x.dtype)
 
 
 class MultiHeadAttention(nn.Module):

@@ -40,6 +40,8 @@ class ModelConfig:
     ctc: bool = False  # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout)
     tie_embeddings: bool = True  # decoder input embedding == output projection
     pad_id: int = 0
+    position_offset: int = 0  # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
+    output_bias: bool = False  # a bias on the decoder's output projection (imported models)
 
     def __post_init__(self):
         self.conv_kernels = tuple(self.conv_kernels)
@@ -48,6 +50,7 @@ class ModelConfig:
             self.d_model % self.n_heads and f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}",
             not self.conv_kernels and "conv_kernels is empty",
             self.ctc and self.src_vocab_size <= 0 and "ctc=True needs src_vocab_size > 0",
+            self.position_offset < 0 and f"position_offset must be >= 0, got {self.position_offset}",
             self.text_encoder_layers > 0 and self.src_vocab_size <= 0 and
             "text_encoder_layers > 0 needs src_vocab_size > 0",
             self.share_text_encoder and self.text_encoder_layers != self.encoder_layers and
@@ -114,7 +117,8 @@ def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder) -> TextEncoder |
     stack = shared if cfg.share_text_encoder else transformer_encoder(
         cfg.text_encoder_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
         cfg.activation_dropout)
-    return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id), stack, cfg.dropout)
+    return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id), stack, cfg.dropout,
+                       cfg.position_offset)
 
 
 def build_model(cfg: ModelConfig) -> Translator:
@@ -122,10 +126,10 @@ def build_model(cfg: ModelConfig) -> Translator:
     stack = transformer_encoder(cfg.encoder_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
                                 cfg.attention_dropout, cfg.activation_dropout)
     sub = subsampler(cfg.subsampler, cfg.input_dim, cfg.conv_channels, cfg.d_model, cfg.conv_kernels)
-    speech = ConvEncoder(sub, stack, cfg.d_model, cfg.dropout)
+    speech = ConvEncoder(sub, stack, cfg.d_model, cfg.dropout, cfg.position_offset)
     decoder = transformer_decoder(cfg.tgt_vocab_size, cfg.decoder_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim,
                                   cfg.dropout, cfg.attention_dropout, cfg.activation_dropout,
-                                  cfg.tie_embeddings, cfg.pad_id)
+                                  cfg.tie_embeddings, cfg.pad_id, cfg.position_offset, cfg.output_bias)
     ctc_head = nn.Linear(cfg.d_model, cfg.src_vocab_size) if cfg.ctc else None
     return Translator(cfg, speech, decoder, _text_encoder(cfg, stack), ctc_head)
 

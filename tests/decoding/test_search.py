@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from speechmt.decoding import DecodeOptions, Hypothesis, beam_search, greedy_search
+from speechmt.decoding.search import start_tokens
 from speechmt.models import EncoderOutput, build_model, preset
 
 V, TAG = 16, 5
@@ -121,3 +122,9 @@ def test_tiny_model_learns_and_decodes_targets():
     assert greedy_search(model, enc, DecodeOptions(max_len_b=10, prefix=(TAG,))) == expected
     beams = beam_search(model, enc, DecodeOptions(beam_size=4, max_len_b=10, prefix=(TAG,)))
     assert [h[0].tokens for h in beams] == expected
+
+
+def test_start_id_replaces_bos_as_the_first_input():
+    cpu = torch.device("cpu")
+    assert start_tokens(DecodeOptions(prefix=(TAG,)), 2, cpu).tolist() == [[2, TAG], [2, TAG]]
+    assert start_tokens(DecodeOptions(prefix=(TAG,), start_id=3), 1, cpu).tolist() == [[3, TAG]]

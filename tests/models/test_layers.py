@@ -73,3 +73,9 @@ def test_encoder_stack_zeroes_padding():
     assert torch.equal(out_lengths, lengths)
     assert torch.all(out[1, 2:] == 0) and torch.all(out[1, :2] != 0)
     assert len(stack.layers) == 2
+
+
+def test_positions_start_at_position_offset():
+    x = torch.zeros(2, 3, 8)
+    shifted = SinusoidalPositionalEncoding(8, position_offset=2)(x, offset=1)  # positions 3, 4, 5
+    assert torch.equal(shifted, SinusoidalPositionalEncoding(8)(x, offset=3))

@@ -15,10 +15,11 @@ from speechmt.models.subsampling import Conv1dSubsampler, Conv2dSubsampler
 class ConvEncoder(nn.Module):
     """subsampler -> x * sqrt(D) + positions -> dropout -> Transformer encoder (as fairseq)."""
 
-    def __init__(self, subsampler: nn.Module, encoder: TransformerEncoder, dim: int, dropout: float = 0.1):
+    def __init__(self, subsampler: nn.Module, encoder: TransformerEncoder, dim: int, dropout: float = 0.1,
+                 position_offset: int = 0):
         super().__init__()
         self.subsampler, self.encoder = subsampler, encoder
-        self.positions, self.scale = SinusoidalPositionalEncoding(dim), math.sqrt(dim)
+        self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, feats: Tensor, lengths: Tensor) -> EncoderOutput:

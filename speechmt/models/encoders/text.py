@@ -14,11 +14,12 @@ from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEnco
 class TextEncoder(nn.Module):
     """embedding * sqrt(D) + positions -> dropout -> Transformer encoder."""
 
-    def __init__(self, embedding: nn.Embedding, encoder: TransformerEncoder, dropout: float = 0.1):
+    def __init__(self, embedding: nn.Embedding, encoder: TransformerEncoder, dropout: float = 0.1,
+                 position_offset: int = 0):
         super().__init__()
         dim = embedding.embedding_dim
         self.embedding, self.encoder = embedding, encoder
-        self.positions, self.scale = SinusoidalPositionalEncoding(dim), math.sqrt(dim)
+        self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, lengths: Tensor) -> EncoderOutput:
