@@ -1,6 +1,16 @@
-# Sourced by the recipes: stages 3-6 (ASR pretraining, averaging + WER, ST from the ASR encoder,
-# averaging + BLEU, RESULTS.md rows). Reads: stage stop_stage src_lang tgt_lang data exp asr_spm st_spm
-# asr_conf st_conf avg beam test_sets name.
+# Sourced by the recipes: stage 2 (vocabularies) and stages 3-6 (ASR pretraining, averaging + WER, ST from
+# the ASR encoder, averaging + BLEU, RESULTS.md rows). Reads: stage stop_stage src_lang tgt_lang data exp
+# asr_vocab st_vocab asr_spm st_spm asr_conf st_conf avg beam test_sets name.
+vocab_stage() {
+    if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
+        log "stage 2: vocabularies in $data"
+        "$SPEECHMT" vocab "$data/train.jsonl" --field tgt --vocab-size "$st_vocab" \
+            --lang-tags "<$src_lang>" "<$tgt_lang>" --out "$st_spm"
+        "$SPEECHMT" vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
+            --lang-tags "<$src_lang>" --out "$asr_spm"
+    fi
+}
+
 train_stages() {
     if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
         log "stage 3: ASR pretraining -> $exp/asr"

@@ -55,12 +55,6 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     "$SPEECHMT" prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"
 fi
 
-if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
-    log "stage 2: vocabularies in $data"
-    "$SPEECHMT" vocab "$data/train.jsonl" --field tgt --vocab-size "$st_vocab" \
-        --lang-tags "<en>" "<$tgt_lang>" --out "$data/spm_st_$st_vocab.model"
-    "$SPEECHMT" vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
-        --lang-tags "<en>" --out "$data/spm_asr_$asr_vocab.model"
-fi
+vocab_stage
 train_stages
 log "done (stages $stage..$stop_stage)"
