@@ -289,6 +289,8 @@ class CMVNConfig:
     std: tuple[float, ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "mean", tuple(self.mean))  # lists from JSON or YAML
+        object.__setattr__(self, "std", tuple(self.std))
         if self.kind not in ("utterance", "global", "none"):
             raise ValueError(f"unknown CMVN kind {self.kind!r}; expected utterance, global or none")
         if self.kind == "global" and (not self.mean or len(self.mean) != len(self.std)):

@@ -11,6 +11,16 @@ vocab_stage() {
     fi
 }
 
+# Averages the last $avg checkpoints of $exp/$1 and scores the average on each test set; rows in RESULTS.md
+# are labelled "$2 $name".
+average_and_score() {
+    "$SPEECHMT" average "$exp/$1" --last "$avg" --out "$exp/$1/checkpoint_avg.pt"
+    for split in $test_sets; do
+        "$SPEECHMT" evaluate --model "$exp/$1/checkpoint_avg.pt" --data "$data" --split "$split" \
+            --beam "$beam" --out "$exp/$1/eval_$split" --results RESULTS.md --name "$2 $name (avg $avg)"
+    done
+}
+
 train_stages() {
     if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
         log "stage 3: ASR pretraining -> $exp/asr"
@@ -20,11 +30,7 @@ train_stages() {
 
     if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then
         log "stage 4: average ASR checkpoints, WER on $test_sets"
-        "$SPEECHMT" average "$exp/asr" --last "$avg" --out "$exp/asr/checkpoint_avg.pt"
-        for split in $test_sets; do
-            "$SPEECHMT" evaluate --model "$exp/asr/checkpoint_avg.pt" --data "$data" --split "$split" \
-                --beam "$beam" --out "$exp/asr/eval_$split" --results RESULTS.md --name "ASR $name (avg $avg)"
-        done
+        average_and_score asr ASR
     fi
 
     if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ]; then
@@ -37,10 +43,6 @@ train_stages() {
 
     if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
         log "stage 6: average ST checkpoints, BLEU on $test_sets"
-        "$SPEECHMT" average "$exp/st" --last "$avg" --out "$exp/st/checkpoint_avg.pt"
-        for split in $test_sets; do
-            "$SPEECHMT" evaluate --model "$exp/st/checkpoint_avg.pt" --data "$data" --split "$split" \
-                --beam "$beam" --out "$exp/st/eval_$split" --results RESULTS.md --name "ST $name (avg $avg)"
-        done
+        average_and_score st ST
     fi
 }

@@ -65,7 +65,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
     tokenizer = toks.src if task == "asr" else toks.tgt
     device = torch.device(device)
     return LoadedModel(model.to(device).eval(), tokenizer, ckpt.get("decoder_tag"), FbankConfig(**feats["fbank"]),
-                       CMVNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in feats["cmvn"].items()}),
+                       CMVNConfig(**feats["cmvn"]),
                        task, str(path), device, toks.src, start)
 
 
