@@ -7,9 +7,8 @@ BIN := $(VENV)/bin
 # torch is pinned to the version the machine provides (a local CPU wheel here); a GPU machine can set
 # TORCH_SPEC=torch (or any pin) before its first `make setup`. An installed torch is never replaced.
 TORCH_SPEC ?= torch==2.13.0
-DEMO_DIR ?= exp/demo
 
-.PHONY: setup system-deps python-deps test test-fast demo bench clean
+.PHONY: setup system-deps python-deps test test-fast demo bench peers clean
 
 setup: system-deps python-deps
 
@@ -28,13 +27,19 @@ test: setup
 test-fast: python-deps
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
+# Translates the example clips with the bundled English->German model (no download, no training).
 demo: setup
-	$(BIN)/speechmt synth --corpus mustc --size tiny --out $(DEMO_DIR)/mustc-mini
-	$(BIN)/speechmt prepare mustc --root $(DEMO_DIR)/mustc-mini --tgt-lang de --out $(DEMO_DIR)/data/mustc-en-de
-	@echo "Manifests, features and the preparation summary are in $(DEMO_DIR)/data/mustc-en-de"
+	@echo "speechmt translate examples/*.flac  (bundled model: speechmt/pretrained/MODEL_CARD.md)"
+	@$(BIN)/speechmt translate examples/*.flac --timing
+	@echo "references (examples/examples.tsv):"
+	@tail -n +2 examples/examples.tsv | cut -f 1,3 | sed 's/^/  /'
 
 bench: python-deps
 	$(BIN)/python benchmarks/bench_fbank.py
+
+# The peer benchmark environment .venv-peers (faster-whisper + Whisper base), apart from $(VENV).
+peers:
+	@bash benchmarks/peers/setup_whisper.sh "$(PYTHON)" .venv-peers
 
 clean:
 	rm -rf $(VENV) exp .pytest_cache

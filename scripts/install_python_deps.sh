@@ -10,7 +10,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 constraints="$VENV/torch-constraint.txt"
 "$VENV/bin/python" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
-"${PIP[@]}" -c "$constraints" -e ".[test,train]"
+"${PIP[@]}" -c "$constraints" -e ".[test,train,plots]"
 # torchaudio's Kaldi fbank is the reference our features are tested against. Its PyPI wheel is a CUDA
 # build whose compiled libraries fail to load next to a CPU torch; its pure-Python parts work without them.
 if ! "$VENV/bin/python" -c "import torchaudio.compliance.kaldi" 2>/dev/null; then

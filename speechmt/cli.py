@@ -63,6 +63,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain_audio(args: argparse.Namespace) -> int:
+    from speechmt.training.pretrain_audio import load_pretrain_config, pretrain_audio
+
+    cfg = load_pretrain_config(args.config, args.set, manifests=args.manifests or None, out=args.out)
+    state = pretrain_audio(cfg, resume=not args.no_resume)
+    print(f"{cfg.out}: wav2vec2 encoder after {state.step} updates; use it with "
+          f"model.encoder=wav2vec2 model.encoder_name_or_path={cfg.out}")
+    return 0
+
+
 def cmd_average(args: argparse.Namespace) -> int:
     from speechmt.training.run import average
 
@@ -81,15 +91,40 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from speechmt.decoding.segment import SegmentConfig
     from speechmt.decoding.translate import load_model, translate
 
-    lm = load_model(args.model, args.device)
-    results = translate(lm, args.audio, beam=args.beam, batch_size=args.batch_size, nbest=args.nbest,
-                        segment=SegmentConfig(max_seconds=args.max_chunk_seconds), **_decode_kwargs(args))
+    segment = SegmentConfig(max_seconds=args.max_chunk_seconds)
+    kwargs = dict(beam=args.beam, batch_size=args.batch_size, segment=segment, **_decode_kwargs(args))
+    if args.cascade:
+        from speechmt.decoding.cascade import cascade_translate
+
+        asr, mt = (load_model(p, args.device) for p in args.cascade)
+        results = cascade_translate(asr, mt, args.audio, **kwargs)
+    else:
+        from speechmt.pretrained import default_model_path
+
+        lm = load_model(args.model or default_model_path(), args.device)
+        if args.timing:
+            return _translate_timed(lm, args.audio, nbest=args.nbest, **kwargs)
+        results = translate(lm, args.audio, nbest=args.nbest, **kwargs)
     for r in results:
         if args.format == "json":
             print(json.dumps({"file": r.source, "text": r.text, "nbest": r.nbest, "chunks": r.chunks,
+                              "chunk_texts": r.chunk_texts, "transcript": r.transcript,
                               "audio_seconds": round(r.audio_seconds, 3)}, ensure_ascii=False))
         else:
             print(r.text if len(results) == 1 else f"{r.source}\t{r.text}")
+    return 0
+
+
+def _translate_timed(lm, paths: list[str], **kwargs) -> int:
+    """Translates one file at a time; prints file, translation, decoding seconds and audio seconds."""
+    import time
+
+    from speechmt.decoding.translate import translate
+
+    for path in paths:
+        start = time.perf_counter()
+        (r,) = translate(lm, [path], **kwargs)
+        print(f"{r.source}\t{r.text}\t{time.perf_counter() - start:.2f} s for {r.audio_seconds:.2f} s of audio")
     return 0
 
 
@@ -98,15 +133,49 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from speechmt.evaluation.evaluate import evaluate
     from speechmt.evaluation.report import append_results_row
 
-    lm = load_model(args.model, args.device)
-    out = args.out or str(Path(args.model).parent / f"eval_{args.split}")
-    report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
-                      args.max_tokens, args.name)
+    if bool(args.model) == bool(args.cascade):
+        print("speechmt: error: evaluate needs either --model M or --cascade ASR MT", file=sys.stderr)
+        return 2
+    out = args.out or str(Path(args.model or args.cascade[1]).parent / f"eval_{args.split}")
+    if args.cascade:
+        from speechmt.evaluation.evaluate import evaluate_cascade
+
+        asr, mt = (load_model(p, args.device) for p in args.cascade)
+        report = evaluate_cascade(asr, mt, args.data, args.split, args.beam, out, args.max_tokens, args.name,
+                                  **_decode_kwargs(args))
+        print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
+    else:
+        lm = load_model(args.model, args.device)
+        report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
+                          args.max_tokens, args.name)
     for score in report.metrics.values():
         print(f"{score.name} = {score.score:.2f}  ({score.signature})")
     print(f"RTF {report.extra['rtf']}; report in {out}")
     if args.results:
         append_results_row(args.results, report)
+    return 0
+
+
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    from speechmt.evaluation.benchmark import BenchmarkConfig, benchmark_markdown, run_benchmark, write_benchmark
+
+    cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model), peers=tuple(args.peer),
+                          compare=tuple(args.compare), names=tuple(args.name), beam=args.beam,
+                          max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device,
+                          edges=tuple(args.buckets))
+    bench, hyps = run_benchmark(cfg)
+    written = write_benchmark(bench, args.out, hyps)
+    print(benchmark_markdown(bench), end="")
+    print(f"wrote {', '.join(p.name for p in written)} in {args.out}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from speechmt.pretrained import export_model
+
+    info = export_model(args.checkpoint, args.out, half=not args.fp32)
+    print(f"{args.out}: {info['params']:,} parameters in {info['bytes'] / 2**20:.1f} MiB "
+          f"({'float32' if args.fp32 else 'float16'} weights, inference only)")
     return 0
 
 
@@ -118,8 +187,10 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_decode_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="checkpoint file")
+def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file") -> None:
+    p.add_argument("--model", help=model_help)
+    p.add_argument("--cascade", nargs=2, metavar=("ASR", "MT"),
+                   help="instead of --model: an ASR checkpoint whose transcripts an MT checkpoint translates")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--max-len-a", type=float, default=0.0, help="max output length = a * encoder length + b")
     p.add_argument("--max-len-b", type=int, default=200)
@@ -178,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
     train.set_defaults(func=cmd_train)
 
+    pre = sub.add_parser("pretrain-audio", help="wav2vec 2.0 self-supervised pretraining on unlabelled audio "
+                         "(the output loads as the wav2vec2 encoder)")
+    pre.add_argument("manifests", nargs="*", help="manifests (.jsonl) whose audio to pretrain on")
+    pre.add_argument("--out", help="output: a Hugging Face model directory")
+    pre.add_argument("--config", help="YAML of pretrain-audio options (speechmt/training/pretrain_audio.py)")
+    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                     help="options over the config, e.g. max_updates=2000 hf_config.num_hidden_layers=6")
+    pre.add_argument("--no-resume", action="store_true", help="start afresh even if out holds a training state")
+    pre.set_defaults(func=cmd_pretrain_audio)
+
     avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
     avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.pt")
     avg.add_argument("--last", type=int, default=10, help="how many numbered checkpoints of a folder")
@@ -186,11 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="translate audio files (any length) with a checkpoint")
     tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3)")
-    _add_decode_options(tr)
+    _add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
     tr.add_argument("--nbest", type=int, default=1)
     tr.add_argument("--batch-size", type=int, default=16)
     tr.add_argument("--max-chunk-seconds", type=float, default=20.0, help="long audio is cut at pauses")
     tr.add_argument("--format", default="text", choices=("text", "json"))
+    tr.add_argument("--timing", action="store_true",
+                    help="one file at a time; print file, translation and seconds taken (text format)")
     tr.set_defaults(func=cmd_translate)
 
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
@@ -202,6 +285,36 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--results", help="a RESULTS.md to append a row to")
     ev.add_argument("--name", help="how the model is named in the report and RESULTS row")
     ev.set_defaults(func=cmd_evaluate)
+
+    bench = sub.add_parser("benchmark", help="score and time several systems on one split: markdown, JSON, plots",
+                           description="Scores speechmt checkpoints, peer hypotheses files and earlier benchmark "
+                           "results on the same utterances with the same metrics (BLEU, chrF; WER, CER for "
+                           "ASR), times the checkpoints (RTF, throughput), and writes benchmark.json, "
+                           "benchmark.md, PNG plots and hyp.<system>.txt into --out.")
+    bench.add_argument("--model", action="append", default=[], help="checkpoint to decode; repeat to compare")
+    bench.add_argument("--peer", action="append", default=[],
+                       help="peer hypotheses JSON (format: speechmt/evaluation/benchmark.py); repeatable")
+    bench.add_argument("--compare", action="append", default=[],
+                       help="benchmark.json of an earlier run (same split and --limit): its rows are added as they are")
+    bench.add_argument("--name", action="append", default=[], help="names of the --model systems, in order "
+                       "(default: folder/file stem)")
+    bench.add_argument("--data", required=True, help="prepared data folder")
+    bench.add_argument("--split", required=True)
+    bench.add_argument("--out", required=True, help="output folder")
+    bench.add_argument("--limit", type=int, help="only the first N utterances of the split")
+    bench.add_argument("--beam", type=int, default=5)
+    bench.add_argument("--max-tokens", type=int, default=20000, help="feature frames per decoding batch")
+    bench.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, e.g. OMP_NUM_THREADS)")
+    bench.add_argument("--device", default="cpu")
+    bench.add_argument("--buckets", type=float, nargs="+", default=[2.0, 4.0, 6.0, 8.0],
+                       help="duration bucket edges in seconds (default: 2 4 6 8)")
+    bench.set_defaults(func=cmd_benchmark)
+
+    exp = sub.add_parser("export", help="an inference-only copy of a checkpoint (float16 weights by default)")
+    exp.add_argument("checkpoint")
+    exp.add_argument("--out", required=True)
+    exp.add_argument("--fp32", action="store_true", help="keep float32 weights")
+    exp.set_defaults(func=cmd_export)
 
     imp = sub.add_parser("import-hf", help="convert a Hugging Face Speech2Text model into a speechmt checkpoint")
     imp.add_argument("source", help="a local model directory, or a hub id (e.g. facebook/s2t-small-mustc-en-de-st)")
@@ -215,9 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.data.manifest import ManifestError
     from speechmt.data.prepare import PrepareError
+    from speechmt.evaluation.benchmark import BenchmarkError
     from speechmt.interop import HFImportError
 
-    errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError]
+    errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError,
+                                         BenchmarkError]
     try:
         from speechmt.config import ConfigError
         from speechmt.training.checkpoint import CheckpointError

@@ -14,3 +14,16 @@ def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:
     defaults = dict(task="st", lr=2e-3, warmup_updates=10, max_updates=8, save_dir=str(save_dir),
                     save_interval_updates=4, validate_interval_updates=4, log_interval=2, seed=3)
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
+
+
+def tiny_wav2vec2_fields(**overrides) -> dict:
+    """HF config fields of a tiny random wav2vec2: the base model's CNN geometry (20 ms frames) with 16
+    channels, a 2-layer Transformer of width 32, layer-norm CNN (attention masks), no dropout."""
+    fields = dict(model_type="wav2vec2", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, conv_dim=[16] * 7, conv_kernel=[10, 3, 3, 3, 3, 2, 2],
+                  conv_stride=[5, 2, 2, 2, 2, 2, 2], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
+                  feat_extract_norm="layer", do_stable_layer_norm=True, hidden_dropout=0.0, attention_dropout=0.0,
+                  activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+                  codevector_dim=16, proj_codevector_dim=16, num_codevector_groups=2, num_codevectors_per_group=8,
+                  num_negatives=5)
+    return {**fields, **overrides}

@@ -1,6 +1,7 @@
-# Sourced by the recipes: stage 2 (vocabularies) and stages 3-6 (ASR pretraining, averaging + WER, ST from
-# the ASR encoder, averaging + BLEU, RESULTS.md rows). Reads: stage stop_stage src_lang tgt_lang data exp
-# asr_vocab st_vocab asr_spm st_spm asr_conf st_conf avg beam test_sets name.
+# Sourced by the recipes: stage 2 (vocabularies) and stages 3-8 (ASR pretraining, averaging + WER, ST from
+# the ASR encoder, averaging + BLEU, and with an MT config the text MT model and the ASR -> MT cascade;
+# RESULTS.md rows). Reads: stage stop_stage src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm
+# asr_conf st_conf mt_conf avg beam test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
@@ -44,5 +45,21 @@ train_stages() {
     if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
         log "stage 6: average ST checkpoints, BLEU on $test_sets"
         average_and_score st ST
+    fi
+
+    if [ -n "$mt_conf" ] && [ "$stage" -le 7 ] && [ "$stop_stage" -ge 7 ]; then
+        log "stage 7: MT on the same pairs (transcript -> translation) -> $exp/mt; average, BLEU on $test_sets"
+        "$SPEECHMT" train --config "$mt_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.task=mt train.save_dir="$exp/mt"
+        average_and_score mt MT
+    fi
+
+    if [ -n "$mt_conf" ] && [ "$stage" -le 8 ] && [ "$stop_stage" -ge 8 ]; then
+        log "stage 8: cascade (averaged ASR -> averaged MT), BLEU on $test_sets"
+        for split in $test_sets; do
+            "$SPEECHMT" evaluate --cascade "$exp/asr/checkpoint_avg.pt" "$exp/mt/checkpoint_avg.pt" --data "$data" \
+                --split "$split" --beam "$beam" --out "$exp/cascade/eval_$split" --results RESULTS.md \
+                --name "Cascade $name (avg $avg)"
+        done
     fi
 }

@@ -7,6 +7,8 @@
 #   4  average the last $avg ASR checkpoints; WER on $test_sets
 #   5  ST training, encoder initialised from the averaged ASR model ($st_conf)
 #   6  average the last $avg ST checkpoints; BLEU on $test_sets; a row per result in RESULTS.md
+#   7  with --mt-conf: MT on the same pairs (transcript -> translation), averaged, BLEU on $test_sets
+#   8  with --mt-conf: the cascade, averaged ASR -> averaged MT, BLEU on $test_sets
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,7 +16,7 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=6
+stop_stage=8
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
 mini=""                     # tiny, small or full: build MuST-C-mini at $root in stage 0
@@ -25,6 +27,7 @@ st_vocab=8000
 asr_vocab=5000
 asr_conf=conf/asr_s2t_s.yaml
 st_conf=conf/st_s2t_s.yaml
+mt_conf=""                  # an MT config (e.g. conf/mt_default.yaml): stages 7-8, MT and cascade
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
@@ -34,8 +37,8 @@ name=""                     # label of the results rows, default: the corpus roo
 usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--tgt-lang de] [--mini tiny|small|full]"
     echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
-    echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--exp DIR] [--avg 10]"
-    echo "          [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
+    echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
+    echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"
 data=${data:-data/en-$tgt_lang}

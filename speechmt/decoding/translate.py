@@ -18,9 +18,10 @@ import torch
 
 from speechmt.audio import SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, apply_cmvn, fbank, read_audio, resample
 from speechmt.data.batching import collate_sequences
+from speechmt.data.waveform import WaveformConfig, waveform_input
 from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments
-from speechmt.models.translator import ModelConfig, Translator, build_model
+from speechmt.models.translator import EncoderOutput, ModelConfig, Translator, build_model
 from speechmt.tokenizer import Tokenizer
 from speechmt.training.checkpoint import CheckpointError, load_checkpoint
 
@@ -39,6 +40,7 @@ class LoadedModel:
     device: torch.device
     source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
+    waveform: WaveformConfig | None = None  # a wav2vec2 model's waveform front end (None: fbank + CMVN)
 
     def decode_options(self, beam: int = 5, **kw) -> DecodeOptions:
         prefix = (self.tokenizer.tag_id(self.tag),) if self.tag else ()
@@ -53,7 +55,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
 
     ckpt = load_checkpoint(path, map_location="cpu")
     try:
-        model = build_model(ModelConfig(**ckpt["model_config"]))
+        model = build_model(ModelConfig(**ckpt["model_config"]), pretrained=False)  # weights from the checkpoint
         model.load_state_dict(ckpt["model"])
         toks = Tokenizers.from_state_dict(ckpt["tokenizers"])
         feats = ckpt["features"]
@@ -66,18 +68,29 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
     device = torch.device(device)
     return LoadedModel(model.to(device).eval(), tokenizer, ckpt.get("decoder_tag"), FbankConfig(**feats["fbank"]),
                        CMVNConfig(**feats["cmvn"]),
-                       task, str(path), device, toks.src, start)
+                       task, str(path), device, toks.src, start, _waveform(model, feats, path))
+
+
+def _waveform(model: Translator, feats: dict, path: str | os.PathLike) -> WaveformConfig | None:
+    """The checkpoint's waveform settings for a wav2vec2 model; None for an fbank model."""
+    if model.config.encoder != "wav2vec2":
+        return None
+    if not feats.get("waveform"):
+        raise CheckpointError(f"{path}: a wav2vec2 model without its waveform settings (features.waveform)")
+    return WaveformConfig(**feats["waveform"])
 
 
 @dataclass
 class Translation:
-    """The result for one input: text, the chunks it was cut into (seconds), and audio seconds."""
+    """The result for one input: text, the chunks it was cut into (seconds) and their texts, audio seconds."""
 
     source: str
     text: str = ""
     chunks: list[tuple[float, float]] = field(default_factory=list)
     audio_seconds: float = 0.0
     nbest: list[str] = field(default_factory=list)
+    chunk_texts: list[str] = field(default_factory=list)  # the text of each chunk, in order
+    transcript: str = ""  # the cascade's ASR output (empty for end-to-end models)
 
 
 def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterator[tuple[float, float, np.ndarray]]:
@@ -105,12 +118,20 @@ def _duration(path: str) -> float:
     return info.frames / info.samplerate
 
 
+def encode_audio(lm: LoadedModel, waves: list[np.ndarray]) -> EncoderOutput:
+    """Encodes 16 kHz waves through the model's own front end: fbank + CMVN, or the (normalised) waveform."""
+    if lm.waveform is not None:
+        inputs = [waveform_input(w, lm.waveform) for w in waves]
+    else:
+        inputs = [apply_cmvn(torch.from_numpy(fbank(w, lm.fbank)), lm.cmvn) for w in waves]
+    x, lengths = collate_sequences(inputs)
+    return lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
+
+
 @torch.no_grad()
 def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:
     """n-best texts for a batch of 16 kHz waves."""
-    feats = [apply_cmvn(torch.from_numpy(fbank(w, lm.fbank)), lm.cmvn) for w in waves]
-    x, lengths = collate_sequences(feats)
-    enc = lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
+    enc = encode_audio(lm, waves)
     if options.beam_size == 1 and options.nbest == 1:
         return [[lm.tokenizer.decode(t)] for t in greedy_search(lm.model, enc, options)]
     return [[lm.tokenizer.decode(h.tokens) for h in hyps] for hyps in beam_search(lm.model, enc, options)]
@@ -153,6 +174,7 @@ def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
     flush()
     for (n, _), (start, end, nbest) in sorted(done.items()):
         results[n].chunks.append((start, end))
+        results[n].chunk_texts.append(nbest[0])
         results[n].text = f"{results[n].text} {nbest[0]}".strip()
         results[n].nbest = nbest if len(results[n].chunks) == 1 else []
     return results

@@ -1,8 +1,8 @@
 """`evaluate(model, data_dir, split)`: decode a prepared split with a checkpoint and score it.
 
-Speech models read the split's stored features (with the checkpoint's CMVN); the fbank settings of the
-data must equal the checkpoint's. ST and MT are scored with BLEU and chrF against the translations, ASR
-with WER and CER (fairseq's normalisation) against the transcripts.
+Speech models read the split's stored features (with the checkpoint's CMVN; the fbank settings of the
+data must equal the checkpoint's), wav2vec2 models the utterances' audio. ST and MT are scored with BLEU
+and chrF against the translations, ASR with WER and CER (fairseq's normalisation) against the transcripts.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import torch
 from speechmt.audio import FbankConfig, apply_cmvn
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.dataset import load_split
+from speechmt.data.waveform import record_audio
+from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
-from speechmt.decoding.translate import LoadedModel
+from speechmt.decoding.translate import LoadedModel, encode_audio
 from speechmt.evaluation.metrics import bleu, cer, chrf, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.training.checkpoint import CheckpointError
@@ -34,27 +36,31 @@ def _check_features(lm: LoadedModel, data_dir: Path) -> None:
 
 
 @torch.no_grad()
-def _encode_batch(lm: LoadedModel, records, store, idx: list[int]):
+def _encode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Path):
     if lm.task == "mt":
         src = [torch.tensor(lm.source_tokenizer.encode(records[i].src_text)) for i in idx]
         x, lengths = collate_sequences(src, lm.source_tokenizer.pad_id)
         return lm.model.encode_text(x.to(lm.device), lengths.to(lm.device))
+    if lm.waveform is not None:  # a wav2vec2 model reads the utterances' audio, not the stored features
+        return encode_audio(lm, [record_audio(records[i], data_dir) for i in idx])
     feats = [apply_cmvn(torch.from_numpy(store.get(i)), lm.cmvn) for i in idx]
     x, lengths = collate_sequences(feats)
     return lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
 
 
 def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-                 max_tokens: int = 20000) -> tuple[list, list[str], float]:
-    """(records, hypotheses in record order, decoding seconds) for a prepared split."""
+                 max_tokens: int = 20000, limit: int | None = None) -> tuple[list, list[str], float]:
+    """(records, hypotheses in record order, decoding seconds) for a prepared split, or for its first
+    `limit` utterances in manifest order."""
     data_dir = Path(data_dir)
     _check_features(lm, data_dir)
     records, store = load_split(data_dir, split)
+    records = records[:limit]
     sizes = [r.n_frames for r in records]
     hyps = [""] * len(records)
     start = time.perf_counter()
     for idx in BucketBatchSampler(sizes, max_tokens, shuffle=False):
-        enc = _encode_batch(lm, records, store, idx)
+        enc = _encode_batch(lm, records, store, idx, data_dir)
         if options.beam_size == 1:
             best = greedy_search(lm.model, enc, options)
         else:
@@ -89,3 +95,32 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
     return report
+
+
+def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathLike, split: str, beam: int = 5,
+                     out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
+                     **decode) -> EvalReport:
+    """Scores the cascade on a split: `asr` transcribes the stored features, `mt` translates the transcripts.
+
+    BLEU and chrF against the translations; the transcripts' WER is kept in `extra` beside the timing of
+    both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts."""
+    check_cascade(asr, mt)
+    asr_options, mt_options = asr.decode_options(beam, **decode), mt.decode_options(beam, **decode)
+    records, transcripts, asr_seconds = decode_split(asr, data_dir, split, asr_options, max_tokens)
+    start = time.perf_counter()
+    hyps = translate_texts(mt, transcripts, mt_options)
+    mt_seconds = time.perf_counter() - start
+    refs = references("st", records)
+    audio = sum(r.duration for r in records)
+    asr_wer = wer(transcripts, references("asr", records))
+    extra = {"task": "cascade", "decode": asdict(mt_options), "asr_wer": round(asr_wer.score, 2),
+             "asr_seconds": round(asr_seconds, 3), "mt_seconds": round(mt_seconds, 3),
+             "decode_seconds": round(asr_seconds + mt_seconds, 3), "audio_seconds": round(audio, 3),
+             "rtf": round((asr_seconds + mt_seconds) / audio, 5) if audio else None, "commit": git_commit(),
+             "device": str(asr.device), "checkpoint": f"{asr.path} -> {mt.path}"}
+    report = EvalReport(model=name or f"{asr.path} -> {mt.path}", data=str(data_dir), split=split, n=len(records),
+                        metrics=score("st", hyps, refs), extra=extra)
+    if out_dir is not None:
+        write_report(report, out_dir, hyps, refs, [r.id for r in records], transcripts)
+    return report
+

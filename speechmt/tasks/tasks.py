@@ -47,19 +47,20 @@ def _decoder_loss(model: Translator, enc: EncoderOutput, tgt: torch.Tensor, tgt_
 
 def _with_ctc(model: Translator, enc: EncoderOutput, batch: Batch, loss: torch.Tensor, stats: Stats,
               cfg: TaskConfig) -> tuple[torch.Tensor, Stats]:
-    """Mixes in CTC on the transcript (batch.src) when the config asks for it: (1 - w) * CE + w * CTC."""
+    """Mixes in CTC on the transcript (batch.src) when the config asks for it: (1 - w) * CE + w * CTC. The CTC
+    logits are those of the acoustic states, before any shrinking (which the CTC head guides)."""
     if cfg.ctc_weight <= 0:
         return loss, stats
     if enc.ctc_logits is None or batch.src is None:
         raise ValueError("ctc_weight > 0 needs a model with a CTC head and batches with transcripts")
     targets, target_lengths = strip_specials(batch.src, batch.src_lengths, cfg.first_text_id)
-    ctc = ctc_loss(enc.ctc_logits, enc.lengths, targets, target_lengths, cfg.blank_id)
+    ctc = ctc_loss(enc.ctc_logits, enc.ctc_logit_lengths, targets, target_lengths, cfg.blank_id)
     stats["ctc_loss"] = ctc.detach()
     return (1 - cfg.ctc_weight) * loss + cfg.ctc_weight * ctc, stats
 
 
 def st_task(model: Translator, batch: Batch, cfg: TaskConfig) -> tuple[torch.Tensor, Stats]:
-    """Speech translation: features -> batch.tgt (+ CTC on batch.src)."""
+    """Speech translation: features (or waveforms) -> batch.tgt (+ CTC on batch.src)."""
     enc = model.encode_speech(batch.feats, batch.feat_lengths)
     loss, stats = _decoder_loss(model, enc, batch.tgt, batch.tgt_lengths, cfg)
     return _with_ctc(model, enc, batch, loss, stats, cfg)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig
-from speechmt.config import DataConfig, ExperimentConfig
+from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, TextDataset, global_cmvn, load_split
+from speechmt.data.waveform import WaveformConfig, WaveformDataset
 from speechmt.models.translator import ModelConfig
 from speechmt.tasks import TaskConfig
 from speechmt.tokenizer import Tokenizer
@@ -60,11 +61,24 @@ def feature_settings(cfg: ExperimentConfig) -> tuple[FbankConfig, CMVNConfig]:
     return fbank, cmvn
 
 
-def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool):
-    """The dataset of one split for the configured task; SpecAugment only when `train`."""
+def waveform_settings(cfg: ExperimentConfig) -> WaveformConfig | None:
+    """The waveform front end of a wav2vec2 model (its feature extractor's settings); None for fbank models."""
+    if cfg.model.encoder != "wav2vec2":
+        return None
+    from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
+
+    return feature_extractor_settings(cfg.model.encoder_name_or_path)
+
+
+def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,
+                  waveform: WaveformConfig | None = None):
+    """The dataset of one split for the configured task; SpecAugment only when `train`. A wav2vec2 model
+    reads waveforms (`waveform`, by default its feature extractor's settings) instead of features."""
     task, data = cfg.train.task, cfg.data
-    records, store = load_split(data.dir, split)
     tag = decoder_tag(cfg)
+    if task != "mt" and cfg.model.encoder == "wav2vec2":
+        return _waveform_dataset(cfg, split, toks, tag, waveform or waveform_settings(cfg))
+    records, store = load_split(data.dir, split)
     if task == "mt":
         return TextDataset.from_records(records, toks.src, toks.tgt, tgt_tag=tag)
     augment = SpecAugmentConfig.policy(data.spec_augment) if train and data.spec_augment else None
@@ -76,10 +90,23 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMV
                          tgt_tag=tag, spec_augment=augment, seed=cfg.train.seed)
 
 
+def _waveform_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, tag: str | None,
+                      waveform: WaveformConfig) -> WaveformDataset:
+    if cfg.train.task == "asr":
+        return WaveformDataset.from_split(cfg.data.dir, split, waveform, src_tokenizer=decoder_tokenizer("asr", toks),
+                                          src_tag=tag)
+    src = toks.src if cfg.train.ctc_weight > 0 else None
+    return WaveformDataset.from_split(cfg.data.dir, split, waveform, src_tokenizer=src,
+                                      tgt_tokenizer=decoder_tokenizer(cfg.train.task, toks), tgt_tag=tag)
+
+
 def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     """The model config with vocabulary sizes taken from the tokenizers."""
     dec = decoder_tokenizer(cfg.train.task, toks)
     src_size = len(toks.src) if toks.src is not None and (cfg.train.ctc_weight > 0 or cfg.train.task == "mt") else 0
+    if cfg.model.shrink == "ctc" and cfg.train.ctc_weight <= 0:
+        raise ConfigError("model.shrink ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
+                          "(and data.src_vocab) to train that head")
     return dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
                                ctc=cfg.train.ctc_weight > 0 or cfg.model.ctc)
 

@@ -49,14 +49,23 @@ def test_config_round_trip_from_dict():
 @pytest.mark.parametrize("overrides, message", [
     (dict(subsampler="conv3d"), "unknown subsampler"),
     (dict(d_model=30, n_heads=4), "not divisible"),
-    (dict(ctc=True), "ctc=True needs src_vocab_size"),
-    (dict(text_encoder_layers=2), "text_encoder_layers > 0 needs src_vocab_size"),
     (dict(src_vocab_size=9, text_encoder_layers=1, share_text_encoder=True), "share_text_encoder needs"),
     (dict(conv_kernels=()), "conv_kernels is empty"),
 ])
 def test_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
         preset("tiny", **overrides)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(ctc=True), "ctc=True needs src_vocab_size"),
+    (dict(text_encoder_layers=2), "text_encoder_layers > 0 needs src_vocab_size"),
+    (dict(tgt_vocab_size=0), "tgt_vocab_size must be > 0"),
+])
+def test_vocabulary_sizes_are_checked_when_building(overrides, message):
+    cfg = preset("tiny", **overrides)  # a config file's template: sizes come from the tokenizers later
+    with pytest.raises(ValueError, match=message):
+        build_model(cfg)
 
 
 def test_ctc_head_and_decode_through_translator():

@@ -12,20 +12,30 @@ from torch import Tensor
 class EncoderOutput:
     """Encoder states x (B, T', D) with lengths (B,) int64; padded frames of x are zero.
 
-    ctc_logits (B, T', src_vocab_size): raw CTC logits (no log_softmax) when the model has a CTC head.
+    ctc_logits (B, T_ctc, src_vocab_size): raw CTC logits (no log_softmax) when the model has a CTC head,
+    with their own lengths ctc_lengths (B,): the acoustic states' lengths, which differ from `lengths` once
+    the states are shrunk. ctc_lengths None means they equal `lengths`.
     """
 
     x: Tensor
     lengths: Tensor
     ctc_logits: Tensor | None = None
+    ctc_lengths: Tensor | None = None
+
+    @property
+    def ctc_logit_lengths(self) -> Tensor:
+        """The lengths of ctc_logits (B,)."""
+        return self.lengths if self.ctc_lengths is None else self.ctc_lengths
 
     def select(self, index: Tensor) -> "EncoderOutput":
         """The batch rows `index` (B',), in that order (repeats allowed, e.g. to expand for beam search)."""
-        ctc = None if self.ctc_logits is None else self.ctc_logits.index_select(0, index)
-        return EncoderOutput(self.x.index_select(0, index), self.lengths.index_select(0, index), ctc)
+        ctc, ctc_lengths = (None if t is None else t.index_select(0, index)
+                            for t in (self.ctc_logits, self.ctc_lengths))
+        return EncoderOutput(self.x.index_select(0, index), self.lengths.index_select(0, index), ctc, ctc_lengths)
 
 
 class AcousticEncoder(Protocol):
-    """Features (B, T, F) with lengths (B,) -> EncoderOutput (without CTC logits: the model adds those)."""
+    """Features (B, T, F), or waveforms (B, T) for the wav2vec2 encoder, with lengths (B,) -> EncoderOutput
+    (without CTC logits: the model adds those)."""
 
     def __call__(self, feats: Tensor, lengths: Tensor) -> EncoderOutput: ...

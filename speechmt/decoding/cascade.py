@@ -1,0 +1,72 @@
+"""The cascade baseline: an ASR model's transcripts translated by a text MT model.
+
+Every paper in the field compares end-to-end ST with this pipeline. Each chunk of a long file is
+transcribed and translated on its own (chunks are cut at pauses, close to sentence units); the chunk
+translations are joined with spaces, as `translate` joins end-to-end ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from speechmt.data.batching import collate_sequences
+from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
+from speechmt.decoding.segment import SegmentConfig
+from speechmt.decoding.translate import LoadedModel, Translation, translate
+from speechmt.models.encoders import EncoderOutput
+from speechmt.training.checkpoint import CheckpointError
+
+
+def check_cascade(asr: LoadedModel, mt: LoadedModel) -> None:
+    """Raises CheckpointError (one line naming the file) unless `asr` transcribes and `mt` translates text."""
+    if asr.task != "asr":
+        raise CheckpointError(f"{asr.path}: the cascade's first model must be an ASR model, got task {asr.task!r}")
+    if mt.task != "mt" or mt.source_tokenizer is None:
+        raise CheckpointError(f"{mt.path}: the cascade's second model must be a text MT model, got task {mt.task!r}")
+
+
+@torch.no_grad()
+def encode_texts(mt: LoadedModel, texts: Sequence[str]) -> EncoderOutput:
+    """Texts -> the MT model's encoder output x (B, S, D), lengths (B,); each source ends with </s>, as in
+    training, so an empty transcript is one token long."""
+    tok = mt.source_tokenizer
+    x, lengths = collate_sequences([torch.tensor(tok.encode(t)) for t in texts], tok.pad_id)
+    return mt.model.encode_text(x.to(mt.device), lengths.to(mt.device))
+
+
+@torch.no_grad()
+def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOptions, batch_size: int = 64) -> list[str]:
+    """Translates texts with a text MT model, `batch_size` at a time (sorted by length), in input order."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = [""] * len(texts)
+    for b in range(0, len(order), batch_size):
+        idx = order[b:b + batch_size]
+        enc = encode_texts(mt, [texts[i] for i in idx])
+        if options.beam_size == 1 and options.nbest == 1:
+            best = greedy_search(mt.model, enc, options)
+        else:
+            best = [nbest[0].tokens for nbest in beam_search(mt.model, enc, options)]
+        for i, tokens in zip(idx, best):
+            out[i] = mt.tokenizer.decode(tokens)
+    return out
+
+
+def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
+                      beam: int = 5, batch_size: int = 16, segment: SegmentConfig = SegmentConfig(),
+                      **options) -> list[Translation]:
+    """Transcribes audio files or 16 kHz arrays with `asr`, then translates each chunk's transcript with `mt`.
+
+    Returns one Translation per input: `text` the joined chunk translations, `transcript` the joined
+    transcripts, `chunks` the chunk boundaries (seconds).
+    """
+    check_cascade(asr, mt)
+    heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, **options)
+    pieces = [t for r in heard for t in r.chunk_texts]
+    translated = iter(translate_texts(mt, pieces, mt.decode_options(beam, **options)))
+    return [replace(r, text=" ".join(next(translated) for _ in r.chunk_texts).strip(), transcript=r.text,
+                    nbest=[]) for r in heard]

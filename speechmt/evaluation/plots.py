@@ -1,0 +1,89 @@
+"""Benchmark plots (matplotlib, drawn off-screen with the Agg canvas): quality by source length, and
+quality against speed. One pair of PNGs per main metric present: BLEU for translation, WER for ASR."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from speechmt.evaluation.benchmark import Benchmark, SystemResult
+
+
+def _figure(width: float = 7.0, height: float = 4.5) -> "Figure":
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        from speechmt.evaluation.benchmark import BenchmarkError
+
+        raise BenchmarkError("the benchmark plots need matplotlib: pip install 'speechmt[plots]'") from None
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: "Figure", path: Path) -> Path:
+    """Saves a PNG under a temporary name, then renames it onto `path`."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, path)
+    return path
+
+
+def _direction(metric: str) -> str:
+    return "lower is better" if metric == "WER" else "higher is better"
+
+
+def plot_by_length(bench: "Benchmark", rows: list["SystemResult"], metric: str, path: Path) -> Path:
+    """Grouped bars: one group per duration bucket (labelled with its n), one bar per system."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    width = 0.8 / len(rows)
+    for k, row in enumerate(rows):
+        xs = [i - 0.4 + width * (k + 0.5) for i in range(len(row.buckets))]
+        ys = [math.nan if b.score is None else b.score for b in row.buckets]
+        ax.bar(xs, ys, width=width, label=row.name)
+    ax.set_xticks(range(len(bench.bucket_labels)))
+    ax.set_xticklabels([f"{label}\nn={n}" for label, n in zip(bench.bucket_labels, bench.bucket_counts)])
+    ax.set_xlabel("source audio duration")
+    ax.set_ylabel(f"{metric} ({_direction(metric)})")
+    ax.set_title(f"{metric} by source length, {bench.split} ({bench.n} utterances)")
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_quality_vs_speed(bench: "Benchmark", rows: list["SystemResult"], metric: str, path: Path) -> Path:
+    """Scatter of the metric against the real-time factor (log scale), one labelled point per system."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    timed = [r for r in rows if r.rtf is not None]
+    for row in timed:
+        y = row.metrics[metric].score
+        ax.scatter([row.rtf], [y])
+        ax.annotate(row.name, (row.rtf, y), textcoords="offset points", xytext=(5, 5), fontsize="small")
+    if timed:
+        ax.set_xscale("log")
+        ax.margins(0.2)
+    else:
+        ax.text(0.5, 0.5, "no system was timed", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("real-time factor: decoding s / audio s (log scale, lower is faster)")
+    ax.set_ylabel(f"{metric} ({_direction(metric)})")
+    ax.set_title(f"{metric} against speed, {bench.split} ({bench.n} utterances)")
+    ax.grid(True, alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_benchmark(bench: "Benchmark", out_dir: Path) -> list[Path]:
+    """Writes <metric>_by_length.png and <metric>_vs_rtf.png for each main metric present; returns the paths."""
+    written = []
+    for metric in ("BLEU", "WER"):
+        rows = [r for r in bench.systems if r.main_metric == metric]
+        if rows:
+            written.append(plot_by_length(bench, rows, metric, out_dir / f"{metric.lower()}_by_length.png"))
+            written.append(plot_quality_vs_speed(bench, rows, metric, out_dir / f"{metric.lower()}_vs_rtf.png"))
+    return written

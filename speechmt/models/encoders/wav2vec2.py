@@ -1,0 +1,184 @@
+"""The `wav2vec2` acoustic encoder: a Hugging Face self-supervised audio model read from raw 16 kHz waveforms.
+
+wav2vec 2.0 (Baevski et al., NeurIPS 2020); through the same interface (AutoConfig / AutoModel, a CNN
+`feature_extractor` with `conv_kernel` / `conv_stride`, `mask_time_indices`) also HuBERT (Hsu et al., 2021)
+and data2vec audio (Baevski et al., ICML 2022). Weights come from `from_pretrained(name_or_path)` (a hub id
+where the machine is online, a local directory otherwise) or a random init from a config.
+
+Padding: output lengths come from the CNN's conv arithmetic. An attention mask is passed only to models
+whose CNN uses layer norm (`feat_extract_norm == "layer"`, as HF's feature extractor sets
+`return_attention_mask`); group-norm models were trained on zero-padded batches without one, so they get
+zero-padded waveforms. Padded output frames are zero.
+
+Fine-tuning options: freeze the CNN feature extractor, freeze everything, layer drop, time masking, gradient
+checkpointing, and LNA (Li et al., ACL 2021, "Multilingual Speech Translation from Efficient Finetuning of
+Pretrained Models"): only the LayerNorms and the self-attention projections train.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoFeatureExtractor, AutoModel, PretrainedConfig, PreTrainedModel
+from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
+
+from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.data.waveform import WaveformConfig
+from speechmt.models.encoders.base import EncoderOutput
+
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+@dataclass(frozen=True)
+class Wav2Vec2Options:
+    """How the HF model is fine-tuned. layerdrop and time masking are written into its config."""
+
+    freeze_feature_extractor: bool = False  # the CNN over the waveform
+    freeze: bool = False  # the whole HF model
+    lna: bool = False  # only LayerNorms and self-attention q/k/v/out projections train
+    layerdrop: float = 0.0
+    mask_time_prob: float = 0.0  # share of frames in masked spans while training (HF's mask_time_prob)
+    mask_time_length: int = 10  # frames per span
+    gradient_checkpointing: bool = False
+
+
+def conv_output_lengths(lengths: Tensor, kernels: tuple[int, ...], strides: tuple[int, ...]) -> Tensor:
+    """Frames out of an unpadded conv stack: L -> floor((L - k) / s) + 1 per layer. (B,) -> (B,)."""
+    for k, s in zip(kernels, strides):
+        lengths = torch.div(lengths - k, s, rounding_mode="floor") + 1
+    return lengths
+
+
+class Wav2Vec2Encoder(nn.Module):
+    """HF audio model -> Linear to the model dimension (when the sizes differ); padded frames zero."""
+
+    def __init__(self, model: PreTrainedModel, dim: int, options: Wav2Vec2Options = Wav2Vec2Options()):
+        super().__init__()
+        config = model.config
+        if not hasattr(model, "feature_extractor") or not hasattr(config, "conv_kernel"):
+            raise ValueError(f"{type(model).__name__} is not a wav2vec2-style audio model (no CNN feature extractor)")
+        self.model, self.options = model, options
+        adapter = bool(getattr(config, "add_adapter", False))
+        hidden = (getattr(config, "output_hidden_size", None) or config.hidden_size) if adapter else config.hidden_size
+        self.proj = nn.Linear(hidden, dim) if hidden != dim else nn.Identity()
+        self.kernels, self.strides = tuple(config.conv_kernel), tuple(config.conv_stride)
+        # an adapter (wav2vec2 only) adds stride-s convolutions (kernel 3, padding 1) after the Transformer
+        self.adapter_layers = config.num_adapter_layers if adapter else 0
+        self.adapter_stride = config.adapter_stride if adapter else 1
+        self.use_attention_mask = getattr(config, "feat_extract_norm", "layer") == "layer"
+
+    def cnn_output_lengths(self, lengths: Tensor) -> Tensor:
+        """Samples (B,) -> frames out of the CNN feature extractor (B,), where time masking applies."""
+        return conv_output_lengths(lengths, self.kernels, self.strides)
+
+    def output_lengths(self, lengths: Tensor) -> Tensor:
+        """Samples (B,) -> output frames (B,)."""
+        lengths = self.cnn_output_lengths(lengths)
+        for _ in range(self.adapter_layers):
+            lengths = torch.div(lengths - 1, self.adapter_stride, rounding_mode="floor") + 1
+        return lengths
+
+    def forward(self, waves: Tensor, lengths: Tensor) -> EncoderOutput:
+        """waves (B, T) 16 kHz, lengths (B,) in samples -> EncoderOutput(x (B, T', D), lengths (B,))."""
+        padding = lengths_to_padding_mask(lengths, waves.size(1))
+        waves = waves.masked_fill(padding, 0.0)
+        attention_mask = (~padding).long() if self.use_attention_mask else None
+        mask = self._time_mask(lengths, waves.size(1))
+        h = self.model(waves, attention_mask=attention_mask, mask_time_indices=mask).last_hidden_state
+        frames = self.output_lengths(lengths)
+        x = self.proj(h)  # (B, T', H) -> (B, T', D)
+        return EncoderOutput(x.masked_fill(lengths_to_padding_mask(frames, x.size(1))[..., None], 0.0), frames)
+
+    def _time_mask(self, lengths: Tensor, samples: int) -> Tensor | None:
+        """Spans of CNN frames to replace by the learned mask embedding, (B, T_cnn) bool over unpadded frames
+        only; None outside training. All false where no span fits (HF would raise)."""
+        o = self.options
+        if not self.training or o.mask_time_prob <= 0:
+            return None
+        frames = self.cnn_output_lengths(lengths).cpu()
+        width = int(self.cnn_output_lengths(torch.tensor(samples)))
+        if width <= o.mask_time_length:
+            return torch.zeros(len(frames), width, dtype=torch.bool, device=lengths.device)
+        valid = (~lengths_to_padding_mask(frames, width)).long()
+        spans = _compute_mask_indices((len(frames), width), o.mask_time_prob, o.mask_time_length, valid,
+                                      min_masks=self.model.config.mask_time_min_masks)
+        return torch.from_numpy(spans).to(lengths.device)
+
+
+def hf_audio_config(name_or_path: str, fields: dict, options: Wav2Vec2Options,
+                    pretrained: bool = True) -> PretrainedConfig:
+    """The HF config: the pretrained model's with `fields` as overrides, or (no name_or_path, or not
+    `pretrained`) one built from `fields` alone (its "model_type", default "wav2vec2"); the options'
+    layer drop and time masking written in."""
+    if name_or_path and pretrained:
+        try:
+            config = AutoConfig.from_pretrained(name_or_path, **fields)
+        except (OSError, ValueError) as e:
+            raise FileNotFoundError(f"{name_or_path}: cannot load a Hugging Face audio model config "
+                                    f"({str(e).splitlines()[0]})") from None
+    else:
+        fields = dict(fields)
+        config = AutoConfig.for_model(fields.pop("model_type", "wav2vec2"), **fields)
+    config.layerdrop = options.layerdrop
+    config.mask_time_prob, config.mask_time_length = options.mask_time_prob, options.mask_time_length
+    if options.mask_time_prob > 0:
+        config.apply_spec_augment = True
+    return config
+
+
+def hf_audio_model(config: PretrainedConfig, name_or_path: str = "", pretrained: bool = True) -> PreTrainedModel:
+    """AutoModel with `config`: pretrained weights from name_or_path, or a random init."""
+    if name_or_path and pretrained:
+        try:
+            return AutoModel.from_pretrained(name_or_path, config=config, dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise FileNotFoundError(f"{name_or_path}: cannot load a Hugging Face audio model "
+                                    f"({str(e).splitlines()[0]})") from None
+    return AutoModel.from_config(config)
+
+
+def apply_finetuning(model: PreTrainedModel, options: Wav2Vec2Options) -> None:
+    """Sets requires_grad as the options say, and gradient checkpointing."""
+    if options.freeze or options.lna:
+        model.requires_grad_(False)
+    if options.lna:
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.requires_grad_(True)
+            if all(hasattr(module, name) for name in ATTENTION_PROJECTIONS):
+                for name in ATTENTION_PROJECTIONS:
+                    getattr(module, name).requires_grad_(True)
+    if options.freeze_feature_extractor:
+        model.feature_extractor._freeze_parameters()
+    if options.gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def wav2vec2_encoder(name_or_path: str, fields: dict, dim: int, options: Wav2Vec2Options,
+                     pretrained: bool = True) -> Wav2Vec2Encoder:
+    """Builds the encoder: config, model (pretrained or random), fine-tuning options."""
+    config = hf_audio_config(name_or_path, fields, options, pretrained)
+    model = hf_audio_model(config, name_or_path, pretrained)
+    apply_finetuning(model, options)
+    return Wav2Vec2Encoder(model, dim, options)
+
+
+def feature_extractor_settings(name_or_path: str) -> WaveformConfig:
+    """The waveform front end a model expects: its feature extractor's sampling rate and do_normalize
+    (preprocessor_config.json); defaults (16 kHz, normalised) for a random init or a model without one."""
+    if not name_or_path:
+        return WaveformConfig()
+    try:
+        fe = AutoFeatureExtractor.from_pretrained(name_or_path)
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{name_or_path}: no feature extractor config ({str(e).splitlines()[0]}); "
+                      "using 16 kHz input normalised per utterance")
+        return WaveformConfig()
+    return WaveformConfig(int(getattr(fe, "sampling_rate", 16000)), bool(getattr(fe, "do_normalize", True)))

@@ -1,0 +1,130 @@
+"""Length shrinking of acoustic states, so that a speech sequence (~25-50 states a second) comes closer to
+the length of its text before the decoder or a semantic layer reads it.
+
+- `ConvShrink`: two stride-2 Conv1d (kernel 5) with GLU, 4x in time, as XSTNet (Ye et al., Interspeech
+  2021) and Chimera (Han et al., Findings of ACL 2021) put on top of wav2vec2 (fairseq's Conv1dSubsampler).
+- `CTCShrink`: CTC-guided merging, as COSTT (Dong et al., AAAI 2021, "Consecutive Decoding for Speech-to-text
+  Translation") and LUT (Dong et al., AAAI 2021, "Listen, Understand and Translate"): the CTC argmax label of
+  every frame; blank frames are dropped; each run of one non-blank label becomes one vector (its first frame,
+  or the mean of its frames). An utterance with no non-blank frame keeps one vector (its first frame, or the
+  mean of all its frames). Vectorised over batch and time; the CTC loss on the transcript trains the head.
+
+Both map an EncoderOutput to an EncoderOutput with new x and lengths, keeping the CTC logits and their
+(acoustic) lengths for the CTC loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.models.encoders.base import EncoderOutput
+from speechmt.models.subsampling import Conv1dSubsampler
+
+SHRINK_MODES = ("mean", "first")
+
+
+class Shrink(Protocol):
+    """EncoderOutput (x (B, T, D), lengths) -> EncoderOutput (x (B, T', D), lengths'), CTC fields kept."""
+
+    def __call__(self, enc: EncoderOutput) -> EncoderOutput: ...
+
+
+class ConvShrink(nn.Module):
+    """Stride-2 Conv1d + GLU layers, one per kernel (default two of kernel 5): T' = ceil(T / 4)."""
+
+    def __init__(self, dim: int, channels: int, kernels: tuple[int, ...] = (5, 5)):
+        super().__init__()
+        self.convs = Conv1dSubsampler(dim, channels, dim, kernels)
+
+    def output_lengths(self, lengths: Tensor) -> Tensor:
+        return self.convs.output_lengths(lengths)
+
+    def forward(self, enc: EncoderOutput) -> EncoderOutput:
+        """x (B, T, D), lengths (B,) -> x (B, T', D) (padded frames zero), lengths (B,)."""
+        return _shrunk(enc, *self.convs(enc.x, enc.lengths))
+
+
+def _shrunk(enc: EncoderOutput, x: Tensor, lengths: Tensor) -> EncoderOutput:
+    """`enc` with shrunk states; CTC logits (if any) keep the acoustic lengths."""
+    ctc_lengths = None if enc.ctc_logits is None else enc.ctc_logit_lengths
+    return replace(enc, x=x, lengths=lengths, ctc_lengths=ctc_lengths)
+
+
+def ctc_segments(ctc_logits: Tensor, lengths: Tensor, blank_id: int) -> tuple[Tensor, Tensor]:
+    """The CTC segment of every frame: runs of one non-blank argmax label, numbered from 0 per utterance.
+
+    ctc_logits (B, T, V), lengths (B,) -> segment ids (B, T) int64 (-1 for blank and padded frames) and the
+    number of segments per utterance (B,) (0 for an utterance whose frames are all blank).
+    """
+    labels = ctc_logits.argmax(-1)  # (B, T)
+    keep = (labels != blank_id) & ~lengths_to_padding_mask(lengths, labels.size(1))
+    starts = keep & (labels != _shift_right(labels, blank_id))  # a new label, or a label after a blank
+    ids = starts.long().cumsum(1) - 1  # (B, T): the segment each frame belongs to
+    return ids.masked_fill(~keep, -1), starts.sum(1)
+
+
+def _shift_right(t: Tensor, fill: int) -> Tensor:
+    """(B, T) -> (B, T) holding t[:, i - 1] at i, and `fill` at 0."""
+    return F.pad(t[:, :-1], (1, 0), value=fill)
+
+
+def merge_segments(x: Tensor, segments: Tensor, counts: Tensor, lengths: Tensor, mode: str) -> tuple[Tensor, Tensor]:
+    """One vector per segment: the mean of its frames ("mean") or its first frame ("first").
+
+    x (B, T, D), segments (B, T) from `ctc_segments`, counts (B,) segments per row, lengths (B,) frames per
+    row. A row with no segment becomes one vector from all its frames. Returns x (B, S, D) with S the largest
+    count (at least 1; padded vectors zero) and the new lengths (B,).
+    """
+    if mode not in SHRINK_MODES:
+        raise ValueError(f"unknown shrink mode {mode!r}; expected one of {', '.join(SHRINK_MODES)}")
+    empty = counts == 0
+    valid = ~lengths_to_padding_mask(lengths, x.size(1))
+    segments = torch.where(empty[:, None] & valid, 0, segments)  # an all-blank row is one segment
+    new_lengths = torch.where(empty, 1, counts)
+    batch, _, dim = x.shape
+    width = max(int(new_lengths.max()), 1) if batch else 1
+    slots = torch.arange(batch, device=x.device)[:, None] * width + segments  # (B, T) flat output index
+    kept = segments >= 0
+    if mode == "mean":
+        index = slots[kept]  # (N,) for the N kept frames
+        sums = x.new_zeros(batch * width, dim).index_add(0, index, x[kept])
+        sizes = x.new_zeros(batch * width).index_add(0, index, x.new_ones(index.shape))
+        merged = sums / sizes.clamp(min=1)[:, None]
+    else:
+        first = kept & (segments != _shift_right(segments, -1))
+        merged = x.new_zeros(batch * width, dim).index_put((slots[first],), x[first])
+    return merged.view(batch, width, dim), new_lengths
+
+
+class CTCShrink(nn.Module):
+    """CTC-guided merging of acoustic states (COSTT / LUT); needs the model's CTC logits. No parameters."""
+
+    def __init__(self, blank_id: int = 4, mode: str = "mean"):
+        super().__init__()
+        if mode not in SHRINK_MODES:
+            raise ValueError(f"unknown shrink mode {mode!r}; expected one of {', '.join(SHRINK_MODES)}")
+        self.blank_id, self.mode = blank_id, mode
+
+    def forward(self, enc: EncoderOutput) -> EncoderOutput:
+        """x (B, T, D), lengths, ctc_logits (B, T, V) -> x (B, S, D) one vector per CTC segment, lengths (B,)."""
+        if enc.ctc_logits is None:
+            raise ValueError("the ctc shrink needs CTC logits: build the model with ctc=True")
+        segments, counts = ctc_segments(enc.ctc_logits, enc.lengths, self.blank_id)
+        return _shrunk(enc, *merge_segments(enc.x, segments, counts, enc.lengths, self.mode))
+
+
+def build_shrink(kind: str, dim: int, channels: int, kernel: int, blank_id: int, mode: str) -> Shrink | None:
+    """The shrink a model config names: "none" (None), "conv" or "ctc"."""
+    if kind == "none":
+        return None
+    if kind == "conv":
+        return ConvShrink(dim, channels, (kernel, kernel))
+    if kind == "ctc":
+        return CTCShrink(blank_id, mode)
+    raise ValueError(f"unknown shrink {kind!r}; expected 'none', 'conv' or 'ctc'")

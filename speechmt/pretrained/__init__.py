@@ -1,0 +1,47 @@
+"""The model shipped inside the package, and `export_model` that makes such a file from a checkpoint.
+
+`speechmt translate audio.wav` with no `--model` uses DEFAULT_MODEL: the baseline trained on MuST-C-mini
+full (English -> German, synthetic speech); MODEL_CARD.md beside it says how it was trained and on what.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from speechmt.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.pt")
+INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_start")
+
+
+def default_model_path() -> Path:
+    """The bundled model's path; CheckpointError (one line) when this installation lacks it."""
+    if not DEFAULT_MODEL.is_file():
+        raise CheckpointError(f"{DEFAULT_MODEL}: the bundled default model is missing from this installation; "
+                              "pass --model CHECKPOINT")
+    return DEFAULT_MODEL
+
+
+def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bool = True,
+                 provenance: dict | None = None) -> dict:
+    """Writes an inference-only copy of `checkpoint` to `out`: what `load_model` needs (no optimiser or
+    training state), floating-point weights in float16 when `half`. Returns {"params", "bytes"}.
+
+    float16 weights are cast back to float32 when loaded; `provenance` (commands, data) is stored as-is.
+    """
+    state = load_checkpoint(checkpoint)
+    missing = [k for k in ("model_config", "model", "tokenizers", "features") if k not in state]
+    if missing:
+        raise CheckpointError(f"{checkpoint}: cannot export, the checkpoint lacks {', '.join(missing)}")
+    slim = {k: state[k] for k in INFERENCE_KEYS if k in state}
+    cast = torch.float16 if half else None
+    slim["model"] = {k: v.to(cast) if cast is not None and v.is_floating_point() else v
+                     for k, v in state["model"].items()}
+    if provenance:
+        slim["provenance"] = provenance
+    save_checkpoint(out, slim)
+    params = sum(v.numel() for v in slim["model"].values() if v.is_floating_point())
+    return {"params": params, "bytes": Path(out).stat().st_size}
