@@ -159,7 +159,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from speechmt.evaluation.benchmark import BenchmarkConfig, benchmark_markdown, run_benchmark, write_benchmark
 
-    cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model), peers=tuple(args.peer),
+    cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model),
+                          cascades=tuple(tuple(c) for c in args.cascade), peers=tuple(args.peer),
                           compare=tuple(args.compare), names=tuple(args.name), beam=args.beam,
                           max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device,
                           edges=tuple(args.buckets))
@@ -292,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "ASR), times the checkpoints (RTF, throughput), and writes benchmark.json, "
                            "benchmark.md, PNG plots and hyp.<system>.txt into --out.")
     bench.add_argument("--model", action="append", default=[], help="checkpoint to decode; repeat to compare")
+    bench.add_argument("--cascade", nargs=2, action="append", default=[], metavar=("ASR", "MT"),
+                       help="an ASR checkpoint and an MT checkpoint decoded as one cascade system; repeatable")
     bench.add_argument("--peer", action="append", default=[],
                        help="peer hypotheses JSON (format: speechmt/evaluation/benchmark.py); repeatable")
     bench.add_argument("--compare", action="append", default=[],

@@ -61,6 +61,7 @@ class BenchmarkConfig:
     data: str
     split: str
     models: tuple[str, ...] = ()
+    cascades: tuple[tuple[str, str], ...] = ()  # (ASR checkpoint, MT checkpoint) pairs
     peers: tuple[str, ...] = ()
     compare: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
@@ -228,6 +229,31 @@ def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkC
     return row, hyps
 
 
+def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: BenchmarkConfig,
+                      commit: str | None) -> tuple[SystemResult, list[str]]:
+    """The ASR -> MT cascade as one system: transcribe, then translate the transcripts, both timed."""
+    import time
+
+    from speechmt.decoding.cascade import check_cascade, translate_texts
+    from speechmt.decoding.translate import load_model
+
+    asr, mt = load_model(asr_path, cfg.device), load_model(mt_path, cfg.device)
+    check_cascade(asr, mt)
+    _, transcripts, asr_seconds = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
+                                               cfg.max_tokens, len(records))
+    start = time.perf_counter()
+    hyps = translate_texts(mt, transcripts, mt.decode_options(cfg.beam))
+    seconds = asr_seconds + time.perf_counter() - start
+    params = sum(p.numel() for m in (asr, mt) for p in m.model.parameters())
+    row = _score_system("st", hyps, records, cfg.edges, name=f"cascade {_default_name(asr_path)} -> "
+                        f"{_default_name(mt_path)}", kind="model", source=f"{asr_path} -> {mt_path}", params=params,
+                        timed_utterances=len(records), decode_seconds=seconds,
+                        audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
+                        threads=torch.get_num_threads(), device=str(asr.device), commit=commit,
+                        notes="ASR transcripts translated by the MT model")
+    return row, hyps
+
+
 def _read_json(path: str, what: str) -> dict[str, Any]:
     try:
         d = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -339,8 +365,8 @@ def _unique_names(rows: list[SystemResult]) -> None:
 
 def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]]:
     """Scores (and times) every system of `cfg`; returns the benchmark and the hypotheses per system name."""
-    if not (cfg.models or cfg.peers or cfg.compare):
-        raise BenchmarkError("nothing to benchmark: give --model, --peer or --compare")
+    if not (cfg.models or cfg.cascades or cfg.peers or cfg.compare):
+        raise BenchmarkError("nothing to benchmark: give --model, --cascade, --peer or --compare")
     if len(cfg.names) > len(cfg.models):
         raise BenchmarkError(f"{len(cfg.names)} names for {len(cfg.models)} models")
     if cfg.limit is not None and cfg.limit < 1:
@@ -357,6 +383,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
     earlier = [row for p in cfg.compare for row in compared_rows(p, ids, cfg.edges)]
     names = list(cfg.names) + [_default_name(m) for m in cfg.models[len(cfg.names):]]
     models = [benchmark_model(m, n, records, cfg, commit) for m, n in zip(cfg.models, names)]
+    models += [benchmark_cascade(asr, mt, records, cfg, commit) for asr, mt in cfg.cascades]
     rows = [r for r, _ in models + peers] + earlier
     _unique_names(rows)
     hyps = {row.name: h for row, (_, h) in zip(rows, models + peers)}

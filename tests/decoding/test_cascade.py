@@ -74,3 +74,14 @@ def test_cascade_rejects_models_in_the_wrong_roles(pair):
 def test_evaluate_needs_model_or_cascade(tmp_path, capsys):
     assert main(["evaluate", "--data", str(tmp_path), "--split", "test"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt: error: evaluate needs either --model M or --cascade ASR MT"
+
+
+@pytest.mark.slow
+def test_benchmark_scores_the_cascade_as_one_system(pair, tiny_data, tmp_path, capsys):
+    assert main(["benchmark", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
+                 "--out", str(tmp_path / "b")]) == 0
+    (row,) = json.loads((tmp_path / "b/benchmark.json").read_text())["systems"]
+    asr, mt = (load_model(p) for p in pair)
+    assert row["task"] == "st" and row["n"] == 6 and row["metrics"]["BLEU"]["score"] == pytest.approx(100.0)
+    assert row["params"] == sum(p.numel() for m in (asr, mt) for p in m.model.parameters())
+    assert row["name"].startswith("cascade ")
