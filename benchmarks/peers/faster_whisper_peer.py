@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> dict:
     hyps = decode(model, waves, args.task, args.language, args.beam, args.fallback)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     return {
-        "system": f"faster-whisper base ({args.compute_type})",
+        "system": f"faster-whisper base ({args.compute_type}{', transcribe' if args.task == 'transcribe' else ''})",
         "params": WHISPER_BASE_PARAMS,
         "task": TASKS[args.task],
         "split": args.split,

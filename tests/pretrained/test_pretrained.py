@@ -1,0 +1,97 @@
+"""The bundled default model loads from the package alone and translates the example clips as recorded;
+`export_model` keeps what inference needs, in float16, and the exported model decodes as the original."""
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+import speechmt.pretrained as pretrained
+from speechmt import load_model, translate
+from speechmt.cli import main
+from speechmt.models.translator import count_parameters
+from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model
+from speechmt.training.checkpoint import load_checkpoint
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def _expected() -> dict[str, str]:
+    """file -> the bundled model's recorded translation (examples/default_model_outputs.tsv)."""
+    with open(EXAMPLES / "default_model_outputs.tsv", encoding="utf-8") as f:
+        return {row["file"]: row["translation"] for row in csv.DictReader(f, delimiter="\t")}
+
+
+def test_default_model_is_bundled_small_and_loads_as_float32():
+    path = default_model_path()
+    assert path == DEFAULT_MODEL and path.stat().st_size <= 25 * 10**6
+    state = load_checkpoint(path)
+    assert "train_state" not in state and "optimizer" not in state
+    assert all(v.dtype == torch.float16 for v in state["model"].values() if v.is_floating_point())
+    lm = load_model(path)
+    assert lm.task == "st" and lm.tag == "<de>" and lm.fbank.num_mel_bins == 80
+    assert all(p.dtype == torch.float32 for p in lm.model.parameters())
+    assert count_parameters(lm.model) == sum(v.numel() for v in state["model"].values() if v.is_floating_point())
+    assert state["provenance"]["data"].startswith("MuST-C-mini full")
+
+
+def test_default_model_translates_the_examples_as_recorded():
+    expected = _expected()
+    lm = load_model(default_model_path())
+    results = translate(lm, [EXAMPLES / f for f in expected], beam=5)
+    assert {Path(r.source).name: r.text for r in results} == expected
+
+
+def test_cli_translate_uses_the_default_model(capsys):
+    clip = sorted(_expected())[0]
+    assert main(["translate", str(EXAMPLES / clip), "--timing"]) == 0
+    file, text, timing = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert file == str(EXAMPLES / clip) and text == _expected()[clip] and timing.endswith("s of audio")
+
+
+def test_missing_default_model_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(pretrained, "DEFAULT_MODEL", tmp_path / "gone.pt")
+    assert main(["translate", str(EXAMPLES / sorted(_expected())[0])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"speechmt: error: {tmp_path / 'gone.pt'}: the bundled default model is missing from this "
+                   "installation; pass --model CHECKPOINT")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, tiny_data):
+    """A tiny ST checkpoint trained for 4 updates (with optimiser and training state)."""
+    from speechmt.config import save_config
+    from tests.helpers import tiny_config
+
+    exp = tmp_path_factory.mktemp("exp")
+    cfg = tiny_config(tiny_data, exp, max_updates=4, valid_decode=False)
+    save_config(cfg, exp / "conf.yaml")
+    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
+    return exp / "checkpoint_last.pt"
+
+
+def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny_data):
+    info = export_model(tiny_checkpoint, tmp_path / "m.pt", provenance={"data": "replica"})
+    full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m.pt")
+    assert "train_state" in full and "train_state" not in slim and slim["provenance"] == {"data": "replica"}
+    assert info["params"] == sum(v.numel() for v in full["model"].values() if v.is_floating_point())
+    for k, v in full["model"].items():
+        assert torch.equal(slim["model"][k], v.half() if v.is_floating_point() else v)
+    a, b = load_model(tiny_checkpoint), load_model(tmp_path / "m.pt")
+    feats = torch.randn(2, 60, 80)
+    lengths = torch.tensor([60, 41])
+    with torch.no_grad():
+        ea, eb = a.model.encode_speech(feats, lengths), b.model.encode_speech(feats, lengths)
+        assert (ea.x - eb.x).abs().max() < 2e-2
+        prefix = torch.tensor([[2, 5, 9, 11], [2, 7, 7, 3]])
+        la, lb = a.model.decode(prefix, ea), b.model.decode(prefix, eb)
+    assert la.shape == (2, 4, a.model.config.tgt_vocab_size)
+    assert (la.log_softmax(-1) - lb.log_softmax(-1)).abs().max() < 5e-2  # float16 rounding of the weights only
+
+
+def test_cli_export_fp32_is_exact(tiny_checkpoint, tmp_path, capsys):
+    assert main(["export", str(tiny_checkpoint), "--out", str(tmp_path / "m32.pt"), "--fp32"]) == 0
+    assert "float32 weights, inference only" in capsys.readouterr().out
+    full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m32.pt")
+    assert all(torch.equal(slim["model"][k], v) for k, v in full["model"].items())
