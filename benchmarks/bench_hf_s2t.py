@@ -10,23 +10,26 @@ FFN 2048, two conv layers of 1024 channels). `--weights trained` (the default wh
 exists) makes its decoding realistic: it holds a trained speechmt ST model (by default the MuST-C-mini
 recipe's, 6/3 layers, FFN 1024, 256 conv channels), padded out to those dimensions: the trained weights
 sit in the leading rows and columns, the rest are Hugging Face's seeded random initialisation, with the
-trained GLU gates moved to their half of the first conv. Its vocabulary and `<de>` tag are the trained
+trained GLU gates moved to their half of the first conv. Its vocabulary and target tag are the trained
 model's. Decoding then ends in EOS at the lengths the trained model gives (the random parts shift its
-states a little). `--weights random` is all seeded random initialisation with the same vocabulary; the
-EOS output row then points where the decoder states move along the positions (`eos_row`), so that
-hypotheses end after about 15 tokens instead of running to the maximum length or stopping at once. The decoder starts from <s>, then the tag: speechmt feeds it as a
-prefix, HF as `decoder_input_ids`, so both normalise by the generated tokens plus EOS.
+states a little). `--weights random` is all seeded random initialisation with the recipe's vocabulary;
+the EOS output row then points where the decoder states move along the positions (`eos_row`), so that
+hypotheses end after about 15 tokens instead of running to the maximum length or stopping at once.
+The decoder starts from <s>, then the tag: speechmt feeds it as a prefix, HF as `decoder_input_ids`, so
+both normalise by the generated tokens plus EOS.
 
 Both decode the same features: the split's stored fbank with the model's utterance CMVN, padded with
 zeros, sorted by length and cut into batches. Search: beam 5, length penalty 1, 5 finished hypotheses end
 an utterance (HF `early_stopping=True`), at least one token, pad and <s> banned, at most `--max-len`
 tokens before EOS for every utterance (speechmt max_len_a 0, max_len_b N, where it forces EOS; HF
 max_new_tokens N + 1; the limit is not reached with the trained weights). Timed: encoder and search, from
-features to token ids, under torch.inference_mode; the two alternate, which goes first alternating too;
-medians over `--repeats` of wall seconds and of process CPU seconds (all threads; on a shared machine
-the CPU ratio is the steadier one). HF's Speech2Text encoder lets padding into the last frames of shorter
-utterances of a batch (speechmt's zeroes it), so batched HF hypotheses can differ from speechmt's;
-each difference is checked against HF's hypothesis for that utterance alone (the batch-1 run).
+features to token ids, under torch.inference_mode. Each encoder is also timed alone over the same
+batches: it is the same work in both, and "search only" compares the rest (total minus encoder). The
+four runs take turns, in reversed order every other repeat; medians over `--repeats` of wall seconds
+and of process CPU seconds (all threads; on a shared machine the CPU ratio can be the steadier one).
+HF's Speech2Text encoder lets padding into the last frames of shorter utterances of a batch (speechmt's
+zeroes it), so batched HF hypotheses can differ from speechmt's; each difference is checked against HF's
+hypothesis for that utterance alone (the batch-1 run).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import read_manifest
 from speechmt.decoding.search import DecodeOptions, beam_search
 from speechmt.decoding.translate import LoadedModel, load_model
-from speechmt.interop.hf_s2t import _rename, import_hf_s2t
+from speechmt.interop.hf_s2t import _rename, import_hf_s2t  # _rename: HF parameter name -> ours
 from speechmt.tokenizer import Tokenizer
 from speechmt.training.checkpoint import load_checkpoint
 
@@ -158,7 +161,9 @@ def build_hf_model(out: Path, weights: str, trained: Path, seed: int) -> Path:
         else:
             model.lm_head.weight[HF_EOS] = eos_row(model, torch.Generator().manual_seed(seed))
     model.generation_config.decoder_start_token_id = HF_BOS
-    model.generation_config.forced_bos_token_id = hf_tok.convert_tokens_to_ids(hf_tag("<de>"))  # for import-hf
+    tag = ckpt.get("decoder_tag") if ckpt is not None else "<de>"
+    if tag:  # import-hf reads the target tag from here
+        model.generation_config.forced_bos_token_id = hf_tok.convert_tokens_to_ids(hf_tag(tag))
     model.save_pretrained(out)
     hf_tok.save_pretrained(out)
     Speech2TextFeatureExtractor().save_pretrained(out)
@@ -204,6 +209,22 @@ def decode_hf(hf: Speech2TextForConditionalGeneration, feats: list[Tensor], batc
             row = row[len(prompt):]
             out[i] = [from_hf[t] for t in row[: row.index(HF_EOS) if HF_EOS in row else len(row)]]
     return out
+
+
+def encode_ours(lm: LoadedModel, feats: list[Tensor], batches: list[list[int]]) -> list[list[int]]:
+    """speechmt's encoder alone over the batches (the part of decoding that is the same work in both)."""
+    for batch in batches:
+        lm.model.encode_speech(*collate_sequences([feats[i] for i in batch]))
+    return []
+
+
+def encode_hf(hf: Speech2TextForConditionalGeneration, feats: list[Tensor],
+              batches: list[list[int]]) -> list[list[int]]:
+    """HF's encoder alone over the batches, as generate runs it."""
+    for batch in batches:
+        x, lengths = collate_sequences([feats[i] for i in batch])
+        hf.get_encoder()(x, attention_mask=(torch.arange(x.size(1))[None] < lengths[:, None]).long())
+    return []
 
 
 def hf_generation_config(max_len: int, beam: int) -> GenerationConfig:
@@ -253,14 +274,16 @@ def main() -> None:
     prompt = [hf_ids[options.bos_id], *(hf_ids[t] for t in options.prefix)]
     config = hf_generation_config(args.max_len, args.beam)
     runners = {"speechmt": lambda b: decode_ours(lm, feats, b, options),
-               "hf": lambda b: decode_hf(hf, feats, b, config, prompt, from_hf)}
+               "hf": lambda b: decode_hf(hf, feats, b, config, prompt, from_hf),
+               "speechmt_encoder": lambda b: encode_ours(lm, feats, b), "hf_encoder": lambda b: encode_hf(hf, feats, b)}
     rows = [measure(runners, length_batches(feats, size), size, args.repeats) for size in args.batch_sizes]
     report(rows, feats, args, weights)
 
 
 def measure(runners: dict[str, Callable[[list[list[int]]], list[list[int]]]], batches: list[list[int]],
             size: int, repeats: int) -> dict:
-    """Alternating timed runs of both decoders: wall and CPU seconds of each run, and the hypotheses."""
+    """Alternating timed runs of each runner (in turn, the order reversed every other repeat): wall and
+    CPU seconds of each run, and the hypotheses."""
     for run in runners.values():  # warm-up: one batch each
         timed(lambda: run(batches[:1]))
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -279,8 +302,8 @@ def report(rows: list[dict], feats: list[Tensor], args: argparse.Namespace, weig
     """Prints the table (and writes --json): medians, ratio, identical hypotheses, padding-leak check."""
     alone = next((r["hyps"]["hf"] for r in rows if r["batch_size"] == 1), None)
     n = len(feats)
-    lines = ["| batch | speechmt s | HF s | HF / speechmt | CPU s: speechmt, HF, ratio | identical |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| batch | speechmt s | HF s | HF / speechmt | CPU s: speechmt, HF, ratio | encoder s: speechmt, HF "
+             "| search only: HF / speechmt | identical |", "|---|---|---|---|---|---|---|---|"]
     results = []
     for r in rows:
         ours, theirs = r["hyps"]["speechmt"], r["hyps"]["hf"]
@@ -289,12 +312,16 @@ def report(rows: list[dict], feats: list[Tensor], args: argparse.Namespace, weig
         leak = None if alone is None or r["batch_size"] == 1 else sum(ours[i] == alone[i] for i in differ)
         t_ours, t_hf = statistics.median(r["times"]["speechmt"]), statistics.median(r["times"]["hf"])
         c_ours, c_hf = statistics.median(r["cpu"]["speechmt"]), statistics.median(r["cpu"]["hf"])
+        e_ours, e_hf = statistics.median(r["times"]["speechmt_encoder"]), statistics.median(r["times"]["hf_encoder"])
+        search = (t_hf - e_hf) / (t_ours - e_ours)
         lines.append(f"| {r['batch_size']} | {t_ours:.2f} | {t_hf:.2f} | {t_hf / t_ours:.2f} | "
-                     f"{c_ours:.2f}, {c_hf:.2f}, {c_hf / c_ours:.2f} | {same}/{n} |")
+                     f"{c_ours:.2f}, {c_hf:.2f}, {c_hf / c_ours:.2f} | {e_ours:.2f}, {e_hf:.2f} | {search:.2f} | "
+                     f"{same}/{n} |")
         results.append({"batch_size": r["batch_size"], "speechmt_s": r["times"]["speechmt"], "hf_s": r["times"]["hf"],
                         "speechmt_cpu_s": r["cpu"]["speechmt"], "hf_cpu_s": r["cpu"]["hf"],
                         "speechmt_median_s": t_ours, "hf_median_s": t_hf, "ratio": t_hf / t_ours,
-                        "cpu_ratio": c_hf / c_ours,
+                        "cpu_ratio": c_hf / c_ours, "speechmt_encoder_s": r["times"]["speechmt_encoder"],
+                        "hf_encoder_s": r["times"]["hf_encoder"], "search_only_ratio": search,
                         "identical": same, "n": n, "differing": differ, "differing_equal_to_hf_alone": leak,
                         "speechmt_hyps": ours, "hf_hyps": theirs})
     lengths = [len(h) for h in rows[0]["hyps"]["speechmt"]]

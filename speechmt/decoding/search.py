@@ -120,13 +120,15 @@ def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions 
 
 @dataclass
 class _Beams:
-    """Search state of the N utterances still searched, K beams each; rows are n * K + k."""
+    """Search state of the N utterances still searched: `width` rows each (1 at first, the empty
+    hypothesis; K after), row n * width + k. Scores are kept for K beams; those beyond the width are -inf."""
 
     alive: Tensor  # (N,) indices of the utterances
     scores: Tensor  # (N, K) sum log-prob of each beam
-    history: Tensor  # (N * K, t) tokens generated so far
-    enc: EncoderOutput  # (N * K, ...) rows
-    cache: DecoderCache
+    history: Tensor  # (N * width, t) tokens generated so far
+    enc: EncoderOutput  # (N, ...): one row per utterance, shared by its beams
+    cache: DecoderCache  # group = width
+    width: int
 
 
 class BeamSearch:
@@ -143,9 +145,9 @@ class BeamSearch:
         if not finished:
             return []
         beams = self._start(enc)
-        inputs = start_tokens(self.options, beams.history.size(0), enc.x.device)
+        inputs = start_tokens(self.options, len(finished), enc.x.device)
         for step in range(int(max_lens.max()) + 1):
-            lprobs = self._log_probs(beams, inputs, step, max_lens[beams.alive])  # (N, K, V)
+            lprobs = self._log_probs(beams, inputs, step, max_lens[beams.alive])  # (N, width, V)
             cand_scores, cand_beams, cand_tokens = self._candidates(beams.scores, lprobs)  # each (N, 2K)
             self._finish(finished, beams, cand_scores, cand_beams, cand_tokens, step)
             searching = self._searching(finished, beams.alive, step, max_lens)  # (N,)
@@ -157,23 +159,23 @@ class BeamSearch:
         return [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[:n] for hyps in finished]
 
     def _start(self, enc: EncoderOutput) -> _Beams:
-        """K copies of every utterance; only beam 0 is live at first (the others score -inf)."""
+        """One row per utterance (the empty hypothesis: beam 0; the other K - 1 score -inf)."""
         b, device = enc.lengths.size(0), enc.x.device
         scores = torch.full((b, self.k), float("-inf"), device=device)
         scores[:, 0] = 0.0
-        history = torch.empty(b * self.k, 0, dtype=torch.long, device=device)
-        rows = torch.arange(b, device=device).repeat_interleave(self.k)
-        expanded = EncoderOutput(enc.x, enc.lengths).select(rows)  # CTC logits are not needed here
-        return _Beams(torch.arange(b, device=device), scores, history, expanded, self.model.new_cache())
+        history = torch.empty(b, 0, dtype=torch.long, device=device)
+        memory = EncoderOutput(enc.x, enc.lengths)  # CTC logits are not needed here
+        return _Beams(torch.arange(b, device=device), scores, history, memory, self.model.new_cache(), 1)
 
     def _log_probs(self, beams: _Beams, inputs: Tensor, step: int, max_lens: Tensor) -> Tensor:
-        """(N * K, U) new inputs -> constrained next-token log-probs (N, K, V); max_lens (N,)."""
+        """(N * width, U) new inputs -> constrained next-token log-probs (N, width, V); max_lens (N,)."""
         lprobs = next_log_probs(self.model, inputs, beams.enc, beams.cache)
-        lprobs = constrain(lprobs, step, max_lens.repeat_interleave(self.k), self.options)
-        return lprobs.view(-1, self.k, lprobs.size(-1))
+        lprobs = constrain(lprobs, step, max_lens.repeat_interleave(beams.width), self.options)
+        return lprobs.view(-1, beams.width, lprobs.size(-1))
 
     def _candidates(self, scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The 2K best (score, beam, token) extensions per utterance, best first; each (N, 2K)."""
+        """The 2K best (score, beam, token) extensions per utterance, best first; each (N, 2K). lprobs
+        (N, width, V) with width 1 (the first step) stands for all K beams (those beyond 0 score -inf)."""
         vocab = lprobs.size(-1)
         total = (scores[:, :, None] + lprobs).view(scores.size(0), -1)  # (N, K, V) -> (N, K * V)
         cand_scores, flat = total.topk(2 * self.k, dim=1)
@@ -181,14 +183,15 @@ class BeamSearch:
 
     def _finish(self, finished: list[list[Hypothesis]], beams: _Beams, cand_scores: Tensor,
                 cand_beams: Tensor, cand_tokens: Tensor, step: int) -> None:
-        """Sets aside the EOS candidates among each utterance's top K, up to K hypotheses per utterance."""
+        """Sets aside the EOS candidates among each utterance's top K, up to K hypotheses per utterance.
+        A finite score comes from a beam within the width."""
         top = slice(0, self.k)
         ends = (cand_tokens[:, top] == self.options.eos_id) & cand_scores[:, top].isfinite()  # (N, K)
         for n, j in ends.nonzero().tolist():
             utt = int(beams.alive[n])
             if len(finished[utt]) < self.k:
                 score = float(cand_scores[n, j])
-                tokens = beams.history[n * self.k + int(cand_beams[n, j])].tolist()
+                tokens = beams.history[n * beams.width + int(cand_beams[n, j])].tolist()
                 finished[utt].append(Hypothesis(tokens, score, score / (step + 1) ** self.options.len_penalty))
 
     def _searching(self, finished: list[list[Hypothesis]], alive: Tensor, step: int, max_lens: Tensor) -> Tensor:
@@ -198,20 +201,21 @@ class BeamSearch:
 
     def _advance(self, beams: _Beams, searching: Tensor, cand_scores: Tensor, cand_beams: Tensor,
                  cand_tokens: Tensor) -> _Beams:
-        """Keeps the first K non-EOS candidates of the utterances still searched; reorders the cache."""
+        """Keeps the first K non-EOS candidates of the utterances still searched; reorders the cache (its
+        cross-attention rows only when utterances leave)."""
         kept = searching.nonzero()[:, 0]  # (N',)
         is_eos = (cand_tokens[kept] == self.options.eos_id).long()
         order = (is_eos * cand_tokens.size(1) + torch.arange(cand_tokens.size(1), device=kept.device))
         pick = order.argsort(dim=1)[:, : self.k]  # (N', K): first K non-EOS candidates, in rank order
-        rows = (kept[:, None] * self.k + cand_beams[kept].gather(1, pick)).flatten()  # (N' * K,)
+        # a candidate of a beam beyond the width scores -inf (dead): any row of its utterance serves
+        beam = cand_beams[kept].gather(1, pick).clamp(max=beams.width - 1)
+        rows = (kept[:, None] * beams.width + beam).flatten()  # (N' * K,)
         tokens = cand_tokens[kept].gather(1, pick).flatten()
         shrink = kept.numel() < searching.numel()
-        beams.cache.reorder(rows, cross=shrink)
-        enc = beams.enc
-        if shrink:  # the K rows of each utterance left hold the same encoder output
-            enc = enc.select((kept[:, None] * self.k + torch.arange(self.k, device=kept.device)).flatten())
+        beams.cache.regroup(rows, kept if shrink else None, self.k)
+        enc = beams.enc.select(kept) if shrink else beams.enc
         history = torch.cat([beams.history[rows], tokens[:, None]], dim=1)
-        return _Beams(beams.alive[kept], cand_scores[kept].gather(1, pick), history, enc, beams.cache)
+        return _Beams(beams.alive[kept], cand_scores[kept].gather(1, pick), history, enc, beams.cache, self.k)
 
 
 def beam_search(model: Translator, enc: EncoderOutput,

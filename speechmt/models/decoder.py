@@ -21,26 +21,35 @@ from speechmt.models.layers import (
 
 @dataclass
 class DecoderCache:
-    """Per-layer self- and cross-attention keys/values, and `offset`: the steps decoded so far.
-
-    Cross-attention keys/values are projected from the encoder output on the first call and reused after.
-    """
+    """Per-layer self- and cross-attention keys/values, `offset`: the steps decoded so far, and `group`:
+    the decoder rows per memory row (beam search: the beams of one utterance share its encoder output,
+    and its cross-attention keys/values, which are projected once from it on the first call)."""
 
     layers: list[LayerCache] = field(default_factory=list)
     offset: int = 0
+    group: int = 1
 
     @classmethod
     def empty(cls, n_layers: int) -> "DecoderCache":
         return cls([LayerCache() for _ in range(n_layers)])
 
     def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Keeps batch rows `index` (B',) LongTensor, in that order (beam search: the selected beams).
+        """Keeps batch rows `index` (B',) LongTensor, in that order, with one memory row per decoder row.
 
         `cross=False` leaves the cross-attention keys/values as they are: right (and cheaper) when `index`
         only moves rows among beams of one utterance, whose encoder output is the same.
         """
+        if cross and self.group != 1:
+            raise ValueError(f"reorder(cross=True) needs one decoder row per memory row; group is {self.group}")
+        self.regroup(index, index if cross else None, self.group)
+
+    def regroup(self, index: Tensor, memory_index: Tensor | None, group: int) -> None:
+        """Keeps decoder rows `index` (R',) and memory rows `memory_index` (N',; None: all, as they are),
+        each in that order; from now on `group` decoder rows per memory row (R' = N' * group): the
+        memory passed to the decoder must then be those N' rows."""
         for layer in self.layers:
-            layer.reorder(index, cross)
+            layer.reorder(index, memory_index)
+        self.group = group
 
 
 class TransformerDecoder(nn.Module):
@@ -59,15 +68,18 @@ class TransformerDecoder(nn.Module):
 
     def forward(self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor,
                 cache: DecoderCache | None = None) -> Tensor:
-        """tokens (B, U): all positions, or with a cache only the new ones; memory (B, S, D), memory_lengths
-        (B,) -> logits (B, U, V). A cache is updated in place (keys/values appended, offset advanced)."""
-        offset = cache.offset if cache is not None else 0
+        """tokens (B, U): all positions, or with a cache only the new ones; memory (B / group, S, D),
+        memory_lengths (B / group,), with the cache's `group` (1 without a cache) -> logits (B, U, V).
+        A cache is updated in place (keys/values appended, offset advanced)."""
+        offset, group = (cache.offset, cache.group) if cache is not None else (0, 1)
+        if tokens.size(0) != memory.size(0) * group:
+            raise ValueError(f"{tokens.size(0)} decoder rows for {memory.size(0)} memory rows of {group} each")
         n = tokens.size(1)
         x = self.dropout(self.positions(self.embed(tokens) * self.scale, offset))
         self_mask = causal_mask(n, offset, tokens.device) if n > 1 else None
         memory_mask = key_padding_mask(memory_lengths, memory.size(1))
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, memory_mask, self_mask, cache.layers[i] if cache is not None else None)
+            x = layer(x, memory, memory_mask, self_mask, cache.layers[i] if cache is not None else None, group)
         if cache is not None:
             cache.offset += n
         return self.output(self.norm(x))

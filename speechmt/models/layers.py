@@ -95,12 +95,19 @@ class MultiHeadAttention(nn.Module):
         """memory (B, S, D) -> keys and values, each (B, H, S, D/H)."""
         return self._heads(self.k_proj(memory)), self._heads(self.v_proj(memory))
 
-    def attend(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """Queries from x (B, T, D) over k, v (B, H, S, D/H); mask broadcastable to (B, H, T, S) -> (B, T, D)."""
+    def attend(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int = 1) -> Tensor:
+        """Queries from x (N * group, T, D) over k, v (N, H, S, D/H): each `group` consecutive rows of x
+        share one row of keys/values (beam search: the beams of one utterance over its encoder output)
+        and are attended as one row of group * T queries; mask broadcastable to (N, H, group * T, S)
+        -> (N * group, T, D)."""
         p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(self._heads(self.q_proj(x)), k, v, attn_mask=mask, dropout_p=p)
-        b, _, t, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, H, T, D/H) -> (B, T, D)
+        q = self._heads(self.q_proj(x))  # (N * G, H, T, D/H)
+        b, h, t, dh = q.shape
+        if group > 1:  # (N * G, H, T, D/H) -> (N, H, G * T, D/H)
+            q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(b // group, h, group * t, dh)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        out = out.view(b // group, h, group, t, dh).permute(0, 2, 3, 1, 4)  # (N, G, T, H, D/H)
+        return self.out_proj(out.reshape(b, t, h * dh))  # -> (N * G, T, D)
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
         """x (B, T, D) attends over memory (B, S, D) -> (B, T, D)."""
@@ -161,20 +168,24 @@ def transformer_encoder(n_layers: int, dim: int, n_heads: int, ffn_dim: int, dro
     return TransformerEncoder(layers, dim)
 
 
+def _rows(kv: tuple[Tensor, Tensor] | None, index: Tensor) -> tuple[Tensor, Tensor] | None:
+    return None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
+
+
 @dataclass
 class LayerCache:
-    """One decoder layer's cached keys and values, each (B, H, S, D/H): self-attention over the steps
-    so far, cross-attention over the encoder output (projected once)."""
+    """One decoder layer's cached keys and values: self-attention over the steps so far, (B, H, t, D/H);
+    cross-attention over the encoder output, projected once, one row per memory row (N, H, S, D/H)."""
 
     self_kv: tuple[Tensor, Tensor] | None = None
     cross_kv: tuple[Tensor, Tensor] | None = None
 
-    def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Keeps batch rows `index` (B',) of the cached tensors (cross-attention ones only if `cross`)."""
-        if self.self_kv is not None:
-            self.self_kv = (self.self_kv[0].index_select(0, index), self.self_kv[1].index_select(0, index))
-        if cross and self.cross_kv is not None:
-            self.cross_kv = (self.cross_kv[0].index_select(0, index), self.cross_kv[1].index_select(0, index))
+    def reorder(self, index: Tensor, memory_index: Tensor | None = None) -> None:
+        """Keeps self-attention rows `index` (B',) and, if given, cross-attention rows `memory_index`
+        (N',), each in that order."""
+        self.self_kv = _rows(self.self_kv, index)
+        if memory_index is not None:
+            self.cross_kv = _rows(self.cross_kv, memory_index)
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -189,9 +200,10 @@ class TransformerDecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor, self_mask: Tensor | None,
-                cache: LayerCache | None = None) -> Tensor:
-        """x (B, U, D) new positions; memory (B, S, D); memory_mask (B, 1, 1, S); self_mask (U, t + U) or
-        None (no masking); with a cache, keys/values of the t earlier steps come from it -> (B, U, D)."""
+                cache: LayerCache | None = None, group: int = 1) -> Tensor:
+        """x (N * group, U, D) new positions; memory (N, S, D), each row shared by `group` consecutive rows
+        of x; memory_mask (N, 1, 1, S); self_mask (U, t + U) or None (no masking); with a cache, keys/values
+        of the t earlier steps come from it -> (N * group, U, D)."""
         h = self.self_norm(x)
         k, v = self.self_attn.project_kv(h)
         if cache is not None:
@@ -199,7 +211,8 @@ class TransformerDecoderLayer(nn.Module):
                 k, v = torch.cat([cache.self_kv[0], k], dim=2), torch.cat([cache.self_kv[1], v], dim=2)
             cache.self_kv = (k, v)
         x = x + self.dropout(self.self_attn.attend(h, k, v, self_mask))
-        x = x + self.dropout(self.cross_attn.attend(self.cross_norm(x), *self._cross_kv(memory, cache), memory_mask))
+        x = x + self.dropout(self.cross_attn.attend(self.cross_norm(x), *self._cross_kv(memory, cache), memory_mask,
+                                                    group))
         return x + self.dropout(self.ffn(self.ffn_norm(x)))
 
     def _cross_kv(self, memory: Tensor, cache: LayerCache | None) -> tuple[Tensor, Tensor]:

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from speechmt.models import EncoderOutput, build_model, preset
@@ -93,3 +94,28 @@ def test_tied_and_untied_output_projection():
     untied = build_model(preset("tiny", tgt_vocab_size=V, tie_embeddings=False)).decoder
     assert untied.output.weight.data_ptr() != untied.embed.weight.data_ptr()
     assert tied.output.bias is None
+
+
+@torch.no_grad()
+def test_grouped_rows_share_memory_rows():
+    """As beam search decodes: one row per utterance first, then K rows per memory row (group K), then
+    utterances leave; the logits equal those of full recomputation with the memory copied per row."""
+    model, enc, _ = _setup()
+    k = 2
+    tokens = torch.randint(4, V, (3 * k, 8), generator=torch.Generator().manual_seed(1))
+    tokens[:, :2] = tokens[::k, :2].repeat_interleave(k, dim=0)  # the rows of one utterance share a start
+    full = model.decode(tokens, enc.select(torch.arange(3).repeat_interleave(k)))
+    cache = model.new_cache()
+    first = model.decode(tokens[::k, :2], enc, cache)
+    cache.regroup(torch.arange(3).repeat_interleave(k), None, k)
+    steps = [model.decode(tokens[:, t : t + 1], enc, cache) for t in range(2, 5)]
+    assert cache.layers[0].cross_kv[0].shape == (3, 2, 9, 32)  # (N, H, S, D/H): one row per utterance
+    assert (first - full[::k, :2]).abs().max() < 1e-5
+    assert (torch.cat(steps, dim=1) - full[:, 2:5]).abs().max() < 1e-5
+    kept = torch.tensor([2, 0])  # utterance 1 leaves
+    cache.regroup((kept[:, None] * k + torch.arange(k)).flatten(), kept, k)
+    rows = torch.tensor([4, 5, 0, 1])
+    steps = [model.decode(tokens[rows, t : t + 1], enc.select(kept), cache) for t in range(5, 8)]
+    assert (torch.cat(steps, dim=1) - full[rows, 5:8]).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="group is 2"):
+        cache.reorder(torch.tensor([0, 1]))
