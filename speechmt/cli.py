@@ -150,6 +150,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                           args.max_tokens, args.name)
     for score in report.metrics.values():
         print(f"{score.name} = {score.score:.2f}  ({score.signature})")
+    if "memory" in report.extra:
+        m = report.extra["memory"]
+        print(f"decoder memory: {m['mean_memory_length']} vectors for {m['mean_target_tokens']} target tokens "
+              f"on average; {m['memory_per_target_token']} per target token")
     print(f"RTF {report.extra['rtf']}; report in {out}")
     if args.results:
         append_results_row(args.results, report)

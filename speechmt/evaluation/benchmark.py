@@ -41,7 +41,7 @@ import torch
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.evaluation.evaluate import decode_split, references, score
 from speechmt.evaluation.metrics import Score
-from speechmt.evaluation.report import _cell, _utc_now, _write_atomic, git_commit
+from speechmt.evaluation.report import git_commit, table_cell, utc_now, write_text_atomic
 
 DEFAULT_EDGES = (2.0, 4.0, 6.0, 8.0)
 PEER_KEYS = ("system", "params", "task", "split", "ids", "hypotheses", "decode_seconds", "audio_seconds",
@@ -151,7 +151,7 @@ class Benchmark:
     bucket_counts: list[int]
     systems: list[SystemResult]
     machine: dict[str, Any]
-    created: str = field(default_factory=_utc_now)
+    created: str = field(default_factory=utc_now)
 
     def signatures(self) -> dict[str, list[str]]:
         """{metric name: its distinct signatures over all systems}."""
@@ -219,7 +219,7 @@ def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkC
     from speechmt.decoding.translate import load_model
 
     lm = load_model(path, cfg.device)
-    _, hyps, seconds = decode_split(lm, cfg.data, cfg.split, lm.decode_options(cfg.beam), cfg.max_tokens,
+    _, hyps, seconds, _ = decode_split(lm, cfg.data, cfg.split, lm.decode_options(cfg.beam), cfg.max_tokens,
                                     len(records))
     params = sum(p.numel() for p in lm.model.parameters())
     row = _score_system(lm.task, hyps, records, cfg.edges, name=name, kind="model", source=str(path), params=params,
@@ -239,7 +239,7 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
 
     asr, mt = load_model(asr_path, cfg.device), load_model(mt_path, cfg.device)
     check_cascade(asr, mt)
-    _, transcripts, asr_seconds = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
+    _, transcripts, asr_seconds, _ = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
                                                cfg.max_tokens, len(records))
     start = time.perf_counter()
     hyps = translate_texts(mt, transcripts, mt.decode_options(cfg.beam))
@@ -419,9 +419,10 @@ def _main_table(bench: Benchmark) -> list[str]:
              "| device | commit |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in bench.systems:
         scores = [_metric(r, m) for m in ("BLEU", "chrF", "WER", "CER")]
-        cells = [_cell(r.name), r.task, _params(r.params), str(r.n), *scores,
+        cells = [table_cell(r.name), r.task, _params(r.params), str(r.n), *scores,
                  _num(r.rtf, ".4f"), _num(r.utterances_per_second, ".2f"), _num(r.audio_seconds_per_second, ".1f"),
-                 _num(r.beam, "d"), _num(r.threads, "d"), _cell(r.device or _MISSING), _cell(r.commit or _MISSING)]
+                 _num(r.beam, "d"), _num(r.threads, "d"), table_cell(r.device or _MISSING),
+                 table_cell(r.commit or _MISSING)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -433,7 +434,7 @@ def _bucket_table(bench: Benchmark, metric: str) -> list[str]:
     heads = [f"{label} (n={n})" for label, n in zip(bench.bucket_labels, bench.bucket_counts)]
     lines = ["", f"## {metric} by source audio duration", "", "| system | " + " | ".join(heads) + " |",
              "|---|" + "---:|" * len(heads)]
-    lines += ["| " + " | ".join([_cell(r.name)] + [_num(b.score, ".2f") for b in r.buckets]) + " |" for r in rows]
+    lines += ["| " + " | ".join([table_cell(r.name)] + [_num(b.score, ".2f") for b in r.buckets]) + " |" for r in rows]
     return lines
 
 
@@ -464,12 +465,12 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike, hyps: dict[str
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "benchmark.json", out / "benchmark.md"]
-    _write_atomic(written[0], json.dumps(bench.to_dict(), indent=2, ensure_ascii=False) + "\n")
-    _write_atomic(written[1], benchmark_markdown(bench))
+    write_text_atomic(written[0], json.dumps(bench.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(written[1], benchmark_markdown(bench))
     for name, lines in hyps.items():
         stem, k = slug(name), 2
         while out / f"hyp.{stem}.txt" in written:
             stem, k = f"{slug(name)}-{k}", k + 1
         written.append(out / f"hyp.{stem}.txt")
-        _write_atomic(written[-1], "".join(f"{h}\n" for h in lines))
+        write_text_atomic(written[-1], "".join(f"{h}\n" for h in lines))
     return written + plot_benchmark(bench, out)

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -48,16 +49,25 @@ def _encode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Pat
     return lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
 
 
+class DecodedSplit(NamedTuple):
+    """A decoded split, all in record order: hypotheses, the decoding seconds, and the length of the
+    decoder's memory (the encoder output it attends to, after any shrinking) for each utterance."""
+
+    records: list
+    hyps: list[str]
+    seconds: float
+    memory_lengths: list[int]
+
+
 def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-                 max_tokens: int = 20000, limit: int | None = None) -> tuple[list, list[str], float]:
-    """(records, hypotheses in record order, decoding seconds) for a prepared split, or for its first
-    `limit` utterances in manifest order."""
+                 max_tokens: int = 20000, limit: int | None = None) -> DecodedSplit:
+    """Decodes a prepared split, or its first `limit` utterances in manifest order."""
     data_dir = Path(data_dir)
     _check_features(lm, data_dir)
     records, store = load_split(data_dir, split)
     records = records[:limit]
     sizes = [r.n_frames for r in records]
-    hyps = [""] * len(records)
+    hyps, memory = [""] * len(records), [0] * len(records)
     start = time.perf_counter()
     for idx in BucketBatchSampler(sizes, max_tokens, shuffle=False):
         enc = _encode_batch(lm, records, store, idx, data_dir)
@@ -65,9 +75,19 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
             best = greedy_search(lm.model, enc, options)
         else:
             best = [nbest[0].tokens for nbest in beam_search(lm.model, enc, options)]
-        for i, tokens in zip(idx, best):
-            hyps[i] = lm.tokenizer.decode(tokens)
-    return records, hyps, time.perf_counter() - start
+        for i, tokens, length in zip(idx, best, enc.lengths.tolist()):
+            hyps[i], memory[i] = lm.tokenizer.decode(tokens), length
+    return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
+
+
+def memory_per_target(lm: LoadedModel, refs: list[str], memory_lengths: list[int]) -> dict:
+    """How long the decoder's memory is against the sequence it decodes: the mean memory length, the mean
+    target length (the reference's pieces under the model's target vocabulary, plus EOS), and the mean over
+    utterances of their ratio (memory vectors per target token)."""
+    targets = [len(lm.tokenizer.encode(ref)) + 1 for ref in refs]
+    n = max(len(refs), 1)
+    return {"mean_memory_length": round(sum(memory_lengths) / n, 2), "mean_target_tokens": round(sum(targets) / n, 2),
+            "memory_per_target_token": round(sum(m / t for m, t in zip(memory_lengths, targets)) / n, 3)}
 
 
 def score(task: str, hyps: list[str], refs: list[str]) -> dict:
@@ -84,13 +104,14 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
              out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None) -> EvalReport:
     """Decodes and scores a split; writes the report files to `out_dir` when given. `name` labels the
     model in reports (default: the checkpoint path)."""
-    records, hyps, seconds = decode_split(lm, data_dir, split, options, max_tokens)
+    records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens)
     refs = references(lm.task, records)
     metrics = score(lm.task, hyps, refs)
     audio = sum(r.duration for r in records)
     extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
              "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
-             "commit": git_commit(), "device": str(lm.device), "checkpoint": lm.path}
+             "memory": memory_per_target(lm, refs, memory), "commit": git_commit(), "device": str(lm.device),
+             "checkpoint": lm.path}
     report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
@@ -106,7 +127,7 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
     both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts."""
     check_cascade(asr, mt)
     asr_options, mt_options = asr.decode_options(beam, **decode), mt.decode_options(beam, **decode)
-    records, transcripts, asr_seconds = decode_split(asr, data_dir, split, asr_options, max_tokens)
+    records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens)
     start = time.perf_counter()
     hyps = translate_texts(mt, transcripts, mt_options)
     mt_seconds = time.perf_counter() - start

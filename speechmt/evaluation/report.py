@@ -25,7 +25,7 @@ RESULTS_RULE = "|---|---|---|---|---|---|---|---|"
 _MISSING = "-"
 
 
-def _utc_now() -> str:
+def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -44,10 +44,10 @@ class EvalReport:
     n: int
     metrics: dict[str, Score]
     extra: dict[str, Any] = field(default_factory=dict)
-    created: str = field(default_factory=_utc_now)
+    created: str = field(default_factory=utc_now)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     """Writes UTF-8 text to a temporary file next to `path`, then renames it onto `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -80,7 +80,7 @@ def _results_tsv(ids: Sequence[str], hyps: Sequence[str], refs: Sequence[str], s
     return "".join("\t".join(row) + "\n" for row in [header, *rows])
 
 
-def _cell(text: str) -> str:
+def table_cell(text: str) -> str:
     """Escapes a markdown table cell (signatures contain `|`)."""
     return text.replace("|", "\\|")
 
@@ -104,12 +104,12 @@ def _report_markdown(report: EvalReport) -> str:
         "| metric | score | signature |",
         "|---|---:|---|",
     ]
-    lines += [f"| {s.name} | {s.score:.2f} | `{_cell(s.signature)}` |" for s in report.metrics.values()]
+    lines += [f"| {s.name} | {s.score:.2f} | `{table_cell(s.signature)}` |" for s in report.metrics.values()]
     if any(s.details.get("normalized") for s in report.metrics.values()):
         lines += ["", "## WER and CER normalisation", "", inspect.getdoc(normalize_for_wer) or ""]
     if report.extra:
         lines += ["", "## Run", "", "| field | value |", "|---|---|"]
-        lines += [f"| {_cell(k)} | {_cell(_plain(v))} |" for k, v in report.extra.items()]
+        lines += [f"| {table_cell(k)} | {table_cell(_plain(v))} |" for k, v in report.extra.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -131,12 +131,12 @@ def write_report(
     _check_lines(ids, hyps, refs, srcs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "hyps.txt", "".join(f"{h}\n" for h in hyps))
-    _write_atomic(out / "refs.txt", "".join(f"{r}\n" for r in refs))
-    _write_atomic(out / "results.tsv", _results_tsv(ids, hyps, refs, srcs))
-    _write_atomic(out / "report.md", _report_markdown(report))
+    write_text_atomic(out / "hyps.txt", "".join(f"{h}\n" for h in hyps))
+    write_text_atomic(out / "refs.txt", "".join(f"{r}\n" for r in refs))
+    write_text_atomic(out / "results.tsv", _results_tsv(ids, hyps, refs, srcs))
+    write_text_atomic(out / "report.md", _report_markdown(report))
     json_text = json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
-    _write_atomic(out / "report.json", json_text)
+    write_text_atomic(out / "report.json", json_text)
     return out / "report.json"
 
 
@@ -164,13 +164,13 @@ def markdown_row(report: EvalReport) -> str:
     main = report.metrics.get("BLEU") or report.metrics.get("WER")
     cells = [
         report.created[:10],
-        f"`{_cell(report.model)}`",
-        _cell(report.split),
+        f"`{table_cell(report.model)}`",
+        table_cell(report.split),
         _score_cell(report, "BLEU"),
         _score_cell(report, "chrF"),
         _score_cell(report, "WER"),
-        f"`{_cell(main.signature)}`" if main else _MISSING,
-        _cell(str(report.extra.get("commit") or _MISSING)),
+        f"`{table_cell(main.signature)}`" if main else _MISSING,
+        table_cell(str(report.extra.get("commit") or _MISSING)),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -189,7 +189,7 @@ def append_results_row(results_md_path: str | os.PathLike, report: EvalReport) -
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
     lines.insert(end, markdown_row(report))
-    _write_atomic(path, "\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def git_commit(repo_dir: str | os.PathLike | None = None) -> str | None:

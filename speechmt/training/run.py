@@ -61,7 +61,7 @@ def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmv
         tokenizer, tag = decoder_tokenizer(cfg.train.task, toks), decoder_tag(cfg)
         lm = LoadedModel(model, tokenizer, tag, fbank, cmvn, cfg.train.task, "(training)", device, toks.src,
                          waveform=waveform)
-        records, hyps, _ = decode_split(lm, cfg.data.dir, cfg.data.valid_split, lm.decode_options(beam=1),
+        records, hyps, _, _ = decode_split(lm, cfg.data.dir, cfg.data.valid_split, lm.decode_options(beam=1),
                                         cfg.data.max_tokens)
         return {f"valid_{k.lower()}": s.score for k, s in score(cfg.train.task, hyps, references(cfg.train.task, records)).items()}
 
