@@ -189,6 +189,19 @@ def test_split_pool_is_disjoint_seeded_and_sized():
     assert split_pool(pool, "small", seed=4, stream=0)[0] != text_only
 
 
+def test_sizes_nest_split_by_split():
+    """A model trained on a smaller size never sees a larger size's dev or test sentences, and back."""
+    pool = list(range(20000))  # 17600 voiced; full holds out 880 for dev and 880 for test
+    parts = {size: split_pool(pool, size, seed=1, stream=2)[1] for size in ("tiny", "small", "full")}
+    assert [len(parts["full"][s]) for s in ("train", "dev", "test")] == [15840, 880, 880]
+    assert [len(parts["small"][s]) for s in ("train", "dev", "test")] == [2000, 200, 200]
+    for smaller, larger in (("tiny", "small"), ("small", "full")):
+        for split in ("train", "dev", "test"):
+            assert set(parts[smaller][split]) <= set(parts[larger][split]), (smaller, larger, split)
+    seen_in_training = set(parts["full"]["train"])
+    assert not seen_in_training & set(parts["small"]["dev"] + parts["small"]["test"] + parts["tiny"]["test"])
+
+
 def test_talk_sizes_stay_in_bounds():
     rng = np.random.default_rng(0)
     sizes = talk_sizes(2000, 10, 40, rng)

@@ -59,18 +59,24 @@ def split_sizes(size: str, n_voiced: int) -> SplitSizes:
 def split_pool(pairs: Sequence[T], size: str, seed: int, stream: int) -> tuple[list[T], dict[str, list[T]]]:
     """Seeded partition of a pool into (text-only part, {"train", "dev", "test"}), all disjoint.
 
-    The pool is permuted by (seed, stream); the text-only part (12 %) comes first, then test, dev and train,
-    so the text-only part does not depend on `size`, and the same seed and stream give the same splits.
+    The pool is permuted by (seed, stream); the text-only part (12 %) comes first, then the test region,
+    the dev region and the training region, so the text-only part does not depend on `size`, and the same
+    seed and stream give the same splits. The test and dev regions are as long as `full`'s test and dev
+    sets (or this size's, where longer), and every size takes its splits from the start of each region:
+    the sizes nest split by split (tiny's training sentences are among small's, small's among full's,
+    and likewise dev and test), so no size's training sentences are in another size's dev or test sets.
     """
     order = np.random.default_rng([seed, stream]).permutation(len(pairs))
     shuffled = [pairs[i] for i in order]
     n_text = round(TEXT_ONLY_FRACTION * len(shuffled))
     text_only, voiced = shuffled[:n_text], shuffled[n_text:]
-    sizes = split_sizes(size, len(voiced))
+    sizes, full = split_sizes(size, len(voiced)), split_sizes("full", len(voiced))
+    test_region, dev_region = max(sizes.test, full.test), max(sizes.dev, full.dev)
+    train = voiced[test_region + dev_region:]
     splits = {
         "test": voiced[:sizes.test],
-        "dev": voiced[sizes.test:sizes.test + sizes.dev],
-        "train": voiced[sizes.test + sizes.dev:sizes.test + sizes.dev + sizes.train],
+        "dev": voiced[test_region:test_region + sizes.dev],
+        "train": train[:sizes.train] if SIZES[size] is not None else train,
     }
     return text_only, splits
 
