@@ -9,7 +9,7 @@ Runs in the peer environment (`make peers` builds .venv-peers), never in the pro
 The model is loaded and the clips are read (and resampled to 16 kHz) before the clock starts;
 decode_seconds is the wall time of decoding all clips, feature extraction included (notes add the process
 CPU time, a steadier number on a shared machine).
-It reads the manifest JSONL directly and imports neither speechmt nor torch.
+Of speechmt it imports only the manifest reader (standard library only; no torch in this environment).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: speechmt is not installed here
+from speechmt.data.manifest import ManifestError, iter_manifest  # noqa: E402  (standard library only)
 
 SAMPLE_RATE = 16000
 # Whisper base: 74M parameters, as listed in Table 1 of Radford et al. (2022), "Robust Speech Recognition
@@ -53,17 +56,11 @@ def read_clips(data_dir: Path, split: str) -> list[Clip]:
     path = data_dir / f"{split}.jsonl"
     if not path.is_file():
         raise PeerError(f"{path}: split '{split}' not found in {data_dir}")
-    clips = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                clips.append(Clip(str(d["id"]), str(data_dir / d["audio"]), float(d["offset"]),
-                                  float(d["duration"])))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise PeerError(f"{path}:{lineno}: malformed manifest record ({e})") from None
+    try:
+        records = list(iter_manifest(path))
+    except ManifestError as e:  # names the file and line
+        raise PeerError(str(e)) from None
+    clips = [Clip(r.id, str(data_dir / r.audio), float(r.offset), float(r.duration)) for r in records]
     if not clips:
         raise PeerError(f"{path}: no records")
     return clips
