@@ -72,11 +72,11 @@ def split_pool(pairs: Sequence[T], size: str, seed: int, stream: int) -> tuple[l
     text_only, voiced = shuffled[:n_text], shuffled[n_text:]
     sizes, full = split_sizes(size, len(voiced)), split_sizes("full", len(voiced))
     test_region, dev_region = max(sizes.test, full.test), max(sizes.dev, full.dev)
-    train = voiced[test_region + dev_region:]
+    train_start = test_region + dev_region
     splits = {
         "test": voiced[:sizes.test],
         "dev": voiced[test_region:test_region + sizes.dev],
-        "train": train[:sizes.train] if SIZES[size] is not None else train,
+        "train": voiced[train_start:train_start + sizes.train],
     }
     return text_only, splits
 
