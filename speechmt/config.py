@@ -32,9 +32,11 @@ class DataConfig:
     tgt_vocab: str = ""  # SentencePiece model of the target side (ST/MT output)
     src_lang: str = "en"
     tgt_lang: str = "de"
-    lang_tag: bool = True  # targets start with the target language tag, e.g. <de>
+    lang_tag: bool = True  # targets start with the target language tag, e.g. <de> (Whisper decoder: <|de|>)
+    whisper_task: str = "transcribe"  # Whisper decoder: the task token after the language token
     cmvn: str = "utterance"  # "utterance" or "global" (statistics from preparation)
     spec_augment: str = "lb"  # "", "lb" or "ld"
+    cache_encoder: bool = True  # a frozen Whisper encoder's states are computed once per split and cached
     max_tokens: int = 40000  # padded frames (audio) or tokens (text) per batch
     max_sentences: int = 0  # 0: no limit
     num_workers: int = 0

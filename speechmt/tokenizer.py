@@ -66,6 +66,8 @@ class Tokenizer:
     """Encodes text to ids and back; wraps one SentencePiece model proto and its config."""
 
     pad_id, unk_id, bos_id, eos_id, blank_id = range(5)
+    kind = "sentencepiece"
+    suppress_ids: tuple[int, ...] = ()  # ids banned in decoding beyond pad and bos: none
 
     def __init__(self, model_proto: bytes, config: TokenizerConfig):
         self.config = config
@@ -85,6 +87,15 @@ class Tokenizer:
         if tag not in self._tags:
             raise UnknownTagError(f"unknown language tag {tag!r}; known tags: {', '.join(self._tags) or 'none'}")
         return self._tags[tag]
+
+    @property
+    def first_text_id(self) -> int:
+        """The first id that is neither special nor a language tag (CTC targets start there)."""
+        return len(SPECIAL_PIECES) + len(self.config.lang_tags)
+
+    def prefix_ids(self, tag: str | None) -> tuple[int, ...]:
+        """The forced decoder prefix after bos: the language tag, if any."""
+        return (self.tag_id(tag),) if tag else ()
 
     def encode(self, text: str, add_eos: bool = True, lang_tag: str | None = None) -> list[int]:
         """Ids of `text`: [tag] + pieces + [eos], each part as asked."""

@@ -47,6 +47,7 @@ class Example:
     feats: torch.Tensor | None = None
     src_ids: torch.Tensor | None = None
     tgt_ids: torch.Tensor | None = None
+    precomputed: bool = False  # feats are cached encoder states (speechmt.data.encoder_cache)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Batch:
     src_lengths: torch.Tensor | None = None
     tgt: torch.Tensor | None = None
     tgt_lengths: torch.Tensor | None = None
+    precomputed: bool = False  # feats are a frozen encoder's cached states, not its input
 
     def to(self, device: torch.device | str) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -74,7 +76,7 @@ class Batch:
 
 def collate(examples: list[Example], pad_id: int = 0) -> Batch:
     """Pads a list of examples into one Batch (features padded with 0, ids with `pad_id`)."""
-    batch = Batch(ids=[e.id for e in examples])
+    batch = Batch(ids=[e.id for e in examples], precomputed=examples[0].precomputed)
     if examples[0].feats is not None:
         batch.feats, batch.feat_lengths = collate_sequences([e.feats for e in examples])
     if examples[0].src_ids is not None:

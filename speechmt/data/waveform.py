@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -60,14 +61,17 @@ def _ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | No
 
 
 class WaveformDataset(Dataset):
-    """Utterances of a prepared split as encoder-ready waveforms (T,) with the transcript and/or translation
-    encoded by the given tokenizers. Sizes are the records' 10 ms frame counts, so that `max_tokens` means
+    """Utterances of a prepared split as encoder-ready waveforms (T,) (or, with a `frontend`, what it makes of
+    each 16 kHz wave, e.g. Whisper's log-mel (T, n_mels)) with the transcript and/or translation encoded by
+    the given tokenizers. Sizes are the records' 10 ms frame counts, so that `max_tokens` means
     the same amount of audio for fbank and waveform models."""
 
     def __init__(self, records: list[Record], cfg: WaveformConfig, base_dir: str | os.PathLike,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
-                 src_tag: str | None = None, tgt_tag: str | None = None):
+                 src_tag: str | None = None, tgt_tag: str | None = None,
+                 frontend: Callable[[np.ndarray], torch.Tensor] | None = None):
         self.records, self.cfg, self.base_dir = records, cfg, Path(base_dir)
+        self.frontend = frontend or (lambda wave: waveform_input(wave, cfg))
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag = src_tag, tgt_tag
 
@@ -85,6 +89,6 @@ class WaveformDataset(Dataset):
 
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
-        wave = waveform_input(record_audio(rec, self.base_dir), self.cfg)
+        wave = self.frontend(record_audio(rec, self.base_dir))
         return Example(i, rec.id, wave, _ids(self.src_tokenizer, rec.src_text, self.src_tag),
                        _ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))

@@ -44,9 +44,11 @@ class DecodeOptions:
     eos_id: int = 3
     pad_id: int = 0
     start_id: int | None = None  # the decoder's first input; None: bos_id
+    suppress: tuple[int, ...] = ()  # ids never generated besides pad and bos (Whisper: special tokens)
 
     def __post_init__(self):
         object.__setattr__(self, "prefix", tuple(self.prefix))
+        object.__setattr__(self, "suppress", tuple(self.suppress))
         if self.beam_size < 1 or not 1 <= self.nbest <= self.beam_size:
             raise ValueError(f"need beam_size >= 1 and 1 <= nbest <= beam_size; got {self.beam_size}, {self.nbest}")
         if self.min_len < 0:
@@ -80,9 +82,9 @@ def next_log_probs(model: Translator, inputs: Tensor, enc: EncoderOutput, cache:
 
 
 def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOptions) -> Tensor:
-    """Bans pad and bos, EOS before min_len, everything but EOS at a row's max length; lprobs (R, V),
-    max_lens (R,); `step` tokens have been generated. Modifies and returns lprobs."""
-    lprobs[:, [options.pad_id, options.bos_id]] = float("-inf")
+    """Bans pad, bos and the suppressed ids, EOS before min_len, everything but EOS at a row's max length;
+    lprobs (R, V), max_lens (R,); `step` tokens have been generated. Modifies and returns lprobs."""
+    lprobs[:, [options.pad_id, options.bos_id, *options.suppress]] = float("-inf")
     if step < options.min_len:
         lprobs[:, options.eos_id] = float("-inf")
     at_max = step >= max_lens  # (R,)
@@ -91,6 +93,16 @@ def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOption
         lprobs[at_max] = float("-inf")
         lprobs[:, options.eos_id] = torch.where(at_max, eos, lprobs[:, options.eos_id])
     return lprobs
+
+
+def max_lengths(model: Translator, enc: EncoderOutput, options: DecodeOptions) -> Tensor:
+    """(B,) maximum generated tokens: the options', within a decoder's learned positions (Whisper: 448),
+    which also hold the start token and the prefix."""
+    lengths = options.max_lengths(enc.lengths)
+    table = getattr(model.decoder.positions, "weight", None)
+    if table is not None:
+        lengths = lengths.clamp(max=table.size(0) - 1 - len(options.prefix))
+    return lengths
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
@@ -103,7 +115,7 @@ def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions 
     n = enc.lengths.size(0)
     if n == 0:
         return []
-    max_lens = options.max_lengths(enc.lengths)
+    max_lens = max_lengths(model, enc, options)
     cache, inputs = model.new_cache(), start_tokens(options, n, enc.x.device)
     done = torch.zeros(n, dtype=torch.bool, device=enc.x.device)
     steps = []
@@ -140,7 +152,7 @@ class BeamSearch:
     @torch.no_grad()
     def search(self, enc: EncoderOutput) -> list[list[Hypothesis]]:
         """enc: EncoderOutput of B utterances -> B lists of `nbest` hypotheses, by normalised score."""
-        max_lens = self.options.max_lengths(enc.lengths)
+        max_lens = max_lengths(self.model, enc, self.options)
         finished: list[list[Hypothesis]] = [[] for _ in range(enc.lengths.size(0))]
         if not finished:
             return []

@@ -19,11 +19,13 @@ import torch
 from speechmt.audio import SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, apply_cmvn, fbank, read_audio, resample
 from speechmt.data.batching import collate_sequences
 from speechmt.data.waveform import WaveformConfig, waveform_input
+from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments
 from speechmt.models.translator import EncoderOutput, ModelConfig, Translator, build_model
 from speechmt.tokenizer import Tokenizer
 from speechmt.training.checkpoint import CheckpointError, load_checkpoint
+from speechmt.training.delta import load_model_state
 
 
 @dataclass
@@ -41,12 +43,19 @@ class LoadedModel:
     source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
     waveform: WaveformConfig | None = None  # a wav2vec2 model's waveform front end (None: fbank + CMVN)
+    mel: WhisperMelConfig | None = None  # a Whisper encoder's log-mel front end
+
+    @property
+    def reads_audio(self) -> bool:
+        """Whether the model's front end works on the audio itself (wav2vec2, Whisper) rather than on the
+        fbank features that preparation stores."""
+        return self.waveform is not None or self.mel is not None
 
     def decode_options(self, beam: int = 5, **kw) -> DecodeOptions:
-        prefix = (self.tokenizer.tag_id(self.tag),) if self.tag else ()
         start = self.tokenizer.eos_id if self.decoder_start == "eos" else None
-        return DecodeOptions(beam_size=beam, prefix=prefix, bos_id=self.tokenizer.bos_id,
-                             eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id, start_id=start, **kw)
+        return DecodeOptions(beam_size=beam, prefix=self.tokenizer.prefix_ids(self.tag), bos_id=self.tokenizer.bos_id,
+                             eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id, start_id=start,
+                             suppress=self.tokenizer.suppress_ids, **kw)
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedModel:
@@ -54,12 +63,13 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
     from speechmt.training.builders import Tokenizers
 
     ckpt = load_checkpoint(path, map_location="cpu")
+    base = ckpt.get("base")  # a checkpoint of trained parameters only: the rest comes from its pretrained base
     try:
-        model = build_model(ModelConfig(**ckpt["model_config"]), pretrained=False)  # weights from the checkpoint
-        model.load_state_dict(ckpt["model"])
+        model = build_model(ModelConfig(**ckpt["model_config"]), pretrained=base is not None)
+        load_model_state(model, ckpt["model"], base, path)
         toks = Tokenizers.from_state_dict(ckpt["tokenizers"])
         feats = ckpt["features"]
-    except (KeyError, RuntimeError, TypeError) as e:
+    except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
     task, start = ckpt.get("task", "st"), ckpt.get("decoder_start", "bos")
     if start not in ("bos", "eos"):
@@ -68,7 +78,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
     device = torch.device(device)
     return LoadedModel(model.to(device).eval(), tokenizer, ckpt.get("decoder_tag"), FbankConfig(**feats["fbank"]),
                        CMVNConfig(**feats["cmvn"]),
-                       task, str(path), device, toks.src, start, _waveform(model, feats, path))
+                       task, str(path), device, toks.src, start, _waveform(model, feats, path),
+                       WhisperMelConfig(**feats["whisper_mel"]) if feats.get("whisper_mel") else None)
 
 
 def _waveform(model: Translator, feats: dict, path: str | os.PathLike) -> WaveformConfig | None:
@@ -119,9 +130,12 @@ def _duration(path: str) -> float:
 
 
 def encode_audio(lm: LoadedModel, waves: list[np.ndarray]) -> EncoderOutput:
-    """Encodes 16 kHz waves through the model's own front end: fbank + CMVN, or the (normalised) waveform."""
+    """Encodes 16 kHz waves through the model's own front end: fbank + CMVN, the (normalised) waveform, or
+    Whisper's log-mel features."""
     if lm.waveform is not None:
         inputs = [waveform_input(w, lm.waveform) for w in waves]
+    elif lm.mel is not None:
+        inputs = [whisper_log_mel(w, lm.mel) for w in waves]
     else:
         inputs = [apply_cmvn(torch.from_numpy(fbank(w, lm.fbank)), lm.cmvn) for w in waves]
     x, lengths = collate_sequences(inputs)

@@ -42,7 +42,7 @@ def _encode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Pat
         src = [torch.tensor(lm.source_tokenizer.encode(records[i].src_text)) for i in idx]
         x, lengths = collate_sequences(src, lm.source_tokenizer.pad_id)
         return lm.model.encode_text(x.to(lm.device), lengths.to(lm.device))
-    if lm.waveform is not None:  # a wav2vec2 model reads the utterances' audio, not the stored features
+    if lm.reads_audio:  # wav2vec2 and Whisper models read the utterances' audio, not the stored features
         return encode_audio(lm, [record_audio(records[i], data_dir) for i in idx])
     feats = [apply_cmvn(torch.from_numpy(store.get(i)), lm.cmvn) for i in idx]
     x, lengths = collate_sequences(feats)

@@ -1,6 +1,9 @@
 """Pre-norm Transformer decoder with cached incremental decoding (fairseq's transformer decoder shape:
 scaled embeddings + sinusoidal positions, pre-norm layers, final LayerNorm, bias-free output projection;
-a bias is optional, for imported models whose vocabulary has rows the original never predicts)."""
+a bias is optional, for imported models whose vocabulary has rows the original never predicts).
+
+The same module holds Whisper's decoder (`whisper_decoder_from_hf` in speechmt.models.whisper): unscaled
+embeddings, learned positions, GELU feed-forward, tied output projection."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from torch import Tensor, nn
 
 from speechmt.models.layers import (
     LayerCache,
+    LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     TransformerDecoderLayer,
     causal_mask,
@@ -56,11 +60,14 @@ class TransformerDecoder(nn.Module):
     """tokens (B, U) and encoder memory (B, S, D) -> logits (B, U, V)."""
 
     def __init__(self, embed: nn.Embedding, layers: list[TransformerDecoderLayer], output: nn.Linear,
-                 dropout: float = 0.1, position_offset: int = 0):
+                 dropout: float = 0.1, position_offset: int = 0,
+                 positions: SinusoidalPositionalEncoding | LearnedPositionalEmbedding | None = None,
+                 scale_embedding: bool = True):
         super().__init__()
         dim = embed.embedding_dim
         self.embed, self.layers, self.output = embed, nn.ModuleList(layers), output
-        self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
+        self.positions = positions if positions is not None else SinusoidalPositionalEncoding(dim, position_offset)
+        self.scale = math.sqrt(dim) if scale_embedding else 1.0
         self.norm, self.dropout = nn.LayerNorm(dim), nn.Dropout(dropout)
 
     def new_cache(self) -> DecoderCache:
@@ -88,9 +95,11 @@ class TransformerDecoder(nn.Module):
 def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, ffn_dim: int,
                         dropout: float = 0.1, attention_dropout: float = 0.1, activation_dropout: float = 0.1,
                         tie_embeddings: bool = True, pad_id: int = 0, position_offset: int = 0,
-                        output_bias: bool = False) -> TransformerDecoder:
+                        output_bias: bool = False, activation: str = "relu", max_positions: int = 0,
+                        scale_embedding: bool = True) -> TransformerDecoder:
     """Builds a TransformerDecoder; with `tie_embeddings` the output projection is the embedding matrix;
-    `output_bias` gives the projection a bias (zero at first)."""
+    `output_bias` gives the projection a bias (zero at first); `max_positions` > 0: learned positions
+    (that many) instead of sinusoidal ones."""
     embed = embedding(vocab_size, dim, pad_id)
     output = nn.Linear(dim, vocab_size, bias=output_bias)
     if output_bias:
@@ -99,6 +108,7 @@ def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, 
         output.weight = embed.weight
     else:
         nn.init.normal_(output.weight, mean=0.0, std=dim**-0.5)
-    layers = [TransformerDecoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
-              for _ in range(n_layers)]
-    return TransformerDecoder(embed, layers, output, dropout, position_offset)
+    layers = [TransformerDecoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout,
+                                      activation) for _ in range(n_layers)]
+    positions = LearnedPositionalEmbedding(max_positions, dim, position_offset) if max_positions > 0 else None
+    return TransformerDecoder(embed, layers, output, dropout, position_offset, positions, scale_embedding)

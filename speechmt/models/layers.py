@@ -72,6 +72,23 @@ class SinusoidalPositionalEncoding(nn.Module):
         return x + self.table(x.size(1), self.position_offset + offset, x.device).to(x.dtype)
 
 
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds learned positions (Whisper's decoder): a (max_positions, D) table, read from any offset."""
+
+    def __init__(self, max_positions: int, dim: int, position_offset: int = 0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_positions, dim).normal_(0.0, dim**-0.5))
+        self.position_offset = position_offset
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, T, D) -> x + weight[p .. p + T - 1], p = position_offset + offset; ValueError past the table."""
+        start = self.position_offset + offset
+        if start + x.size(1) > self.weight.size(0):
+            raise ValueError(f"position {start + x.size(1) - 1} is beyond the decoder's {self.weight.size(0)} "
+                             "learned positions (lower the maximum output length)")
+        return x + self.weight[start: start + x.size(1)].to(x.dtype)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention on `scaled_dot_product_attention`, split into key/value projection and
     attention so that a decoder can cache projected keys and values."""
@@ -114,16 +131,21 @@ class MultiHeadAttention(nn.Module):
         return self.attend(x, *self.project_kv(memory), mask)
 
 
-class FeedForward(nn.Module):
-    """Linear -> ReLU -> dropout -> Linear, (B, T, D) -> (B, T, D)."""
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # gelu: the exact (erf) form, as Whisper and BERT
 
-    def __init__(self, dim: int, hidden: int, activation_dropout: float = 0.0):
+
+class FeedForward(nn.Module):
+    """Linear -> ReLU (or GELU) -> dropout -> Linear, (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, dim: int, hidden: int, activation_dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
         self.fc1, self.fc2 = _xavier(nn.Linear(dim, hidden)), _xavier(nn.Linear(hidden, dim))
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout, self.activation = nn.Dropout(activation_dropout), ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -192,11 +214,11 @@ class TransformerDecoderLayer(nn.Module):
     """Pre-norm causal self-attention, cross-attention and feed-forward, with an optional KV cache."""
 
     def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
-                 attention_dropout: float = 0.1, activation_dropout: float = 0.1):
+                 attention_dropout: float = 0.1, activation_dropout: float = 0.1, activation: str = "relu"):
         super().__init__()
         self.self_norm, self.self_attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
         self.cross_norm, self.cross_attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
-        self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout)
+        self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout, activation)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor, self_mask: Tensor | None,

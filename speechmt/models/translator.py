@@ -1,5 +1,6 @@
-"""The translation model: acoustic encoder (`conv` on fbank or `wav2vec2` on waveforms) + CTC head, optional
-length shrinking (`conv` or `ctc`), optional text encoder, Transformer decoder.
+"""The translation model: acoustic encoder (`conv` on fbank, `wav2vec2` on waveforms or `whisper` on log-mel
+features) + CTC head, optional length shrinking (`conv` or `ctc`), optional text encoder, Transformer decoder
+(trained from scratch, or Whisper's pretrained one).
 
 `ModelConfig` is saved in checkpoints as a dict and rebuilt with `ModelConfig(**d)`; `build_model` is the
 one place where variants are chosen. Fields added later default to what models did before them, so older
@@ -14,14 +15,17 @@ from torch import Tensor, nn
 
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, TextEncoder, subsampler
+from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
 from speechmt.models.layers import TransformerEncoder, embedding, transformer_encoder
 from speechmt.models.shrink import SHRINK_MODES, Shrink, build_shrink
 
 __all__ = ["EncoderOutput", "ModelConfig", "PRESETS", "Translator", "build_model", "count_parameters", "preset"]
 
 CTC_BLANK_ID = 4  # the tokenizers' <blank>
-ENCODERS = ("conv", "wav2vec2")
+ENCODERS = ("conv", "wav2vec2", "whisper")
+DECODERS = ("transformer", "whisper")
 SHRINKS = ("none", "conv", "ctc")
+PRETRAINED_ENCODERS = ("wav2vec2", "whisper")
 
 
 @dataclass
@@ -50,16 +54,21 @@ class ModelConfig:
     position_offset: int = 0  # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
     output_bias: bool = False  # a bias on the decoder's output projection (imported models)
     # the acoustic encoder: "conv" (fbank -> subsampler -> Transformer: input_dim, subsampler, conv_*,
-    # encoder_layers) or "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms)
+    # encoder_layers), "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms) or
+    # "whisper" (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length)
     encoder: str = "conv"
-    encoder_name_or_path: str = ""  # wav2vec2: a hub id or local directory; "" = random init from encoder_hf_config
-    # wav2vec2: HF config fields, overriding the pretrained config, or the whole architecture for a random init
-    # (with "model_type": wav2vec2, hubert or data2vec-audio). A built model holds its complete config here.
+    # wav2vec2, whisper: a hub id, a local directory or a name set-up converted under $SPEECHMT_HOME
+    # (e.g. whisper-base); "" = random init from encoder_hf_config
+    encoder_name_or_path: str = ""
+    # wav2vec2, whisper: HF config fields, overriding the pretrained config, or the whole architecture for a
+    # random init (wav2vec2: with "model_type": wav2vec2, hubert or data2vec-audio). A built model holds its
+    # complete config here.
     encoder_hf_config: dict = field(default_factory=dict)
     freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
-    freeze_encoder: bool = False  # wav2vec2: freeze the whole pretrained encoder
-    lna_finetune: bool = False  # wav2vec2: train only its LayerNorms and self-attention projections (LNA)
-    encoder_layerdrop: float = 0.0  # wav2vec2: probability of skipping each Transformer layer in training
+    freeze_encoder: bool = False  # wav2vec2, whisper: freeze the whole pretrained encoder (whisper: cacheable)
+    lna_finetune: bool = False  # wav2vec2, whisper: train only its LayerNorms and attention projections (LNA)
+    encoder_lora: bool = False  # wav2vec2, whisper: LoRA adapters (lora_*) on the encoder, the rest frozen
+    encoder_layerdrop: float = 0.0  # wav2vec2, whisper: probability of skipping each layer in training
     mask_time_prob: float = 0.0  # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
     mask_time_length: int = 10  # wav2vec2: frames per masked span
     gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
@@ -70,22 +79,54 @@ class ModelConfig:
     shrink_channels: int = 1024
     shrink_kernel: int = 5
     shrink_mode: str = "mean"
+    # the decoder: "transformer" (built from the fields above) or "whisper" (a Whisper model's pretrained
+    # decoder, from decoder_name_or_path or else encoder_name_or_path; d_model, layers, heads, vocabulary and
+    # positions are Whisper's, and targets use Whisper's tokenizer and language tokens)
+    decoder: str = "transformer"
+    decoder_name_or_path: str = ""
+    decoder_hf_config: dict = field(default_factory=dict)  # whisper: as encoder_hf_config
+    decoder_finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (lora_* adapters)
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+
+    @property
+    def lora(self) -> LoraSettings:
+        return LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
+
+    @property
+    def whisper_decoder_source(self) -> str:
+        return self.decoder_name_or_path or self.encoder_name_or_path
 
     def __post_init__(self):
-        self.conv_kernels = tuple(self.conv_kernels)
-        self.encoder_hf_config = dict(self.encoder_hf_config)
-        w2v_only = [name for name in ("encoder_name_or_path", "encoder_hf_config", "freeze_feature_extractor",
-                                      "freeze_encoder", "lna_finetune", "encoder_layerdrop", "mask_time_prob",
-                                      "gradient_checkpointing") if getattr(self, name)]
+        self.conv_kernels, self.lora_targets = tuple(self.conv_kernels), tuple(self.lora_targets)
+        self.encoder_hf_config, self.decoder_hf_config = dict(self.encoder_hf_config), dict(self.decoder_hf_config)
+        pretrained_only = [name for name in ("encoder_name_or_path", "encoder_hf_config", "freeze_encoder",
+                                             "lna_finetune", "encoder_lora", "encoder_layerdrop")
+                           if getattr(self, name)]
+        w2v_only = [name for name in ("freeze_feature_extractor", "mask_time_prob", "gradient_checkpointing")
+                    if getattr(self, name)]
         problems = [
             self.encoder not in ENCODERS and f"unknown encoder {self.encoder!r}; expected one of {', '.join(ENCODERS)}",
-            self.encoder == "conv" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
-            self.freeze_encoder and self.lna_finetune and "freeze_encoder and lna_finetune exclude each other",
+            self.encoder == "conv" and pretrained_only and
+            f"{', '.join(pretrained_only)}: options of encoders {' and '.join(PRETRAINED_ENCODERS)} only",
+            self.encoder != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
+            sum((self.freeze_encoder, self.lna_finetune, self.encoder_lora)) > 1 and
+            "freeze_encoder, lna_finetune and encoder_lora exclude each other",
+            self.decoder not in DECODERS and f"unknown decoder {self.decoder!r}; expected one of {', '.join(DECODERS)}",
+            self.decoder == "whisper" and not (self.whisper_decoder_source or self.decoder_hf_config) and
+            "decoder 'whisper' needs decoder_name_or_path (or encoder_name_or_path) or decoder_hf_config",
+            self.decoder_finetune not in FINETUNE_MODES and
+            f"unknown decoder_finetune {self.decoder_finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+            not (self.lora_rank >= 1 and self.lora_alpha > 0 and 0 <= self.lora_dropout < 1) and
+            f"lora_rank must be >= 1, lora_alpha > 0 and lora_dropout in [0, 1); got {self.lora_rank}, "
+            f"{self.lora_alpha}, {self.lora_dropout}",
             not 0 <= self.encoder_layerdrop <= 1 and
             f"encoder_layerdrop must be in [0, 1], got {self.encoder_layerdrop}",
             not 0 <= self.mask_time_prob < 1 and f"mask_time_prob must be in [0, 1), got {self.mask_time_prob}",
             self.mask_time_length < 1 and f"mask_time_length must be >= 1, got {self.mask_time_length}",
-            self.encoder == "wav2vec2" and self.share_text_encoder and
+            self.encoder != "conv" and self.share_text_encoder and
             "share_text_encoder needs the conv encoder's Transformer (encoder 'conv')",
             self.shrink not in SHRINKS and f"unknown shrink {self.shrink!r}; expected one of {', '.join(SHRINKS)}",
             self.shrink_mode not in SHRINK_MODES and
@@ -145,11 +186,12 @@ class Translator(nn.Module):
         self.speech_encoder, self.decoder = speech_encoder, decoder
         self.text_encoder, self.ctc_head, self.shrink = text_encoder, ctc_head, shrink
 
-    def encode_speech(self, feats: Tensor, lengths: Tensor) -> EncoderOutput:
-        """feats (B, T, F) fbank (conv encoder) or waves (B, T) at 16 kHz (wav2vec2), lengths (B,) ->
-        EncoderOutput x (B, T', D), lengths; with a CTC head ctc_logits (B, T_a, V_src) on the acoustic states
-        and their lengths ctc_lengths (B,); T' = T_a unless the states are shrunk."""
-        out = self.speech_encoder(feats, lengths)
+    def encode_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False) -> EncoderOutput:
+        """feats (B, T, F) fbank (conv encoder), waves (B, T) at 16 kHz (wav2vec2) or log-mel (B, T, n_mels)
+        (whisper), lengths (B,) -> EncoderOutput x (B, T', D), lengths; with a CTC head ctc_logits (B, T_a,
+        V_src) on the acoustic states and their lengths ctc_lengths (B,); T' = T_a unless the states are shrunk.
+        `precomputed`: feats are the frozen encoder's cached states (B, T_a, H) (speechmt.data.encoder_cache)."""
+        out = self.speech_encoder.project(feats, lengths) if precomputed else self.speech_encoder(feats, lengths)
         if self.ctc_head is not None:
             out = replace(out, ctc_logits=self.ctc_head(out.x), ctc_lengths=out.lengths)
         return out if self.shrink is None else self.shrink(out)
@@ -198,25 +240,73 @@ def _wav2vec2_encoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, Mo
     return encoder, replace(cfg, encoder_hf_config=encoder.model.config.to_dict())
 
 
+def _whisper_models(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
+    """The HF Whisper models the encoder and the decoder come from (one load when they name the same)."""
+    from speechmt.models.whisper import load_hf_whisper
+
+    enc = load_hf_whisper(cfg.encoder_name_or_path, cfg.encoder_hf_config, pretrained) \
+        if cfg.encoder == "whisper" else None
+    if cfg.decoder != "whisper":
+        return enc, None
+    if enc is not None and cfg.whisper_decoder_source == cfg.encoder_name_or_path and \
+            (not cfg.decoder_hf_config or cfg.decoder_hf_config == cfg.encoder_hf_config):
+        return enc, enc
+    return enc, load_hf_whisper(cfg.whisper_decoder_source, cfg.decoder_hf_config or cfg.encoder_hf_config,
+                                pretrained)
+
+
+def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[TransformerDecoder, ModelConfig]:
+    """Whisper's decoder, and `cfg` with Whisper's dimensions and complete HF config filled in."""
+    from speechmt.models.whisper import hf_config_dict, whisper_decoder_from_hf
+
+    c = hf_model.config
+    cfg = replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
+                  decoder_layers=c.decoder_layers, tgt_vocab_size=c.vocab_size, tie_embeddings=True,
+                  decoder_hf_config=hf_config_dict(hf_model))
+    return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout), cfg
+
+
+def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:
+    """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both)."""
+    if cfg.encoder == "whisper":
+        mode = "frozen" if cfg.freeze_encoder else "lna" if cfg.lna_finetune else "full"
+        set_finetuning(speech.model, mode)
+    if cfg.encoder_lora:
+        set_finetuning(speech.model, "lora", cfg.lora)
+
+
 def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
-    """Builds the Translator that `cfg` describes. A wav2vec2 encoder loads the weights of
-    cfg.encoder_name_or_path when `pretrained`; otherwise (a checkpoint's weights follow) it is built from
-    cfg.encoder_hf_config alone."""
+    """Builds the Translator that `cfg` describes. Pretrained parts (wav2vec2 or Whisper encoder, Whisper
+    decoder) load the weights of their name_or_path when `pretrained`; otherwise (a checkpoint's weights
+    follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
+    applied last, so a checkpoint's trained parameters load into the same structure."""
+    hf_enc, hf_dec = _whisper_models(cfg, pretrained) if "whisper" in (cfg.encoder, cfg.decoder) else (None, None)
+    decoder = None
+    if hf_dec is not None:
+        decoder, cfg = _whisper_decoder(cfg, hf_dec)
     cfg.check_vocabularies()
+    shared = None
     if cfg.encoder == "wav2vec2":
         speech, cfg = _wav2vec2_encoder(cfg, pretrained)
-        shared = None
+    elif cfg.encoder == "whisper":
+        from speechmt.models.whisper import hf_config_dict, whisper_encoder_from_hf
+
+        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder_layerdrop)
+        cfg = replace(cfg, encoder_hf_config=hf_config_dict(hf_enc))
     else:
         speech = _conv_encoder(cfg)
         shared = speech.encoder
     if cfg.shrink == "ctc" and not cfg.ctc:
         raise ValueError("shrink 'ctc' needs the CTC head: ctc=True with src_vocab_size > 0 (train.ctc_weight > 0)")
-    decoder = transformer_decoder(cfg.tgt_vocab_size, cfg.decoder_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim,
-                                  cfg.dropout, cfg.attention_dropout, cfg.activation_dropout,
-                                  cfg.tie_embeddings, cfg.pad_id, cfg.position_offset, cfg.output_bias)
+    if decoder is None:
+        decoder = transformer_decoder(cfg.tgt_vocab_size, cfg.decoder_layers, cfg.d_model, cfg.n_heads,
+                                      cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout,
+                                      cfg.tie_embeddings, cfg.pad_id, cfg.position_offset, cfg.output_bias)
     ctc_head = nn.Linear(cfg.d_model, cfg.src_vocab_size) if cfg.ctc else None
     shrink = build_shrink(cfg.shrink, cfg.d_model, cfg.shrink_channels, cfg.shrink_kernel, CTC_BLANK_ID,
                           cfg.shrink_mode)
+    _finetune_encoder(cfg, speech)
+    set_finetuning(decoder, cfg.decoder_finetune, cfg.lora)
     return Translator(cfg, speech, decoder, _text_encoder(cfg, shared), ctc_head, shrink)
 
 

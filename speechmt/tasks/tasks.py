@@ -61,14 +61,14 @@ def _with_ctc(model: Translator, enc: EncoderOutput, batch: Batch, loss: torch.T
 
 def st_task(model: Translator, batch: Batch, cfg: TaskConfig) -> tuple[torch.Tensor, Stats]:
     """Speech translation: features (or waveforms) -> batch.tgt (+ CTC on batch.src)."""
-    enc = model.encode_speech(batch.feats, batch.feat_lengths)
+    enc = model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed)
     loss, stats = _decoder_loss(model, enc, batch.tgt, batch.tgt_lengths, cfg)
     return _with_ctc(model, enc, batch, loss, stats, cfg)
 
 
 def asr_task(model: Translator, batch: Batch, cfg: TaskConfig) -> tuple[torch.Tensor, Stats]:
     """Speech recognition: features -> batch.src, the transcript (+ CTC on it)."""
-    enc = model.encode_speech(batch.feats, batch.feat_lengths)
+    enc = model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed)
     loss, stats = _decoder_loss(model, enc, batch.src, batch.src_lengths, cfg)
     return _with_ctc(model, enc, batch, loss, stats, cfg)
 

@@ -18,7 +18,10 @@ from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
 from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.training.builders import (Tokenizers, build_dataset, decoder_tag, decoder_tokenizer, feature_settings,
-                                        load_tokenizers, model_config_for, task_config_for, waveform_settings)
+                                        load_tokenizers, mel_settings_for, model_config_for, task_config_for,
+                                        waveform_settings)
+from speechmt.training.delta import base_reference
+from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.data.waveform import WaveformConfig
 from speechmt.training.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.training.trainer import Trainer, TrainState
@@ -52,7 +55,8 @@ def init_encoder_from(model: torch.nn.Module, path: str) -> int:
 
 
 def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmvn: CMVNConfig, device: torch.device,
-                waveform: WaveformConfig | None = None) -> Callable[[torch.nn.Module], dict[str, float]]:
+                waveform: WaveformConfig | None = None,
+                mel: WhisperMelConfig | None = None) -> Callable[[torch.nn.Module], dict[str, float]]:
     """A function scoring a model's greedy output on the dev split: {"valid_bleu"} or {"valid_wer"}."""
     from speechmt.decoding.translate import LoadedModel
     from speechmt.evaluation.evaluate import decode_split, references, score
@@ -60,7 +64,7 @@ def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmv
     def decode(model: torch.nn.Module) -> dict[str, float]:
         tokenizer, tag = decoder_tokenizer(cfg.train.task, toks), decoder_tag(cfg)
         lm = LoadedModel(model, tokenizer, tag, fbank, cmvn, cfg.train.task, "(training)", device, toks.src,
-                         waveform=waveform)
+                         waveform=waveform, mel=mel)
         records, hyps, _, _ = decode_split(lm, cfg.data.dir, cfg.data.valid_split, lm.decode_options(beam=1),
                                         cfg.data.max_tokens)
         return {f"valid_{k.lower()}": s.score for k, s in score(cfg.train.task, hyps, references(cfg.train.task, records)).items()}
@@ -73,20 +77,25 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     device = pick_device(cfg.train.device)
     dist.init(device)
     seed_everything(cfg.train.seed)
-    toks = load_tokenizers(cfg.data)
+    toks = load_tokenizers(cfg.data, cfg.model, cfg.train.task)
     fbank, cmvn = feature_settings(cfg)
     waveform = waveform_settings(cfg)  # None unless the encoder reads waveforms
-    train_data = build_dataset(cfg, cfg.data.train_split, toks, cmvn, train=True, waveform=waveform)
-    valid_data = (build_dataset(cfg, cfg.data.valid_split, toks, cmvn, train=False, waveform=waveform)
-                  if cfg.data.valid_split else None)
+    mel = mel_settings_for(cfg)  # None unless the encoder is Whisper's
     model = build_model(model_config_for(cfg, toks))
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from)
+    frozen_encoder = model.speech_encoder if cfg.model.encoder == "whisper" else None  # cached when frozen
+    train_data = build_dataset(cfg, cfg.data.train_split, toks, cmvn, train=True, waveform=waveform, mel=mel,
+                               encoder=frozen_encoder)
+    valid_data = (build_dataset(cfg, cfg.data.valid_split, toks, cmvn, train=False, waveform=waveform, mel=mel,
+                                encoder=frozen_encoder) if cfg.data.valid_split else None)
     extras = {"tokenizers": toks.state_dict(), "task": cfg.train.task, "decoder_tag": decoder_tag(cfg),
               "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn),
-                           **({"waveform": asdict(waveform)} if waveform is not None else {})}}
+                           **({"waveform": asdict(waveform)} if waveform is not None else {}),
+                           **({"whisper_mel": asdict(mel)} if mel is not None else {})},
+              **({"base": base} if (base := base_reference(model)) is not None else {})}
     pad_id = decoder_tokenizer(cfg.train.task, toks).pad_id
-    valid_decoder = (dev_decoder(cfg, toks, fbank, cmvn, device, waveform)
+    valid_decoder = (dev_decoder(cfg, toks, fbank, cmvn, device, waveform, mel)
                      if cfg.data.valid_split and cfg.train.valid_decode else None)
     trainer = Trainer(cfg, model, task_config_for(cfg, toks), train_data, valid_data, extras, device, pad_id,
                       valid_decoder)

@@ -21,6 +21,7 @@ from speechmt.data.dataset import Batch, collate
 from speechmt.tasks import TASKS, TaskConfig
 from speechmt.training import distributed as dist
 from speechmt.training.checkpoint import save_checkpoint
+from speechmt.training.delta import load_model_state, model_state
 from speechmt.training.optim import build_optimizer, build_scheduler
 
 
@@ -188,7 +189,7 @@ class Trainer:
         return result
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"model_config": asdict(self.model.config), "model": self.model.state_dict(),
+        return {"model_config": asdict(self.model.config), "model": model_state(self.model, self.extras.get("base")),
                 "train_config": self.cfg.to_dict(), **self.extras,
                 "train_state": {"state": asdict(self.state), "optimizer": self.optimizer.state_dict(),
                                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
@@ -211,7 +212,7 @@ class Trainer:
 
     def load_state(self, ckpt: dict[str, Any]) -> None:
         """Restores model, optimiser, scheduler, scaler, RNG and position from a checkpoint (exact resume)."""
-        self.model.load_state_dict(ckpt["model"])
+        load_model_state(self.model, ckpt["model"], ckpt.get("base"))
         ts = ckpt["train_state"]
         self.optimizer.load_state_dict(ts["optimizer"])
         self.scheduler.load_state_dict(ts["scheduler"])

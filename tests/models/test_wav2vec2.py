@@ -260,8 +260,10 @@ def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(encoder="whisper"), "unknown encoder 'whisper'"),
-    (dict(encoder="conv", lna_finetune=True, mask_time_prob=0.1), "lna_finetune, mask_time_prob: options of"),
+    (dict(encoder="hubert"), "unknown encoder 'hubert'"),
+    (dict(encoder="conv", lna_finetune=True, mask_time_prob=0.1),
+     "lna_finetune: options of encoders wav2vec2 and whisper only; mask_time_prob: options of encoder 'wav2vec2'"),
+    (dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1), "mask_time_prob: options of encoder 'wav2vec2'"),
     (dict(freeze_encoder=True, lna_finetune=True), "exclude each other"),
     (dict(mask_time_prob=1.0), "mask_time_prob must be in"),
     (dict(share_text_encoder=True, text_encoder_layers=12), "share_text_encoder needs the conv encoder"),

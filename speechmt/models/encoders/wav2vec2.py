@@ -28,9 +28,7 @@ from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 from speechmt.data.batching import lengths_to_padding_mask
 from speechmt.data.waveform import WaveformConfig
 from speechmt.models.encoders.base import EncoderOutput
-
-ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
-
+from speechmt.models.finetune import lna_
 
 @dataclass(frozen=True)
 class Wav2Vec2Options:
@@ -142,15 +140,10 @@ def hf_audio_model(config: PretrainedConfig, name_or_path: str = "", pretrained:
 
 def apply_finetuning(model: PreTrainedModel, options: Wav2Vec2Options) -> None:
     """Sets requires_grad as the options say, and gradient checkpointing."""
-    if options.freeze or options.lna:
+    if options.freeze:
         model.requires_grad_(False)
     if options.lna:
-        for module in model.modules():
-            if isinstance(module, nn.LayerNorm):
-                module.requires_grad_(True)
-            if all(hasattr(module, name) for name in ATTENTION_PROJECTIONS):
-                for name in ATTENTION_PROJECTIONS:
-                    getattr(module, name).requires_grad_(True)
+        lna_(model)
     if options.freeze_feature_extractor:
         model.feature_extractor._freeze_parameters()
     if options.gradient_checkpointing:

@@ -1,0 +1,122 @@
+"""Cached encoder states: the outputs of a frozen pretrained acoustic encoder, computed once per split into a
+memory-mapped float16 feature store beside the fbank store, so that an epoch costs only the trained parts.
+
+Layout: `<data_dir>/encoder_cache/<key>/<split>.bin|.index.npz` and `meta.json`. The key is a hash of
+everything the states depend on: the encoder's weights (a checksum of its tensors), its class and HF
+config, and the front end's settings. A changed encoder or front end gives another key, so a stale cache
+is never read. The cache is exact up to float16 rounding as long as the encoder's input is not augmented
+(speechmt applies no SpecAugment to Whisper features) and the encoder runs in eval mode (no dropout or
+layer drop), which is how it is computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from speechmt.data.batching import BucketBatchSampler, collate_sequences
+from speechmt.data.dataset import Example
+from speechmt.data.features import FeatureStore, FeatureStoreWriter
+from speechmt.data.manifest import Record, read_manifest
+from speechmt.tokenizer import Tokenizer
+
+
+def state_checksum(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the names, shapes, dtypes and bytes of a state dict's tensors (floats as float32)."""
+    h = hashlib.sha256()
+    for name, t in sorted(state.items()):
+        t = t.detach().cpu()
+        t = t.float() if t.is_floating_point() else t
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:
+    """(key, description) of the states `encoder` computes from inputs made with `frontend_settings`."""
+    config = getattr(getattr(encoder, "model", None), "config", None)
+    description = {
+        "encoder": type(encoder).__name__,
+        "weights_sha256": state_checksum(getattr(encoder, "model", encoder).state_dict()),
+        "hf_config": config.to_diff_dict() if config is not None else None,
+        "frontend": asdict(frontend_settings) if is_dataclass(frontend_settings) else frontend_settings,
+    }
+    text = json.dumps(description, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16], description
+
+
+@torch.no_grad()
+def build_encoder_cache(states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+                        inputs: Callable[[int], torch.Tensor], sizes: list[int], ids: list[str],
+                        prefix: Path, dim: int, max_frames: int = 6000, progress: bool = True) -> FeatureStore:
+    """Writes states_fn's output for every utterance (in batch order; read them by id) to the store `prefix`
+    and opens it.
+
+    `inputs(i)` gives utterance i's encoder input (T, F); `sizes` their lengths for batching (by length,
+    `max_frames` padded frames per batch); states_fn (B, T, F), (B,) -> (B, T', dim), (B,)."""
+    from tqdm import tqdm
+
+    with FeatureStoreWriter(prefix, dim, "float16") as writer:
+        for batch in tqdm(list(BucketBatchSampler(sizes, max_frames, shuffle=False)), desc=f"encoder cache "
+                          f"{prefix.name}", unit="batch", disable=not progress, mininterval=5.0):
+            x, lengths = collate_sequences([inputs(i) for i in batch])
+            states, out_lengths = states_fn(x, lengths)
+            for row, i in enumerate(batch):
+                writer.add(ids[i], states[row, : int(out_lengths[row])].float().numpy())
+    return FeatureStore(prefix)
+
+
+def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, frontend_settings,
+                 inputs: Callable[[int], torch.Tensor], records: list[Record] | None = None) -> FeatureStore:
+    """The cached states of a split for this encoder and front end: read when present, else computed."""
+    data_dir = Path(data_dir)
+    records = records if records is not None else read_manifest(data_dir / f"{split}.jsonl")
+    key, description = cache_key(encoder, frontend_settings)
+    folder = data_dir / "encoder_cache" / key
+    prefix = folder / split
+    if Path(f"{prefix}.index.npz").exists():
+        store = FeatureStore(prefix)
+        if set(store.ids) == {r.id for r in records}:
+            return store
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").write_text(json.dumps(description, indent=1, default=str) + "\n", encoding="utf-8")
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        return build_encoder_cache(encoder.states, inputs, [r.n_frames for r in records], [r.id for r in records],
+                                   prefix, encoder.hidden_size)
+    finally:
+        encoder.train(was_training)
+
+
+class CachedStatesDataset(torch.utils.data.Dataset):
+    """A split's cached encoder states (T', H) with the transcript and/or translation ids; batches of it are
+    marked `precomputed`, so the model skips its (frozen) encoder."""
+
+    def __init__(self, records: list[Record], store: FeatureStore, src_tokenizer: Tokenizer | None = None,
+                 tgt_tokenizer: Tokenizer | None = None, src_tag: str | None = None, tgt_tag: str | None = None):
+        self.records, self.store = records, store
+        self.src_tokenizer, self.tgt_tokenizer, self.src_tag, self.tgt_tag = src_tokenizer, tgt_tokenizer, src_tag, tgt_tag
+
+    @property
+    def sizes(self) -> list[int]:
+        """The records' 10 ms frame counts, so that max_tokens means the same audio as for other models."""
+        return [r.n_frames for r in self.records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> Example:
+        rec = self.records[i]
+        ids = [None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
+               for tok, text, tag in ((self.src_tokenizer, rec.src_text, self.src_tag),
+                                      (self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))]
+        return Example(i, rec.id, torch.from_numpy(self.store[rec.id]), *ids, precomputed=True)

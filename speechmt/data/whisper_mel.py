@@ -1,0 +1,71 @@
+"""Whisper's front end: the log-mel spectrogram OpenAI's Whisper was trained on (25 ms Hann window, 10 ms hop,
+80 or 128 Slaney mel bins, log10, floored at 8 below the utterance's maximum, then (x + 4) / 4), computed by
+transformers' `WhisperFeatureExtractor` at the utterance's own length: no padding to 30 s.
+
+The trimmed features equal the first frames of the 30 s-padded ones (the floor is set by the loudest frame,
+which padding with zeros never changes; only a last frame whose window reaches past the end of the audio
+sees reflected samples instead of zeros). What differs is the encoder's view: see
+`speechmt.models.encoders.whisper`. `WhisperMelConfig` is saved in a checkpoint's "features".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from speechmt.audio import SAMPLE_RATE
+
+HOP = 160  # samples per frame at 16 kHz (10 ms)
+CHUNK_SECONDS = 30  # Whisper's input window; its encoder has positions for this many seconds
+
+
+@dataclass(frozen=True)
+class WhisperMelConfig:
+    """The log-mel settings of a Whisper model (its preprocessor_config.json)."""
+
+    n_mels: int = 80
+    sample_rate: int = SAMPLE_RATE
+    n_fft: int = 400
+    hop_length: int = HOP
+    pad_to_30s: bool = False  # Whisper's own input: the wave zero-padded to 30 s (3000 frames)
+
+    def __post_init__(self):
+        if self.sample_rate != SAMPLE_RATE or self.hop_length != HOP or self.n_fft != 400:
+            raise ValueError(f"Whisper features need 16 kHz, n_fft 400 and hop 160; got {self.sample_rate} Hz, "
+                             f"n_fft {self.n_fft}, hop {self.hop_length}")
+        if self.n_mels not in (80, 128):
+            raise ValueError(f"Whisper models use 80 or 128 mel bins; got {self.n_mels}")
+
+
+@lru_cache(maxsize=4)
+def _extractor(n_mels: int):
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(feature_size=n_mels)
+
+
+def whisper_log_mel(wave: np.ndarray, cfg: WhisperMelConfig = WhisperMelConfig()) -> torch.Tensor:
+    """A 16 kHz wave (S,) -> log-mel features (S // 160, n_mels) float32: at the wave's length, or of 30 s
+    (3000 frames) when cfg.pad_to_30s."""
+    wave = np.asarray(wave, dtype=np.float32)
+    if cfg.pad_to_30s:
+        wave = np.pad(wave, (0, max(0, CHUNK_SECONDS * cfg.sample_rate - len(wave))))
+    if len(wave) < HOP:
+        return torch.zeros(0, cfg.n_mels)
+    mel = _extractor(cfg.n_mels)(wave, sampling_rate=cfg.sample_rate, padding="longest", truncation=False,
+                                 return_tensors="np")["input_features"][0]  # (n_mels, T)
+    return torch.from_numpy(np.ascontiguousarray(mel.T))
+
+
+def mel_settings(name_or_path: str) -> WhisperMelConfig:
+    """The mel settings of a Whisper model: its feature extractor's feature_size, or its config's
+    num_mel_bins when the folder has no preprocessor_config.json."""
+    from transformers import AutoConfig, AutoFeatureExtractor
+
+    try:
+        return WhisperMelConfig(int(AutoFeatureExtractor.from_pretrained(name_or_path).feature_size))
+    except (OSError, ValueError, AttributeError):
+        return WhisperMelConfig(int(AutoConfig.from_pretrained(name_or_path).num_mel_bins))

@@ -1,0 +1,86 @@
+"""The `whisper` acoustic encoder: OpenAI Whisper's encoder (Radford et al., 2022, "Robust Speech Recognition
+via Large-Scale Weak Supervision") through transformers' Whisper modules, any size, read from log-mel
+features (`speechmt.data.whisper_mel`).
+
+Whisper was trained on 30 s windows: its encoder has 1500 stored (sinusoidal) positions, and
+transformers' `WhisperEncoder.forward` refuses anything but 3000 input frames. Here the same submodules
+(conv1, conv2, positions, layers, final LayerNorm) run at the utterance's own length, positions sliced
+to it, with a key-padding mask inside a padded batch, so each utterance's states equal those of the
+utterance encoded alone. A 3 s clip costs 150 frames instead of 1500. The states differ from those of
+Whisper's padded 30 s input (there, every frame also attends to the padding); feed 30 s-padded features
+(`WhisperMelConfig(pad_to_30s=True)`) to get those exactly. README ("Whisper backbones") gives the
+measured cost and quality of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.models.encoders.base import EncoderOutput
+
+
+@dataclass(frozen=True)
+class WhisperEncoderOptions:
+    """How the encoder is fine-tuned (applied by speechmt.models.finetune) and its layer drop."""
+
+    layerdrop: float = 0.0
+
+
+def whisper_output_lengths(lengths: Tensor) -> Tensor:
+    """Mel frames (B,) -> encoder frames (B,): conv2 has kernel 3, stride 2, padding 1: ceil(T / 2)."""
+    return torch.div(lengths - 1, 2, rounding_mode="floor") + 1
+
+
+class WhisperEncoder(nn.Module):
+    """transformers' WhisperEncoder run at the input's length -> Linear to the model dimension when the
+    widths differ. `states` is the frozen part (cacheable); `project` what follows it."""
+
+    def __init__(self, model: nn.Module, dim: int, options: WhisperEncoderOptions = WhisperEncoderOptions()):
+        super().__init__()
+        self.model, self.options = model, options
+        hidden = model.config.d_model
+        self.proj = nn.Linear(hidden, dim) if hidden != dim else nn.Identity()
+        self.n_mels, self.max_frames = model.config.num_mel_bins, model.config.max_source_positions
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.config.d_model
+
+    def states(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """mels (B, T, n_mels) zero-padded, lengths (B,) -> Whisper's final states (B, ceil(T/2), H) with
+        padded frames zero, and their lengths (B,)."""
+        enc = self.model
+        if mels.size(-1) != self.n_mels:
+            raise ValueError(f"Whisper encoder expects {self.n_mels} mel bins, got {mels.size(-1)}")
+        pad = lengths_to_padding_mask(lengths, mels.size(1))  # (B, T)
+        x = F.gelu(enc.conv1(mels.transpose(1, 2)))  # (B, T, M) -> (B, H, T)
+        x = F.gelu(enc.conv2(x.masked_fill(pad[:, None, :], 0.0))).transpose(1, 2)  # -> (B, T', H)
+        out_lengths = whisper_output_lengths(lengths)
+        if x.size(1) > self.max_frames:
+            raise ValueError(f"{x.size(1) * 0.02:.1f} s of audio is longer than the Whisper encoder's "
+                             f"{self.max_frames * 0.02:.0f} s window; cut it first")
+        x = x + enc.embed_positions.weight[: x.size(1)].to(x.dtype)
+        x = F.dropout(x, enc.dropout, self.training)
+        frame_pad = lengths_to_padding_mask(out_lengths, x.size(1))  # (B, T')
+        mask = torch.zeros(frame_pad.shape, dtype=x.dtype, device=x.device)
+        mask = mask.masked_fill(frame_pad, torch.finfo(x.dtype).min)[:, None, None, :]  # (B, 1, 1, T')
+        for layer in enc.layers:
+            if self.training and self.options.layerdrop > 0 and float(torch.rand([])) < self.options.layerdrop:
+                continue
+            x = layer(x, mask)
+        x = enc.layer_norm(x)
+        return x.masked_fill(frame_pad[..., None], 0.0), out_lengths
+
+    def project(self, states: Tensor, lengths: Tensor) -> EncoderOutput:
+        """Whisper states (B, T', H) -> EncoderOutput x (B, T', D), padded frames zero."""
+        x = self.proj(states)
+        return EncoderOutput(x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0), lengths)
+
+    def forward(self, mels: Tensor, lengths: Tensor) -> EncoderOutput:
+        """mels (B, T, n_mels), lengths (B,) -> EncoderOutput(x (B, ceil(T/2), D), lengths)."""
+        return self.project(*self.states(mels, lengths))

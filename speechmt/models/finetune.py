@@ -1,0 +1,88 @@
+"""Which parameters of a pretrained module train: all (`full`), none (`frozen`), LayerNorms and attention
+projections only (`lna`: Li et al., ACL 2021, "Multilingual Speech Translation from Efficient Finetuning of
+Pretrained Models"), or low-rank adapters beside its frozen linear layers (`lora`: Hu et al., ICLR 2022,
+through the `peft` library).
+
+A LoRA module keeps its frozen weight as `<name>.base_layer.weight` and adds `<name>.lora_A.default.weight`
+(r, in) and `<name>.lora_B.default.weight` (out, r); `merge_lora` folds W + (alpha / r) B A back into plain
+Linear layers, for a checkpoint without adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+FINETUNE_MODES = ("full", "frozen", "lna", "lora")
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA rank, scaling alpha (the update is scaled by alpha / rank), dropout on its input, and the names
+    of the Linear layers that get adapters (matched at the end of module names)."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ATTENTION_PROJECTIONS + ("fc1", "fc2")
+
+    def __post_init__(self):
+        object.__setattr__(self, "targets", tuple(self.targets))
+        if self.rank < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1 or not self.targets:
+            raise ValueError(f"bad LoRA settings: rank {self.rank} (>= 1), alpha {self.alpha} (> 0), dropout "
+                             f"{self.dropout} (in [0, 1)), targets {self.targets} (not empty)")
+
+
+def lna_(module: nn.Module) -> None:
+    """Freezes `module` but for its LayerNorms and the q/k/v/out projections of its attention layers."""
+    module.requires_grad_(False)
+    for m in module.modules():
+        if isinstance(m, nn.LayerNorm):
+            m.requires_grad_(True)
+        if all(hasattr(m, name) for name in ATTENTION_PROJECTIONS):
+            for name in ATTENTION_PROJECTIONS:
+                getattr(m, name).requires_grad_(True)
+
+
+def lora_(module: nn.Module, settings: LoraSettings) -> None:
+    """Adds LoRA adapters (peft) to the target Linear layers of `module`; only the adapters train."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    targets = sorted({name.rsplit(".", 1)[-1] for name, m in module.named_modules()
+                      if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in settings.targets})
+    if not targets:
+        raise ValueError(f"LoRA: no Linear layer of {type(module).__name__} is named {', '.join(settings.targets)}")
+    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=targets, bias="none")
+    inject_adapter_in_model(config, module)
+    for name, p in module.named_parameters():
+        p.requires_grad_(".lora_" in name)
+
+
+def set_finetuning(module: nn.Module, mode: str, lora: LoraSettings = LoraSettings()) -> None:
+    """Applies one of FINETUNE_MODES to `module` (in place)."""
+    if mode not in FINETUNE_MODES:
+        raise ValueError(f"unknown fine-tuning mode {mode!r}; expected one of {', '.join(FINETUNE_MODES)}")
+    if mode == "frozen":
+        module.requires_grad_(False)
+    elif mode == "lna":
+        lna_(module)
+    elif mode == "lora":
+        lora_(module, lora)
+
+
+def merge_lora(model: nn.Module) -> int:
+    """Folds every LoRA adapter of `model` into its base Linear and puts that Linear back in its place;
+    returns how many layers were merged."""
+    from peft.tuners.lora import LoraLayer
+
+    merged = 0
+    for name, m in list(model.named_modules()):
+        if isinstance(m, LoraLayer):
+            m.merge()
+            parent_name, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, child, m.get_base_layer())
+            merged += 1
+    return merged

