@@ -1,0 +1,49 @@
+"""Cached encoder states equal the live encoder; the key follows the weights and the front end."""
+
+import pytest
+import torch
+
+from speechmt.data.encoder_cache import cache_key, cached_split
+from speechmt.data.manifest import read_manifest
+from speechmt.data.waveform import record_audio
+from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
+from speechmt.models.translator import ModelConfig, build_model
+from tests.whisper_helpers import tiny_whisper_dir
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    folder = tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_cache"))
+    return build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(folder),
+                                   freeze_encoder=True)).speech_encoder
+
+
+def test_cache_equals_the_live_encoder_within_float16(tiny_data, encoder):
+    records = read_manifest(tiny_data / "train.jsonl")
+    mel = WhisperMelConfig()
+    inputs = lambda i: whisper_log_mel(record_audio(records[i], tiny_data), mel)  # noqa: E731
+    store = cached_split(tiny_data, "train", encoder, mel, inputs, records)
+    assert sorted(store.ids) == sorted(r.id for r in records)
+    encoder.eval()
+    with torch.no_grad():
+        for i, r in enumerate(records):
+            x = inputs(i)
+            live, n = encoder.states(x[None], torch.tensor([len(x)]))
+            cached = torch.from_numpy(store[r.id])
+            assert cached.shape == (int(n), 32)
+            torch.testing.assert_close(cached, live[0], atol=2e-3, rtol=1e-3)  # float16 storage
+    again = cached_split(tiny_data, "train", encoder, mel, lambda i: 1 / 0, records)  # read, not recomputed
+    assert again.ids == store.ids
+
+
+def test_key_changes_with_weights_and_front_end(encoder):
+    key, description = cache_key(encoder, WhisperMelConfig())
+    assert len(key) == 16 and description["frontend"]["n_mels"] == 80
+    assert cache_key(encoder, WhisperMelConfig(pad_to_30s=True))[0] != key
+    with torch.no_grad():
+        encoder.model.layer_norm.bias.add_(1e-3)
+    try:
+        assert cache_key(encoder, WhisperMelConfig())[0] != key
+    finally:
+        with torch.no_grad():
+            encoder.model.layer_norm.bias.sub_(1e-3)

@@ -1,0 +1,86 @@
+"""LoRA (peft) and LNA train exactly what they claim; merged LoRA equals the adapted model."""
+
+import pytest
+import torch
+
+from speechmt.models.finetune import LoraSettings, merge_lora, set_finetuning
+from speechmt.models.translator import ModelConfig, build_model
+from tests.whisper_helpers import tiny_whisper_dir
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    return tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_ft"))
+
+
+def _train_steps(model, steps: int = 3) -> None:
+    """A few Adam steps on a random decoding loss through the encoder and the decoder."""
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    torch.manual_seed(1)
+    mels, tokens = torch.randn(2, 40, 80), torch.randint(0, model.config.tgt_vocab_size, (2, 6))
+    for _ in range(steps):
+        enc = model.encode_speech(mels, torch.tensor([40, 30]))
+        loss = model.decode(tokens, enc).logsumexp(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _changed(before: dict, model) -> set[str]:
+    return {k for k, v in model.state_dict().items() if not torch.equal(before[k], v)}
+
+
+@pytest.mark.parametrize("encoder_opts, decoder_mode, trained", [
+    (dict(encoder_lora=True), "lora", lambda k: ".lora_A." in k or ".lora_B." in k),
+    (dict(lna_finetune=True), "lna",
+     lambda k: any(s in k for s in ("norm", "layer_norm", "_proj.")) and "lora" not in k),
+    (dict(freeze_encoder=True), "frozen", lambda k: False),
+])
+def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(whisper_dir, encoder_opts,
+                                                                              decoder_mode, trained):
+    cfg = ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir), dropout=0.0,
+                      decoder_finetune=decoder_mode, lora_rank=4, **encoder_opts)
+    model = build_model(cfg)
+    names = {k for k, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    assert names == {k for k in model.state_dict() if trained(k)}
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    if names:
+        _train_steps(model)
+    changed = _changed(before, model)
+    assert changed <= names  # every other tensor is bit-identical
+    assert bool(changed) == bool(names)  # and what may train did move
+    assert {k for k in names if ".lora_B." in k} <= changed  # B starts at zero; every adapter left it
+
+
+def test_lna_trains_layer_norms_and_attention_projections_only(whisper_dir):
+    model = build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir),
+                                    lna_finetune=True, decoder_finetune="lna"))
+    trainable = [k for k, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(("norm" in k) or any(f"attn.{p}" in k for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
+                             for k in trainable)
+    frozen = [k for k, p in model.named_parameters() if not p.requires_grad]
+    assert any("fc1" in k for k in frozen) and any("embed" in k for k in frozen) and any("conv1" in k for k in frozen)
+
+
+@torch.no_grad()
+def test_merged_lora_equals_the_adapted_model(whisper_dir):
+    model = build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir),
+                                    dropout=0.0, decoder_finetune="lora", lora_rank=4)).eval()
+    for name, p in model.named_parameters():
+        if ".lora_B." in name:
+            p.normal_(0, 0.1)  # a trained adapter
+    mels, tokens = torch.randn(1, 30, 80), torch.randint(0, model.config.tgt_vocab_size, (1, 5))
+    adapted = model.decode(tokens, model.encode_speech(mels, torch.tensor([30])))
+    assert merge_lora(model) == 2 * (4 + 4 + 2)
+    assert not any("lora" in k for k in model.state_dict())
+    merged = model.decode(tokens, model.encode_speech(mels, torch.tensor([30])))
+    torch.testing.assert_close(merged, adapted, atol=1e-4, rtol=1e-4)
+
+
+def test_bad_lora_settings_and_unknown_mode_fail_clearly():
+    with pytest.raises(ValueError, match="bad LoRA settings"):
+        LoraSettings(rank=0)
+    with pytest.raises(ValueError, match="unknown fine-tuning mode"):
+        set_finetuning(torch.nn.Linear(2, 2), "most")
+    with pytest.raises(ValueError, match="no Linear layer"):
+        set_finetuning(torch.nn.Sequential(torch.nn.Linear(2, 2)), "lora", LoraSettings(targets=("q_proj",)))
