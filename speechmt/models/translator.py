@@ -263,7 +263,8 @@ def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[Transformer
     cfg = replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
                   decoder_layers=c.decoder_layers, tgt_vocab_size=c.vocab_size, tie_embeddings=True,
                   decoder_hf_config=hf_config_dict(hf_model))
-    return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout), cfg
+    return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
+                                   cfg.activation_dropout), cfg
 
 
 def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:

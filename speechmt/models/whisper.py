@@ -87,13 +87,14 @@ def decoder_state_from_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return out
 
 
-def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float | None = None) -> TransformerDecoder:
-    """speechmt's TransformerDecoder holding the weights of transformers' WhisperDecoder; `dropout` (None:
-    Whisper's own, 0) on the residual branches, attention and activations alike."""
+def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float = 0.0, attention_dropout: float = 0.0,
+                            activation_dropout: float = 0.0) -> TransformerDecoder:
+    """speechmt's TransformerDecoder holding the weights of transformers' WhisperDecoder, with dropout on the
+    residual branches, attention weights and activations (Whisper was trained without)."""
     c = hf_decoder.config
-    p = c.dropout if dropout is None else dropout
     decoder = transformer_decoder(c.vocab_size, c.decoder_layers, c.d_model, c.decoder_attention_heads,
-                                  c.decoder_ffn_dim, p, p, p, tie_embeddings=True, pad_id=pad_id,
+                                  c.decoder_ffn_dim, dropout, attention_dropout, activation_dropout,
+                                  tie_embeddings=True, pad_id=pad_id,
                                   activation="gelu", max_positions=c.max_target_positions,
                                   scale_embedding=bool(c.scale_embedding))
     decoder.load_state_dict(decoder_state_from_hf(hf_decoder.state_dict()))
