@@ -133,10 +133,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from speechmt.evaluation.evaluate import evaluate
     from speechmt.evaluation.report import append_results_row
 
-    if bool(args.model) == bool(args.cascade):
-        print("speechmt: error: evaluate needs either --model M or --cascade ASR MT", file=sys.stderr)
+    if args.model and args.cascade:
+        print("speechmt: error: evaluate takes --model M or --cascade ASR MT, not both", file=sys.stderr)
         return 2
-    out = args.out or str(Path(args.model or args.cascade[1]).parent / f"eval_{args.split}")
+    if not args.cascade and not args.model:
+        from speechmt.pretrained import default_model_path
+
+        args.model = str(default_model_path())
+    # under the current directory, never beside a model (the bundled one lives inside the package)
+    out = args.out or str(Path("eval") / f"{Path(args.model or args.cascade[1]).stem}_{args.split}")
     if args.cascade:
         from speechmt.evaluation.evaluate import evaluate_cascade
 
@@ -282,10 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=cmd_translate)
 
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
-    _add_decode_options(ev)
+    _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)")
     ev.add_argument("--data", required=True, help="prepared data folder")
     ev.add_argument("--split", required=True)
-    ev.add_argument("--out", help="report folder (default: beside the model, eval_<split>)")
+    ev.add_argument("--out", help="report folder (default: eval/<model>_<split> in the current directory)")
     ev.add_argument("--max-tokens", type=int, default=20000)
     ev.add_argument("--results", help="a RESULTS.md to append a row to")
     ev.add_argument("--name", help="how the model is named in the report and RESULTS row")
