@@ -30,9 +30,9 @@ test-fast: python-deps
 # Translates the example clips with the bundled English->German model (no download, no training).
 demo: setup
 	@echo "speechmt translate examples/*.flac  (bundled model: speechmt/pretrained/MODEL_CARD.md)"
-	@$(BIN)/speechmt translate examples/*.flac --timing
-	@echo "references (examples/examples.tsv):"
-	@tail -n +2 examples/examples.tsv | cut -f 1,3 | sed 's/^/  /'
+	@$(BIN)/speechmt translate examples/*.flac --timing | awk -F'\t' \
+	    'NR == FNR { ref[$$1] = $$3; next } { f = $$1; sub(".*/", "", f); \
+	     printf "%s  (%s)\n  speechmt:  %s\n  reference: %s\n", f, $$3, $$2, ref[f] }' examples/examples.tsv -
 
 bench: python-deps
 	$(BIN)/python benchmarks/bench_fbank.py
