@@ -14,7 +14,7 @@ import torch
 from speechmt.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.pt")
-INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_start")
+INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_start", "base")
 
 
 def default_model_path() -> Path:
