@@ -1,7 +1,8 @@
 # Sourced by the recipes: stage 2 (vocabularies) and stages 3-8 (ASR pretraining, averaging + WER, ST from
 # the ASR encoder, averaging + BLEU, and with an MT config the text MT model and the ASR -> MT cascade;
-# RESULTS.md rows). Reads: stage stop_stage src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm
-# asr_conf st_conf mt_conf avg beam test_sets name.
+# RESULTS.md rows), and with a Whisper config stage 9 (ST fine-tuned from Whisper). Reads: stage stop_stage
+# src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf st_conf mt_conf whisper_conf avg beam
+# test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
@@ -61,5 +62,12 @@ train_stages() {
                 --split "$split" --beam "$beam" --out "$exp/cascade/eval_$split" --results RESULTS.md \
                 --name "Cascade $name (avg $avg)"
         done
+    fi
+
+    if [ -n "$whisper_conf" ] && [ "$stage" -le 9 ] && [ "$stop_stage" -ge 9 ]; then
+        log "stage 9: ST fine-tuned from Whisper ($whisper_conf) -> $exp/st_whisper; average, BLEU on $test_sets"
+        "$SPEECHMT" train --config "$whisper_conf" data.dir="$data" data.src_lang="$src_lang" \
+            data.tgt_lang="$tgt_lang" train.task=st train.save_dir="$exp/st_whisper"
+        average_and_score st_whisper "ST Whisper"
     fi
 }
