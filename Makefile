@@ -16,6 +16,7 @@ system-deps:
 	@bash scripts/install_system_deps.sh
 
 python-deps: $(VENV)/.installed
+	@bash scripts/install_whisper_base.sh "$(VENV)"
 
 $(VENV)/.installed: pyproject.toml scripts/install_python_deps.sh
 	@bash scripts/install_python_deps.sh "$(PYTHON)" "$(VENV)" "$(TORCH_SPEC)"

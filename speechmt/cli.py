@@ -197,6 +197,14 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_whisper(args: argparse.Namespace) -> int:
+    from speechmt.interop.whisper_ct2 import import_whisper
+
+    out = import_whisper(args.ct2_dir, args.out)
+    print(f"{out}: Hugging Face Whisper model of {args.ct2_dir}")
+    return 0
+
+
 def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file") -> None:
     p.add_argument("--model", help=model_help)
     p.add_argument("--cascade", nargs=2, metavar=("ASR", "MT"),
@@ -334,6 +342,16 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--tgt-lang", help="target language of a multilingual model (its <lang:xx> tag)")
     imp.add_argument("--task", default="st", choices=("st", "asr"))
     imp.set_defaults(func=cmd_import_hf)
+
+    imw = sub.add_parser("import-whisper", help="convert Whisper weights in CTranslate2 format (faster-whisper's "
+                         "model.bin, config.json, tokenizer.json) into a Hugging Face Whisper folder",
+                         description="Writes a folder that WhisperForConditionalGeneration.from_pretrained and "
+                         "WhisperProcessor.from_pretrained load offline: config and generation config, "
+                         "model.safetensors (float16, as the source), tokenizer, preprocessor_config.json. The "
+                         "folder appears complete or not at all (written under a temporary name, then renamed).")
+    imw.add_argument("ct2_dir", metavar="DIR", help="CTranslate2 Whisper folder: model.bin, config.json, tokenizer.json")
+    imw.add_argument("--out", required=True, metavar="HF_DIR", help="output folder (replaced if it exists)")
+    imw.set_defaults(func=cmd_import_whisper)
     return parser
 
 
