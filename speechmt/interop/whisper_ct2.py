@@ -100,16 +100,22 @@ class _Reader:
         raw = self.take(self.unpack("H"))
         if not raw or raw[-1] != 0:
             raise HFImportError(f"{self.path}: not a CTranslate2 model (bad string at byte {self.pos})")
-        return raw[:-1].decode("utf-8")
+        try:
+            return raw[:-1].decode("utf-8")
+        except UnicodeDecodeError:
+            raise HFImportError(f"{self.path}: not a CTranslate2 model (bad string at byte {self.pos})") from None
 
 
 def _array(raw: bytes, dtype_id: int, shape: tuple[int, ...], path: Path, name: str) -> np.ndarray:
     """One variable's bytes as a numpy array (bfloat16 widened exactly to float32)."""
     if dtype_id >= len(DTYPES):
         raise HFImportError(f"{path}: unknown dtype id {dtype_id} for {name}")
-    if DTYPES[dtype_id] == "bfloat16":
-        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
-    array = np.frombuffer(raw, DTYPES[dtype_id])
+    bf16 = DTYPES[dtype_id] == "bfloat16"
+    if len(raw) % (2 if bf16 else np.dtype(DTYPES[dtype_id]).itemsize):
+        raise HFImportError(f"{path}: {name} has {len(raw)} bytes, not a whole number of values")
+    array = np.frombuffer(raw, np.uint16 if bf16 else DTYPES[dtype_id])
+    if bf16:
+        array = (array.astype(np.uint32) << 16).view(np.float32)
     if array.size != int(np.prod(shape, dtype=np.int64)):
         raise HFImportError(f"{path}: {name} holds {array.size} values for shape {list(shape)}")
     return array.reshape(shape)
