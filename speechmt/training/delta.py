@@ -72,3 +72,17 @@ def load_model_state(model: nn.Module, state: dict[str, Tensor], base: dict | No
     if unexpected or untrained:
         raise CheckpointError(f"{path}: trained tensors do not fit the model: unexpected {unexpected[:3]}, "
                               f"missing {untrained[:3]}")
+
+
+def merged(model: Translator) -> tuple[Translator, ModelConfig]:
+    """`model` with every LoRA adapter folded into its weights (in place), and the config of that structure
+    (no adapters), for a full checkpoint that needs no base."""
+    from dataclasses import replace
+
+    from speechmt.models.finetune import merge_lora
+
+    merge_lora(model)
+    cfg = model.config
+    cfg = replace(cfg, encoder_lora=False, decoder_finetune="full" if cfg.decoder_finetune == "lora" else cfg.decoder_finetune)
+    model.config = cfg
+    return model, cfg
