@@ -189,6 +189,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from speechmt.training.convert import convert_pickled_checkpoint
+
+    info = convert_pickled_checkpoint(args.old, args.out, trust=args.trust)
+    print(f"{args.out}: {args.old} in the safe format ({info['model_tensors']} model tensors, "
+          f"{info['bytes'] / 2**20:.1f} MiB)")
+    return 0
+
+
 def cmd_import_hf(args: argparse.Namespace) -> int:
     from speechmt.interop.hf_s2t import import_hf_s2t
 
@@ -261,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     vocab.add_argument("--out", required=True, help="output .model file")
     vocab.set_defaults(func=cmd_vocab)
 
-    train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.pt)")
+    train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.safetensors)")
     train.add_argument("--config", help="experiment YAML (model, data, train sections)")
     train.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
@@ -278,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.set_defaults(func=cmd_pretrain_audio)
 
     avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
-    avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.pt")
+    avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.safetensors")
     avg.add_argument("--last", type=int, default=10, help="how many numbered checkpoints of a folder")
     avg.add_argument("--out", required=True)
     avg.set_defaults(func=cmd_average)
@@ -335,6 +344,15 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", required=True)
     exp.add_argument("--fp32", action="store_true", help="keep float32 weights")
     exp.set_defaults(func=cmd_export)
+
+    conv = sub.add_parser("convert", help="rewrite an old pickled checkpoint (.pt) as a safe .safetensors file",
+                          description="Old speechmt checkpoints are torch.save pickles, and unpickling can run "
+                          "code, so speechmt refuses to load them. This unpickles OLD once, only with --trust, "
+                          "and writes NEW in the safe format (safetensors + JSON), which any speechmt command loads.")
+    conv.add_argument("old", metavar="OLD", help="old pickled checkpoint")
+    conv.add_argument("--out", required=True, metavar="NEW", help="file to write (e.g. model.safetensors)")
+    conv.add_argument("--trust", action="store_true", help="unpickle OLD: only for a file from a source you trust")
+    conv.set_defaults(func=cmd_convert)
 
     imp = sub.add_parser("import-hf", help="convert a Hugging Face Speech2Text model into a speechmt checkpoint")
     imp.add_argument("source", help="a local model directory, or a hub id (e.g. facebook/s2t-small-mustc-en-de-st)")

@@ -23,7 +23,7 @@ def trained(tiny_data, tmp_path_factory):
 
 @pytest.mark.slow
 def test_overfit_model_translates_its_training_audio_exactly(trained, tiny_data):
-    lm = load_model(trained / "checkpoint_last.pt")
+    lm = load_model(trained / "checkpoint_last.safetensors")
     records = read_manifest(tiny_data / "train.jsonl")
     # whole talk files hold several segments: translate the exact segments as arrays
     from speechmt.audio import read_audio
@@ -35,9 +35,10 @@ def test_overfit_model_translates_its_training_audio_exactly(trained, tiny_data)
 
 @pytest.mark.slow
 def test_cli_average_evaluate_translate(trained, tiny_data, capsys, tmp_path):
-    assert main(["average", str(trained), "--last", "2", "--out", str(trained / "avg.pt")]) == 0
-    assert "average of 2 checkpoints (checkpoint_150.pt, checkpoint_200.pt)" in capsys.readouterr().out
-    assert main(["evaluate", "--model", str(trained / "checkpoint_last.pt"), "--data", str(tiny_data),
+    assert main(["average", str(trained), "--last", "2", "--out", str(trained / "avg.safetensors")]) == 0
+    out = capsys.readouterr().out
+    assert "average of 2 checkpoints (checkpoint_150.safetensors, checkpoint_200.safetensors)" in out
+    assert main(["evaluate", "--model", str(trained / "checkpoint_last.safetensors"), "--data", str(tiny_data),
                  "--split", "train", "--out", str(tmp_path / "ev"), "--results", str(tmp_path / "RESULTS.md")]) == 0
     out = capsys.readouterr().out
     assert "BLEU = 100.00" in out and "tok:13a" in out
@@ -47,11 +48,12 @@ def test_cli_average_evaluate_translate(trained, tiny_data, capsys, tmp_path):
     from tests.conftest import ASSETS
 
     wav = ASSETS / "mustc/en-de/data/train/wav/ted_1.wav"
-    assert main(["translate", str(wav), "--model", str(trained / "checkpoint_last.pt"), "--format", "json"]) == 0
+    model = str(trained / "checkpoint_last.safetensors")
+    assert main(["translate", str(wav), "--model", model, "--format", "json"]) == 0
     line = json.loads(capsys.readouterr().out.strip())
     assert line["file"] == str(wav) and line["text"] and line["audio_seconds"] == pytest.approx(6.31, abs=0.01)
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    assert main(["translate", str(tmp_path / "missing.wav"), "--model", str(tmp_path / "none.pt")]) == 2
-    assert capsys.readouterr().err.strip() == f"speechmt: error: {tmp_path / 'none.pt'}: checkpoint not found"
+    assert main(["translate", str(tmp_path / "missing.wav"), "--model", str(tmp_path / "none.safetensors")]) == 2
+    assert capsys.readouterr().err.strip() == f"speechmt: error: {tmp_path / 'none.safetensors'}: checkpoint not found"

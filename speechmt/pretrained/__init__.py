@@ -13,7 +13,7 @@ import torch
 
 from speechmt.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
-DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.pt")
+DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.safetensors")
 INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_start", "base")
 
 
@@ -38,7 +38,8 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
         raise CheckpointError(f"{checkpoint}: cannot export, the checkpoint lacks {', '.join(missing)}")
     slim = {k: state[k] for k in INFERENCE_KEYS if k in state}
     cast = torch.float16 if half else None
-    slim["model"] = {k: v.to(cast) if cast is not None and v.is_floating_point() else v
+    done: dict[int, torch.Tensor] = {}  # a tied tensor (one object under two names) stays one
+    slim["model"] = {k: done.setdefault(id(v), v.to(cast) if cast is not None and v.is_floating_point() else v)
                      for k, v in state["model"].items()}
     if provenance:
         slim["provenance"] = provenance

@@ -54,3 +54,9 @@ def all_reduce_sum(value: float) -> float:
     t = torch.tensor([float(value)], dtype=torch.float64)
     tdist.all_reduce(t)
     return float(t.item())
+
+
+def barrier() -> None:
+    """Waits until every rank gets here."""
+    if tdist.is_initialized():
+        tdist.barrier()

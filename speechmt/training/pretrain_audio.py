@@ -7,8 +7,8 @@ from transformers' own `_compute_mask_indices` and `_sample_negative_indices`, o
 The output directory is a Hugging Face model directory (`save_pretrained` + the feature extractor's
 preprocessor_config.json), so `Wav2Vec2Model.from_pretrained(out)` reads it and a speechmt model uses it
 with `model.encoder=wav2vec2 model.encoder_name_or_path=out`. Every file in it is replaced atomically; the
-training state (weights, optimiser, schedule, RNG, data position) is `out/pretrain_state.pt`, written
-atomically, and a run resumes from it exactly.
+training state (weights, optimiser, schedule, RNG, data position) is `out/pretrain_state.safetensors`
+(safetensors + JSON, never a pickle), written atomically, and a run resumes from it exactly.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from speechmt.training.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.training.optim import build_optimizer, build_scheduler
 from speechmt.training.trainer import JsonLog, rng_state, set_rng_state
 
-STATE_FILE = "pretrain_state.pt"
+STATE_FILE = "pretrain_state.safetensors"
 
 # A CPU-sized wav2vec2: the base model's CNN geometry (20 ms frames) with 128 channels, a 4 x 256 Transformer.
 SMALL_CONFIG: dict[str, Any] = dict(
@@ -311,7 +311,7 @@ def _fsync(path: Path) -> None:
 
 
 def pretrain_audio(cfg: PretrainAudioConfig, resume: bool = True) -> PretrainState:
-    """Pretrains as `cfg` says into cfg.out; with `resume`, continues exactly from cfg.out/pretrain_state.pt."""
+    """Pretrains as `cfg` says into cfg.out; with `resume`, continues exactly from cfg.out/STATE_FILE."""
     from speechmt.training.run import pick_device, seed_everything
 
     seed_everything(cfg.seed)

@@ -1,11 +1,13 @@
 """`run_training(cfg)`: builds data, model and trainer from an ExperimentConfig and trains, resuming
-from save_dir/checkpoint_last.pt when it exists."""
+from save_dir/checkpoint_last.safetensors when it exists (or from the newest readable
+checkpoint_<step>.safetensors when checkpoint_last is unreadable)."""
 
 from __future__ import annotations
 
 import os
 import random
 import re
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -24,7 +26,7 @@ from speechmt.training.delta import base_reference
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.data.waveform import WaveformConfig
 from speechmt.training.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
-from speechmt.training.trainer import Trainer, TrainState
+from speechmt.training.trainer import LAST, Trainer, TrainState
 
 
 def pick_device(name: str) -> torch.device:
@@ -73,7 +75,7 @@ def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmv
 
 
 def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
-    """Trains as `cfg` says; with `resume`, continues exactly from save_dir/checkpoint_last.pt."""
+    """Trains as `cfg` says; with `resume`, continues exactly from save_dir's last checkpoint."""
     device = pick_device(cfg.train.device)
     dist.init(device)
     seed_everything(cfg.train.seed)
@@ -99,20 +101,62 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
                      if cfg.data.valid_split and cfg.train.valid_decode else None)
     trainer = Trainer(cfg, model, task_config_for(cfg, toks), train_data, valid_data, extras, device, pad_id,
                       valid_decoder)
-    last = Path(cfg.train.save_dir) / "checkpoint_last.pt"
-    if resume and last.exists():
-        trainer.load_state(load_checkpoint(last, map_location=device))
-        print(f"resumed from {last} at update {trainer.state.step}")
+    found = resume_checkpoint(Path(cfg.train.save_dir), device) if resume else None
+    if found is not None:
+        trainer.load_state(found[0])
+        print(f"resumed from {found[1]} at update {trainer.state.step}")
     if dist.is_main():
         Path(cfg.train.save_dir).mkdir(parents=True, exist_ok=True)
         save_config(cfg, Path(cfg.train.save_dir) / "config.yaml")
     return trainer.train()
 
 
+def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path] | None:
+    """(state, path) to resume from: save_dir/checkpoint_last.safetensors, or when that is unreadable the
+    newest readable checkpoint_<step>.safetensors beside it, with a warning, the unreadable file renamed to
+    <name>.unreadable (kept). None when there is no checkpoint_last: a fresh run. CheckpointError (one line)
+    when none is readable, or for a run of an older speechmt (pickled checkpoint_last.pt), as fairseq
+    stops rather than start afresh over a run's checkpoints."""
+    last = save_dir / LAST
+    if not last.exists():
+        if (old := save_dir / "checkpoint_last.pt").exists():
+            raise CheckpointError(f"{old}: a pickled checkpoint of an older speechmt, not loaded (pickles can run "
+                                  f"code); to resume, convert it if you trust it: speechmt convert {old} --out "
+                                  f"{last} --trust; or pass --no-resume to start afresh")
+        return None
+    try:
+        return load_checkpoint(last, map_location=device), last
+    except CheckpointError as e:
+        error = e
+    for path in reversed(numbered_checkpoints(save_dir)):
+        try:
+            state = load_checkpoint(path, map_location=device)
+        except CheckpointError:
+            continue
+        dist.barrier()  # every rank has tried checkpoint_last before it is renamed
+        if dist.is_main():
+            kept = _unused_name(last.with_name(f"{last.name}.unreadable"))
+            last.rename(kept)
+            warnings.warn(f"{error}; resuming from {path.name}, the newest readable checkpoint beside it; "
+                          f"{last.name} is kept as {kept.name}", stacklevel=2)
+        return state, path
+    raise CheckpointError(f"{error}; no readable checkpoint_<step>.safetensors beside it either; pass "
+                          "--no-resume to start afresh")
+
+
+def _unused_name(path: Path) -> Path:
+    """`path`, or path.1, path.2, ... when it exists: an earlier unreadable file is never replaced."""
+    n, candidate = 0, path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
+
+
 def numbered_checkpoints(directory: str | Path) -> list[Path]:
-    """checkpoint_<step>.pt files of a folder, oldest first."""
-    found = [(int(m.group(1)), p) for p in Path(directory).glob("checkpoint_*.pt")
-             if (m := re.fullmatch(r"checkpoint_(\d+)\.pt", p.name))]
+    """checkpoint_<step>.safetensors files of a folder, oldest first."""
+    found = [(int(m.group(1)), p) for p in Path(directory).glob("checkpoint_*.safetensors")
+             if (m := re.fullmatch(r"checkpoint_(\d+)\.safetensors", p.name))]
     return [p for _, p in sorted(found)]
 
 

@@ -24,6 +24,8 @@ from speechmt.training.checkpoint import save_checkpoint
 from speechmt.training.delta import load_model_state, model_state
 from speechmt.training.optim import build_optimizer, build_scheduler
 
+LAST, BEST = "checkpoint_last.safetensors", "checkpoint_best.safetensors"
+
 
 @dataclass
 class TrainState:
@@ -45,11 +47,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
+    """Restores rng_state(); the generators take CPU byte tensors, wherever the checkpoint was loaded to."""
+    torch.set_rng_state(state["torch"].cpu())
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 class Trainer:
@@ -116,7 +119,7 @@ class Trainer:
                             utt_s=f"{meter.rate('nsentences'):.1f}")
             self._after_update(meter)
         bar.close()
-        self.save("checkpoint_last.pt")
+        self.save(LAST)
         return self.state
 
     def _update(self, group: list[Batch], meter: "Meter") -> None:
@@ -166,7 +169,7 @@ class Trainer:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Dev loss per target token (label-smoothed and nll), and the valid decoder's scores (greedy BLEU
-        or WER) when there is one; keeps checkpoint_best.pt by the loss."""
+        or WER) when there is one; keeps checkpoint_best.safetensors by the loss."""
         if self.valid_data is None:
             return {}
         self.model.eval()
@@ -185,7 +188,7 @@ class Trainer:
         self.log.write({"type": "valid", "step": self.state.step, **result})
         if result["valid_loss"] < self.state.best_loss:
             self.state.best_loss = result["valid_loss"]
-            self.save("checkpoint_best.pt")
+            self.save(BEST)
         return result
 
     def checkpoint_state(self) -> dict[str, Any]:
@@ -200,10 +203,10 @@ class Trainer:
             save_checkpoint(self.save_dir / name, self.checkpoint_state())
 
     def save_numbered(self) -> None:
-        """checkpoint_<step>.pt (the last `keep_last` kept) and checkpoint_last.pt."""
-        name = f"checkpoint_{self.state.step}.pt"
+        """checkpoint_<step>.safetensors (the last `keep_last` kept) and checkpoint_last.safetensors."""
+        name = f"checkpoint_{self.state.step}.safetensors"
         self.save(name)
-        self.save("checkpoint_last.pt")
+        self.save(LAST)
         self.state.kept.append(name)
         while len(self.state.kept) > self.cfg.train.keep_last:
             old = self.save_dir / self.state.kept.pop(0)

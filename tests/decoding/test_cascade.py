@@ -18,7 +18,7 @@ from tests.helpers import tiny_config
 def _train(cfg, exp) -> str:
     save_config(cfg, exp / "conf.yaml")
     assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
-    return str(exp / "checkpoint_last.pt")
+    return str(exp / "checkpoint_last.safetensors")
 
 
 @pytest.fixture(scope="module")

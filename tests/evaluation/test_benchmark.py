@@ -28,7 +28,7 @@ SPLIT = "train"  # the replica's largest split: 6 utterances of 1.36 to 2.42 s
 def tiny_model(tiny_data, tmp_path_factory) -> Path:
     exp = tmp_path_factory.mktemp("bench_exp")
     run_training(tiny_config(tiny_data, exp, max_updates=2))
-    return exp / "checkpoint_last.pt"
+    return exp / "checkpoint_last.safetensors"
 
 
 def _write_peer(path: Path, ids: list[str], hyps: list[str], task: str = "st", **over) -> Path:
@@ -160,8 +160,8 @@ def test_cli_errors_are_one_line(tiny_data, tmp_path, capsys):
     unknown = _write_peer(tmp_path / "unknown.json", ids + ["ted_99_0"], hyps + ["x"])
     assert _cli_error(capsys, "--peer", str(unknown), *common) == \
         f"speechmt: error: {unknown}: 1 ids are not in the split (first: 'ted_99_0')"
-    assert _cli_error(capsys, "--model", str(tmp_path / "none.pt"), *common) == \
-        f"speechmt: error: {tmp_path / 'none.pt'}: checkpoint not found"
+    assert _cli_error(capsys, "--model", str(tmp_path / "none.safetensors"), *common) == \
+        f"speechmt: error: {tmp_path / 'none.safetensors'}: checkpoint not found"
     err = _cli_error(capsys, "--peer", str(missing), "--data", str(tiny_data), "--split", "test", "--out", "x")
     assert err.startswith(f"speechmt: error: {tiny_data / 'test.jsonl'}: split 'test' not found in {tiny_data} "
                           "(prepared: dev, train, tst-COMMON)")

@@ -24,7 +24,7 @@ REFS = ["Das ist ein kleiner Test.", "Wir übersetzen gesprochene Sprache in Tex
 def make_report(**overrides) -> EvalReport:
     metrics = {s.name: s for s in (bleu(HYPS, REFS), chrf(HYPS, REFS), wer(HYPS, REFS))}
     fields = dict(
-        model="exp/st_s/avg10.pt", data="data/mustc/en-de", split="tst-COMMON", n=len(IDS), metrics=metrics,
+        model="exp/st_s/avg10.safetensors", data="data/mustc/en-de", split="tst-COMMON", n=len(IDS), metrics=metrics,
         extra={"beam": 5, "lenpen": 1.0, "seconds": 12.5, "rtf": 0.031, "commit": "abc1234+dirty"},
         created="2025-01-02T03:04:05+00:00",
     )
@@ -100,7 +100,7 @@ def test_markdown_row_has_two_decimals_and_bleu_signature():
     report = make_report()
     row = markdown_row(report)
     cells = [c.strip() for c in row.split(" | ")]
-    assert row.startswith("| 2025-01-02 | `exp/st_s/avg10.pt` | tst-COMMON | ")
+    assert row.startswith("| 2025-01-02 | `exp/st_s/avg10.safetensors` | tst-COMMON | ")
     assert f"{report.metrics['BLEU'].score:.2f}" in cells
     assert f"{report.metrics['chrF'].score:.2f}" in cells
     assert f"{report.metrics['WER'].score:.2f}" in cells

@@ -93,7 +93,7 @@ def save_hf_model(out: Path, tags: tuple[str, ...] = (), tgt_lang: str | None = 
 
 def convert(root: Path, **hf_options) -> Converted:
     hf_dir = save_hf_model(root / "src", **hf_options)
-    path = import_hf_s2t(hf_dir, root / "model.pt")
+    path = import_hf_s2t(hf_dir, root / "model.safetensors")
     hf_ids = load_checkpoint(path)["imported_from"]["hf_ids"]
     return Converted(Speech2TextForConditionalGeneration.from_pretrained(hf_dir).eval(),
                      Speech2TextTokenizer.from_pretrained(hf_dir), load_model(path), hf_ids, path)
@@ -264,26 +264,26 @@ def test_multilingual_model_gets_its_language_tag(multilingual, tmp_path):
         theirs = hf_beam(multilingual.hf, f, forced_bos_token_id=fr, length_penalty=0.0, min_new_tokens=2)[0][0]
         assert [fr] + [hf_ids[t] for t in hyps[0].tokens] + [EOS] == theirs
     hf_dir = multilingual.path.parent / "src" / "hf"
-    assert load_model(import_hf_s2t(hf_dir, tmp_path / "de.pt", tgt_lang="de")).tag == "<lang:de>"
+    assert load_model(import_hf_s2t(hf_dir, tmp_path / "de.safetensors", tgt_lang="de")).tag == "<lang:de>"
     with pytest.raises(HFImportError, match="no language tag <lang:xx>"):
-        import_hf_s2t(hf_dir, tmp_path / "xx.pt", tgt_lang="xx")
+        import_hf_s2t(hf_dir, tmp_path / "xx.safetensors", tgt_lang="xx")
 
 
 def test_not_a_speech2text_model_fails_with_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("hello")
     with pytest.raises(HFImportError) as e:
-        import_hf_s2t(tmp_path / "empty", tmp_path / "x.pt")
+        import_hf_s2t(tmp_path / "empty", tmp_path / "x.safetensors")
     assert str(e.value).startswith(f"{tmp_path / 'empty'}: not a Hugging Face Speech2Text model")
     assert "\n" not in str(e.value)
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(HFImportError, match="not a Hugging Face Speech2Text model \\(model_type 'bert'\\)"):
-        import_hf_s2t(tmp_path / "bert", tmp_path / "x.pt")
-    assert main(["import-hf", str(tmp_path / "empty"), "--out", str(tmp_path / "x.pt")]) == 2
+        import_hf_s2t(tmp_path / "bert", tmp_path / "x.safetensors")
+    assert main(["import-hf", str(tmp_path / "empty"), "--out", str(tmp_path / "x.safetensors")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("speechmt: error: ") and err.count("\n") == 1
-    assert not (tmp_path / "x.pt").exists()
+    assert not (tmp_path / "x.safetensors").exists()
 
 
 def test_unsupported_settings_are_refused():

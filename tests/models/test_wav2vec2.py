@@ -193,7 +193,7 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
     assert waveform == WaveformConfig(do_normalize=False)
 
     tok = Tokenizer.load(tiny_data / "spm.model")
-    ckpt = tmp_path / "st.pt"
+    ckpt = tmp_path / "st.safetensors"
     fbank, cmvn = FbankConfig(), CMVNConfig("utterance")
     save_checkpoint(ckpt, {"model_config": asdict(model.config), "model": model.state_dict(),
                            "tokenizers": Tokenizers(tok, tok).state_dict(), "task": "st", "decoder_tag": "<de>",
@@ -289,9 +289,9 @@ def test_tiny_wav2vec2_st_model_overfits_and_translates_its_training_audio_exact
                             ffn_dim=128, decoder_layers=2, dropout=0.0, attention_dropout=0.0,
                             activation_dropout=0.0, shrink="conv", shrink_channels=64)
     run_training(cfg)
-    ckpt = load_checkpoint(tmp_path / "checkpoint_last.pt")
+    ckpt = load_checkpoint(tmp_path / "checkpoint_last.safetensors")
     assert ckpt["features"]["waveform"] == {"sample_rate": 16000, "do_normalize": True}
-    lm = load_model(tmp_path / "checkpoint_last.pt")
+    lm = load_model(tmp_path / "checkpoint_last.safetensors")
     records = read_manifest(tiny_data / "train.jsonl")
     waves = [read_audio(r.audio, r.offset, r.duration) for r in records]
     assert [r.text for r in translate(lm, waves, beam=4)] == [r.tgt_text for r in records]

@@ -51,10 +51,10 @@ def test_cli_translate_uses_the_default_model(capsys):
 
 
 def test_missing_default_model_is_one_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(pretrained, "DEFAULT_MODEL", tmp_path / "gone.pt")
+    monkeypatch.setattr(pretrained, "DEFAULT_MODEL", tmp_path / "gone.safetensors")
     assert main(["translate", str(EXAMPLES / sorted(_expected())[0])]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"speechmt: error: {tmp_path / 'gone.pt'}: the bundled default model is missing from this "
+    assert err == (f"speechmt: error: {tmp_path / 'gone.safetensors'}: the bundled default model is missing from this "
                    "installation; pass --model CHECKPOINT")
 
 
@@ -68,17 +68,17 @@ def tiny_checkpoint(tmp_path_factory, tiny_data):
     cfg = tiny_config(tiny_data, exp, max_updates=4, valid_decode=False)
     save_config(cfg, exp / "conf.yaml")
     assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
-    return exp / "checkpoint_last.pt"
+    return exp / "checkpoint_last.safetensors"
 
 
 def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny_data):
-    info = export_model(tiny_checkpoint, tmp_path / "m.pt", provenance={"data": "replica"})
-    full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m.pt")
+    info = export_model(tiny_checkpoint, tmp_path / "m.safetensors", provenance={"data": "replica"})
+    full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m.safetensors")
     assert "train_state" in full and "train_state" not in slim and slim["provenance"] == {"data": "replica"}
     assert info["params"] == sum(v.numel() for v in full["model"].values() if v.is_floating_point())
     for k, v in full["model"].items():
         assert torch.equal(slim["model"][k], v.half() if v.is_floating_point() else v)
-    a, b = load_model(tiny_checkpoint), load_model(tmp_path / "m.pt")
+    a, b = load_model(tiny_checkpoint), load_model(tmp_path / "m.safetensors")
     feats = torch.randn(2, 60, 80)
     lengths = torch.tensor([60, 41])
     with torch.no_grad():
@@ -91,7 +91,7 @@ def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny
 
 
 def test_cli_export_fp32_is_exact(tiny_checkpoint, tmp_path, capsys):
-    assert main(["export", str(tiny_checkpoint), "--out", str(tmp_path / "m32.pt"), "--fp32"]) == 0
+    assert main(["export", str(tiny_checkpoint), "--out", str(tmp_path / "m32.safetensors"), "--fp32"]) == 0
     assert "float32 weights, inference only" in capsys.readouterr().out
-    full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m32.pt")
+    full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m32.safetensors")
     assert all(torch.equal(slim["model"][k], v) for k, v in full["model"].items())

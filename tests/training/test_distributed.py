@@ -31,8 +31,8 @@ def test_two_process_torchrun_matches_single_process(tiny_data, tmp_path):
            "--module", "speechmt", "train", "--config", str(tmp_path / "ddp.yaml")]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    single = load_checkpoint(tmp_path / "single/checkpoint_last.pt")
-    ddp = load_checkpoint(tmp_path / "ddp/checkpoint_last.pt")
+    single = load_checkpoint(tmp_path / "single/checkpoint_last.safetensors")
+    ddp = load_checkpoint(tmp_path / "ddp/checkpoint_last.safetensors")
     assert ddp["train_state"]["state"]["step"] == single["train_state"]["state"]["step"] == 3
     for k, v in single["model"].items():
         assert torch.allclose(ddp["model"][k], v, atol=1e-5), k

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from speechmt.cli import main
-from speechmt.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from speechmt.training.checkpoint import CheckpointError, load_checkpoint
 from speechmt.training.run import average, init_encoder_from, run_training
 from speechmt.models.translator import build_model
 from tests.helpers import tiny_config
@@ -26,7 +26,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tiny_data, tmp_path):
     resumed = run_training(_cfg(tiny_data, tmp_path / "resumed", 9))
     straight = run_training(_cfg(tiny_data, tmp_path / "straight", 9))
     assert resumed.step == straight.step == 9 and resumed.epoch == straight.epoch >= 2
-    a, b = _params(tmp_path / "resumed/checkpoint_last.pt"), _params(tmp_path / "straight/checkpoint_last.pt")
+    a, b = (_params(tmp_path / d / "checkpoint_last.safetensors") for d in ("resumed", "straight"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -40,48 +40,25 @@ def test_training_lowers_the_loss_and_logs(tiny_data, tmp_path):
     valid = [x for x in lines if x["type"] == "valid"]
     assert [x["step"] for x in valid] == [20, 40]
     assert 0.0 <= valid[-1]["valid_bleu"] <= 100.0 and 0.0 <= valid[-1]["valid_chrf"] <= 100.0
-    assert state.best_loss < float("inf") and (tmp_path / "checkpoint_best.pt").exists()
-    assert sorted(p.name for p in tmp_path.glob("checkpoint_*.pt")) == [
-        "checkpoint_12.pt", "checkpoint_16.pt", "checkpoint_20.pt", "checkpoint_24.pt", "checkpoint_28.pt",
-        "checkpoint_32.pt", "checkpoint_36.pt", "checkpoint_4.pt", "checkpoint_40.pt", "checkpoint_8.pt",
-        "checkpoint_best.pt", "checkpoint_last.pt"]
-    ckpt = load_checkpoint(tmp_path / "checkpoint_last.pt")
+    assert state.best_loss < float("inf") and (tmp_path / "checkpoint_best.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_*.safetensors")) == [
+        f"checkpoint_{n}.safetensors" for n in ("12", "16", "20", "24", "28", "32", "36", "4", "40", "8", "best",
+                                                "last")]
+    ckpt = load_checkpoint(tmp_path / "checkpoint_last.safetensors")
     assert ckpt["features"]["cmvn"]["kind"] == "global" and ckpt["tokenizers"]["tgt"] is not None
 
 
 def test_keep_last_and_average(tiny_data, tmp_path):
     run_training(tiny_config(tiny_data, tmp_path, max_updates=12, keep_last=2))
-    assert sorted(p.name for p in tmp_path.glob("checkpoint_[0-9]*.pt")) == ["checkpoint_12.pt", "checkpoint_8.pt"]
-    used = average([str(tmp_path)], 2, str(tmp_path / "avg.pt"))
-    assert [p.name for p in used] == ["checkpoint_8.pt", "checkpoint_12.pt"]
-    a, b, avg = (_params(tmp_path / n) for n in ("checkpoint_8.pt", "checkpoint_12.pt", "avg.pt"))
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_[0-9]*")) == ["checkpoint_12.safetensors",
+                                                                          "checkpoint_8.safetensors"]
+    used = average([str(tmp_path)], 2, str(tmp_path / "avg.safetensors"))
+    assert [p.name for p in used] == ["checkpoint_8.safetensors", "checkpoint_12.safetensors"]
+    a, b, avg = (_params(tmp_path / f"{n}.safetensors") for n in ("checkpoint_8", "checkpoint_12", "avg"))
     for k in a:
         if a[k].is_floating_point():
             assert torch.allclose(avg[k], (a[k] + b[k]) / 2, atol=1e-6)
-    assert "train_state" not in load_checkpoint(tmp_path / "avg.pt")
-
-
-def test_truncated_checkpoint_is_a_clear_error(tiny_data, tmp_path):
-    run_training(tiny_config(tiny_data, tmp_path, max_updates=4))
-    blob = (tmp_path / "checkpoint_last.pt").read_bytes()
-    (tmp_path / "cut.pt").write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(CheckpointError, match="cut.pt: not a readable checkpoint"):
-        load_checkpoint(tmp_path / "cut.pt")
-    torch.save({"weights": 1}, tmp_path / "foreign.pt")
-    with pytest.raises(CheckpointError, match="not a speechmt checkpoint"):
-        load_checkpoint(tmp_path / "foreign.pt")
-
-
-def test_atomic_save_leaves_the_old_checkpoint_on_failure(tmp_path, monkeypatch):
-    save_checkpoint(tmp_path / "c.pt", {"model": {"w": torch.ones(2)}})
-
-    def crash(*args, **kwargs):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(torch, "save", crash)
-    with pytest.raises(OSError):
-        save_checkpoint(tmp_path / "c.pt", {"model": {"w": torch.zeros(2)}})
-    assert torch.equal(load_checkpoint(tmp_path / "c.pt")["model"]["w"], torch.ones(2))
+    assert "train_state" not in load_checkpoint(tmp_path / "avg.safetensors")
 
 
 def test_nonfinite_loss_skips_the_update(tiny_data, tmp_path, monkeypatch):
@@ -106,8 +83,8 @@ def test_init_encoder_from_copies_the_speech_encoder(tiny_data, tmp_path):
     from speechmt.training.builders import load_tokenizers, model_config_for
 
     model = build_model(model_config_for(st_cfg, load_tokenizers(st_cfg.data)))
-    n = init_encoder_from(model, str(tmp_path / "asr/checkpoint_last.pt"))
-    source = _params(tmp_path / "asr/checkpoint_last.pt")
+    n = init_encoder_from(model, str(tmp_path / "asr/checkpoint_last.safetensors"))
+    source = _params(tmp_path / "asr/checkpoint_last.safetensors")
     own = model.state_dict()
     enc = [k for k in source if k.startswith("speech_encoder.")]
     assert n >= len(enc) > 0 and all(torch.equal(own[k], source[k]) for k in enc)
@@ -121,3 +98,100 @@ def test_cli_train_and_bad_config(tiny_data, tmp_path, capsys):
     assert "finished at update 3" in capsys.readouterr().out
     assert main(["train", "--config", str(tmp_path / "conf.yaml"), "train.no_such=1"]) == 2
     assert "unknown train option(s): no_such" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def straight_12(tiny_data, tmp_path_factory):
+    """Final weights of an uninterrupted 12-update run (checkpoints every 4 updates)."""
+    save_dir, threads = tmp_path_factory.mktemp("straight"), torch.get_num_threads()
+    torch.set_num_threads(1)  # as the tests (conftest's _one_thread is set up after module fixtures)
+    try:
+        run_training(tiny_config(tiny_data, save_dir, max_updates=12))
+    finally:
+        torch.set_num_threads(threads)
+    return _params(save_dir / "checkpoint_last.safetensors")
+
+
+def _same(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_exception_mid_run_then_resume_equals_uninterrupted(tiny_data, tmp_path, monkeypatch, straight_12):
+    from speechmt.tasks import tasks as task_module
+
+    real, calls = task_module.st_task, {"n": 0}
+
+    def fails_at_update_7(model, batch, cfg):
+        calls["n"] += model.training
+        if calls["n"] == 7:
+            raise RuntimeError("power cut")
+        return real(model, batch, cfg)
+
+    monkeypatch.setitem(task_module.TASKS, "st", fails_at_update_7)
+    with pytest.raises(RuntimeError, match="power cut"):
+        run_training(tiny_config(tiny_data, tmp_path, max_updates=12))
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "checkpoint_last.safetensors")["train_state"]["state"]["step"] == 4
+    assert run_training(tiny_config(tiny_data, tmp_path, max_updates=12)).step == 12
+    assert _same(_params(tmp_path / "checkpoint_last.safetensors"), straight_12)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_resume_equals_uninterrupted(tiny_data, tmp_path, straight_12):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from speechmt.config import save_config
+
+    save_config(tiny_config(tiny_data, tmp_path / "exp", max_updates=12), tmp_path / "conf.yaml")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-m", "speechmt", "train", "--config", str(tmp_path / "conf.yaml")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "exp/checkpoint_4.safetensors").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # wherever it is: training, or writing a checkpoint
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert run_training(tiny_config(tiny_data, tmp_path / "exp", max_updates=12)).step == 12
+    assert _same(_params(tmp_path / "exp/checkpoint_last.safetensors"), straight_12)
+
+
+def test_unreadable_checkpoint_last_resumes_from_the_newest_readable_one(tiny_data, tmp_path, capsys, straight_12):
+    run_training(tiny_config(tiny_data, tmp_path, max_updates=8))  # checkpoint_4, checkpoint_8, checkpoint_last (8)
+    last, eight = tmp_path / "checkpoint_last.safetensors", tmp_path / "checkpoint_8.safetensors"
+    cut = last.read_bytes()[:1000]
+    last.write_bytes(cut)
+    eight.write_bytes(eight.read_bytes()[:-1])  # unreadable too: the run goes back to checkpoint_4
+    with pytest.warns(UserWarning) as caught:
+        assert run_training(tiny_config(tiny_data, tmp_path, max_updates=12)).step == 12
+    (warning,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
+    assert warning.startswith(f"{last}: not a readable checkpoint, truncated or corrupt (")
+    assert warning.endswith("; resuming from checkpoint_4.safetensors, the newest readable checkpoint beside it; "
+                            "checkpoint_last.safetensors is kept as checkpoint_last.safetensors.unreadable")
+    assert f"resumed from {tmp_path / 'checkpoint_4.safetensors'} at update 4" in capsys.readouterr().out
+    assert (tmp_path / "checkpoint_last.safetensors.unreadable").read_bytes() == cut
+    assert _same(_params(last), straight_12)
+
+
+def test_no_readable_checkpoint_stops_with_one_line(tiny_data, tmp_path, capsys):
+    from speechmt.config import save_config
+
+    run_training(tiny_config(tiny_data, tmp_path / "exp", max_updates=4))
+    for p in (tmp_path / "exp").glob("checkpoint_*.safetensors"):
+        p.write_bytes(p.read_bytes()[:100])
+    save_config(tiny_config(tiny_data, tmp_path / "exp", max_updates=8), tmp_path / "conf.yaml")
+    assert main(["train", "--config", str(tmp_path / "conf.yaml")]) == 2
+    err = capsys.readouterr().err
+    last = tmp_path / "exp/checkpoint_last.safetensors"
+    assert err.count("\n") == 1 and err.startswith(f"speechmt: error: {last}: not a readable checkpoint")
+    assert err.rstrip().endswith("; no readable checkpoint_<step>.safetensors beside it either; pass --no-resume "
+                                 "to start afresh")
+    assert last.exists() and not (tmp_path / "exp/checkpoint_last.safetensors.unreadable").exists()
+    assert main(["train", "--config", str(tmp_path / "conf.yaml"), "--no-resume"]) == 0
+    assert load_checkpoint(last)["train_state"]["state"]["step"] == 8
