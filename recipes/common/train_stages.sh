@@ -16,9 +16,9 @@ vocab_stage() {
 # Averages the last $avg checkpoints of $exp/$1 and scores the average on each test set; rows in RESULTS.md
 # are labelled "$2 $name".
 average_and_score() {
-    "$SPEECHMT" average "$exp/$1" --last "$avg" --out "$exp/$1/checkpoint_avg.pt"
+    "$SPEECHMT" average "$exp/$1" --last "$avg" --out "$exp/$1/checkpoint_avg.safetensors"
     for split in $test_sets; do
-        "$SPEECHMT" evaluate --model "$exp/$1/checkpoint_avg.pt" --data "$data" --split "$split" \
+        "$SPEECHMT" evaluate --model "$exp/$1/checkpoint_avg.safetensors" --data "$data" --split "$split" \
             --beam "$beam" --out "$exp/$1/eval_$split" --results RESULTS.md --name "$2 $name (avg $avg)"
     done
 }
@@ -39,7 +39,7 @@ train_stages() {
         log "stage 5: ST training from the ASR encoder -> $exp/st"
         "$SPEECHMT" train --config "$st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" \
-            data.tgt_lang="$tgt_lang" train.task=st train.init_encoder_from="$exp/asr/checkpoint_avg.pt" \
+            data.tgt_lang="$tgt_lang" train.task=st train.init_encoder_from="$exp/asr/checkpoint_avg.safetensors" \
             train.save_dir="$exp/st"
     fi
 
@@ -58,8 +58,8 @@ train_stages() {
     if [ -n "$mt_conf" ] && [ "$stage" -le 8 ] && [ "$stop_stage" -ge 8 ]; then
         log "stage 8: cascade (averaged ASR -> averaged MT), BLEU on $test_sets"
         for split in $test_sets; do
-            "$SPEECHMT" evaluate --cascade "$exp/asr/checkpoint_avg.pt" "$exp/mt/checkpoint_avg.pt" --data "$data" \
-                --split "$split" --beam "$beam" --out "$exp/cascade/eval_$split" --results RESULTS.md \
+            "$SPEECHMT" evaluate --cascade "$exp/asr/checkpoint_avg.safetensors" "$exp/mt/checkpoint_avg.safetensors" \
+                --data "$data" --split "$split" --beam "$beam" --out "$exp/cascade/eval_$split" --results RESULTS.md \
                 --name "Cascade $name (avg $avg)"
         done
     fi
