@@ -60,7 +60,7 @@ from speechmt.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes" / "mustc" / "data" / "en-de"
-TRAINED = ROOT / "recipes" / "mustc" / "exp" / "en-de" / "st" / "checkpoint_avg.pt"
+TRAINED = ROOT / "recipes" / "mustc" / "exp" / "en-de" / "st" / "checkpoint_avg.safetensors"
 S2T_S = dict(d_model=256, encoder_layers=12, decoder_layers=6, encoder_attention_heads=4,
              decoder_attention_heads=4, encoder_ffn_dim=2048, decoder_ffn_dim=2048, conv_channels=1024,
              conv_kernel_sizes=[5, 5], max_source_positions=6000, max_target_positions=1024)
@@ -265,7 +265,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = build_hf_model(Path(tmp) / "hf", weights, args.trained, args.seed)
-        path = import_hf_s2t(hf_dir, Path(tmp) / "model.pt")
+        path = import_hf_s2t(hf_dir, Path(tmp) / "model.safetensors")
         lm, hf_ids = load_model(path), load_checkpoint(path)["imported_from"]["hf_ids"]
         hf = Speech2TextForConditionalGeneration.from_pretrained(hf_dir).eval()
     feats = load_features(args.data, args.split, args.limit, lm)

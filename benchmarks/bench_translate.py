@@ -1,7 +1,7 @@
 """Translation speed and memory: real-time factor at batch 1 and 16 on a prepared split's segments, and
 the peak memory of translating one long file (cut at pauses), each measured in a fresh process.
 
-    python benchmarks/bench_translate.py --model exp/st/checkpoint_avg.pt --data data/en-de --split tst-COMMON
+    python benchmarks/bench_translate.py --model exp/st/checkpoint_avg.safetensors --data data/en-de --split tst-COMMON
     python benchmarks/bench_translate.py --model M --long-file talk.wav        # peak memory of one long file
 
 RTF = wall seconds of translate() / audio seconds (lower is faster); medians over --repeats runs.

@@ -1,7 +1,7 @@
 """speechmt: end-to-end speech-to-text translation.
 
     import speechmt
-    model = speechmt.load_model("exp/st/checkpoint_avg.pt")
+    model = speechmt.load_model("exp/st/checkpoint_avg.safetensors")
     for result in speechmt.translate(model, ["talk.wav", "clip.flac"], beam=5):
         print(result.source, result.text)
 """
