@@ -29,10 +29,14 @@ def test_default_model_is_bundled_small_and_loads_as_float32():
     state = load_checkpoint(path)
     assert "train_state" not in state and "optimizer" not in state
     assert all(v.dtype == torch.float16 for v in state["model"].values() if v.is_floating_point())
-    lm = load_model(path)
-    assert lm.task == "st" and lm.tag == "<de>" and lm.fbank.num_mel_bins == 80
+    assert state["base"]["sources"] == ["whisper-base"] and len(state["base"]["sha256"]) == 64
+    assert all(".lora_" in k for k in state["model"])  # the file holds the adapters; Whisper base is set-up's
+    lm = load_model(path)  # from $SPEECHMT_HOME/whisper-base, its checksum checked
+    assert lm.task == "st" and lm.tag == "<|de|>" and lm.mel is not None and lm.mel.n_mels == 80
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())
-    assert count_parameters(lm.model) == sum(v.numel() for v in state["model"].values() if v.is_floating_point())
+    assert count_parameters(lm.model, trainable_only=True) == \
+        sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 2_555_904
+    assert 72_000_000 < count_parameters(lm.model) < 76_000_000  # Whisper base + the adapters
     assert state["provenance"]["data"].startswith("MuST-C-mini full")
 
 
