@@ -34,6 +34,7 @@ class DataConfig:
     tgt_lang: str = "de"
     lang_tag: bool = True  # targets start with the target language tag, e.g. <de> (Whisper decoder: <|de|>)
     whisper_task: str = "transcribe"  # Whisper decoder: the task token after the language token
+    whisper_pad_30s: bool = False  # Whisper encoder: Whisper's own 30 s input instead of the clip's length
     cmvn: str = "utterance"  # "utterance" or "global" (statistics from preparation)
     spec_augment: str = "lb"  # "", "lb" or "ld"
     cache_encoder: bool = True  # a frozen Whisper encoder's states are computed once per split and cached

@@ -100,8 +100,10 @@ def mel_settings_for(cfg: ExperimentConfig) -> WhisperMelConfig | None:
     from speechmt.models.whisper import resolve_pretrained
 
     if not cfg.model.encoder_name_or_path:
-        return WhisperMelConfig(int(cfg.model.encoder_hf_config.get("num_mel_bins", 80)))
-    return mel_settings(resolve_pretrained(cfg.model.encoder_name_or_path))
+        mel = WhisperMelConfig(int(cfg.model.encoder_hf_config.get("num_mel_bins", 80)))
+    else:
+        mel = mel_settings(resolve_pretrained(cfg.model.encoder_name_or_path))
+    return dataclasses.replace(mel, pad_to_30s=cfg.data.whisper_pad_30s)
 
 
 def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,

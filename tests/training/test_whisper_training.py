@@ -85,3 +85,13 @@ def test_a_changed_base_is_refused_with_one_line(trained, tmp_path):
     save_checkpoint(tmp_path / "moved.safetensors", {k: v for k, v in ckpt.items() if k != "format"})
     with pytest.raises(CheckpointError, match="has other weights here"):
         load_model(tmp_path / "moved.safetensors")
+
+
+def test_whispers_own_30s_input_is_a_data_option_kept_with_the_features(tiny_data, whisper_dir, tmp_path):
+    from speechmt.data.whisper_mel import WhisperMelConfig
+    from speechmt.training.builders import mel_settings_for
+
+    cfg = whisper_config(tiny_data, whisper_dir, tmp_path)
+    assert mel_settings_for(cfg) == WhisperMelConfig(80)
+    cfg.data.whisper_pad_30s = True
+    assert mel_settings_for(cfg) == WhisperMelConfig(80, pad_to_30s=True)
