@@ -183,7 +183,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from speechmt.pretrained import export_model
 
-    info = export_model(args.checkpoint, args.out, half=not args.fp32)
+    info = export_model(args.checkpoint, args.out, half=not args.fp32, merge=args.merge)
     print(f"{args.out}: {info['params']:,} parameters in {info['bytes'] / 2**20:.1f} MiB "
           f"({'float32' if args.fp32 else 'float16'} weights, inference only)")
     return 0
@@ -343,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("checkpoint")
     exp.add_argument("--out", required=True)
     exp.add_argument("--fp32", action="store_true", help="keep float32 weights")
+    exp.add_argument("--merge", action="store_true", help="a checkpoint of trained parameters on a pretrained base "
+                     "(LoRA, LNA): write the whole model, adapters folded in, so that it needs no base")
     exp.set_defaults(func=cmd_export)
 
     conv = sub.add_parser("convert", help="rewrite an old pickled checkpoint (.pt) as a safe .safetensors file",

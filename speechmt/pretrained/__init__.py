@@ -26,16 +26,20 @@ def default_model_path() -> Path:
 
 
 def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bool = True,
-                 provenance: dict | None = None) -> dict:
+                 provenance: dict | None = None, merge: bool = False) -> dict:
     """Writes an inference-only copy of `checkpoint` to `out`: what `load_model` needs (no optimiser or
     training state), floating-point weights in float16 when `half`. Returns {"params", "bytes"}.
 
     float16 weights are cast back to float32 when loaded; `provenance` (commands, data) is stored as-is.
+    `merge`: a checkpoint of trained parameters on a pretrained base becomes a full one that needs no base
+    (the base's weights included, LoRA adapters folded into them).
     """
     state = load_checkpoint(checkpoint)
     missing = [k for k in ("model_config", "model", "tokenizers", "features") if k not in state]
     if missing:
         raise CheckpointError(f"{checkpoint}: cannot export, the checkpoint lacks {', '.join(missing)}")
+    if merge and state.get("base") is not None:
+        state = _merged(checkpoint, state)
     slim = {k: state[k] for k in INFERENCE_KEYS if k in state}
     cast = torch.float16 if half else None
     done: dict[int, torch.Tensor] = {}  # a tied tensor (one object under two names) stays one
@@ -46,3 +50,15 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     save_checkpoint(out, slim)
     params = sum(v.numel() for v in slim["model"].values() if v.is_floating_point())
     return {"params": params, "bytes": Path(out).stat().st_size}
+
+
+def _merged(checkpoint: str | os.PathLike, state: dict) -> dict:
+    """`state` with the whole model (base and trained parameters, LoRA folded in) and no base reference."""
+    from dataclasses import asdict
+
+    from speechmt.decoding.translate import load_model
+    from speechmt.training.delta import merged
+
+    model, cfg = merged(load_model(checkpoint).model)
+    return {**{k: v for k, v in state.items() if k != "base"}, "model": model.state_dict(),
+            "model_config": asdict(cfg)}

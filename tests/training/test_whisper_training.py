@@ -95,3 +95,16 @@ def test_whispers_own_30s_input_is_a_data_option_kept_with_the_features(tiny_dat
     assert mel_settings_for(cfg) == WhisperMelConfig(80)
     cfg.data.whisper_pad_30s = True
     assert mel_settings_for(cfg) == WhisperMelConfig(80, pad_to_30s=True)
+
+
+def test_export_merge_writes_a_full_model_that_needs_no_base_and_decodes_the_same(trained, tiny_data, tmp_path):
+    from speechmt.evaluation.evaluate import decode_split
+    from speechmt.pretrained import export_model
+
+    _, save_dir = trained
+    export_model(_last(save_dir), tmp_path / "merged.safetensors", half=False, merge=True)
+    state = load_checkpoint(tmp_path / "merged.safetensors")
+    assert "base" not in state and any(k.startswith("speech_encoder.") for k in state["model"])
+    delta, full = load_model(_last(save_dir)), load_model(tmp_path / "merged.safetensors")
+    options = delta.decode_options(beam=2)
+    assert decode_split(full, tiny_data, "train", options).hyps == decode_split(delta, tiny_data, "train", options).hyps
