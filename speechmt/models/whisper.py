@@ -50,7 +50,9 @@ def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True)
     """transformers' WhisperForConditionalGeneration: pretrained weights of name_or_path, or (not
     `pretrained`, e.g. when a checkpoint's weights follow) a random init of the complete `hf_config`."""
     from transformers import WhisperConfig, WhisperForConditionalGeneration
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar on stderr: errors stay one line
     fields = {k: v for k, v in hf_config.items() if k not in _META_KEYS}
     if pretrained and name_or_path:
         source = resolve_pretrained(name_or_path)

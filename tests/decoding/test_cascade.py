@@ -71,9 +71,15 @@ def test_cascade_rejects_models_in_the_wrong_roles(pair):
         check_cascade(asr, asr)
 
 
-def test_evaluate_needs_model_or_cascade(tmp_path, capsys):
+def test_evaluate_takes_model_or_cascade_not_both(tmp_path, capsys):
+    assert main(["evaluate", "--model", "m", "--cascade", "a", "b", "--data", str(tmp_path), "--split", "test"]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt: error: evaluate takes --model M or --cascade ASR MT, not both"
+
+
+def test_evaluate_without_model_uses_the_default_model_and_fails_on_missing_data_in_one_line(tmp_path, capsys):
     assert main(["evaluate", "--data", str(tmp_path), "--split", "test"]) == 2
-    assert capsys.readouterr().err.strip() == "speechmt: error: evaluate needs either --model M or --cascade ASR MT"
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("speechmt: error: ") and f"{tmp_path}/test.jsonl" in err and "\n" not in err
 
 
 @pytest.mark.slow
