@@ -184,12 +184,20 @@ class _Decoder:
     """Rebuilds the nested state from the JSON document and the file's entries (each read once)."""
 
     def __init__(self, f, device: torch.device):
-        self.f, self.device, self._read = f, device, {}
+        self.f, self.device, self._read, self._moved = f, device, {}, {}
 
     def entry(self, name: str) -> torch.Tensor:
+        """The entry `name` on the CPU."""
         if name not in self._read:
             self._read[name] = self.f.get_tensor(name)
         return self._read[name]
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The entry `name` on the device, one tensor however many names refer to it (tied weights)."""
+        if name not in self._moved:
+            t = self.entry(name)
+            self._moved[name] = t if self.device.type == "cpu" else t.to(self.device)
+        return self._moved[name]
 
     def decode(self, value: Any) -> Any:
         if isinstance(value, list):
@@ -200,8 +208,7 @@ class _Decoder:
         if tag is None:
             return {k: self.decode(v) for k, v in value.items()}
         if tag == "$tensor":
-            t = self.entry(value[tag])
-            return t if self.device.type == "cpu" else t.to(self.device)
+            return self.tensor(value[tag])
         if tag == "$tuple":
             return tuple(self.decode(v) for v in value[tag])
         if tag == "$dict":
