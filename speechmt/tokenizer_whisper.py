@@ -75,10 +75,6 @@ class WhisperTokenizer:
     def __len__(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
-    @property
-    def first_text_id(self) -> int:
-        return 0
-
     def tag_id(self, tag: str) -> int:
         """The id of a language token such as "<|de|>"."""
         i = self._tok.token_to_id(tag) if tag.startswith("<|") else None

@@ -86,7 +86,8 @@ def collate(examples: list[Example], pad_id: int = 0) -> Batch:
     return batch
 
 
-def _ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | None:
+def encode_ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | None:
+    """`text` as a LongTensor of ids (tag first, eos last), or None without a tokenizer."""
     return None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
 
 
@@ -123,8 +124,8 @@ class SpeechDataset(Dataset):
         if self.spec_augment is not None:
             gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + i) % 2**63)
             feats = spec_augment(feats, self.spec_augment, gen)
-        return Example(i, rec.id, feats, _ids(self.src_tokenizer, rec.src_text, self.src_tag),
-                       _ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
+        return Example(i, rec.id, feats, encode_ids(self.src_tokenizer, rec.src_text, self.src_tag),
+                       encode_ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
 
 
 class TextDataset(Dataset):
@@ -135,7 +136,7 @@ class TextDataset(Dataset):
         self.pairs, self.src_tokenizer, self.tgt_tokenizer = pairs, src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag = src_tag, tgt_tag
         self.ids = ids or [str(i) for i in range(len(pairs))]
-        self._src = [_ids(src_tokenizer, s, src_tag) for s, _ in pairs]
+        self._src = [encode_ids(src_tokenizer, s, src_tag) for s, _ in pairs]
 
     @classmethod
     def from_records(cls, records: list[Record], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
@@ -151,4 +152,4 @@ class TextDataset(Dataset):
         return len(self.pairs)
 
     def __getitem__(self, i: int) -> Example:
-        return Example(i, self.ids[i], None, self._src[i], _ids(self.tgt_tokenizer, self.pairs[i][1], self.tgt_tag))
+        return Example(i, self.ids[i], None, self._src[i], encode_ids(self.tgt_tokenizer, self.pairs[i][1], self.tgt_tag))

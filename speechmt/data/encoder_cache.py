@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
-from speechmt.data.dataset import Example
+from speechmt.data.dataset import Example, encode_ids
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
@@ -116,7 +116,6 @@ class CachedStatesDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
-        ids = [None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
-               for tok, text, tag in ((self.src_tokenizer, rec.src_text, self.src_tag),
-                                      (self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))]
-        return Example(i, rec.id, torch.from_numpy(self.store[rec.id]), *ids, precomputed=True)
+        return Example(i, rec.id, torch.from_numpy(self.store[rec.id]),
+                       encode_ids(self.src_tokenizer, rec.src_text, self.src_tag),
+                       encode_ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag), precomputed=True)

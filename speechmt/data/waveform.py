@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from speechmt.audio import SAMPLE_RATE, read_audio
-from speechmt.data.dataset import Example
+from speechmt.data.dataset import Example, encode_ids
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
 
@@ -56,10 +56,6 @@ def record_audio(record: Record, base_dir: str | os.PathLike) -> np.ndarray:
     return read_audio(path, record.offset, record.duration or None)
 
 
-def _ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | None:
-    return None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
-
-
 class WaveformDataset(Dataset):
     """Utterances of a prepared split as encoder-ready waveforms (T,) (or, with a `frontend`, what it makes of
     each 16 kHz wave, e.g. Whisper's log-mel (T, n_mels)) with the transcript and/or translation encoded by
@@ -90,5 +86,5 @@ class WaveformDataset(Dataset):
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
         wave = self.frontend(record_audio(rec, self.base_dir))
-        return Example(i, rec.id, wave, _ids(self.src_tokenizer, rec.src_text, self.src_tag),
-                       _ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
+        return Example(i, rec.id, wave, encode_ids(self.src_tokenizer, rec.src_text, self.src_tag),
+                       encode_ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
