@@ -83,10 +83,10 @@ def file_kind(path: str | os.PathLike) -> str:
     """"pickle" (torch.save's zip or a bare pickle), "safetensors" or "other", by the first bytes."""
     with open(path, "rb") as f:
         head = f.read(9)
+    if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header (checked first:
+        return "safetensors"  # a length whose low byte is 0x80 would look like a pickle's protocol mark)
     if head.startswith(b"PK") or head.startswith(b"\x80"):
         return "pickle"
-    if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header
-        return "safetensors"
     return "other"
 
 

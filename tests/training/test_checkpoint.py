@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 import speechmt.training.checkpoint as checkpoint
 from speechmt.models.translator import build_model, preset
-from speechmt.training.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from speechmt.training.checkpoint import FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
 from speechmt.training.optim import build_optimizer, build_scheduler
 from speechmt.training.trainer import rng_state, set_rng_state
 
@@ -240,3 +240,14 @@ def test_tied_tensors_stay_one_on_another_device(tmp_path):
     save_checkpoint(tmp_path / "c.safetensors", {"embed": emb, "output": emb})
     back = load_checkpoint(tmp_path / "c.safetensors", map_location="meta")
     assert back["embed"] is back["output"] and back["embed"].device.type == "meta"
+
+
+def test_a_header_length_with_low_byte_0x80_is_not_taken_for_a_pickle(tmp_path):
+    """A pickle starts with 0x80; so does a safetensors file whose 8-byte header length is 0x80 mod 256."""
+    path = tmp_path / "c.safetensors"
+    for pad in range(300):
+        save_checkpoint(path, {"model": {"w": torch.ones(3)}, "note": "x" * pad})
+        if path.read_bytes()[0] == 0x80:
+            break
+    assert path.read_bytes()[0] == 0x80 and file_kind(path) == "safetensors"
+    assert torch.equal(load_checkpoint(path)["model"]["w"], torch.ones(3))
