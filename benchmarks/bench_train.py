@@ -17,8 +17,8 @@ import torch
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.models.translator import build_model, count_parameters, preset
-from speechmt.training.builders import build_dataset, feature_settings, load_tokenizers, model_config_for, task_config_for
-from speechmt.training.trainer import Meter, Trainer
+from speechmt.training.builders import build_dataset, feature_settings, load_tokenizers, model_config_for, objective_settings_for
+from speechmt.training.trainer import Meter, Trainer, fixed_data
 
 
 def measure(name: str, args) -> dict:
@@ -32,7 +32,7 @@ def measure(name: str, args) -> dict:
     _, cmvn = feature_settings(cfg)
     data = build_dataset(cfg, "train", toks, cmvn, train=True)
     model = build_model(model_config_for(cfg, toks))
-    trainer = Trainer(cfg, model, task_config_for(cfg, toks), data, None, {}, torch.device(args.device))
+    trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), fixed_data(data), {}, torch.device(args.device))
     batches = trainer._batches()
     windows = []
     for w in range(args.repeats + 1):

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from speechmt.models.translator import ModelConfig, preset
+from speechmt.tasks.schedule import Stage, parse_stages
 
 
 class ConfigError(ValueError):
@@ -47,7 +48,8 @@ class DataConfig:
 class TrainConfig:
     """Optimisation, schedule, checkpointing and logging (fairseq s2t defaults where they exist)."""
 
-    task: str = "st"  # st, asr or mt
+    task: str = "st"  # st, asr or mt: the task of a one-stage run (when `stages` is empty)
+    stages: list[Stage] = field(default_factory=list)  # a progressive multi-task schedule (speechmt.tasks.schedule)
     lr: float = 2e-3
     warmup_updates: int = 10000
     max_updates: int = 100000
@@ -71,6 +73,10 @@ class TrainConfig:
 
     def __post_init__(self):
         self.adam_betas = tuple(self.adam_betas)
+        self.stages = parse_stages(self.stages or [])
+        if self.stages and self.ctc_weight:
+            raise ConfigError("train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
+                              "objective weight of a task, e.g. objectives: {ce: 0.7, ctc: 0.3}")
         if self.task not in ("st", "asr", "mt"):
             raise ConfigError(f"unknown task {self.task!r}; expected st, asr or mt")
         if self.precision not in ("fp32", "bf16", "fp16"):

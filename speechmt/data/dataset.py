@@ -91,9 +91,17 @@ def encode_ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tenso
     return None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
 
 
+def encode_texts(ds, rec: Record) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """An audio dataset's (src, tgt) ids of a record: the transcript by `ds.src_tokenizer` and the decoder
+    target, the record's `ds.tgt_field` (tgt_text, or src_text for ASR), by `ds.tgt_tokenizer`."""
+    return (encode_ids(ds.src_tokenizer, rec.src_text, ds.src_tag),
+            encode_ids(ds.tgt_tokenizer, getattr(rec, ds.tgt_field), ds.tgt_tag))
+
+
 class SpeechDataset(Dataset):
     """Utterances of a prepared split: normalised (and, when `spec_augment` is set, augmented) features
-    with the transcript and/or translation encoded by the given tokenizers.
+    with the transcript (src) and/or decoder target (tgt: the translation, or with tgt_field "src_text" the
+    transcript) encoded by the given tokenizers.
 
     Augmentation is a function of (seed, epoch, index), so a resumed run sees the same masks.
     """
@@ -101,10 +109,10 @@ class SpeechDataset(Dataset):
     def __init__(self, records: list[Record], store: FeatureStore, cmvn: CMVNConfig,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
                  src_tag: str | None = None, tgt_tag: str | None = None,
-                 spec_augment: SpecAugmentConfig | None = None, seed: int = 0):
+                 spec_augment: SpecAugmentConfig | None = None, seed: int = 0, tgt_field: str = "tgt_text"):
         self.records, self.store, self.cmvn = records, store, cmvn
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
-        self.src_tag, self.tgt_tag = src_tag, tgt_tag
+        self.src_tag, self.tgt_tag, self.tgt_field = src_tag, tgt_tag, tgt_field
         self.spec_augment, self.seed, self.epoch = spec_augment, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -124,8 +132,7 @@ class SpeechDataset(Dataset):
         if self.spec_augment is not None:
             gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + i) % 2**63)
             feats = spec_augment(feats, self.spec_augment, gen)
-        return Example(i, rec.id, feats, encode_ids(self.src_tokenizer, rec.src_text, self.src_tag),
-                       encode_ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
+        return Example(i, rec.id, feats, *encode_texts(self, rec))
 
 
 class TextDataset(Dataset):

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
-from speechmt.data.dataset import Example, encode_ids
+from speechmt.data.dataset import Example, encode_texts
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
@@ -102,9 +102,11 @@ class CachedStatesDataset(torch.utils.data.Dataset):
     marked `precomputed`, so the model skips its (frozen) encoder."""
 
     def __init__(self, records: list[Record], store: FeatureStore, src_tokenizer: Tokenizer | None = None,
-                 tgt_tokenizer: Tokenizer | None = None, src_tag: str | None = None, tgt_tag: str | None = None):
+                 tgt_tokenizer: Tokenizer | None = None, src_tag: str | None = None, tgt_tag: str | None = None,
+                 tgt_field: str = "tgt_text"):
         self.records, self.store = records, store
         self.src_tokenizer, self.tgt_tokenizer, self.src_tag, self.tgt_tag = src_tokenizer, tgt_tokenizer, src_tag, tgt_tag
+        self.tgt_field = tgt_field
 
     @property
     def sizes(self) -> list[int]:
@@ -116,6 +118,4 @@ class CachedStatesDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
-        return Example(i, rec.id, torch.from_numpy(self.store[rec.id]),
-                       encode_ids(self.src_tokenizer, rec.src_text, self.src_tag),
-                       encode_ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag), precomputed=True)
+        return Example(i, rec.id, torch.from_numpy(self.store[rec.id]), *encode_texts(self, rec), precomputed=True)

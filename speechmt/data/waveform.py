@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from speechmt.audio import SAMPLE_RATE, read_audio
-from speechmt.data.dataset import Example, encode_ids
+from speechmt.data.dataset import Example, encode_texts
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
 
@@ -65,11 +65,11 @@ class WaveformDataset(Dataset):
     def __init__(self, records: list[Record], cfg: WaveformConfig, base_dir: str | os.PathLike,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
                  src_tag: str | None = None, tgt_tag: str | None = None,
-                 frontend: Callable[[np.ndarray], torch.Tensor] | None = None):
+                 frontend: Callable[[np.ndarray], torch.Tensor] | None = None, tgt_field: str = "tgt_text"):
         self.records, self.cfg, self.base_dir = records, cfg, Path(base_dir)
         self.frontend = frontend or (lambda wave: waveform_input(wave, cfg))
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
-        self.src_tag, self.tgt_tag = src_tag, tgt_tag
+        self.src_tag, self.tgt_tag, self.tgt_field = src_tag, tgt_tag, tgt_field
 
     @classmethod
     def from_split(cls, data_dir: str | os.PathLike, split: str, cfg: WaveformConfig, **kwargs) -> "WaveformDataset":
@@ -86,5 +86,4 @@ class WaveformDataset(Dataset):
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
         wave = self.frontend(record_audio(rec, self.base_dir))
-        return Example(i, rec.id, wave, encode_ids(self.src_tokenizer, rec.src_text, self.src_tag),
-                       encode_ids(self.tgt_tokenizer, rec.tgt_text, self.tgt_tag))
+        return Example(i, rec.id, wave, *encode_texts(self, rec))

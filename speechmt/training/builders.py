@@ -12,10 +12,12 @@ import torch
 
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, TextDataset, global_cmvn, load_split
+from speechmt.data.manifest import read_manifest
 from speechmt.data.waveform import WaveformConfig, WaveformDataset
 from speechmt.models.translator import ModelConfig
 from speechmt.data.whisper_mel import WhisperMelConfig
-from speechmt.tasks import TaskConfig
+from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
+from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizer import Tokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
 
@@ -42,9 +44,31 @@ def tokenizer_from_state(state: dict) -> AnyTokenizer:
     return WhisperTokenizer.from_state_dict(state) if state.get("kind") == "whisper" else Tokenizer.from_state_dict(state)
 
 
-def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, task: str = "st") -> Tokenizers:
+def run_tasks(cfg: ExperimentConfig) -> list[TaskData]:
+    """Every data stream of every stage of the run."""
+    return all_tasks(stages_of(cfg.train))
+
+
+def main_task(cfg: ExperimentConfig) -> str:
+    """The task a trained checkpoint does by default: the last stage's first."""
+    return stages_of(cfg.train)[-1].tasks[0].task
+
+
+def decoder_side(cfg: ExperimentConfig) -> str:
+    """Which tokenizer the decoder writes with: "src" (the transcripts') for ASR-only runs, else "tgt"; a run
+    that mixes ASR with ST or MT needs one vocabulary for both (joint, or Whisper's)."""
+    tasks = {t.task for t in run_tasks(cfg)}
+    if tasks == {"asr"}:
+        return "src"
+    if "asr" in tasks and cfg.model.decoder != "whisper" and cfg.data.src_vocab != cfg.data.tgt_vocab:
+        raise ConfigError("asr together with st or mt shares one decoder: give data.src_vocab and data.tgt_vocab "
+                          "the same joint SentencePiece model (or use model.decoder whisper)")
+    return "tgt"
+
+
+def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: str = "tgt") -> Tokenizers:
     """Reads the vocabularies a data config names (an empty path gives None). With a Whisper decoder, the
-    decoder's side (the source for asr, the target otherwise) is Whisper's tokenizer, from its model folder."""
+    decoder's `side` ("src" for ASR-only runs, "tgt" otherwise) is Whisper's tokenizer, from its model folder."""
     toks = Tokenizers(Tokenizer.load(data.src_vocab) if data.src_vocab else None,
                       Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None)
     if model is None or model.decoder != "whisper":
@@ -53,23 +77,23 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, task: st
 
     whisper = WhisperTokenizer.from_pretrained(resolve_pretrained(model.whisper_decoder_source),
                                                WhisperTokenizerConfig(data.whisper_task))
-    return Tokenizers(whisper, toks.tgt) if task == "asr" else Tokenizers(toks.src, whisper)
+    return Tokenizers(whisper, toks.tgt) if side == "src" else Tokenizers(toks.src, whisper)
 
 
-def decoder_tokenizer(task: str, toks: Tokenizers) -> AnyTokenizer:
-    """The tokenizer of what the decoder writes: the transcript for asr, the translation otherwise."""
-    tok = toks.src if task == "asr" else toks.tgt
+def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
+    """The tokenizer of what the decoder writes (`side` from decoder_side)."""
+    tok = toks.src if side == "src" else toks.tgt
     if tok is None:
-        side = "data.src_vocab" if task == "asr" else "data.tgt_vocab"
-        raise ValueError(f"task {task} needs {side} (a SentencePiece model from `speechmt vocab`)")
+        raise ValueError(f"the decoder needs data.{side}_vocab (a SentencePiece model from `speechmt vocab`)")
     return tok
 
 
-def decoder_tag(cfg: ExperimentConfig) -> str | None:
-    """The language tag that starts every decoder target (None when data.lang_tag is off)."""
+def decoder_tag(cfg: ExperimentConfig, task: str | None = None) -> str | None:
+    """The language tag that starts every decoder target of `task` (default: the run's main task); None
+    when data.lang_tag is off."""
     if not cfg.data.lang_tag:
         return None
-    lang = cfg.data.src_lang if cfg.train.task == "asr" else cfg.data.tgt_lang
+    lang = cfg.data.src_lang if (task or main_task(cfg)) == "asr" else cfg.data.tgt_lang
     if cfg.model.decoder == "whisper":  # Whisper's translate prompt names the source language
         return language_token(cfg.data.src_lang if cfg.data.whisper_task == "translate" else lang)
     return f"<{lang}>"
@@ -108,80 +132,69 @@ def mel_settings_for(cfg: ExperimentConfig) -> WhisperMelConfig | None:
 
 def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,
                   waveform: WaveformConfig | None = None, mel: WhisperMelConfig | None = None,
-                  encoder: "torch.nn.Module | None" = None):
-    """The dataset of one split for the configured task; SpecAugment only when `train`. A wav2vec2 model
-    reads waveforms (`waveform`, by default its feature extractor's settings), a Whisper encoder log-mel
-    features (`mel`), or, when it is frozen and data.cache_encoder is on, its cached states (`encoder`
-    computes them once)."""
-    task, data = cfg.train.task, cfg.data
-    tag = decoder_tag(cfg)
-    if task != "mt" and cfg.model.encoder == "wav2vec2":
-        return _waveform_dataset(cfg, split, toks, tag, waveform or waveform_settings(cfg))
-    if task != "mt" and cfg.model.encoder == "whisper":
-        return _whisper_dataset(cfg, split, toks, tag, mel or mel_settings_for(cfg), encoder)
+                  encoder: "torch.nn.Module | None" = None, spec: TaskData | None = None):
+    """The dataset of one split for a data stream (`spec`; default: the run's first); SpecAugment only when
+    `train`. Every example carries its decoder target as tgt and, for text input or objectives that read
+    it, the transcript as src. A wav2vec2 model reads waveforms (`waveform`, by default its feature
+    extractor's settings), a Whisper encoder log-mel features (`mel`), or, when it is frozen and
+    data.cache_encoder is on, its cached states (`encoder` computes them once)."""
+    spec = spec or run_tasks(cfg)[0]
+    data = dataclasses.replace(cfg.data, dir=spec.data_dir) if spec.data_dir else cfg.data
+    sides = _sides(cfg, toks, spec)
+    if TASK_INPUTS[spec.task] == "text":
+        records = read_manifest(Path(data.dir) / f"{split}.jsonl")
+        return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
+    if cfg.model.encoder == "wav2vec2":
+        return WaveformDataset.from_split(data.dir, split, waveform or waveform_settings(cfg), **sides)
+    if cfg.model.encoder == "whisper":
+        return _whisper_dataset(cfg, data.dir, split, sides, mel or mel_settings_for(cfg), encoder)
     records, store = load_split(data.dir, split)
-    if task == "mt":
-        return TextDataset.from_records(records, toks.src, toks.tgt, tgt_tag=tag)
     augment = SpecAugmentConfig.policy(data.spec_augment) if train and data.spec_augment else None
-    if task == "asr":
-        return SpeechDataset(records, store, cmvn, src_tokenizer=decoder_tokenizer(task, toks), src_tag=tag,
-                             spec_augment=augment, seed=cfg.train.seed)
-    src = toks.src if cfg.train.ctc_weight > 0 else None
-    return SpeechDataset(records, store, cmvn, src_tokenizer=src, tgt_tokenizer=decoder_tokenizer(task, toks),
-                         tgt_tag=tag, spec_augment=augment, seed=cfg.train.seed)
+    return SpeechDataset(records, store, cmvn, spec_augment=augment, seed=cfg.train.seed, **sides)
 
 
-def _waveform_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, tag: str | None,
-                      waveform: WaveformConfig) -> WaveformDataset:
-    if cfg.train.task == "asr":
-        return WaveformDataset.from_split(cfg.data.dir, split, waveform, src_tokenizer=decoder_tokenizer("asr", toks),
-                                          src_tag=tag)
-    src = toks.src if cfg.train.ctc_weight > 0 else None
-    return WaveformDataset.from_split(cfg.data.dir, split, waveform, src_tokenizer=src,
-                                      tgt_tokenizer=decoder_tokenizer(cfg.train.task, toks), tgt_tag=tag)
+def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
+    """The tokenizers and tags of the transcript (src) and the decoder target (tgt) a stream's dataset encodes."""
+    transcript = any(OBJECTIVES[n].reads_transcript for n in spec.weights)
+    return dict(src_tokenizer=toks.src if transcript else None,
+                tgt_tokenizer=decoder_tokenizer(decoder_side(cfg), toks), tgt_tag=decoder_tag(cfg, spec.task),
+                tgt_field="src_text" if spec.task == "asr" else "tgt_text")
 
 
-def _sides(cfg: ExperimentConfig, toks: Tokenizers) -> dict:
-    """The tokenizers and tags of the transcript (src) and the translation (tgt) an audio dataset encodes."""
-    tag = decoder_tag(cfg)
-    if cfg.train.task == "asr":
-        return dict(src_tokenizer=decoder_tokenizer("asr", toks), src_tag=tag)
-    return dict(src_tokenizer=toks.src if cfg.train.ctc_weight > 0 else None,
-                tgt_tokenizer=decoder_tokenizer(cfg.train.task, toks), tgt_tag=tag)
-
-
-def _whisper_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, tag: str | None, mel: WhisperMelConfig,
+def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: dict, mel: WhisperMelConfig,
                      encoder: "torch.nn.Module | None"):
     """Log-mel features read from the audio, or a frozen encoder's cached states of them."""
     from speechmt.data.encoder_cache import CachedStatesDataset, cached_split
-    from speechmt.data.manifest import read_manifest
     from speechmt.data.waveform import record_audio
     from speechmt.data.whisper_mel import whisper_log_mel
 
     frontend = lambda wave: whisper_log_mel(wave, mel)  # noqa: E731
     if encoder is None or not cfg.data.cache_encoder or any(p.requires_grad for p in encoder.parameters()):
-        return WaveformDataset.from_split(cfg.data.dir, split, WaveformConfig(), frontend=frontend,
-                                          **_sides(cfg, toks))
-    records = read_manifest(Path(cfg.data.dir) / f"{split}.jsonl")
-    store = cached_split(cfg.data.dir, split, encoder, mel,
-                         lambda i: frontend(record_audio(records[i], cfg.data.dir)), records)
-    return CachedStatesDataset(records, store, **_sides(cfg, toks))
+        return WaveformDataset.from_split(data_dir, split, WaveformConfig(), frontend=frontend, **sides)
+    records = read_manifest(Path(data_dir) / f"{split}.jsonl")
+    store = cached_split(data_dir, split, encoder, mel, lambda i: frontend(record_audio(records[i], data_dir)),
+                         records)
+    return CachedStatesDataset(records, store, **sides)
 
 
 def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
-    """The model config with vocabulary sizes taken from the tokenizers."""
-    dec = decoder_tokenizer(cfg.train.task, toks)
-    src_size = len(toks.src) if toks.src is not None and (cfg.train.ctc_weight > 0 or cfg.train.task == "mt") else 0
-    if cfg.model.shrink == "ctc" and cfg.train.ctc_weight <= 0:
+    """The model config with vocabulary sizes taken from the tokenizers, a CTC head when an objective needs
+    one and a source vocabulary when a task reads text or CTC writes transcripts."""
+    dec = decoder_tokenizer(decoder_side(cfg), toks)
+    specs = run_tasks(cfg)
+    ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
+    text = any(TASK_INPUTS[t.task] == "text" for t in specs)
+    src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
+    if cfg.model.shrink == "ctc" and not ctc:
         raise ConfigError("model.shrink ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
-                          "(and data.src_vocab) to train that head")
+                          "(or a ctc objective) and data.src_vocab to train that head")
     return dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
-                               ctc=cfg.train.ctc_weight > 0 or cfg.model.ctc, pad_id=dec.pad_id)
+                               ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id)
 
 
-def task_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> TaskConfig:
-    dec = decoder_tokenizer(cfg.train.task, toks)
+def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> ObjectiveSettings:
+    dec = decoder_tokenizer(decoder_side(cfg), toks)
     src = toks.src if toks.src is not dec else None
-    return TaskConfig(label_smoothing=cfg.train.label_smoothing, ctc_weight=cfg.train.ctc_weight,
-                      first_text_id=src.first_text_id if src is not None else 5, pad_id=dec.pad_id,
-                      bos_id=dec.bos_id)
+    return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing,
+                             first_text_id=src.first_text_id if src is not None else 5, pad_id=dec.pad_id,
+                             bos_id=dec.bos_id)

@@ -19,9 +19,10 @@ from speechmt.config import ExperimentConfig, save_config
 from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
 from speechmt.audio import CMVNConfig, FbankConfig
-from speechmt.training.builders import (Tokenizers, build_dataset, decoder_tag, decoder_tokenizer, feature_settings,
-                                        load_tokenizers, mel_settings_for, model_config_for, task_config_for,
-                                        waveform_settings)
+from speechmt.tasks import TaskData
+from speechmt.training.builders import (Tokenizers, build_dataset, decoder_side, decoder_tag, decoder_tokenizer,
+                                        feature_settings, load_tokenizers, main_task, mel_settings_for,
+                                        model_config_for, objective_settings_for, waveform_settings)
 from speechmt.training.delta import base_reference
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.data.waveform import WaveformConfig
@@ -58,20 +59,31 @@ def init_encoder_from(model: torch.nn.Module, path: str) -> int:
 
 def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmvn: CMVNConfig, device: torch.device,
                 waveform: WaveformConfig | None = None,
-                mel: WhisperMelConfig | None = None) -> Callable[[torch.nn.Module], dict[str, float]]:
-    """A function scoring a model's greedy output on the dev split: {"valid_bleu"} or {"valid_wer"}."""
+                mel: WhisperMelConfig | None = None) -> Callable[[torch.nn.Module, TaskData], dict[str, float]]:
+    """A function scoring a model's greedy output for a stream's task on its dev split: {"valid_bleu", ...}
+    or {"valid_wer"}; {} for a stream without one."""
     from speechmt.decoding.translate import LoadedModel
     from speechmt.evaluation.evaluate import decode_split, references, score
 
-    def decode(model: torch.nn.Module) -> dict[str, float]:
-        tokenizer, tag = decoder_tokenizer(cfg.train.task, toks), decoder_tag(cfg)
-        lm = LoadedModel(model, tokenizer, tag, fbank, cmvn, cfg.train.task, "(training)", device, toks.src,
+    def decode(model: torch.nn.Module, spec: TaskData) -> dict[str, float]:
+        split = _valid_split(cfg, spec)
+        if not split:
+            return {}
+        tokenizer, task = decoder_tokenizer(decoder_side(cfg), toks), spec.task
+        lm = LoadedModel(model, tokenizer, decoder_tag(cfg, task), fbank, cmvn, task, "(training)", device, toks.src,
                          waveform=waveform, mel=mel)
-        records, hyps, _, _ = decode_split(lm, cfg.data.dir, cfg.data.valid_split, lm.decode_options(beam=1),
-                                        cfg.data.max_tokens)
-        return {f"valid_{k.lower()}": s.score for k, s in score(cfg.train.task, hyps, references(cfg.train.task, records)).items()}
+        records, hyps, _, _ = decode_split(lm, spec.data_dir or cfg.data.dir, split, lm.decode_options(beam=1),
+                                           cfg.data.max_tokens)
+        return {f"valid_{k.lower()}": s.score for k, s in score(task, hyps, references(task, records)).items()}
 
     return decode
+
+
+def _valid_split(cfg: ExperimentConfig, spec: TaskData) -> str:
+    """A stream's dev split: its own, or data.valid_split when it reads data.dir; "" for none."""
+    if spec.valid_split is not None:
+        return spec.valid_split
+    return "" if spec.data_dir and spec.data_dir != cfg.data.dir else cfg.data.valid_split
 
 
 def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
@@ -79,7 +91,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     device = pick_device(cfg.train.device)
     dist.init(device)
     seed_everything(cfg.train.seed)
-    toks = load_tokenizers(cfg.data, cfg.model, cfg.train.task)
+    toks = load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
     fbank, cmvn = feature_settings(cfg)
     waveform = waveform_settings(cfg)  # None unless the encoder reads waveforms
     mel = mel_settings_for(cfg)  # None unless the encoder is Whisper's
@@ -87,20 +99,21 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from)
     frozen_encoder = model.speech_encoder if cfg.model.encoder == "whisper" else None  # cached when frozen
-    train_data = build_dataset(cfg, cfg.data.train_split, toks, cmvn, train=True, waveform=waveform, mel=mel,
-                               encoder=frozen_encoder)
-    valid_data = (build_dataset(cfg, cfg.data.valid_split, toks, cmvn, train=False, waveform=waveform, mel=mel,
-                                encoder=frozen_encoder) if cfg.data.valid_split else None)
-    extras = {"tokenizers": toks.state_dict(), "task": cfg.train.task, "decoder_tag": decoder_tag(cfg),
+
+
+    def data(spec: TaskData, train: bool):
+        split = (spec.split or cfg.data.train_split) if train else _valid_split(cfg, spec)
+        return build_dataset(cfg, split, toks, cmvn, train=train, waveform=waveform, mel=mel, encoder=frozen_encoder,
+                             spec=spec) if split else None
+
+    extras = {"tokenizers": toks.state_dict(), "task": main_task(cfg), "decoder_tag": decoder_tag(cfg),
               "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn),
                            **({"waveform": asdict(waveform)} if waveform is not None else {}),
                            **({"whisper_mel": asdict(mel)} if mel is not None else {})},
               **({"base": base} if (base := base_reference(model)) is not None else {})}
-    pad_id = decoder_tokenizer(cfg.train.task, toks).pad_id
-    valid_decoder = (dev_decoder(cfg, toks, fbank, cmvn, device, waveform, mel)
-                     if cfg.data.valid_split and cfg.train.valid_decode else None)
-    trainer = Trainer(cfg, model, task_config_for(cfg, toks), train_data, valid_data, extras, device, pad_id,
-                      valid_decoder)
+    pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
+    valid_decoder = dev_decoder(cfg, toks, fbank, cmvn, device, waveform, mel) if cfg.train.valid_decode else None
+    trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, extras, device, pad_id, valid_decoder)
     found = resume_checkpoint(Path(cfg.train.save_dir), device) if resume else None
     if found is not None:
         trainer.load_state(found[0])

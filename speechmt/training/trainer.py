@@ -1,4 +1,5 @@
-"""The training loop: accumulation, clipping, autocast, validation, checkpoints and exact resume."""
+"""The training loop: stages of data streams, weighted objectives, accumulation, clipping, autocast,
+validation, checkpoints and exact resume (mid-stage and across stage boundaries)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from speechmt.config import ExperimentConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import Batch, collate
-from speechmt.tasks import TASKS, TaskConfig
+from speechmt.tasks import OBJECTIVES, ObjectiveSettings, Stage, TaskData, stages_of, task_losses
 from speechmt.training import distributed as dist
 from speechmt.training.checkpoint import save_checkpoint
 from speechmt.training.delta import load_model_state, model_state
@@ -29,7 +30,9 @@ LAST, BEST = "checkpoint_last.safetensors", "checkpoint_best.safetensors"
 
 @dataclass
 class TrainState:
-    """Where a run is: updates done, epoch, batches of this epoch consumed, best dev loss, skipped updates."""
+    """Where a run is: updates done, the stage and the update it began at, the first stream's epoch and
+    batches of that epoch consumed (the other streams' in `positions`), best dev loss of the stage, and
+    skipped updates."""
 
     step: int = 0
     epoch: int = 0
@@ -37,6 +40,9 @@ class TrainState:
     best_loss: float = math.inf
     nonfinite_skipped: int = 0
     kept: list[str] = field(default_factory=list)
+    stage: int = 0
+    stage_start: int = 0
+    positions: dict[str, list[int]] = field(default_factory=dict)
 
 
 def rng_state() -> dict[str, Any]:
@@ -55,62 +61,157 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
-class Trainer:
-    """Trains `model` on `train_data` with the configured task; checkpoints carry `extras` (tokenizers,
-    feature settings) so that a checkpoint alone is enough to translate."""
+DataFn = Callable[[TaskData, bool], "Dataset | None"]
+"""(stream, train) -> its training dataset (train) or dev dataset (None when it has none)."""
 
-    def __init__(self, cfg: ExperimentConfig, model: torch.nn.Module, task_cfg: TaskConfig, train_data,
-                 valid_data, extras: dict[str, Any], device: torch.device, pad_id: int = 0,
-                 valid_decoder: Callable[[torch.nn.Module], dict[str, float]] | None = None):
-        self.cfg, self.task_cfg, self.extras, self.device = cfg, task_cfg, extras, device
-        self.valid_decoder = valid_decoder
+
+def fixed_data(train_data: Dataset, valid_data: Dataset | None = None) -> DataFn:
+    """A DataFn for one-stream runs over datasets built beforehand (benchmarks, tests)."""
+    return lambda spec, train: train_data if train else valid_data
+
+
+def draw_streams(seed: int, step: int, ratios: list[float], k: int) -> list[int]:
+    """The streams of an update's k batches under mix "sample": drawn by `ratios`, a function of (seed, step)
+    alone, so that a resumed run and every rank draw the same."""
+    return random.Random(f"{seed}:{step}").choices(range(len(ratios)), weights=ratios, k=k)
+
+
+@dataclass
+class Stream:
+    """One data stream of the current stage: its spec, datasets and batch sampler."""
+
+    spec: TaskData
+    train: Dataset
+    valid: Dataset | None
+    sampler: BucketBatchSampler
+
+
+class Trainer:
+    """Trains `model` through the configured stages (`stages_of(cfg.train)`); `data` builds each stage's
+    datasets when the stage begins. Checkpoints carry `extras` (tokenizers, feature settings) so that a
+    checkpoint alone is enough to translate; `valid_decoder(model, stream)` scores dev decoding."""
+
+    def __init__(self, cfg: ExperimentConfig, model: torch.nn.Module, settings: ObjectiveSettings, data: DataFn,
+                 extras: dict[str, Any], device: torch.device, pad_id: int = 0,
+                 valid_decoder: Callable[[torch.nn.Module, TaskData], dict[str, float]] | None = None):
+        self.cfg, self.settings, self.data, self.extras, self.device = cfg, settings, data, extras, device
+        self.valid_decoder, self.pad_id = valid_decoder, pad_id
+        self.stages = stages_of(cfg.train)
         self.model = model.to(device)
-        self.task = TASKS[cfg.train.task]
-        self.runner = dist.wrap(TaskRunner(self.model, self.task, task_cfg), device)
+        self.trainable = {n: p.requires_grad for n, p in self.model.named_parameters()}
+        self.runner = dist.wrap(UpdateRunner(self.model, settings), device)
         t = cfg.train
         self.optimizer = build_optimizer(self.model, t.lr, t.adam_betas, t.weight_decay)
         self.scheduler = build_scheduler(self.optimizer, t.warmup_updates)
         self.scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16" and device.type == "cuda")
-        self.train_data, self.valid_data, self.pad_id = train_data, valid_data, pad_id
-        self.sampler = BucketBatchSampler(train_data.sizes, cfg.data.max_tokens, cfg.data.max_sentences or None,
-                                          shuffle=True, seed=t.seed, rank=dist.rank(), world_size=dist.world_size())
+        self.streams: list[Stream] = []
+        self.streams_of: int | None = None  # the stage self.streams belong to
         self.state = TrainState()
         self.save_dir = Path(t.save_dir)
         self.log = JsonLog(self.save_dir, enabled=dist.is_main())
+
+    # --- data ---
 
     def _loader(self, data, sampler) -> DataLoader:
         # an explicit generator keeps the DataLoader from drawing on the global RNG (exact resume)
         return DataLoader(data, batch_sampler=sampler, collate_fn=lambda b: collate(b, self.pad_id),
                           num_workers=self.cfg.data.num_workers, generator=torch.Generator())
 
+    def _enter_stage(self) -> Stage:
+        """The current stage with its freezing applied and its streams built."""
+        stage = self.stages[self.state.stage]
+        frozen = tuple(stage.freeze)
+        for name, p in self.model.named_parameters():
+            p.requires_grad = self.trainable[name] and not (frozen and name.startswith(frozen))
+        if self.streams_of != self.state.stage:
+            self.streams = [self._stream(spec, i) for i, spec in enumerate(stage.tasks)]
+            self.streams_of = self.state.stage
+        return stage
+
+    def _stream(self, spec: TaskData, i: int) -> Stream:
+        t, d = self.cfg.train, self.cfg.data
+        train = self.data(spec, True)
+        sampler = BucketBatchSampler(train.sizes, d.max_tokens, d.max_sentences or None, shuffle=True,
+                                     seed=t.seed + 7919 * i, rank=dist.rank(), world_size=dist.world_size())
+        return Stream(spec, train, self.data(spec, False), sampler)
+
+    def _position(self, i: int) -> tuple[int, int]:
+        if i == 0:
+            return self.state.epoch, self.state.batches_in_epoch
+        return tuple(self.state.positions.get(self.streams[i].spec.key, (0, 0)))
+
+    def _set_position(self, i: int, epoch: int, batches: int) -> None:
+        if i == 0:
+            self.state.epoch, self.state.batches_in_epoch = epoch, batches
+        else:
+            self.state.positions[self.streams[i].spec.key] = [epoch, batches]
+
+    def _batches(self, i: int, max_epochs: int) -> Iterator[Batch]:
+        """Stream i's batches from its current position on, epoch after epoch (until max_epochs if set)."""
+        stream = self.streams[i]
+        while True:
+            epoch, done = self._position(i)
+            if max_epochs and epoch >= max_epochs:
+                return
+            stream.sampler.load_state_dict({"epoch": epoch, "position": done})
+            if done and done >= len(stream.sampler):  # stopped right after the epoch's last batch: the next
+                self._set_position(i, epoch + 1, 0)  # (the sampler would start this epoch again)
+                continue
+            stream.sampler.set_epoch(epoch)
+            if hasattr(stream.train, "set_epoch"):
+                stream.train.set_epoch(epoch)
+            for batch in self._loader(stream.train, stream.sampler):
+                done += 1
+                self._set_position(i, epoch, done)
+                yield batch
+            self._set_position(i, epoch + 1, 0)
+
+    def _group(self, stage: Stage, iters: list[Iterator[Batch]]) -> list[tuple[int, Batch]]:
+        """The batches of one update: update_freq of every stream (mix together) or update_freq drawn by
+        the streams' ratios (mix sample, a function of seed and step, so resume draws the same). Empty
+        when the first stream has run its epochs."""
+        n = self.cfg.train.update_freq
+        if stage.mix == "sample":
+            picks = draw_streams(self.cfg.train.seed, self.state.step, [s.spec.ratio for s in self.streams], n)
+        else:
+            picks = [i for i in range(len(iters)) for _ in range(n)]
+        group = []
+        for i in picks:
+            batch = next(iters[i], None)
+            if batch is None:  # only the first stream ends (at the stage's epochs)
+                break
+            group.append((i, batch))
+        return group
+
+    # --- training ---
+
     def _autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.cfg.train.precision)
         enabled = dtype is not None and self.device.type == "cuda"
         return torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=enabled)
 
-    def _batches(self) -> Iterator[Batch]:
-        """Training batches from the current position on, epoch after epoch, until max_epochs."""
-        t = self.cfg.train
-        while not t.max_epochs or self.state.epoch < t.max_epochs:
-            self.sampler.load_state_dict({"epoch": self.state.epoch, "position": self.state.batches_in_epoch})
-            self.sampler.set_epoch(self.state.epoch)
-            if hasattr(self.train_data, "set_epoch"):
-                self.train_data.set_epoch(self.state.epoch)
-            for batch in self._loader(self.train_data, self.sampler):
-                self.state.batches_in_epoch += 1
-                yield batch
-            self.state.epoch += 1
-            self.state.batches_in_epoch = 0
-
     def train(self) -> TrainState:
-        """Runs until max_updates (or max_epochs); returns the final state."""
+        """Runs the stages from the current state until max_updates or the last stage's end."""
         t = self.cfg.train
-        batches = self._batches()
         bar = tqdm(total=t.max_updates, initial=self.state.step, desc="train", unit="upd",
                    disable=None if dist.is_main() else True, mininterval=1.0)
+        while self.state.step < t.max_updates and self.state.stage < len(self.stages):
+            self._run_stage(bar)
+            if self.state.step >= t.max_updates or self.state.stage == len(self.stages) - 1:
+                break
+            self._next_stage()
+        bar.close()
+        self.save(LAST)
+        return self.state
+
+    def _run_stage(self, bar: tqdm) -> None:
+        stage, t = self._enter_stage(), self.cfg.train
+        max_epochs = min(e for e in (stage.epochs, t.max_epochs) if e) if stage.epochs or t.max_epochs else 0
+        iters = [self._batches(i, max_epochs if i == 0 else 0) for i in range(len(self.streams))]
         meter = Meter()
-        while self.state.step < t.max_updates:
-            group = [b for _, b in zip(range(t.update_freq), batches)]
+        while self.state.step < t.max_updates and not (
+                stage.updates and self.state.step - self.state.stage_start >= stage.updates):
+            group = self._group(stage, iters)
             if not group:
                 break
             self._update(group, meter)
@@ -118,25 +219,48 @@ class Trainer:
             bar.set_postfix(loss=f"{meter.value('loss'):.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}",
                             utt_s=f"{meter.rate('nsentences'):.1f}")
             self._after_update(meter)
-        bar.close()
-        self.save(LAST)
-        return self.state
 
-    def _update(self, group: list[Batch], meter: "Meter") -> None:
-        """One optimiser step over `group` (update_freq batches): summed losses, normalised by tokens."""
+    def _next_stage(self) -> None:
+        """Moves to the next stage: fresh stream positions and best dev loss; a checkpoint marks the edge."""
+        s = self.state
+        s.stage, s.stage_start, s.epoch, s.batches_in_epoch, s.positions = s.stage + 1, s.step, 0, 0, {}
+        s.best_loss = math.inf
+        self.log.write({"type": "stage", "step": s.step, "stage": s.stage, "name": self.stages[s.stage].name})
+        self._enter_stage()
+        self.save(LAST)
+
+    def _normalisers(self, group: list[tuple[int, Batch]]) -> dict[tuple[int, str], float]:
+        """Each (stream, objective)'s normaliser summed over the update's batches on this rank."""
+        sums: dict[tuple[int, str], float] = {}
+        for i, batch in group:
+            for name in self.streams[i].spec.weights:
+                sums[(i, name)] = sums.get((i, name), 0.0) + OBJECTIVES[name].normaliser(batch)
+        return sums
+
+    def _update(self, group: list[tuple[int, Batch]], meter: "Meter") -> None:
+        """One optimiser step over `group`: the weighted objectives, each divided by its normaliser summed
+        over the whole update (all batches, all ranks), known before backward. The division is split into
+        a factor on each loss (reference / own normaliser: 1 when they agree, as CE and CTC do) and one
+        scaling of the gradients by the reference normaliser, as fairseq divides by the sample size."""
         self.runner.train()
-        sums: dict[str, Any] = {}
-        for i, batch in enumerate(group):
+        local = self._normalisers(group)
+        totals = {k: dist.all_reduce_sum(v) for k, v in sorted(local.items())}
+        reference = max(next(iter(totals.values())), 1.0)
+        factors = {k: reference / max(v, 1.0) for k, v in totals.items()}
+        sums: dict[tuple[int, str, str], Any] = {}
+        nsent = ntok = 0
+        for j, (i, batch) in enumerate(group):
+            spec = self.streams[i].spec
             batch = batch.to(self.device)
-            with dist.no_sync_unless(self.runner, last=i == len(group) - 1), self._autocast():
-                loss, stats = self.runner(batch)
+            with dist.no_sync_unless(self.runner, last=j == len(group) - 1), self._autocast():
+                loss, parts = self.runner(batch, spec.task, spec.weights, {n: factors[(i, n)] for n in spec.weights})
             self.scaler.scale(loss).backward()
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0) + v
-        totals = {k: float(v) for k, v in sums.items()}  # one device sync per update
-        ntokens = dist.all_reduce_sum(totals["ntokens"])
+            for k, v in parts.items():
+                sums[(i, *k)] = sums.get((i, *k), 0) + v
+            nsent, ntok = nsent + len(batch), ntok + int(batch.tgt_lengths.sum())
+        sums = {k: float(v) for k, v in sums.items()}  # one device sync per update
         self.scaler.unscale_(self.optimizer)
-        scale = dist.world_size() / max(ntokens, 1.0)  # DDP averages gradients over ranks
+        scale = dist.world_size() / reference  # DDP averages gradients over ranks
         torch._foreach_mul_([p.grad for p in self.model.parameters() if p.grad is not None], scale)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm or float("inf"))
         if not torch.isfinite(norm):
@@ -149,11 +273,21 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.state.step += 1
-        loss_sum = totals["ce_loss"] if "ctc_loss" not in totals else (
-            (1 - self.task_cfg.ctc_weight) * totals["ce_loss"] + self.task_cfg.ctc_weight * totals["ctc_loss"])
-        per_token = {k: totals[k] / max(totals["ntokens"], 1) for k in ("nll_loss", "ctc_loss") if k in totals}
-        meter.add(loss=loss_sum / max(totals["ntokens"], 1), nsentences=totals["nsentences"],
-                  ntokens=totals["ntokens"], gnorm=float(norm), **per_token)
+        meter.add(**self._per_unit(sums, local), nsentences=nsent, ntokens=ntok, gnorm=float(norm))
+
+    def _per_unit(self, sums: dict[tuple[int, str, str], float],
+                  norms: dict[tuple[int, str], float]) -> dict[str, float]:
+        """Logged values: every objective and stat per unit of its normaliser (named `objective[_stat]`,
+        prefixed by the stream's key when the stage has several), and `loss`, the weighted objectives."""
+        out, total = {}, 0.0
+        for (i, name, stat), value in sums.items():
+            spec = self.streams[i].spec
+            per = value / max(norms.get((i, name), 0.0), 1.0)
+            label = f"{name}_{stat}" if stat else name
+            out[f"{spec.key}_{label}" if len(self.streams) > 1 else label] = per
+            if not stat:
+                total += spec.weights[name] * per
+        return {"loss": total, **out}
 
     def _after_update(self, meter: "Meter") -> None:
         t, step = self.cfg.train, self.state.step
@@ -168,23 +302,35 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Dev loss per target token (label-smoothed and nll), and the valid decoder's scores (greedy BLEU
-        or WER) when there is one; keeps checkpoint_best.safetensors by the loss."""
-        if self.valid_data is None:
+        """Every stream's objectives on its dev set (per unit of their normalisers; `valid_loss` is their
+        weighted sum over the streams), and the valid decoder's scores (greedy BLEU or WER) of the stage's
+        first stream; keeps checkpoint_best.safetensors by valid_loss within the stage."""
+        if self.streams_of != self.state.stage:
+            self._enter_stage()
+        if all(s.valid is None for s in self.streams):
             return {}
         self.model.eval()
-        sampler = BucketBatchSampler(self.valid_data.sizes, self.cfg.data.max_tokens, shuffle=False,
-                                     rank=dist.rank(), world_size=dist.world_size())
-        loss = nll = ntok = 0.0
-        for batch in self._loader(self.valid_data, sampler):
-            with self._autocast():
-                _, stats = self.task(self.model, batch.to(self.device), self.task_cfg)
-            loss, nll, ntok = loss + float(stats["ce_loss"]), nll + float(stats["nll_loss"]), ntok + stats["ntokens"]
-        loss, nll, ntok = (dist.all_reduce_sum(v) for v in (loss, nll, ntok))
-        result = {"valid_loss": loss / max(ntok, 1), "valid_nll": nll / max(ntok, 1),
-                  "valid_ppl": math.exp(min(nll / max(ntok, 1), 50))}
+        sums: dict[tuple[int, str, str], float] = {}
+        norms: dict[tuple[int, str], float] = {}
+        for i, stream in enumerate(self.streams):
+            if stream.valid is None:
+                continue
+            sampler = BucketBatchSampler(stream.valid.sizes, self.cfg.data.max_tokens, shuffle=False,
+                                         rank=dist.rank(), world_size=dist.world_size())
+            for batch in self._loader(stream.valid, sampler):
+                with self._autocast():
+                    losses = task_losses(self.model, batch.to(self.device), stream.spec.task, stream.spec.weights,
+                                         self.settings)
+                for name in losses:
+                    norms[(i, name)] = norms.get((i, name), 0.0) + OBJECTIVES[name].normaliser(batch)
+                for k, v in loss_parts(losses).items():
+                    sums[(i, *k)] = sums.get((i, *k), 0.0) + float(v)
+        sums = {k: dist.all_reduce_sum(v) for k, v in sorted(sums.items())}
+        norms = {k: dist.all_reduce_sum(v) for k, v in sorted(norms.items())}
+        per = self._per_unit(sums, norms)
+        result = {"valid_loss": per.pop("loss"), **{f"valid_{k}": v for k, v in per.items()}}
         if self.valid_decoder is not None and dist.is_main():
-            result.update(self.valid_decoder(self.model))
+            result.update(self.valid_decoder(self.model, self.streams[0].spec))
         self.log.write({"type": "valid", "step": self.state.step, **result})
         if result["valid_loss"] < self.state.best_loss:
             self.state.best_loss = result["valid_loss"]
@@ -224,15 +370,29 @@ class Trainer:
         set_rng_state(ts["rng"])
 
 
-class TaskRunner(torch.nn.Module):
-    """A task as a module, so that DDP sees the whole task computation as one forward."""
+def loss_parts(losses: dict[str, tuple[torch.Tensor, dict]]) -> dict[tuple[str, str], torch.Tensor]:
+    """{(objective, ""): its detached summed loss, (objective, stat): each stat's sum}."""
+    parts = {}
+    for name, (loss, stats) in losses.items():
+        parts[(name, "")] = loss.detach()
+        parts.update({(name, k): v for k, v in stats.items()})
+    return parts
 
-    def __init__(self, model: torch.nn.Module, task, task_cfg: TaskConfig):
+
+class UpdateRunner(torch.nn.Module):
+    """One batch's weighted objectives as a module, so that DDP sees the whole computation as one forward."""
+
+    def __init__(self, model: torch.nn.Module, settings: ObjectiveSettings):
         super().__init__()
-        self.model, self.task, self.task_cfg = model, task, task_cfg
+        self.model, self.settings = model, settings
 
-    def forward(self, batch: Batch):
-        return self.task(self.model, batch, self.task_cfg)
+    def forward(self, batch: Batch, task: str, weights: dict[str, float],
+                factors: dict[str, float]) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
+        """(sum of weight * factor * loss, loss_parts)."""
+        losses = task_losses(self.model, batch, task, weights, self.settings)
+        total = sum(weights[n] * loss * factors[n] if weights[n] != 1.0 else loss * factors[n]
+                    for n, (loss, _) in losses.items())
+        return total, loss_parts(losses)
 
 
 class Meter:
@@ -257,7 +417,7 @@ class Meter:
         return self.sums.get(key, 0.0) / max(time.perf_counter() - self.start, 1e-9)
 
     def summary(self) -> dict[str, float]:
-        means = {k: self.value(k) for k in ("loss", "nll_loss", "ctc_loss", "gnorm") if k in self.sums}
+        means = {k: self.value(k) for k in self.sums if k not in ("nsentences", "ntokens")}
         return {**means, "utt_per_s": self.rate("nsentences"), "tokens_per_s": self.rate("ntokens")}
 
 

@@ -75,4 +75,6 @@ def test_build_dataset_gives_waveforms_for_a_wav2vec2_model(tiny_data, tmp_path)
     assert ex.feats.dim() == 1 and ex.src_ids is not None and ex.tgt_ids is not None
     cfg.train.task = "asr"
     ds = build_dataset(cfg, "dev", toks, None, train=False, waveform=WaveformConfig(do_normalize=False))
-    assert ds.cfg.do_normalize is False and ds[0].tgt_ids is None and ds[0].src_ids[0] == toks.src.tag_id("<en>")
+    # asr: the decoder target (tgt) is the tagged transcript; CTC reads the untagged transcript (src)
+    assert ds.cfg.do_normalize is False and ds[0].tgt_ids[0] == toks.src.tag_id("<en>")
+    assert ds[0].src_ids.tolist() == ds[0].tgt_ids[1:].tolist()

@@ -7,7 +7,7 @@ import torch
 from speechmt.decoding.search import DecodeOptions, greedy_search
 from speechmt.models.translator import build_model, preset
 from speechmt.tasks.losses import label_smoothed_nll_loss
-from speechmt.tasks.tasks import shift_right
+from speechmt.tasks.objectives import shift_right
 
 V, EOS = 20, 3  # ids 5..19 are the "words"
 

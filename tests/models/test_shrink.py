@@ -8,7 +8,7 @@ from speechmt.data.dataset import Batch
 from speechmt.models import EncoderOutput, ModelConfig, build_model, preset
 from speechmt.models.shrink import ConvShrink, CTCShrink, ctc_segments, merge_segments
 from speechmt.models.subsampling import conv_output_lengths
-from speechmt.tasks import TaskConfig, st_task
+from speechmt.tasks import ObjectiveSettings, task_losses
 
 BLANK = 4
 # hand-made CTC argmax labels (blank 4); frames at or past the lengths hold non-blank labels on purpose
@@ -146,9 +146,9 @@ def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
     batch = Batch(ids=["a", "b", "c"], feats=feats, feat_lengths=lengths, src=torch.randint(5, 12, (3, 4)),
                   src_lengths=torch.tensor([4, 3, 2]), tgt=torch.randint(5, 20, (3, 5)),
                   tgt_lengths=torch.tensor([5, 5, 5]))
-    loss, stats = st_task(model, batch, TaskConfig(ctc_weight=0.3))
-    assert torch.isfinite(loss) and float(stats["ctc_loss"]) > 0  # CTC on the acoustic states' lengths
-    loss, _ = st_task(model, batch, TaskConfig(ctc_weight=0.0))  # the decoder's loss alone
+    losses = task_losses(model, batch, "st", ["ce", "ctc"], ObjectiveSettings())
+    assert torch.isfinite(losses["ce"][0]) and float(losses["ctc"][0]) > 0  # CTC on the acoustic states' lengths
+    loss, _ = task_losses(model, batch, "st", ["ce"], ObjectiveSettings())["ce"]  # the decoder's loss alone
     loss.backward()
     first_conv = model.speech_encoder.subsampler.convs[0].weight
     assert first_conv.grad is not None and first_conv.grad.abs().sum() > 0

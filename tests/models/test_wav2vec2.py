@@ -247,12 +247,12 @@ def test_hubert_and_data2vec_audio_go_through_the_same_path(tmp_path, monkeypatc
 @pytest.mark.parametrize("shrink", ["conv", "ctc"])
 def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
     from speechmt.data.dataset import Batch
-    from speechmt.tasks import TaskConfig, st_task
+    from speechmt.tasks import ObjectiveSettings, task_losses
 
     model = build_model(_st_config(encoder_hf_config=tiny_wav2vec2_fields(), shrink=shrink)).train()
     batch = Batch(ids=["a", "b"], feats=torch.randn(2, 9000), feat_lengths=torch.tensor([9000, 6000]),
                   tgt=torch.randint(5, 60, (2, 4)), tgt_lengths=torch.tensor([4, 4]))
-    loss, _ = st_task(model, batch, TaskConfig(ctc_weight=0.0))  # the decoder's loss only
+    loss, _ = task_losses(model, batch, "st", ["ce"], ObjectiveSettings())["ce"]  # the decoder's loss only
     loss.backward()
     hf = model.speech_encoder.model
     for p in (hf.feature_extractor.conv_layers[0].conv.weight, hf.encoder.layers[0].attention.q_proj.weight):

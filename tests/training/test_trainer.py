@@ -62,17 +62,17 @@ def test_keep_last_and_average(tiny_data, tmp_path):
 
 
 def test_nonfinite_loss_skips_the_update(tiny_data, tmp_path, monkeypatch):
-    from speechmt.tasks import tasks as task_module
+    from speechmt.tasks import OBJECTIVES, Objective
 
     calls = {"n": 0}
-    real = task_module.st_task
+    real = OBJECTIVES["ce"]
 
-    def sometimes_nan(model, batch, cfg):
+    def sometimes_nan(model, batch, enc, settings):
         calls["n"] += 1
-        loss, stats = real(model, batch, cfg)
+        loss, stats = real.loss(model, batch, enc, settings)
         return (loss * float("nan"), stats) if calls["n"] == 2 else (loss, stats)
 
-    monkeypatch.setitem(task_module.TASKS, "st", sometimes_nan)
+    monkeypatch.setitem(OBJECTIVES, "ce", Objective(sometimes_nan, real.normaliser))
     state = run_training(tiny_config(tiny_data, tmp_path, max_updates=3))
     assert state.nonfinite_skipped == 1 and state.step == 3 and calls["n"] == 4
 
@@ -117,17 +117,17 @@ def _same(a, b) -> bool:
 
 
 def test_exception_mid_run_then_resume_equals_uninterrupted(tiny_data, tmp_path, monkeypatch, straight_12):
-    from speechmt.tasks import tasks as task_module
+    from speechmt.tasks import OBJECTIVES, Objective
 
-    real, calls = task_module.st_task, {"n": 0}
+    real, calls = OBJECTIVES["ce"], {"n": 0}
 
-    def fails_at_update_7(model, batch, cfg):
+    def fails_at_update_7(model, batch, enc, settings):
         calls["n"] += model.training
         if calls["n"] == 7:
             raise RuntimeError("power cut")
-        return real(model, batch, cfg)
+        return real.loss(model, batch, enc, settings)
 
-    monkeypatch.setitem(task_module.TASKS, "st", fails_at_update_7)
+    monkeypatch.setitem(OBJECTIVES, "ce", Objective(fails_at_update_7, real.normaliser))
     with pytest.raises(RuntimeError, match="power cut"):
         run_training(tiny_config(tiny_data, tmp_path, max_updates=12))
     monkeypatch.undo()

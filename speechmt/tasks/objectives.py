@@ -1,0 +1,84 @@
+"""Training objectives: small functions `(model, batch, enc, settings) -> (summed loss, stats)`, each with
+a normaliser, the count its loss is summed over, taken from the batch alone.
+
+The trainer knows no objective by name: for each task of a stage it sums `weight * loss / normaliser`
+over the objectives the config names, where the normaliser is summed over the whole update (every
+accumulated batch and every rank) before any backward pass, so gradient accumulation and data parallelism
+give the same update as one big batch. Stats are further sums (e.g. the nll under label smoothing) logged
+divided by the same normaliser.
+
+A new objective is one function and one entry in OBJECTIVES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from speechmt.data.dataset import Batch
+from speechmt.models.translator import EncoderOutput, Translator
+from speechmt.tasks.losses import ctc_loss, label_smoothed_nll_loss, strip_specials
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """What the objectives need to know of the tokenizers and losses. `first_text_id` is the transcript
+    tokenizer's first non-special id (5 + its number of language tags), below which ids are left out of
+    CTC targets; pad/bos are the decoder tokenizer's."""
+
+    label_smoothing: float = 0.1
+    first_text_id: int = 5
+    blank_id: int = 4
+    pad_id: int = 0
+    bos_id: int = 2
+
+
+Stats = dict[str, torch.Tensor]
+LossFn = Callable[[Translator, Batch, EncoderOutput, ObjectiveSettings], tuple[torch.Tensor, Stats]]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A loss and its normaliser: `loss(model, batch, enc, settings)` -> (summed loss, stats) and
+    `normaliser(batch)` -> the count it is summed over (known before the forward pass)."""
+
+    loss: LossFn
+    normaliser: Callable[[Batch], int]
+    reads_transcript: bool = False  # audio examples must carry the transcript in batch.src
+    needs_ctc_head: bool = False
+
+
+def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """Decoder input for teacher forcing: (B, U) targets -> (B, U) [bos, t_0, ..., t_{U-2}]."""
+    return torch.cat([tgt.new_full((tgt.size(0), 1), bos_id), tgt[:, :-1]], dim=1)
+
+
+def target_tokens(batch: Batch) -> int:
+    """Decoder target tokens of a batch (tag and eos included), fairseq's `ntokens`."""
+    return int(batch.tgt_lengths.sum())
+
+
+def cross_entropy(model: Translator, batch: Batch, enc: EncoderOutput,
+                  s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+    """Label-smoothed cross entropy of the decoder on batch.tgt (teacher forcing), summed over tokens;
+    stats: the plain nll."""
+    logits = model.decode(shift_right(batch.tgt, s.bos_id), enc)  # (B, U, V)
+    loss, nll = label_smoothed_nll_loss(logits, batch.tgt, s.label_smoothing, s.pad_id)
+    return loss, {"nll": nll.detach()}
+
+
+def ctc(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+    """CTC of the acoustic states (before any shrinking, which the CTC head guides) on the transcript
+    (batch.src), summed over utterances. Normalised, as fairseq's CE+CTC criterion, by target tokens."""
+    if enc.ctc_logits is None or batch.src is None:
+        raise ValueError("the ctc objective needs a model with a CTC head and batches with transcripts")
+    targets, target_lengths = strip_specials(batch.src, batch.src_lengths, s.first_text_id)
+    return ctc_loss(enc.ctc_logits, enc.ctc_logit_lengths, targets, target_lengths, s.blank_id), {}
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "ce": Objective(cross_entropy, target_tokens),
+    "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
+}

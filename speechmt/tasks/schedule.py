@@ -1,0 +1,138 @@
+"""Progressive multi-task schedules: a run is a list of stages, each naming its data streams (a task on a
+prepared split, with objective weights), how the streams mix, the parameters it freezes and its end.
+
+In YAML (`train.stages`), e.g. XSTNet's MT-then-everything:
+
+    stages:
+      - name: mt
+        tasks: [{task: mt, objectives: {ce: 1.0}}]
+        updates: 2000
+      - name: st+asr+mt
+        tasks: [{task: st}, {task: asr}, {task: mt}]
+        mix: together
+
+A config without `stages` is one stage of `train.task` with CE (and CTC when train.ctc_weight > 0, as
+(1 - w) CE + w CTC), ending at train.max_epochs: today's runs, with the same results.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MIXES = ("together", "sample")
+
+
+@dataclass
+class TaskData:
+    """One data stream of a stage: `task` (st, asr or mt) on `split` of the prepared folder `data_dir`
+    (empty: data.dir / data.train_split), trained with `objectives` {name: weight}. `valid_split` (None:
+    data.valid_split for data.dir, no validation for another folder) is scored at validation. `ratio` is
+    its share of batches under mix "sample"."""
+
+    task: str = "st"
+    objectives: dict[str, float] = field(default_factory=lambda: {"ce": 1.0})
+    data_dir: str = ""
+    split: str = ""
+    valid_split: str | None = None
+    ratio: float = 1.0
+
+    def __post_init__(self):
+        from speechmt.tasks.objectives import OBJECTIVES
+        from speechmt.tasks.tasks import TASK_INPUTS
+
+        if self.task not in TASK_INPUTS:
+            raise ValueError(f"unknown task {self.task!r}; expected one of {', '.join(TASK_INPUTS)}")
+        if not isinstance(self.objectives, dict) or not self.objectives:
+            raise ValueError(f"task {self.task}: objectives must be a mapping {{name: weight}}, got {self.objectives!r}")
+        for name, w in self.objectives.items():
+            if name not in OBJECTIVES:
+                raise ValueError(f"task {self.task}: unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+                raise ValueError(f"task {self.task}: objective {name} weight must be a finite number >= 0, got {w!r}")
+        if not (isinstance(self.ratio, (int, float)) and math.isfinite(self.ratio) and self.ratio > 0):
+            raise ValueError(f"task {self.task}: ratio must be a finite number > 0, got {self.ratio!r}")
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The objectives with a non-zero weight (those computed)."""
+        return {k: float(w) for k, w in self.objectives.items() if w > 0}
+
+    @property
+    def key(self) -> str:
+        """The stream's name in logs: its task, and its folder/split when they are not the defaults."""
+        where = "/".join(x for x in (self.data_dir, self.split) if x)
+        return f"{self.task}@{where}" if where else self.task
+
+
+@dataclass
+class Stage:
+    """Streams trained together until `updates` updates of this stage or `epochs` epochs of its first
+    stream (whichever comes first; neither: until train.max_updates, only for the last stage). mix
+    "together": each update takes update_freq batches of every stream; "sample": each batch is of one
+    stream drawn by the ratios. `freeze`: parameter-name prefixes not trained during the stage."""
+
+    name: str = ""
+    tasks: list[TaskData] = field(default_factory=lambda: [TaskData()])
+    mix: str = "together"
+    updates: int = 0
+    epochs: int = 0
+    freeze: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not isinstance(self.tasks, (list, tuple)) or not self.tasks:
+            raise ValueError(f"stage {self.name!r}: tasks must be a non-empty list")
+        self.tasks = [t if isinstance(t, TaskData) else _task_data(t, self.name) for t in self.tasks]
+        keys = [t.key for t in self.tasks]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"stage {self.name!r}: a task appears twice on the same data ({', '.join(keys)})")
+        if self.mix not in MIXES:
+            raise ValueError(f"stage {self.name!r}: unknown mix {self.mix!r}; expected one of {', '.join(MIXES)}")
+        for key in ("updates", "epochs"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"stage {self.name!r}: {key} must be an integer >= 0, got {v!r}")
+        self.freeze = list(self.freeze or [])
+
+
+def _task_data(d, stage: str) -> TaskData:
+    if not isinstance(d, dict):
+        raise ValueError(f"stage {stage!r}: each task is a mapping (task, objectives, ...), got {d!r}")
+    unknown = sorted(set(d) - set(TaskData.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"stage {stage!r}: unknown task option(s): {', '.join(unknown)}")
+    return TaskData(**d)
+
+
+def parse_stages(stages: list) -> list[Stage]:
+    """Stage objects from the YAML list (dicts) or Stage objects; every stage but the last must end."""
+    if not isinstance(stages, (list, tuple)):
+        raise ValueError(f"stages must be a list, got {type(stages).__name__}")
+    parsed = []
+    for i, s in enumerate(stages):
+        if isinstance(s, Stage):
+            parsed.append(s)
+            continue
+        if not isinstance(s, dict):
+            raise ValueError(f"stage {i}: expected a mapping, got {s!r}")
+        unknown = sorted(set(s) - set(Stage.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"stage {i}: unknown option(s): {', '.join(unknown)}")
+        parsed.append(Stage(**{"name": str(i), **s}))
+    for s in parsed[:-1]:
+        if not s.updates and not s.epochs:
+            raise ValueError(f"stage {s.name!r} is not the last: give it updates or epochs to end")
+    return parsed
+
+
+def stages_of(train) -> list[Stage]:
+    """The stages of a TrainConfig: its `stages`, or the one stage of `task` with CE (+ CTC)."""
+    if train.stages:
+        return train.stages
+    w = train.ctc_weight
+    objectives = {"ce": 1.0 - w, "ctc": w} if w > 0 else {"ce": 1.0}
+    return [Stage(name=train.task, tasks=[TaskData(train.task, objectives)], epochs=train.max_epochs)]
+
+
+def all_tasks(stages: list[Stage]) -> list[TaskData]:
+    return [t for s in stages for t in s.tasks]
