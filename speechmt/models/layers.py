@@ -175,10 +175,17 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         self.layers, self.norm = nn.ModuleList(layers), nn.LayerNorm(dim)
 
-    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        for layer in self.layers:
+    def forward(self, x: Tensor, lengths: Tensor, record: "dict | None" = None,
+                prefix: str = "") -> tuple[Tensor, Tensor]:
+        """With a `record` (speechmt.models.encoders.base.Record), each layer's output (the residual stream,
+        before the final norm) is noted as `{prefix}layer.{i}` and the normed output as `{prefix}out`."""
+        for i, layer in enumerate(self.layers):
             x, lengths = layer(x, lengths)
+            if record is not None:
+                record[f"{prefix}layer.{i}"] = (x, lengths)
         x = self.norm(x).masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
+        if record is not None:
+            record[f"{prefix}out"] = (x, lengths)
         return x, lengths
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 from torch import Tensor, nn
 
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
-from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, TextEncoder, subsampler
+from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
 from speechmt.models.layers import TransformerEncoder, embedding, transformer_encoder
+from speechmt.models.semantic import SEMANTICS
 from speechmt.models.shrink import SHRINK_MODES, Shrink, build_shrink
 
 __all__ = ["EncoderOutput", "ModelConfig", "PRESETS", "Translator", "build_model", "count_parameters", "preset"]
@@ -90,6 +91,10 @@ class ModelConfig:
     lora_alpha: float = 32.0
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+    # the semantic layer between the encoders and the decoder (speechmt.models.semantic): "identity" (none)
+    # or a variant, with its own settings in semantic_options (checked by the variant's builder)
+    semantic: str = "identity"
+    semantic_options: dict = field(default_factory=dict)
 
     @property
     def lora(self) -> LoraSettings:
@@ -102,6 +107,7 @@ class ModelConfig:
     def __post_init__(self):
         self.conv_kernels, self.lora_targets = tuple(self.conv_kernels), tuple(self.lora_targets)
         self.encoder_hf_config, self.decoder_hf_config = dict(self.encoder_hf_config), dict(self.decoder_hf_config)
+        self.semantic_options = dict(self.semantic_options)
         pretrained_only = [name for name in ("encoder_name_or_path", "encoder_hf_config", "freeze_encoder",
                                              "lna_finetune", "encoder_lora", "encoder_layerdrop")
                            if getattr(self, name)]
@@ -128,6 +134,8 @@ class ModelConfig:
             self.mask_time_length < 1 and f"mask_time_length must be >= 1, got {self.mask_time_length}",
             self.encoder != "conv" and self.share_text_encoder and
             "share_text_encoder needs the conv encoder's Transformer (encoder 'conv')",
+            self.semantic not in SEMANTICS and
+            f"unknown semantic {self.semantic!r}; expected one of {', '.join(SEMANTICS)}",
             self.shrink not in SHRINKS and f"unknown shrink {self.shrink!r}; expected one of {', '.join(SHRINKS)}",
             self.shrink_mode not in SHRINK_MODES and
             f"unknown shrink_mode {self.shrink_mode!r}; expected one of {', '.join(SHRINK_MODES)}",
@@ -176,32 +184,73 @@ def preset(name: str, **overrides) -> ModelConfig:
 
 
 class Translator(nn.Module):
-    """Speech (or text) encoder + Transformer decoder. No forward: tasks call encode_* and decode."""
+    """Speech (or text) encoder -> semantic layer -> Transformer decoder. No forward: tasks call encode_*
+    and decode; `states` returns every stage's states by name."""
 
     def __init__(self, config: ModelConfig, speech_encoder: AcousticEncoder, decoder: TransformerDecoder,
                  text_encoder: TextEncoder | None = None, ctc_head: nn.Linear | None = None,
-                 shrink: Shrink | None = None):
+                 shrink: Shrink | None = None, semantic: nn.Module | None = None):
         super().__init__()
         self.config = config
         self.speech_encoder, self.decoder = speech_encoder, decoder
         self.text_encoder, self.ctc_head, self.shrink = text_encoder, ctc_head, shrink
+        self.semantic = semantic if semantic is not None else SEMANTICS["identity"](config)
 
-    def encode_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False) -> EncoderOutput:
+    def encode_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False,
+                      record: Record | None = None) -> EncoderOutput:
         """feats (B, T, F) fbank (conv encoder), waves (B, T) at 16 kHz (wav2vec2) or log-mel (B, T, n_mels)
         (whisper), lengths (B,) -> EncoderOutput x (B, T', D), lengths; with a CTC head ctc_logits (B, T_a,
         V_src) on the acoustic states and their lengths ctc_lengths (B,); T' = T_a unless the states are shrunk.
-        `precomputed`: feats are the frozen encoder's cached states (B, T_a, H) (speechmt.data.encoder_cache)."""
-        out = self.speech_encoder.project(feats, lengths) if precomputed else self.speech_encoder(feats, lengths)
+        `precomputed`: feats are the frozen encoder's cached states (B, T_a, H) (speechmt.data.encoder_cache).
+        `record`: see `states`."""
+        sub = None if record is None else {}
+        if precomputed:
+            note(sub, "out", feats, lengths)
+            out = self.speech_encoder.project(feats, lengths, sub)
+        else:
+            out = self.speech_encoder(feats, lengths, sub)
+        _merge(record, "speech.encoder.", sub)
         if self.ctc_head is not None:
             out = replace(out, ctc_logits=self.ctc_head(out.x), ctc_lengths=out.lengths)
-        return out if self.shrink is None else self.shrink(out)
+        if self.shrink is not None:
+            out = self.shrink(out)
+            note(record, "speech.shrink", out.x, out.lengths)
+        return self._semantic(self.semantic.speech, out, record, "speech")
 
-    def encode_text(self, tokens: Tensor, lengths: Tensor) -> EncoderOutput:
-        """tokens (B, S), lengths (B,) -> EncoderOutput x (B, S, D), lengths."""
+    def encode_text(self, tokens: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """tokens (B, S), lengths (B,) -> EncoderOutput x (B, S, D), lengths. `record`: see `states`."""
         if self.text_encoder is None:
             raise ValueError("this model has no text encoder: build it with text_encoder_layers > 0 "
                              "(and src_vocab_size > 0) to encode text")
-        return self.text_encoder(tokens, lengths)
+        sub = None if record is None else {}
+        out = self.text_encoder(tokens, lengths, sub)
+        _merge(record, "text.encoder.", sub)
+        return self._semantic(self.semantic.text, out, record, "text")
+
+    @staticmethod
+    def _semantic(path, out: EncoderOutput, record: Record | None, side: str) -> EncoderOutput:
+        sub = None if record is None else {}
+        out = path(out, sub)
+        _merge(record, f"{side}.semantic.", sub)
+        note(record, f"{side}.out", out.x, out.lengths)
+        return out
+
+    def states(self, inputs: Tensor, lengths: Tensor, modality: str = "speech",
+               precomputed: bool = False) -> Record:
+        """Every stage's states on the way to the decoder, in order, as {name: (x (B, T, D), lengths (B,))}:
+        speech: "speech.encoder.<...>" (the acoustic encoder's own: "subsampled"/"conv", "layer.<i>",
+        "out", "projected"), "speech.shrink", "speech.semantic.<...>", "speech.out"; text: "text.encoder.
+        <...>" ("embedded", "layer.<i>", "out"), "text.semantic.<...>", "text.out". "<side>.out" is what the
+        decoder attends to. Padded frames are arbitrary: use the lengths. For the analysis tool and the
+        distance losses; no gradients are stopped."""
+        record: Record = {}
+        if modality == "speech":
+            self.encode_speech(inputs, lengths, precomputed, record)
+        elif modality == "text":
+            self.encode_text(inputs, lengths, record)
+        else:
+            raise ValueError(f"unknown modality {modality!r}; expected speech or text")
+        return record
 
     def decode(self, tokens: Tensor, enc: EncoderOutput, cache: DecoderCache | None = None) -> Tensor:
         """tokens (B, U) decoder input (only the new positions with a cache) -> logits (B, U, tgt_vocab_size)."""
@@ -209,6 +258,11 @@ class Translator(nn.Module):
 
     def new_cache(self) -> DecoderCache:
         return self.decoder.new_cache()
+
+
+def _merge(record: Record | None, prefix: str, sub: Record | None) -> None:
+    if record is not None and sub:
+        record.update({prefix + k: v for k, v in sub.items()})
 
 
 def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None) -> TextEncoder | None:
@@ -306,9 +360,10 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     ctc_head = nn.Linear(cfg.d_model, cfg.src_vocab_size) if cfg.ctc else None
     shrink = build_shrink(cfg.shrink, cfg.d_model, cfg.shrink_channels, cfg.shrink_kernel, CTC_BLANK_ID,
                           cfg.shrink_mode)
+    semantic = SEMANTICS[cfg.semantic](cfg, **cfg.semantic_options)
     _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder_finetune, cfg.lora)
-    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared), ctc_head, shrink)
+    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared), ctc_head, shrink, semantic)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

@@ -3,11 +3,11 @@
 The wav2vec2 encoder imports Hugging Face transformers, so it is imported on first use.
 """
 
-from speechmt.models.encoders.base import AcousticEncoder, EncoderOutput
+from speechmt.models.encoders.base import AcousticEncoder, EncoderOutput, Record, note
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.encoders.text import TextEncoder
 
-__all__ = ["AcousticEncoder", "ConvEncoder", "EncoderOutput", "TextEncoder", "Wav2Vec2Encoder", "Wav2Vec2Options",
+__all__ = ["AcousticEncoder", "ConvEncoder", "EncoderOutput", "Record", "TextEncoder", "note", "Wav2Vec2Encoder", "Wav2Vec2Options",
            "subsampler", "wav2vec2_encoder"]
 
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from torch import Tensor
+
+Record = dict[str, tuple[Tensor, Tensor]]
+"""Named intermediate states {name: (x (B, T, D), lengths (B,))}, filled in order by the modules a `record`
+is passed to (speechmt.models.translator.Translator.states). Padded frames of x are arbitrary."""
+
+
+def note(record: Record | None, name: str, x: Tensor, lengths: Tensor) -> None:
+    """Adds (x, lengths) to `record` under `name`; nothing when record is None (training, decoding)."""
+    if record is not None:
+        record[name] = (x, lengths)
 
 
 @dataclass
@@ -15,12 +25,16 @@ class EncoderOutput:
     ctc_logits (B, T_ctc, src_vocab_size): raw CTC logits (no log_softmax) when the model has a CTC head,
     with their own lengths ctc_lengths (B,): the acoustic states' lengths, which differ from `lengths` once
     the states are shrunk. ctc_lengths None means they equal `lengths`.
+
+    aux: auxiliary outputs of the modules on the way (e.g. a semantic layer's memory) for the objectives
+    that read them, by name; `select` leaves them out (decoding needs none).
     """
 
     x: Tensor
     lengths: Tensor
     ctc_logits: Tensor | None = None
     ctc_lengths: Tensor | None = None
+    aux: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def ctc_logit_lengths(self) -> Tensor:
@@ -38,4 +52,4 @@ class AcousticEncoder(Protocol):
     """Features (B, T, F), or waveforms (B, T) for the wav2vec2 encoder, with lengths (B,) -> EncoderOutput
     (without CTC logits: the model adds those)."""
 
-    def __call__(self, feats: Tensor, lengths: Tensor) -> EncoderOutput: ...
+    def __call__(self, feats: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput: ...

@@ -7,7 +7,7 @@ import math
 
 from torch import Tensor, nn
 
-from speechmt.models.encoders.base import EncoderOutput
+from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder
 from speechmt.models.subsampling import Conv1dSubsampler, Conv2dSubsampler
 
@@ -22,11 +22,13 @@ class ConvEncoder(nn.Module):
         self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, feats: Tensor, lengths: Tensor) -> EncoderOutput:
-        """feats (B, T, F), lengths (B,) -> EncoderOutput(x (B, T', D), lengths (B,))."""
+    def forward(self, feats: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """feats (B, T, F), lengths (B,) -> EncoderOutput(x (B, T', D), lengths (B,)); a `record` gets
+        "subsampled", "layer.<i>" and "out"."""
         x, lengths = self.subsampler(feats, lengths)
+        note(record, "subsampled", x, lengths)
         x = self.dropout(self.positions(x * self.scale))
-        x, lengths = self.encoder(x, lengths)
+        x, lengths = self.encoder(x, lengths, record)
         return EncoderOutput(x, lengths)
 
 

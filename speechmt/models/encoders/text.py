@@ -7,7 +7,7 @@ import math
 
 from torch import Tensor, nn
 
-from speechmt.models.encoders.base import EncoderOutput
+from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder
 
 
@@ -22,8 +22,11 @@ class TextEncoder(nn.Module):
         self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, tokens: Tensor, lengths: Tensor) -> EncoderOutput:
-        """tokens (B, S), lengths (B,) -> EncoderOutput(x (B, S, D), lengths (B,))."""
-        x = self.dropout(self.positions(self.embedding(tokens) * self.scale))
-        x, lengths = self.encoder(x, lengths)
+    def forward(self, tokens: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """tokens (B, S), lengths (B,) -> EncoderOutput(x (B, S, D), lengths (B,)); a `record` gets
+        "embedded" (token embeddings, before scaling and positions), "layer.<i>" and "out"."""
+        emb = self.embedding(tokens)
+        note(record, "embedded", emb, lengths)
+        x = self.dropout(self.positions(emb * self.scale))
+        x, lengths = self.encoder(x, lengths, record)
         return EncoderOutput(x, lengths)

@@ -27,7 +27,7 @@ from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 
 from speechmt.data.batching import lengths_to_padding_mask
 from speechmt.data.waveform import WaveformConfig
-from speechmt.models.encoders.base import EncoderOutput
+from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.finetune import lna_
 
 @dataclass(frozen=True)
@@ -79,16 +79,24 @@ class Wav2Vec2Encoder(nn.Module):
             lengths = torch.div(lengths - 1, self.adapter_stride, rounding_mode="floor") + 1
         return lengths
 
-    def forward(self, waves: Tensor, lengths: Tensor) -> EncoderOutput:
-        """waves (B, T) 16 kHz, lengths (B,) in samples -> EncoderOutput(x (B, T', D), lengths (B,))."""
+    def forward(self, waves: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """waves (B, T) 16 kHz, lengths (B,) in samples -> EncoderOutput(x (B, T', D), lengths (B,)); a
+        `record` gets HF's hidden states: "layer.0" the projected CNN features, then each Transformer layer
+        ("layer.<i>"; HF's last one is after the final norm), and "out"."""
         padding = lengths_to_padding_mask(lengths, waves.size(1))
         waves = waves.masked_fill(padding, 0.0)
         attention_mask = (~padding).long() if self.use_attention_mask else None
         mask = self._time_mask(lengths, waves.size(1))
-        h = self.model(waves, attention_mask=attention_mask, mask_time_indices=mask).last_hidden_state
+        out = self.model(waves, attention_mask=attention_mask, mask_time_indices=mask,
+                         output_hidden_states=record is not None)
+        h = out.last_hidden_state
         frames = self.output_lengths(lengths)
+        for i, hidden in enumerate(out.hidden_states or ()):
+            note(record, f"layer.{i}", hidden, self.cnn_output_lengths(lengths))
         x = self.proj(h)  # (B, T', H) -> (B, T', D)
-        return EncoderOutput(x.masked_fill(lengths_to_padding_mask(frames, x.size(1))[..., None], 0.0), frames)
+        x = x.masked_fill(lengths_to_padding_mask(frames, x.size(1))[..., None], 0.0)
+        note(record, "out", x, frames)
+        return EncoderOutput(x, frames)
 
     def _time_mask(self, lengths: Tensor, samples: int) -> Tensor | None:
         """Spans of CNN frames to replace by the learned mask embedding, (B, T_cnn) bool over unpadded frames

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.data.batching import lengths_to_padding_mask
-from speechmt.models.encoders.base import EncoderOutput
+from speechmt.models.encoders.base import EncoderOutput, Record, note
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,9 @@ class WhisperEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.model.config.d_model
 
-    def states(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels) zero-padded, lengths (B,) -> Whisper's final states (B, ceil(T/2), H) with
-        padded frames zero, and their lengths (B,)."""
+        padded frames zero, and their lengths (B,); a `record` gets "conv", "layer.<i>" and "out"."""
         enc = self.model
         if mels.size(-1) != self.n_mels:
             raise ValueError(f"Whisper encoder expects {self.n_mels} mel bins, got {mels.size(-1)}")
@@ -66,21 +66,28 @@ class WhisperEncoder(nn.Module):
                              f"{self.max_frames * 0.02:.0f} s window; cut it first")
         x = x + enc.embed_positions.weight[: x.size(1)].to(x.dtype)
         x = F.dropout(x, enc.dropout, self.training)
+        note(record, "conv", x, out_lengths)
         frame_pad = lengths_to_padding_mask(out_lengths, x.size(1))  # (B, T')
         mask = torch.zeros(frame_pad.shape, dtype=x.dtype, device=x.device)
         mask = mask.masked_fill(frame_pad, torch.finfo(x.dtype).min)[:, None, None, :]  # (B, 1, 1, T')
-        for layer in enc.layers:
+        for i, layer in enumerate(enc.layers):
             if self.training and self.options.layerdrop > 0 and float(torch.rand([])) < self.options.layerdrop:
                 continue
             x = layer(x, mask)
-        x = enc.layer_norm(x)
-        return x.masked_fill(frame_pad[..., None], 0.0), out_lengths
+            note(record, f"layer.{i}", x, out_lengths)
+        x = enc.layer_norm(x).masked_fill(frame_pad[..., None], 0.0)
+        note(record, "out", x, out_lengths)
+        return x, out_lengths
 
-    def project(self, states: Tensor, lengths: Tensor) -> EncoderOutput:
-        """Whisper states (B, T', H) -> EncoderOutput x (B, T', D), padded frames zero."""
+    def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """Whisper states (B, T', H) -> EncoderOutput x (B, T', D), padded frames zero; a `record` gets
+        "projected" when the widths differ."""
         x = self.proj(states)
-        return EncoderOutput(x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0), lengths)
+        x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
+        if not isinstance(self.proj, nn.Identity):
+            note(record, "projected", x, lengths)
+        return EncoderOutput(x, lengths)
 
-    def forward(self, mels: Tensor, lengths: Tensor) -> EncoderOutput:
+    def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """mels (B, T, n_mels), lengths (B,) -> EncoderOutput(x (B, ceil(T/2), D), lengths)."""
-        return self.project(*self.states(mels, lengths))
+        return self.project(*self.states(mels, lengths, record), record)

@@ -1,0 +1,23 @@
+"""The semantic slot: a module between the encoders and the decoder, shared by the speech path (after the
+acoustic encoder and any shrinking) and the text path (after the text encoder or embedder). Each variant
+is one file here and one entry in SEMANTICS: a builder `(ModelConfig) -> module` with two methods,
+
+    speech(enc: EncoderOutput, record: Record | None) -> EncoderOutput
+    text(enc: EncoderOutput, record: Record | None) -> EncoderOutput
+
+each (x (B, T, D), lengths (B,)) in and out, free to put auxiliary outputs in `enc.aux` for its objectives
+(speechmt.tasks.objectives) and to note its layers in `record` (speechmt.models.translator.Translator.states).
+The variant's own settings come from `ModelConfig.semantic_options` through its own dataclass.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import nn
+
+from speechmt.models.semantic.identity import Identity, identity
+
+SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity}
+
+__all__ = ["Identity", "SEMANTICS"]
