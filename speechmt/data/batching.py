@@ -1,4 +1,4 @@
-"""Padding, masks and size-bucketed batching with distributed sharding and exact resume."""
+"""Padding and size-bucketed batching with distributed sharding and exact resume."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 from torch.utils.data import Sampler
+
 
 
 def collate_sequences(seqs: Sequence[torch.Tensor], pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -19,18 +20,6 @@ def collate_sequences(seqs: Sequence[torch.Tensor], pad_value: float = 0.0) -> t
     lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
     x = torch.nn.utils.rnn.pad_sequence(list(seqs), batch_first=True, padding_value=pad_value)
     return x, lengths
-
-
-def lengths_to_padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
-    """(B,) lengths -> (B, T) bool mask, True at padding; T is `max_len` or the longest length.
-
-    The one place masks come from. `max_len` must be at least the longest length (not checked, so that
-    no device sync is needed when it is given).
-    """
-    if max_len is None:
-        max_len = int(lengths.max()) if lengths.numel() else 0
-    positions = torch.arange(max_len, device=lengths.device)
-    return positions[None, :] >= lengths[:, None]  # (1, T) >= (B, 1) -> (B, T)
 
 
 def padded_size(batch: Sequence[int], sizes: Sequence[int]) -> int:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.sequence import lengths_to_padding_mask
 
 
 def _xavier(linear: nn.Linear, gain: float = 1.0) -> nn.Linear:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.sequence import lengths_to_padding_mask
 
 
 def conv_output_lengths(lengths: Tensor, kernel: int, stride: int = 2, padding: int | None = None) -> Tensor:

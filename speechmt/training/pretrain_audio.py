@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from speechmt.config import ConfigError
-from speechmt.data.batching import BucketBatchSampler, lengths_to_padding_mask
+from speechmt.data.batching import BucketBatchSampler
+from speechmt.sequence import lengths_to_padding_mask
 from speechmt.data.dataset import Batch, collate
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import WaveformConfig, WaveformDataset

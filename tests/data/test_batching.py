@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from speechmt.data.batching import BucketBatchSampler, collate_sequences, lengths_to_padding_mask, padded_size
+from speechmt.data.batching import BucketBatchSampler, collate_sequences, padded_size
+from speechmt.sequence import lengths_to_padding_mask
 
 
 def skewed_sizes(n: int = 2000, seed: int = 0) -> list[int]:

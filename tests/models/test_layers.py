@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.sequence import lengths_to_padding_mask
 from speechmt.models.layers import (
     MultiHeadAttention,
     SinusoidalPositionalEncoding,

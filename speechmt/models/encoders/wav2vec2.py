@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoFeatureExtractor, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 
-from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.sequence import lengths_to_padding_mask
 from speechmt.data.waveform import WaveformConfig
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.finetune import lna_

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.data.batching import lengths_to_padding_mask
+from speechmt.sequence import lengths_to_padding_mask
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 
 

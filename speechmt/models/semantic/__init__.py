@@ -12,12 +12,22 @@ The variant's own settings come from `ModelConfig.semantic_options` through its 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
 
 from torch import nn
 
+from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.identity import Identity, identity
+
+
+class SemanticLayer(Protocol):
+    """What every semantic variant is (an nn.Module with these two methods; no common base class)."""
+
+    def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
+
+    def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
+
 
 SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity}
 
-__all__ = ["Identity", "SEMANTICS"]
+__all__ = ["Identity", "SEMANTICS", "SemanticLayer"]
