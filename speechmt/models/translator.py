@@ -19,10 +19,11 @@ from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetunin
 from speechmt.models.layers import TransformerEncoder, embedding, transformer_encoder
 from speechmt.models.semantic import SEMANTICS
 from speechmt.models.shrink import SHRINK_MODES, Shrink, build_shrink
+from speechmt.tokenizer import Tokenizer
 
 __all__ = ["EncoderOutput", "ModelConfig", "PRESETS", "Translator", "build_model", "count_parameters", "preset"]
 
-CTC_BLANK_ID = 4  # the tokenizers' <blank>
+CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizer)
 ENCODERS = ("conv", "wav2vec2", "whisper")
 DECODERS = ("transformer", "whisper")
 SHRINKS = ("none", "conv", "ctc")

@@ -20,6 +20,7 @@ import torch
 from speechmt.data.dataset import Batch
 from speechmt.models.translator import EncoderOutput, Translator
 from speechmt.tasks.losses import ctc_loss, label_smoothed_nll_loss, strip_specials
+from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,10 @@ class ObjectiveSettings:
     CTC targets; pad/bos are the decoder tokenizer's."""
 
     label_smoothing: float = 0.1
-    first_text_id: int = 5
-    blank_id: int = 4
-    pad_id: int = 0
-    bos_id: int = 2
+    first_text_id: int = len(SPECIAL_PIECES)
+    blank_id: int = Tokenizer.blank_id
+    pad_id: int = Tokenizer.pad_id
+    bos_id: int = Tokenizer.bos_id
 
 
 Stats = dict[str, torch.Tensor]

@@ -18,7 +18,7 @@ from speechmt.models.translator import ModelConfig
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
 
 AnyTokenizer = Tokenizer | WhisperTokenizer
@@ -196,5 +196,6 @@ def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> Objective
     dec = decoder_tokenizer(decoder_side(cfg), toks)
     src = toks.src if toks.src is not dec else None
     return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing,
-                             first_text_id=src.first_text_id if src is not None else 5, pad_id=dec.pad_id,
+                             first_text_id=src.first_text_id if src is not None else len(SPECIAL_PIECES),
+                             blank_id=src.blank_id if src is not None else Tokenizer.blank_id, pad_id=dec.pad_id,
                              bos_id=dec.bos_id)
