@@ -1,0 +1,137 @@
+"""Losses with known values: fairseq's label-smoothed cross entropy (by hand, and from torch's own label
+smoothing), the CTC targets, and CTC against torch's and against alignments counted by hand."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from speechmt.tasks.losses import ctc_loss, label_smoothed_nll_loss, strip_specials
+
+PAD, BLANK = 0, 4  # the tokenizer layout: pad 0, blank 4
+
+
+def _fairseq_from_torch(logits, target, eps, pad_id):
+    """The reference: torch spreads its label_smoothing e over all V classes, the true one included,
+    (1 - e) nll + e/V sum_V(-log p); fairseq spreads eps over the V - 1 others, (1 - eps - eps/(V-1)) nll +
+    eps/(V-1) sum_V(-log p). The two are equal with e = eps V / (V - 1)."""
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=pad_id, reduction="sum",
+                           label_smoothing=eps * V / (V - 1))
+
+
+def test_label_smoothing_by_hand():
+    # V = 4, one sentence of two tokens and a pad (pad_id 0). Token 1: uniform logits, target 2, so
+    # -log p = log 4 for every class. Token 2: p = (.1, .2, .3, .4), target 3.
+    logits = torch.log(torch.tensor([[[1.0, 1.0, 1.0, 1.0], [0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]]]))
+    target = torch.tensor([[2, 3, PAD]])
+    loss, nll = label_smoothed_nll_loss(logits, target, epsilon=0.3, pad_id=PAD)
+    # nll = log 4 + log(1/.4) = log 10; sum_V(-log p) = 4 log 4 + log(1/(.1 * .2 * .3 * .4));
+    # eps/(V-1) = 0.1, so loss = (1 - 0.3 - 0.1) log 10 + 0.1 (log 256 + log(1/.0024)) = 2.5392974...
+    expected_nll = math.log(10.0)
+    expected = 0.6 * math.log(10.0) + 0.1 * (math.log(256.0) + math.log(1 / 0.0024))
+    assert expected == pytest.approx(2.5392974, abs=1e-7)
+    assert nll.item() == pytest.approx(expected_nll, rel=1e-6)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_smoothing_is_cross_entropy_on_fairseq_target_distribution():
+    # the same loss as cross entropy against q = 1 - eps on the target, eps/(V-1) on each other class
+    torch.manual_seed(1)
+    logits, target, eps = torch.randn(2, 3, 6), torch.tensor([[1, 5, 2], [3, 0, 0]]), 0.2
+    q = torch.full((2, 3, 6), eps / 5).scatter_(-1, target[..., None], 1 - eps)
+    keep = target != PAD
+    expected = -(q * F.log_softmax(logits, -1)).sum(-1)[keep].sum()
+    loss, _ = label_smoothed_nll_loss(logits, target, eps, PAD)
+    assert torch.allclose(loss, expected, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.1, 0.3])
+def test_label_smoothing_matches_torch_cross_entropy(eps):
+    torch.manual_seed(0)
+    B, U, V = 3, 7, 11
+    logits = 3 * torch.randn(B, U, V)
+    target = torch.randint(1, V, (B, U))
+    target[0, 5:] = PAD
+    target[2, 2:] = PAD
+    loss, nll = label_smoothed_nll_loss(logits, target, eps, PAD)
+    assert torch.allclose(loss, _fairseq_from_torch(logits, target, eps, PAD), rtol=1e-5, atol=0)
+    expected_nll = F.nll_loss(F.log_softmax(logits, -1).reshape(-1, V), target.reshape(-1), ignore_index=PAD,
+                              reduction="sum")
+    assert torch.allclose(nll, expected_nll, rtol=1e-6, atol=0)
+
+
+def test_pads_are_excluded_and_eps_zero_is_the_nll():
+    torch.manual_seed(2)
+    logits, target = torch.randn(2, 5, 9), torch.randint(1, 8, (2, 5))  # ids 1..7
+    target[1, 3:] = PAD
+    loss, nll = label_smoothed_nll_loss(logits, target, 0.1, PAD)
+    changed = logits.clone()
+    changed[1, 3:] = 100 * torch.randn(2, 9)  # whatever is predicted at pads
+    assert torch.equal(label_smoothed_nll_loss(changed, target, 0.1, PAD)[0], loss)
+    # the same as the two sentences' real tokens alone
+    alone = (label_smoothed_nll_loss(logits[:1], target[:1], 0.1, PAD)[0]
+             + label_smoothed_nll_loss(logits[1:, :3], target[1:, :3], 0.1, PAD)[0])
+    assert torch.allclose(loss, alone, rtol=1e-6, atol=0)
+    # pad_id is what is skipped, whatever its value
+    other = target.masked_fill(target == PAD, 8)
+    assert torch.equal(label_smoothed_nll_loss(logits, other, 0.1, pad_id=8)[0], loss)
+    loss0, nll0 = label_smoothed_nll_loss(logits, target, 0.0, PAD)
+    assert torch.equal(loss0, nll0) and torch.equal(nll0, nll)
+
+
+def test_all_pad_targets_give_zero():
+    loss, nll = label_smoothed_nll_loss(torch.randn(1, 3, 5), torch.zeros(1, 3, dtype=torch.long), 0.1, PAD)
+    assert loss.item() == 0.0 and nll.item() == 0.0
+
+
+def test_half_precision_logits_are_scored_in_float32():
+    torch.manual_seed(3)
+    logits, target = torch.randn(2, 4, 8), torch.randint(1, 8, (2, 4))
+    loss16, _ = label_smoothed_nll_loss(logits.bfloat16(), target, 0.1, PAD)
+    loss32, _ = label_smoothed_nll_loss(logits.bfloat16().float(), target, 0.1, PAD)
+    assert loss16.dtype == torch.float32 and torch.equal(loss16, loss32)
+
+
+def test_strip_specials_known_values():
+    # ids below 5 are specials (pad 0, unk 1, bos 2, eos 3, blank 4); row 0 has 3 real positions, the
+    # text id 8 after them is padding and must go too
+    tokens = torch.tensor([[5, 7, 2, 8, 0], [1, 9, 3, 6, 8]])
+    targets, lengths = strip_specials(tokens, torch.tensor([3, 5]), first_text_id=5)
+    assert targets.tolist() == [5, 7, 9, 6, 8] and lengths.tolist() == [2, 3]
+    targets, lengths = strip_specials(tokens, torch.tensor([3, 5]), first_text_id=7)  # tags up to 6
+    assert targets.tolist() == [7, 9, 8] and lengths.tolist() == [1, 2]
+    targets, lengths = strip_specials(tokens, torch.tensor([0, 2]), first_text_id=5)
+    assert targets.tolist() == [9] and lengths.tolist() == [0, 1]
+
+
+def test_ctc_loss_counts_alignments():
+    # uniform logits over V = 5 (blank 4): every frame label has p = 1/5, so the loss is
+    # -log(number of alignments / 5^T)
+    def loss(T, target):
+        return ctc_loss(torch.zeros(1, T, 5), torch.tensor([T]), torch.tensor(target), torch.tensor([len(target)]),
+                        BLANK).item()
+
+    assert loss(1, [2]) == pytest.approx(math.log(5))
+    assert loss(2, [2]) == pytest.approx(math.log(25 / 3))  # 2 2, _ 2, 2 _
+    assert loss(3, [2, 2]) == pytest.approx(3 * math.log(5))  # 2 _ 2 only: a repeat needs a blank between
+    assert loss(3, [1, 2]) == pytest.approx(math.log(125 / 5))  # 1 1 2, 1 2 2, _ 1 2, 1 _ 2, 1 2 _
+    assert loss(2, [2, 2]) == 0.0  # infeasible: zero, not inf (zero_infinity)
+    assert loss(1, [1, 2]) == 0.0
+
+
+def test_ctc_loss_matches_torch_and_sums_over_the_batch():
+    torch.manual_seed(4)
+    logits = 2 * torch.randn(3, 8, 6)
+    logit_lengths = torch.tensor([8, 5, 2])
+    targets, target_lengths = torch.tensor([1, 2, 2, 3, 5, 1, 1, 3, 3]), torch.tensor([4, 2, 3])  # third infeasible
+    got = ctc_loss(logits, logit_lengths, targets, target_lengths, blank_id=BLANK)
+    lp = F.log_softmax(logits, -1).transpose(0, 1)
+    each = F.ctc_loss(lp, targets, logit_lengths, target_lengths, blank=BLANK, reduction="none")
+    assert math.isinf(each[2].item())
+    assert torch.allclose(got, each[:2].sum(), rtol=1e-6, atol=0)
+    assert got.item() > 0
+    logits.requires_grad_(True)
+    ctc_loss(logits, logit_lengths, targets, target_lengths, blank_id=BLANK).backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[2].abs().max().item() == 0.0
