@@ -41,6 +41,7 @@ import torch
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.evaluation.evaluate import decode_split, references, score
 from speechmt.evaluation.metrics import Score
+from speechmt.evaluation.plots import PlotError, plot_benchmark
 from speechmt.evaluation.report import git_commit, table_cell, utc_now, write_text_atomic
 
 DEFAULT_EDGES = (2.0, 4.0, 6.0, 8.0)
@@ -460,8 +461,6 @@ def benchmark_markdown(bench: Benchmark) -> str:
 
 def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike, hyps: dict[str, list[str]]) -> list[Path]:
     """Writes benchmark.json, benchmark.md, the plots and hyp.<slug>.txt per decoded system; returns the paths."""
-    from speechmt.evaluation.plots import plot_benchmark
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "benchmark.json", out / "benchmark.md"]
@@ -473,4 +472,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike, hyps: dict[str
             stem, k = f"{slug(name)}-{k}", k + 1
         written.append(out / f"hyp.{stem}.txt")
         write_text_atomic(written[-1], "".join(f"{h}\n" for h in lines))
-    return written + plot_benchmark(bench, out)
+    try:
+        return written + plot_benchmark(bench, out)
+    except PlotError as e:
+        raise BenchmarkError(str(e)) from None

@@ -1,17 +1,58 @@
 """Benchmark plots (matplotlib, drawn off-screen with the Agg canvas): quality by source length, and
-quality against speed. One pair of PNGs per main metric present: BLEU for translation, WER for ASR."""
+quality against speed. One pair of PNGs per main metric present: BLEU for translation, WER for ASR.
+
+Below `benchmark` in the layering: it imports nothing of speechmt, and reads a benchmark through the
+protocols here (which `benchmark.Benchmark` and `benchmark.SystemResult` satisfy)."""
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from speechmt.evaluation.benchmark import Benchmark, SystemResult
+
+class PlotError(ValueError):
+    """The plots cannot be drawn (matplotlib is missing)."""
+
+
+class _Scored(Protocol):
+    @property
+    def score(self) -> float | None: ...
+
+
+class PlotRow(Protocol):
+    """What the plots read of one system (benchmark.SystemResult)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def buckets(self) -> Sequence[_Scored]: ...
+    @property
+    def metrics(self) -> Mapping[str, _Scored]: ...
+    @property
+    def main_metric(self) -> str: ...
+    @property
+    def rtf(self) -> float | None: ...
+
+
+class PlotBench(Protocol):
+    """What the plots read of a benchmark (benchmark.Benchmark)."""
+
+    @property
+    def split(self) -> str: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def bucket_labels(self) -> Sequence[str]: ...
+    @property
+    def bucket_counts(self) -> Sequence[int]: ...
+    @property
+    def systems(self) -> Sequence[PlotRow]: ...
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> "Figure":
@@ -19,9 +60,7 @@ def _figure(width: float = 7.0, height: float = 4.5) -> "Figure":
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        from speechmt.evaluation.benchmark import BenchmarkError
-
-        raise BenchmarkError("the benchmark plots need matplotlib: pip install 'speechmt[plots]'") from None
+        raise PlotError("the benchmark plots need matplotlib: pip install 'speechmt[plots]'") from None
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -39,7 +78,7 @@ def _direction(metric: str) -> str:
     return "lower is better" if metric == "WER" else "higher is better"
 
 
-def plot_by_length(bench: "Benchmark", rows: list["SystemResult"], metric: str, path: Path) -> Path:
+def plot_by_length(bench: PlotBench, rows: Sequence[PlotRow], metric: str, path: Path) -> Path:
     """Grouped bars: one group per duration bucket (labelled with its n), one bar per system."""
     fig = _figure()
     ax = fig.add_subplot()
@@ -57,7 +96,7 @@ def plot_by_length(bench: "Benchmark", rows: list["SystemResult"], metric: str, 
     return _save(fig, path)
 
 
-def plot_quality_vs_speed(bench: "Benchmark", rows: list["SystemResult"], metric: str, path: Path) -> Path:
+def plot_quality_vs_speed(bench: PlotBench, rows: Sequence[PlotRow], metric: str, path: Path) -> Path:
     """Scatter of the metric against the real-time factor (log scale), one labelled point per system."""
     fig = _figure()
     ax = fig.add_subplot()
@@ -78,7 +117,7 @@ def plot_quality_vs_speed(bench: "Benchmark", rows: list["SystemResult"], metric
     return _save(fig, path)
 
 
-def plot_benchmark(bench: "Benchmark", out_dir: Path) -> list[Path]:
+def plot_benchmark(bench: PlotBench, out_dir: Path) -> list[Path]:
     """Writes <metric>_by_length.png and <metric>_vs_rtf.png for each main metric present; returns the paths."""
     written = []
     for metric in ("BLEU", "WER"):
