@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,14 +95,30 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
-        model = dict(d.get("model", {}))
+        unknown = sorted(set(d) - {"model", "data", "train"})
+        if unknown:
+            raise ConfigError(f"unknown section(s): {', '.join(map(str, unknown))}; expected model, data and train")
+        model = _section(d, "model")
         name = model.pop("preset", None)
-        try:
-            built = preset(name, **_tuples(model)) if name else _build(ModelConfig, model, "model")
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"model: {e}") from None
-        return cls(model=built, data=_build(DataConfig, d.get("data", {}), "data"),
-                   train=_build(TrainConfig, d.get("train", {}), "train"))
+        if name:
+            try:
+                built = preset(name, **_tuples(model))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"model: {e}") from None
+        else:
+            built = _build(ModelConfig, model, "model")
+        return cls(model=built, data=_build(DataConfig, _section(d, "data"), "data"),
+                   train=_build(TrainConfig, _section(d, "train"), "train"))
+
+
+def _section(d: dict[str, Any], name: str) -> dict[str, Any]:
+    """A config section as a dict (an empty `name:` line is an empty section)."""
+    value = d.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name}: expected a mapping of options, got {value!r}")
+    return dict(value)
 
 
 def _tuples(d: dict[str, Any]) -> dict[str, Any]:
@@ -124,10 +141,24 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, value = item.partition("=")
         parts = key.split(".")
-        if not sep or len(parts) != 2:
+        if not sep or len(parts) != 2 or not all(parts):
             raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")
-        d.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value)
+        section = d.get(parts[0])
+        if section is None:
+            section = d[parts[0]] = {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"override {item!r}: section {parts[0]} is not a mapping in the config")
+        section[parts[1]] = yaml_value(value)
     return d
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def yaml_value(text: str) -> Any:
+    """A YAML scalar, with numbers such as 1e-3 read as floats (YAML 1.1 wants a dot: 1.0e-3)."""
+    value = yaml.safe_load(text)
+    return float(value) if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) else value
 
 
 def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> ExperimentConfig:

@@ -97,7 +97,7 @@ def test_apply_overrides_edits_the_dict():
     assert d == {"train": {"lr": 2.5}, "data": {"dir": "x"}}
 
 
-@pytest.mark.parametrize("item", ["lr=1", "train.lr", "model.encoder_hf_config.hidden_size=8", "=1"])
+@pytest.mark.parametrize("item", ["lr=1", "train.lr", "model.encoder_hf_config.hidden_size=8", "=1", "train.=1", ".lr=1"])
 def test_malformed_override_names_the_form(item):
     with pytest.raises(ConfigError) as e:
         load_config(None, [item])
@@ -163,3 +163,30 @@ def test_missing_and_malformed_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match=r"list\.yaml: expected a mapping with model, data and train sections"):
         load_config(tmp_path / "list.yaml")
+
+
+def test_numbers_without_a_dot_are_floats():
+    """YAML 1.1 reads 1e-3 as a string; an override's number is a number however it is written."""
+    cfg = load_config(None, ["train.lr=1e-3", "train.label_smoothing=2E-1", "data.dir=1e3x"])
+    assert cfg.train.lr == 0.001 and cfg.train.label_smoothing == 0.2 and cfg.data.dir == "1e3x"
+
+
+def test_unknown_sections_and_sections_that_are_not_mappings(tmp_path):
+    with pytest.raises(ConfigError, match=r"^unknown section\(s\): trian; expected model, data and train$"):
+        load_config(None, ["trian.lr=1.0"])
+    (tmp_path / "flat.yaml").write_text("lr: 1.0\nmodel: {}\n")
+    with pytest.raises(ConfigError, match=r"^unknown section\(s\): lr;"):
+        load_config(tmp_path / "flat.yaml")
+    (tmp_path / "empty.yaml").write_text("train:\nmodel:\n")
+    assert load_config(tmp_path / "empty.yaml", ["train.lr=0.5"]).train.lr == 0.5  # an empty section is empty
+    (tmp_path / "list.yaml").write_text("train: [1, 2]\n")
+    with pytest.raises(ConfigError, match=r"^train: expected a mapping of options, got \[1, 2\]$"):
+        load_config(tmp_path / "list.yaml")
+    with pytest.raises(ConfigError, match=r"^override 'train.lr=1': section train is not a mapping"):
+        load_config(tmp_path / "list.yaml", ["train.lr=1"])
+
+
+def test_model_errors_are_prefixed_once():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["model.d_model=63", "model.n_heads=2"])
+    assert str(e.value) == "model: bad ModelConfig: d_model 63 is not divisible by n_heads 2"
