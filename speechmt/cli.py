@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from speechmt import cli_options as opt
 from speechmt.audio import AudioError
 
 
@@ -55,10 +56,16 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from speechmt.config import load_config
+    from speechmt.config import ConfigError, load_config
+    from speechmt.config_check import check_config
     from speechmt.training.run import run_training
 
-    state = run_training(load_config(args.config, args.overrides), resume=not args.no_resume)
+    cfg = load_config(args.config, args.overrides)
+    try:
+        check_config(cfg)  # the config file's values, held to the rules the overrides were checked by
+    except ConfigError as e:
+        raise ConfigError(f"{args.config}: {e}" if args.config else str(e)) from None
+    state = run_training(cfg, resume=not args.no_resume)
     print(f"finished at update {state.step} (epoch {state.epoch}); best dev loss {state.best_loss:.4f}")
     return 0
 
@@ -86,33 +93,53 @@ def _decode_kwargs(args: argparse.Namespace) -> dict:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    """Translates every readable file; an unreadable one is named in one stderr line (and has an "error" in
+    JSON output), and the exit status is then 1. Audio too short to translate gives a warning line."""
     import json
 
     from speechmt.decoding.segment import SegmentConfig
     from speechmt.decoding.translate import load_model, translate
 
     segment = SegmentConfig(max_seconds=args.max_chunk_seconds)
-    kwargs = dict(beam=args.beam, batch_size=args.batch_size, segment=segment, **_decode_kwargs(args))
+    kwargs = dict(beam=args.beam, batch_size=args.batch_size, segment=segment, errors="keep", **_decode_kwargs(args))
     if args.cascade:
         from speechmt.decoding.cascade import cascade_translate
 
         asr, mt = (load_model(p, args.device) for p in args.cascade)
+        if (problem := _chunk_limit_problem(args, asr)) is not None:
+            return problem
         results = cascade_translate(asr, mt, args.audio, **kwargs)
     else:
         from speechmt.pretrained import default_model_path
 
         lm = load_model(args.model or default_model_path(), args.device)
+        if (problem := _chunk_limit_problem(args, lm)) is not None:
+            return problem
         if args.timing:
             return _translate_timed(lm, args.audio, nbest=args.nbest, **kwargs)
         results = translate(lm, args.audio, nbest=args.nbest, **kwargs)
     for r in results:
+        if r.error:
+            print(f"speechmt: error: {r.error}", file=sys.stderr)
         if args.format == "json":
+            notes = {k: v for k, v in (("error", r.error), ("warning", r.warning)) if v}
             print(json.dumps({"file": r.source, "text": r.text, "nbest": r.nbest, "chunks": r.chunks,
                               "chunk_texts": r.chunk_texts, "transcript": r.transcript,
-                              "audio_seconds": round(r.audio_seconds, 3)}, ensure_ascii=False))
-        else:
+                              "audio_seconds": round(r.audio_seconds, 3), **notes}, ensure_ascii=False))
+        elif not r.error:
             print(r.text if len(results) == 1 else f"{r.source}\t{r.text}")
-    return 0
+    return 1 if any(r.error for r in results) else 0
+
+
+def _chunk_limit_problem(args: argparse.Namespace, lm) -> int | None:
+    """Exit status 2 with one line when --max-chunk-seconds is more than the model takes at once (Whisper's
+    30 s window); None when it fits."""
+    limit = lm.max_input_seconds
+    if limit is None or args.max_chunk_seconds <= limit:
+        return None
+    print(f"speechmt translate: error: argument --max-chunk-seconds: invalid value '{args.max_chunk_seconds:g}': "
+          f"{lm.path} takes at most {limit:g} s of audio at once", file=sys.stderr)
+    return 2
 
 
 def _translate_timed(lm, paths: list[str], **kwargs) -> int:
@@ -121,11 +148,16 @@ def _translate_timed(lm, paths: list[str], **kwargs) -> int:
 
     from speechmt.decoding.translate import translate
 
+    failed = False
     for path in paths:
         start = time.perf_counter()
         (r,) = translate(lm, [path], **kwargs)
+        if r.error:
+            print(f"speechmt: error: {r.error}", file=sys.stderr)
+            failed = True
+            continue
         print(f"{r.source}\t{r.text}\t{time.perf_counter() - start:.2f} s for {r.audio_seconds:.2f} s of audio")
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -147,18 +179,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         asr, mt = (load_model(p, args.device) for p in args.cascade)
         report = evaluate_cascade(asr, mt, args.data, args.split, args.beam, out, args.max_tokens, args.name,
-                                  **_decode_kwargs(args))
+                                  skip_bad_audio=args.skip_bad_audio, **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     else:
         lm = load_model(args.model, args.device)
         report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
-                          args.max_tokens, args.name)
+                          args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio)
     for score in report.metrics.values():
         print(f"{score.name} = {score.score:.2f}  ({score.signature})")
     if "memory" in report.extra:
         m = report.extra["memory"]
         print(f"decoder memory: {m['mean_memory_length']} vectors for {m['mean_target_tokens']} target tokens "
               f"on average; {m['memory_per_target_token']} per target token")
+    if report.extra.get("skipped"):
+        print(f"skipped {report.extra['skipped']['count']} utterances with unreadable audio (listed in the report)")
     print(f"RTF {report.extra['rtf']}; report in {out}")
     if args.results:
         append_results_row(args.results, report)
@@ -218,24 +252,69 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
     p.add_argument("--model", help=model_help)
     p.add_argument("--cascade", nargs=2, metavar=("ASR", "MT"),
                    help="instead of --model: an ASR checkpoint whose transcripts an MT checkpoint translates")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--max-len-a", type=float, default=0.0, help="max output length = a * encoder length + b")
-    p.add_argument("--max-len-b", type=int, default=200)
-    p.add_argument("--len-penalty", type=float, default=1.0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5,
+                   help=f"beam size, 1 (greedy) to {opt.MAX_BEAM} (default: 5)")
+    p.add_argument("--max-len-a", type=opt.number(0, 10), default=0.0,
+                   help="max output length = a * encoder length + b; a from 0 to 10 (default: 0)")
+    p.add_argument("--max-len-b", type=opt.integer(0, opt.MAX_OUTPUT_TOKENS), default=200,
+                   help=f"b from 0 to {opt.MAX_OUTPUT_TOKENS} (default: 200)")
+    p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
+                   help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
+    p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
 
 
 def _add_prepare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder for manifests, features and the summary")
-    p.add_argument("--jobs", type=int, default=2, help="feature extraction processes")
-    p.add_argument("--min-frames", type=int, default=5, help="training utterances shorter than this are skipped")
-    p.add_argument("--max-frames", type=int, default=3000, help="training utterances longer than this are skipped")
+    p.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2, help="feature extraction processes")
+    p.add_argument("--min-frames", type=opt.integer(0, opt.MAX_TOKENS), default=5,
+                   help="training utterances shorter than this are skipped")
+    p.add_argument("--max-frames", type=opt.integer(1, opt.MAX_TOKENS), default=3000,
+                   help="training utterances longer than this are skipped")
     p.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="feature store precision")
     p.add_argument("--overwrite", action="store_true", help="redo splits that are already prepared")
+    p.set_defaults(check=_check_prepare, parser=p)
+
+
+def _check_prepare(args: argparse.Namespace) -> str | None:
+    if args.min_frames > args.max_frames:
+        return (f"argument --min-frames: invalid value '{args.min_frames}': expected at most --max-frames "
+                f"({args.max_frames})")
+    return None
+
+
+def _check_translate(args: argparse.Namespace) -> str | None:
+    if args.nbest > args.beam:
+        return f"argument --nbest: invalid value '{args.nbest}': expected an integer from 1 to --beam ({args.beam})"
+    if args.model and args.cascade:
+        return "translate takes --model M or --cascade ASR MT, not both"
+    return None
+
+
+def _check_benchmark(args: argparse.Namespace) -> str | None:
+    edges = args.buckets
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        return f"argument --buckets: invalid value '{' '.join(f'{e:g}' for e in edges)}': expected increasing seconds"
+    return None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, "speechmt translate: error: ...", exit status 2 (no usage
+    block: `speechmt <command> --help` shows it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]):
+        # Python 3.11's argparse drops a "--" value ("--beam=--") and hands the option an empty list
+        value = super()._get_values(action, arg_strings)
+        if value == [] and action.option_strings and action.nargs in (None, "+"):
+            self.error(f"argument {'/'.join(action.option_strings)}: expected "
+                       f"{'one argument' if action.nargs is None else 'at least one argument'}")
+        return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="speechmt", description="End-to-end speech-to-text translation.")
+    parser = OneLineParser(prog="speechmt", description="End-to-end speech-to-text translation.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     prep = sub.add_parser("prepare", help="prepare a corpus: manifests, features, summary")
@@ -257,14 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
     synth.add_argument("--out", required=True)
-    synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--jobs", type=int, default=2)
+    synth.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
+    synth.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
     synth.set_defaults(func=cmd_synth)
 
     vocab = sub.add_parser("vocab", help="train a SentencePiece vocabulary from manifests")
     vocab.add_argument("manifests", nargs="+", help="manifest files (.jsonl)")
     vocab.add_argument("--field", default="tgt", choices=("src", "tgt", "joint"))
-    vocab.add_argument("--vocab-size", type=int, default=8000)
+    vocab.add_argument("--vocab-size", type=opt.integer(1, 10**6), default=8000)
     vocab.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"))
     vocab.add_argument("--lang-tags", nargs="*", default=[], help="e.g. <en> <de> <audio>")
     vocab.add_argument("--out", required=True, help="output .model file")
@@ -272,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.safetensors)")
     train.add_argument("--config", help="experiment YAML (model, data, train sections)")
-    train.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000")
+    train.add_argument("overrides", nargs="*", type=opt.override,
+                       help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000 (checked against the "
+                       "types and ranges of the config fields)")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
     train.set_defaults(func=cmd_train)
 
@@ -281,36 +362,47 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("manifests", nargs="*", help="manifests (.jsonl) whose audio to pretrain on")
     pre.add_argument("--out", help="output: a Hugging Face model directory")
     pre.add_argument("--config", help="YAML of pretrain-audio options (speechmt/training/pretrain_audio.py)")
-    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", type=opt.pretrain_override,
                      help="options over the config, e.g. max_updates=2000 hf_config.num_hidden_layers=6")
     pre.add_argument("--no-resume", action="store_true", help="start afresh even if out holds a training state")
     pre.set_defaults(func=cmd_pretrain_audio)
 
     avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
     avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.safetensors")
-    avg.add_argument("--last", type=int, default=10, help="how many numbered checkpoints of a folder")
+    avg.add_argument("--last", type=opt.integer(1, 10**6), default=10, help="how many numbered checkpoints of a folder")
     avg.add_argument("--out", required=True)
     avg.set_defaults(func=cmd_average)
 
-    tr = sub.add_parser("translate", help="translate audio files (any length) with a checkpoint")
+    tr = sub.add_parser("translate", help="translate audio files (any length) with a checkpoint",
+                        description="Translates each audio file. An unreadable file is named in one line on stderr "
+                        "(and has an \"error\" in --format json) while the others are translated, and the exit "
+                        "status is then 1; audio too short to translate gives a warning line and an empty text.")
     tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3)")
     _add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
-    tr.add_argument("--nbest", type=int, default=1)
-    tr.add_argument("--batch-size", type=int, default=16)
-    tr.add_argument("--max-chunk-seconds", type=float, default=20.0, help="long audio is cut at pauses")
+    tr.add_argument("--nbest", type=opt.integer(1, opt.MAX_BEAM), default=1,
+                    help="hypotheses kept in JSON output, 1 to --beam (default: 1)")
+    tr.add_argument("--batch-size", type=opt.integer(1, opt.MAX_BATCH), default=16,
+                    help=f"chunks decoded at once, 1 to {opt.MAX_BATCH} (default: 16)")
+    tr.add_argument("--max-chunk-seconds", type=opt.number(1, opt.MAX_CHUNK_SECONDS, lo_open=True), default=20.0,
+                    help="long audio is cut at pauses into chunks of at most this many seconds: more than 1, at most "
+                    f"{opt.MAX_CHUNK_SECONDS:g} and what the model takes at once (Whisper: 30) (default: 20)")
     tr.add_argument("--format", default="text", choices=("text", "json"))
     tr.add_argument("--timing", action="store_true",
                     help="one file at a time; print file, translation and seconds taken (text format)")
-    tr.set_defaults(func=cmd_translate)
+    tr.set_defaults(func=cmd_translate, check=_check_translate, parser=tr)
 
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
     _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)")
     ev.add_argument("--data", required=True, help="prepared data folder")
     ev.add_argument("--split", required=True)
     ev.add_argument("--out", help="report folder (default: eval/<model>_<split> in the current directory)")
-    ev.add_argument("--max-tokens", type=int, default=20000)
+    ev.add_argument("--max-tokens", type=opt.integer(1, opt.MAX_TOKENS), default=20000,
+                    help="feature frames per decoding batch")
     ev.add_argument("--results", help="a RESULTS.md to append a row to")
     ev.add_argument("--name", help="how the model is named in the report and RESULTS row")
+    ev.add_argument("--skip-bad-audio", action="store_true",
+                    help="score the utterances whose audio can be read and count the others in the report "
+                    "(default: stop, naming them)")
     ev.set_defaults(func=cmd_evaluate)
 
     bench = sub.add_parser("benchmark", help="score and time several systems on one split: markdown, JSON, plots",
@@ -330,14 +422,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--data", required=True, help="prepared data folder")
     bench.add_argument("--split", required=True)
     bench.add_argument("--out", required=True, help="output folder")
-    bench.add_argument("--limit", type=int, help="only the first N utterances of the split")
-    bench.add_argument("--beam", type=int, default=5)
-    bench.add_argument("--max-tokens", type=int, default=20000, help="feature frames per decoding batch")
-    bench.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, e.g. OMP_NUM_THREADS)")
-    bench.add_argument("--device", default="cpu")
-    bench.add_argument("--buckets", type=float, nargs="+", default=[2.0, 4.0, 6.0, 8.0],
-                       help="duration bucket edges in seconds (default: 2 4 6 8)")
-    bench.set_defaults(func=cmd_benchmark)
+    bench.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the split")
+    bench.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5)
+    bench.add_argument("--max-tokens", type=opt.integer(1, opt.MAX_TOKENS), default=20000,
+                       help="feature frames per decoding batch")
+    bench.add_argument("--threads", type=opt.integer(1, 1024),
+                       help="torch CPU threads (default: torch's, e.g. OMP_NUM_THREADS)")
+    bench.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    bench.add_argument("--buckets", type=opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True), nargs="+",
+                       default=[2.0, 4.0, 6.0, 8.0], help="duration bucket edges in seconds (default: 2 4 6 8)")
+    bench.set_defaults(func=cmd_benchmark, check=_check_benchmark, parser=bench)
 
     exp = sub.add_parser("export", help="an inference-only copy of a checkpoint (float16 weights by default)")
     exp.add_argument("checkpoint")
@@ -404,9 +498,24 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"speechmt: warning: {message}\n"
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line parsed and checked: every option's type and range where it is parsed, then the options
+    that depend on each other (--nbest <= --beam). A bad option exits with one line and status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check = getattr(args, "check", None)
+    problem = check(args) if check is not None else None
+    if problem:
+        args.parser.error(problem)  # the subcommand's parser: "speechmt translate: error: ..."
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
-    args = build_parser().parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:  # a bad option (2) or --help (0), already printed
+        return e.code if isinstance(e.code, int) else 0
     try:
         return args.func(args)
     except _known_errors() as e:

@@ -58,14 +58,15 @@ def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOption
 
 def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
                       beam: int = 5, batch_size: int = 16, segment: SegmentConfig = SegmentConfig(),
-                      **options) -> list[Translation]:
+                      errors: str = "raise", **options) -> list[Translation]:
     """Transcribes audio files or 16 kHz arrays with `asr`, then translates each chunk's transcript with `mt`.
 
     Returns one Translation per input: `text` the joined chunk translations, `transcript` the joined
-    transcripts, `chunks` the chunk boundaries (seconds).
+    transcripts, `chunks` the chunk boundaries (seconds). `errors` as in `translate`: "keep" gives an
+    unreadable file an empty Translation with its `error`.
     """
     check_cascade(asr, mt)
-    heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, **options)
+    heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, errors=errors, **options)
     pieces = [t for r in heard for t in r.chunk_texts]
     translated = iter(translate_texts(mt, pieces, mt.decode_options(beam, **options)))
     return [replace(r, text=" ".join(next(translated) for _ in r.chunk_texts).strip(), transcript=r.text,

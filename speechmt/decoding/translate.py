@@ -3,11 +3,17 @@ audio, batched beam search.
 
 Audio longer than `SegmentConfig.max_seconds` is cut at pauses and read chunk by chunk from disk, so
 memory stays bounded whatever the file's length; the chunks' texts are joined with spaces.
+
+A batch survives bad items when asked to (`errors="keep"`): an unreadable file gets its reason in
+`Translation.error` and the others are translated. Audio shorter than the model's smallest input (25 ms,
+or a header without samples) gives an empty text, a warning naming the file and its length, and the same
+words in `Translation.warning`.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -44,6 +50,20 @@ class LoadedModel:
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
     waveform: WaveformConfig | None = None  # a wav2vec2 model's waveform front end (None: fbank + CMVN)
     mel: WhisperMelConfig | None = None  # a Whisper encoder's log-mel front end
+
+    @property
+    def max_input_seconds(self) -> float | None:
+        """The longest audio the speech encoder takes at once (a Whisper encoder's window: 30 s); None when
+        any length goes (conv and wav2vec2 encoders)."""
+        frames = getattr(self.model.speech_encoder, "max_frames", None)  # Whisper: encoder positions
+        if frames is None or self.mel is None:
+            return None
+        return frames * 2 * self.mel.hop_length / self.mel.sample_rate  # each position: 2 log-mel frames
+
+    @property
+    def min_input_samples(self) -> int:
+        """The shortest 16 kHz wave the model translates: one 25 ms analysis window."""
+        return self.fbank.window_size
 
     @property
     def reads_audio(self) -> bool:
@@ -102,6 +122,8 @@ class Translation:
     nbest: list[str] = field(default_factory=list)
     chunk_texts: list[str] = field(default_factory=list)  # the text of each chunk, in order
     transcript: str = ""  # the cascade's ASR output (empty for end-to-end models)
+    error: str | None = None  # why the input could not be read (translate(errors="keep")); text is then empty
+    warning: str | None = None  # why the text is empty though the input was read: too short to translate
 
 
 def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterator[tuple[float, float, np.ndarray]]:
@@ -111,7 +133,10 @@ def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterato
             yield s / SAMPLE_RATE, e / SAMPLE_RATE, item[s:e]
         return
     path = os.fspath(item)
-    read_audio(path, 0.0, min(0.05, _duration(path)))  # validates the file with a clear error
+    seconds = _duration(path)
+    if seconds == 0.0:  # a header without samples (a truncated file): nothing to translate, said by translate()
+        return
+    read_audio(path, 0.0, min(0.05, seconds))  # validates the file with a clear error
     for chunk in iter_file_segments(path, seg):
         wave = resample(chunk.wave, chunk.sample_rate, SAMPLE_RATE)
         if not np.isfinite(wave).all():
@@ -120,6 +145,8 @@ def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterato
 
 
 def _duration(path: str) -> float:
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise AudioError(f"{path}: empty file", "empty audio")
     try:
         info = sf.info(path)
     except (sf.LibsndfileError, RuntimeError) as e:
@@ -151,23 +178,40 @@ def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptio
     return [[lm.tokenizer.decode(h.tokens) for h in hyps] for hyps in beam_search(lm.model, enc, options)]
 
 
-def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int,
-            results: list[Translation]) -> Iterator[tuple[int, int, float, float, np.ndarray]]:
-    """(input index, chunk index, start s, end s, wave) of every decodable chunk, input by input."""
+def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int, results: list[Translation],
+            errors: str) -> Iterator[tuple[int, int, float, float, np.ndarray]]:
+    """(input index, chunk index, start s, end s, wave) of every decodable chunk, input by input. An
+    unreadable input raises AudioError, or with errors="keep" has its reason in results[n].error."""
     for n, item in enumerate(inputs):
-        for k, (start, end, wave) in enumerate(_chunks(item, segment)):
-            results[n].audio_seconds += end - start
-            if len(wave) >= min_samples:
-                yield n, k, start, end, wave
+        try:
+            for k, (start, end, wave) in enumerate(_chunks(item, segment)):
+                results[n].audio_seconds += end - start
+                if len(wave) >= min_samples:
+                    yield n, k, start, end, wave
+        except AudioError as e:
+            if errors == "raise":
+                raise
+            results[n].error = str(e)
 
 
 def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray], beam: int = 5,
-              batch_size: int = 16, segment: SegmentConfig = SegmentConfig(), **options) -> list[Translation]:
+              batch_size: int = 16, segment: SegmentConfig = SegmentConfig(), errors: str = "raise",
+              **options) -> list[Translation]:
     """Translates (or transcribes, for an ASR model) audio files or 16 kHz float arrays, in order.
 
     Chunks are decoded `batch_size` at a time, sorted by length within a window of 4 batches, so at
-    most that window of audio is held in memory.
+    most that window of audio is held in memory. An unreadable file raises AudioError (errors="raise"), or
+    (errors="keep") gets an empty Translation with the reason in `error` while the others are translated.
+    An input shorter than the model's smallest input gives an empty text and a warning (also in `warning`).
     """
+    if errors not in ("raise", "keep"):
+        raise ValueError(f"errors must be 'raise' or 'keep', got {errors!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    limit = lm.max_input_seconds
+    if limit is not None and segment.max_seconds > limit:
+        raise ValueError(f"{lm.path} takes at most {limit:g} s of audio at once; segment.max_seconds is "
+                         f"{segment.max_seconds:g}")
     opts = lm.decode_options(beam, **options)
     results = [Translation(f"array[{n}]" if isinstance(i, np.ndarray) else str(i)) for n, i in enumerate(inputs)]
     done: dict[tuple[int, int], tuple[float, float, list[str]]] = {}
@@ -181,14 +225,23 @@ def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
                 done[(n, k)] = (start, end, nbest)
         window.clear()
 
-    for piece in _pieces(inputs, segment, lm.fbank.window_size, results):
+    min_samples = lm.min_input_samples
+    for piece in _pieces(inputs, segment, min_samples, results, errors):
         window.append(piece)
         if len(window) >= 4 * batch_size:
             flush()
     flush()
     for (n, _), (start, end, nbest) in sorted(done.items()):
+        if results[n].error:  # chunks read before the file turned out unreadable further on
+            continue
         results[n].chunks.append((start, end))
         results[n].chunk_texts.append(nbest[0])
         results[n].text = f"{results[n].text} {nbest[0]}".strip()
         results[n].nbest = nbest if len(results[n].chunks) == 1 else []
+    for r in results:
+        if r.error is None and not r.chunks:
+            length = f"{r.audio_seconds * 1000:.4g} ms of audio" + (" (no samples)" if not r.audio_seconds else "")
+            r.warning = (f"{r.source}: {length}, shorter than the model's smallest input "
+                         f"({min_samples * 1000 / SAMPLE_RATE:g} ms); nothing to translate")
+            warnings.warn(r.warning, stacklevel=2)
     return results

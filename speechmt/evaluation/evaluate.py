@@ -3,6 +3,10 @@
 Speech models read the split's stored features (with the checkpoint's CMVN; the fbank settings of the
 data must equal the checkpoint's), wav2vec2 models the utterances' audio. ST and MT are scored with BLEU
 and chrF against the translations, ASR with WER and CER (fairseq's normalisation) against the transcripts.
+
+A model that reads audio (wav2vec2, Whisper) has every utterance's audio read once before decoding: when some
+cannot be read, evaluation stops with their count and the first few names, or with `skip_bad_audio` scores
+the others and counts the skipped ones in the report (`extra["skipped"]`).
 """
 
 from __future__ import annotations
@@ -10,15 +14,18 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
+from collections.abc import Collection
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from speechmt.audio import FbankConfig, apply_cmvn
+from speechmt.audio import AudioError, FbankConfig, apply_cmvn
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.dataset import load_split
+from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import record_audio
 from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
@@ -60,24 +67,65 @@ class DecodedSplit(NamedTuple):
 
 
 def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-                 max_tokens: int = 20000, limit: int | None = None) -> DecodedSplit:
-    """Decodes a prepared split, or its first `limit` utterances in manifest order."""
+                 max_tokens: int = 20000, limit: int | None = None, exclude: Collection[str] = ()) -> DecodedSplit:
+    """Decodes a prepared split, or its first `limit` utterances in manifest order, leaving out the
+    utterances whose ids are in `exclude`."""
     data_dir = Path(data_dir)
     _check_features(lm, data_dir)
-    records, store = load_split(data_dir, split)
-    records = records[:limit]
-    sizes = [r.n_frames for r in records]
+    all_records, store = load_split(data_dir, split)
+    keep = [i for i, r in enumerate(all_records[:limit]) if r.id not in exclude]  # indices into the store
+    records = [all_records[i] for i in keep]
     hyps, memory = [""] * len(records), [0] * len(records)
     start = time.perf_counter()
-    for idx in BucketBatchSampler(sizes, max_tokens, shuffle=False):
-        enc = _encode_batch(lm, records, store, idx, data_dir)
+    for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
+        enc = _encode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir)
         if options.beam_size == 1:
             best = greedy_search(lm.model, enc, options)
         else:
             best = [nbest[0].tokens for nbest in beam_search(lm.model, enc, options)]
-        for i, tokens, length in zip(idx, best, enc.lengths.tolist()):
-            hyps[i], memory[i] = lm.tokenizer.decode(tokens), length
+        for j, tokens, length in zip(idx, best, enc.lengths.tolist()):
+            hyps[j], memory[j] = lm.tokenizer.decode(tokens), length
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
+
+
+def unreadable_audio(lm: LoadedModel, data_dir: str | os.PathLike, records: list[Record]) -> list[tuple[Record, AudioError]]:
+    """The records whose audio `lm` would read and cannot (missing, undecodable, non-finite, a slice outside the
+    file), with the reason; [] for a model that reads stored features or text. Reads each record's audio."""
+    if lm.task == "mt" or not lm.reads_audio:
+        return []
+    bad = []
+    for r in records:
+        try:
+            record_audio(r, data_dir)
+        except AudioError as e:
+            bad.append((r, e))
+    return bad
+
+
+def _bad_audio(lm: LoadedModel, data_dir: str | os.PathLike, split: str, skip: bool) -> list[Record]:
+    """The utterances of the split to leave out for unreadable audio: none, or with `skip` those that cannot be
+    read (one warning line). Without `skip`, unreadable audio raises AudioError with the count and first names."""
+    if lm.task == "mt" or not lm.reads_audio:
+        return []
+    manifest = Path(data_dir) / f"{split}.jsonl"
+    records = read_manifest(manifest)
+    bad = unreadable_audio(lm, data_dir, records)
+    if not bad:
+        return []
+    reasons = {"unreadable audio": "cannot decode", "missing audio": "file not found"}
+    first = ", ".join(f"{r.id} ({Path(r.audio).name}: {reasons.get(e.reason, e.reason)})" for r, e in bad[:3])
+    first += ", ..." if len(bad) > 3 else ""
+    what = f"{manifest}: {len(bad)} of {len(records)} utterances have unreadable audio: {first}"
+    if len(bad) == len(records):
+        raise AudioError(f"{what}; nothing to score", "unreadable audio")
+    if not skip:
+        raise AudioError(f"{what}; pass --skip-bad-audio to score the others", "unreadable audio")
+    warnings.warn(f"{what}; skipped, the other {len(records) - len(bad)} scored", stacklevel=3)
+    return [r for r, _ in bad]
+
+
+def _skipped(bad: list[Record]) -> dict:
+    return {"skipped": {"count": len(bad), "reason": "unreadable audio", "ids": [r.id for r in bad]}} if bad else {}
 
 
 def memory_per_target(lm: LoadedModel, refs: list[str], memory_lengths: list[int]) -> dict:
@@ -101,17 +149,21 @@ def references(task: str, records) -> list[str]:
 
 
 def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-             out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None) -> EvalReport:
+             out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
+             skip_bad_audio: bool = False) -> EvalReport:
     """Decodes and scores a split; writes the report files to `out_dir` when given. `name` labels the
-    model in reports (default: the checkpoint path)."""
-    records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens)
+    model in reports (default: the checkpoint path). Utterances with unreadable audio (for a model that reads
+    audio) raise AudioError naming them, or with `skip_bad_audio` are left out and counted in `extra`."""
+    bad = _bad_audio(lm, data_dir, split, skip_bad_audio)
+    records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens,
+                                                  exclude={r.id for r in bad})
     refs = references(lm.task, records)
     metrics = score(lm.task, hyps, refs)
     audio = sum(r.duration for r in records)
     extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
              "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
              "memory": memory_per_target(lm, refs, memory), "commit": git_commit(), "device": str(lm.device),
-             "checkpoint": lm.path}
+             "checkpoint": lm.path, **_skipped(bad)}
     report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
@@ -120,14 +172,16 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
 
 def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathLike, split: str, beam: int = 5,
                      out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-                     **decode) -> EvalReport:
+                     skip_bad_audio: bool = False, **decode) -> EvalReport:
     """Scores the cascade on a split: `asr` transcribes the stored features, `mt` translates the transcripts.
 
     BLEU and chrF against the translations; the transcripts' WER is kept in `extra` beside the timing of
     both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts."""
     check_cascade(asr, mt)
     asr_options, mt_options = asr.decode_options(beam, **decode), mt.decode_options(beam, **decode)
-    records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens)
+    bad = _bad_audio(asr, data_dir, split, skip_bad_audio)
+    records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens,
+                                                        exclude={r.id for r in bad})
     start = time.perf_counter()
     hyps = translate_texts(mt, transcripts, mt_options)
     mt_seconds = time.perf_counter() - start
@@ -138,7 +192,7 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
              "asr_seconds": round(asr_seconds, 3), "mt_seconds": round(mt_seconds, 3),
              "decode_seconds": round(asr_seconds + mt_seconds, 3), "audio_seconds": round(audio, 3),
              "rtf": round((asr_seconds + mt_seconds) / audio, 5) if audio else None, "commit": git_commit(),
-             "device": str(asr.device), "checkpoint": f"{asr.path} -> {mt.path}"}
+             "device": str(asr.device), "checkpoint": f"{asr.path} -> {mt.path}", **_skipped(bad)}
     report = EvalReport(model=name or f"{asr.path} -> {mt.path}", data=str(data_dir), split=split, n=len(records),
                         metrics=score("st", hyps, refs), extra=extra)
     if out_dir is not None:

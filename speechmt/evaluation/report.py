@@ -99,6 +99,7 @@ def _report_markdown(report: EvalReport) -> str:
         f"- data: `{report.data}`",
         f"- split: {report.split}",
         f"- utterances: {report.n}",
+        *_skipped_lines(report.extra.get("skipped")),
         f"- created (UTC): {report.created}",
         "",
         "| metric | score | signature |",
@@ -109,8 +110,17 @@ def _report_markdown(report: EvalReport) -> str:
         lines += ["", "## WER and CER normalisation", "", inspect.getdoc(normalize_for_wer) or ""]
     if report.extra:
         lines += ["", "## Run", "", "| field | value |", "|---|---|"]
-        lines += [f"| {table_cell(k)} | {table_cell(_plain(v))} |" for k, v in report.extra.items()]
+        lines += [f"| {table_cell(k)} | {table_cell(_plain(v))} |" for k, v in report.extra.items() if k != "skipped"]
     return "\n".join(lines) + "\n"
+
+
+def _skipped_lines(skipped: dict | None) -> list[str]:
+    """The report.md line of the utterances left out of scoring (evaluate --skip-bad-audio), first ids named."""
+    if not skipped:
+        return []
+    ids = skipped.get("ids", [])
+    named = ", ".join(f"`{i}`" for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    return [f"- skipped ({skipped.get('reason', 'unreadable audio')}): {skipped['count']}" + (f": {named}" if named else "")]
 
 
 def write_report(
