@@ -56,15 +56,10 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from speechmt.config import ConfigError, load_config
-    from speechmt.config_check import check_config
+    from speechmt.config import load_config
     from speechmt.training.run import run_training
 
-    cfg = load_config(args.config, args.overrides)
-    try:
-        check_config(cfg)  # the config file's values, held to the rules the overrides were checked by
-    except ConfigError as e:
-        raise ConfigError(f"{args.config}: {e}" if args.config else str(e)) from None
+    cfg = load_config(args.config, args.overrides)  # type- and range-checked, naming the file
     state = run_training(cfg, resume=not args.no_resume)
     print(f"finished at update {state.step} (epoch {state.epoch}); best dev loss {state.best_loss:.4f}")
     return 0

@@ -171,7 +171,13 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Ex
         d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if not isinstance(d, dict):
             raise ConfigError(f"{path}: expected a mapping with model, data and train sections")
-    return ExperimentConfig.from_dict(apply_overrides(d, list(overrides)))
+    from speechmt.config_check import check_config  # late import: config_check imports this module
+
+    cfg = ExperimentConfig.from_dict(apply_overrides(d, list(overrides)))
+    try:
+        return check_config(cfg)  # the file's values held to the rules the command line's are
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
 
 
 def save_config(cfg: ExperimentConfig, path: str | os.PathLike) -> None:

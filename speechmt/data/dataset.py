@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from speechmt.audio import CMVNConfig, SpecAugmentConfig, apply_cmvn, spec_augment
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
-from speechmt.data.manifest import Record, read_manifest
+from speechmt.data.manifest import ManifestError, Record, read_manifest
 from speechmt.tokenizer import Tokenizer
 
 
@@ -33,8 +33,8 @@ def load_split(data_dir: str | os.PathLike, split: str, num_mel_bins: int = 80) 
     prefix = data_dir / f"fbank{num_mel_bins}" / split
     store = FeatureStore(prefix)
     if store.ids != [r.id for r in records]:
-        raise ValueError(f"{data_dir / f'{split}.jsonl'} and its feature store {prefix} hold different "
-                         "utterances; prepare the split again with --overwrite")
+        raise ManifestError(f"{data_dir / f'{split}.jsonl'} and its feature store {prefix} hold different "
+                            "utterances; prepare the split again with --overwrite")
     return records, store
 
 

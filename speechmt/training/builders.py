@@ -84,7 +84,7 @@ def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
     """The tokenizer of what the decoder writes (`side` from decoder_side)."""
     tok = toks.src if side == "src" else toks.tgt
     if tok is None:
-        raise ValueError(f"the decoder needs data.{side}_vocab (a SentencePiece model from `speechmt vocab`)")
+        raise ConfigError(f"the decoder needs data.{side}_vocab (a SentencePiece model from `speechmt vocab`)")
     return tok
 
 

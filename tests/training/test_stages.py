@@ -125,3 +125,15 @@ def test_resume_right_after_an_epochs_last_batch_goes_on_to_the_next_epoch(tiny_
     straight = run_training(cfg(tmp_path / "b", n + 2))
     assert (resumed.epoch, resumed.batches_in_epoch) == (straight.epoch, straight.batches_in_epoch) == (1, 2)
     assert _same(_params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors"))
+
+
+def test_a_missing_vocabulary_is_a_one_line_error(tiny_data, tmp_path, capsys):
+    from speechmt.cli import main
+    from speechmt.config import save_config
+
+    cfg = tiny_config(tiny_data, tmp_path / "run", max_updates=1)
+    cfg.data.tgt_vocab = ""
+    save_config(cfg, tmp_path / "c.yaml")
+    assert main(["train", "--config", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "speechmt: error: the decoder needs data.tgt_vocab (a SentencePiece model from `speechmt vocab`)"
