@@ -56,7 +56,7 @@ from speechmt.decoding.search import DecodeOptions, beam_search
 from speechmt.decoding.translate import LoadedModel, load_model
 from speechmt.interop.hf_s2t import _rename, import_hf_s2t  # _rename: HF parameter name -> ours
 from speechmt.tokenizer import Tokenizer
-from speechmt.training.checkpoint import load_checkpoint
+from speechmt.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes" / "mustc" / "data" / "en-de"

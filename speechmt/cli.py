@@ -475,7 +475,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
                                          BenchmarkError]
     try:
         from speechmt.config import ConfigError
-        from speechmt.training.checkpoint import CheckpointError
+        from speechmt.checkpoint import CheckpointError
 
         errors += [CheckpointError, ConfigError]
     except ImportError:

@@ -10,7 +10,7 @@ import yaml
 import speechmt
 from speechmt.cli import main
 from speechmt.config import save_config
-from speechmt.training.checkpoint import FORMAT, CheckpointError, load_checkpoint
+from speechmt.checkpoint import FORMAT, CheckpointError, load_checkpoint
 from tests.conftest import ASSETS
 from tests.helpers import tiny_config, tiny_wav2vec2_fields
 

@@ -25,19 +25,9 @@ from torch import nn
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.dataset import Example, encode_texts
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
+from speechmt.checkpoint import state_checksum
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
-
-
-def state_checksum(state: dict[str, torch.Tensor]) -> str:
-    """sha256 over the names, shapes, dtypes and bytes of a state dict's tensors (floats as float32)."""
-    h = hashlib.sha256()
-    for name, t in sorted(state.items()):
-        t = t.detach().cpu()
-        t = t.float() if t.is_floating_point() else t
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
-        h.update(t.contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:

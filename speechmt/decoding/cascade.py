@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from speechmt.data.batching import collate_sequences
-from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
+from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig
 from speechmt.decoding.translate import LoadedModel, Translation, translate
 from speechmt.models.encoders import EncoderOutput
-from speechmt.training.checkpoint import CheckpointError
+from speechmt.checkpoint import CheckpointError
 
 
 def check_cascade(asr: LoadedModel, mt: LoadedModel) -> None:
@@ -47,12 +47,8 @@ def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOption
     for b in range(0, len(order), batch_size):
         idx = order[b:b + batch_size]
         enc = encode_texts(mt, [texts[i] for i in idx])
-        if options.beam_size == 1 and options.nbest == 1:
-            best = greedy_search(mt.model, enc, options)
-        else:
-            best = [nbest[0].tokens for nbest in beam_search(mt.model, enc, options)]
-        for i, tokens in zip(idx, best):
-            out[i] = mt.tokenizer.decode(tokens)
+        for i, nbest in zip(idx, search(mt.model, enc, options)):
+            out[i] = mt.tokenizer.decode(nbest[0])
     return out
 
 

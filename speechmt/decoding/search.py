@@ -234,3 +234,11 @@ def beam_search(model: Translator, enc: EncoderOutput,
                 options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
     """Beam search for B utterances -> per utterance the `nbest` hypotheses, best normalised score first."""
     return BeamSearch(model, options).search(enc)
+
+
+def search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[list[int]]]:
+    """The one dispatch every caller uses: greedy search when beam_size and nbest are 1, beam search
+    otherwise -> per utterance its n-best token ids (eos stripped), best first."""
+    if options.beam_size == 1 and options.nbest == 1:
+        return [[tokens] for tokens in greedy_search(model, enc, options)]
+    return [[h.tokens for h in hyps] for hyps in beam_search(model, enc, options)]

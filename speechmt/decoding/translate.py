@@ -26,12 +26,12 @@ from speechmt.audio import SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, app
 from speechmt.data.batching import collate_sequences
 from speechmt.data.waveform import WaveformConfig, waveform_input
 from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
-from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
+from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments
 from speechmt.models.translator import EncoderOutput, ModelConfig, Translator, build_model
 from speechmt.tokenizer import Tokenizer
-from speechmt.training.checkpoint import CheckpointError, load_checkpoint
-from speechmt.training.delta import load_model_state
+from speechmt.checkpoint import CheckpointError, load_checkpoint
+from speechmt.models.delta import load_model_state
 
 
 @dataclass
@@ -80,7 +80,7 @@ class LoadedModel:
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuilds a model from one checkpoint file (config, weights, tokenizers, features inside)."""
-    from speechmt.training.builders import Tokenizers
+    from speechmt.tokenizers import Tokenizers
 
     ckpt = load_checkpoint(path, map_location="cpu")
     base = ckpt.get("base")  # a checkpoint of trained parameters only: the rest comes from its pretrained base
@@ -173,9 +173,7 @@ def encode_audio(lm: LoadedModel, waves: list[np.ndarray]) -> EncoderOutput:
 def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:
     """n-best texts for a batch of 16 kHz waves."""
     enc = encode_audio(lm, waves)
-    if options.beam_size == 1 and options.nbest == 1:
-        return [[lm.tokenizer.decode(t)] for t in greedy_search(lm.model, enc, options)]
-    return [[lm.tokenizer.decode(h.tokens) for h in hyps] for hyps in beam_search(lm.model, enc, options)]
+    return [[lm.tokenizer.decode(tokens) for tokens in nbest] for nbest in search(lm.model, enc, options)]
 
 
 def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int, results: list[Translation],

@@ -28,11 +28,11 @@ from speechmt.data.dataset import load_split
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import record_audio
 from speechmt.decoding.cascade import check_cascade, translate_texts
-from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
+from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.translate import LoadedModel, encode_audio
 from speechmt.evaluation.metrics import bleu, cer, chrf, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
-from speechmt.training.checkpoint import CheckpointError
+from speechmt.checkpoint import CheckpointError
 
 
 def _check_features(lm: LoadedModel, data_dir: Path) -> None:
@@ -79,12 +79,8 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     start = time.perf_counter()
     for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
         enc = _encode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir)
-        if options.beam_size == 1:
-            best = greedy_search(lm.model, enc, options)
-        else:
-            best = [nbest[0].tokens for nbest in beam_search(lm.model, enc, options)]
-        for j, tokens, length in zip(idx, best, enc.lengths.tolist()):
-            hyps[j], memory[j] = lm.tokenizer.decode(tokens), length
+        for j, nbest, length in zip(idx, search(lm.model, enc, options), enc.lengths.tolist()):
+            hyps[j], memory[j] = lm.tokenizer.decode(nbest[0]), length
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
 
 

@@ -35,7 +35,7 @@ from speechmt.audio import SAMPLE_RATE, CMVNConfig, FbankConfig
 from speechmt.interop import HFImportError
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.tokenizer import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
-from speechmt.training.checkpoint import save_checkpoint
+from speechmt.checkpoint import save_checkpoint
 
 __all__ = ["NEVER", "convert_tokenizer", "convert_weights", "feature_settings", "import_hf_s2t", "model_config",
            "vocab_order"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from speechmt.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.safetensors")
 INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_start", "base")
@@ -57,7 +57,7 @@ def _merged(checkpoint: str | os.PathLike, state: dict) -> dict:
     from dataclasses import asdict
 
     from speechmt.decoding.translate import load_model
-    from speechmt.training.delta import merged
+    from speechmt.models.delta import merged
 
     model, cfg = merged(load_model(checkpoint).model)
     return {**{k: v for k, v in state.items() if k != "base"}, "model": model.state_dict(),

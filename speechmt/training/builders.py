@@ -20,29 +20,7 @@ from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData,
 from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
-
-AnyTokenizer = Tokenizer | WhisperTokenizer
-
-
-@dataclass
-class Tokenizers:
-    """The source-side (transcripts) and target-side (translations) tokenizers; either may be None."""
-
-    src: AnyTokenizer | None
-    tgt: AnyTokenizer | None
-
-    def state_dict(self) -> dict:
-        return {k: (t.state_dict() if t is not None else None) for k, t in (("src", self.src), ("tgt", self.tgt))}
-
-    @classmethod
-    def from_state_dict(cls, d: dict) -> "Tokenizers":
-        return cls(*(tokenizer_from_state(d[k]) if d.get(k) else None for k in ("src", "tgt")))
-
-
-def tokenizer_from_state(state: dict) -> AnyTokenizer:
-    """A SentencePiece or Whisper tokenizer from its state_dict."""
-    return WhisperTokenizer.from_state_dict(state) if state.get("kind") == "whisper" else Tokenizer.from_state_dict(state)
-
+from speechmt.tokenizers import AnyTokenizer, Tokenizers
 
 def run_tasks(cfg: ExperimentConfig) -> list[TaskData]:
     """Every data stream of every stage of the run."""

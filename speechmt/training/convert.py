@@ -1,5 +1,5 @@
 """`speechmt convert OLD --out NEW --trust`: an old pickled checkpoint (torch.save, "speechmt-checkpoint-1")
-rewritten in the safe format of speechmt.training.checkpoint ("speechmt-checkpoint-2", safetensors + JSON).
+rewritten in the safe format of speechmt.checkpoint ("speechmt-checkpoint-2", safetensors + JSON).
 
 Unpickling can run any code the file asks for, so this is the one place in speechmt that unpickles, and only
 when the caller says it trusts the file (`trust=True`, the command's --trust). Convert once, then use and
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from speechmt.training.checkpoint import (FORMAT, PICKLE_FORMAT, CheckpointError, file_kind, load_checkpoint,
+from speechmt.checkpoint import (FORMAT, PICKLE_FORMAT, CheckpointError, file_kind, load_checkpoint,
                                          save_checkpoint)
 
 

@@ -33,7 +33,7 @@ from speechmt.sequence import lengths_to_padding_mask
 from speechmt.data.dataset import Batch, collate
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import WaveformConfig, WaveformDataset
-from speechmt.training.checkpoint import load_checkpoint, save_checkpoint
+from speechmt.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.training.optim import build_optimizer, build_scheduler
 from speechmt.training.trainer import JsonLog, rng_state, set_rng_state
 

@@ -20,13 +20,14 @@ from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
 from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.tasks import TaskData
-from speechmt.training.builders import (Tokenizers, build_dataset, decoder_side, decoder_tag, decoder_tokenizer,
+from speechmt.tokenizers import Tokenizers
+from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tokenizer,
                                         feature_settings, load_tokenizers, main_task, mel_settings_for,
                                         model_config_for, objective_settings_for, waveform_settings)
-from speechmt.training.delta import base_reference
+from speechmt.models.delta import base_reference
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.data.waveform import WaveformConfig
-from speechmt.training.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
+from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.training.trainer import LAST, Trainer, TrainState
 
 

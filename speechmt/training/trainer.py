@@ -21,8 +21,8 @@ from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import Batch, collate
 from speechmt.tasks import OBJECTIVES, ObjectiveSettings, Stage, TaskData, stages_of, task_losses
 from speechmt.training import distributed as dist
-from speechmt.training.checkpoint import save_checkpoint
-from speechmt.training.delta import load_model_state, model_state
+from speechmt.checkpoint import save_checkpoint
+from speechmt.models.delta import load_model_state, model_state
 from speechmt.training.optim import build_optimizer, build_scheduler
 
 LAST, BEST = "checkpoint_last.safetensors", "checkpoint_best.safetensors"

@@ -11,7 +11,7 @@ from speechmt.cli import main
 from speechmt.config import save_config
 from speechmt.data.manifest import read_manifest
 from speechmt.decoding.cascade import cascade_translate, check_cascade, translate_texts
-from speechmt.training.checkpoint import CheckpointError
+from speechmt.checkpoint import CheckpointError
 from tests.helpers import tiny_config
 
 

@@ -21,7 +21,7 @@ from speechmt.decoding.translate import LoadedModel, load_model, translate
 from speechmt.interop import HFImportError
 from speechmt.interop.hf_s2t import (NEVER, convert_tokenizer, feature_settings, import_hf_s2t, model_config,
                                      vocab_order)
-from speechmt.training.checkpoint import load_checkpoint
+from speechmt.checkpoint import load_checkpoint
 
 SENTENCES = [
     "the cat sat on the warm mat", "a small dog ran across the park", "we translate speech into text",

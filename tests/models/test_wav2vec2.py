@@ -15,8 +15,8 @@ from speechmt.decoding.translate import LoadedModel, translate
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import Wav2Vec2Options, feature_extractor_settings, wav2vec2_encoder
 from speechmt.tokenizer import Tokenizer
-from speechmt.training.builders import Tokenizers
-from speechmt.training.checkpoint import save_checkpoint
+from speechmt.tokenizers import Tokenizers
+from speechmt.checkpoint import save_checkpoint
 from tests.helpers import tiny_wav2vec2_fields
 
 
@@ -279,7 +279,7 @@ def test_tiny_wav2vec2_st_model_overfits_and_translates_its_training_audio_exact
     from speechmt.audio import read_audio
     from speechmt.data.manifest import read_manifest
     from speechmt.evaluation.evaluate import evaluate
-    from speechmt.training.checkpoint import load_checkpoint
+    from speechmt.checkpoint import load_checkpoint
     from speechmt.training.run import run_training
     from tests.helpers import tiny_config
 

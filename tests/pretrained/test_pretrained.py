@@ -12,7 +12,7 @@ from speechmt import load_model, translate
 from speechmt.cli import main
 from speechmt.models.translator import count_parameters
 from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model
-from speechmt.training.checkpoint import load_checkpoint
+from speechmt.checkpoint import load_checkpoint
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

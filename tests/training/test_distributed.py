@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from speechmt.config import save_config
-from speechmt.training.checkpoint import load_checkpoint
+from speechmt.checkpoint import load_checkpoint
 from speechmt.training.run import run_training
 from tests.helpers import tiny_config
 

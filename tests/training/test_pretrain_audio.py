@@ -10,7 +10,7 @@ from speechmt.cli import main
 from speechmt.data.waveform import WaveformConfig
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
-from speechmt.training.checkpoint import load_checkpoint
+from speechmt.checkpoint import load_checkpoint
 from speechmt.training.pretrain_audio import (STATE_FILE, PretrainAudioConfig, load_pretrain_config,
                                               pretraining_targets)
 from tests.helpers import tiny_wav2vec2_fields

@@ -10,7 +10,7 @@ from speechmt.config import ConfigError
 from speechmt.models.translator import build_model
 from speechmt.tasks import Stage, TaskData
 from speechmt.training.builders import load_tokenizers, model_config_for
-from speechmt.training.checkpoint import load_checkpoint
+from speechmt.checkpoint import load_checkpoint
 from speechmt.training.run import run_training, seed_everything
 from speechmt.training.trainer import draw_streams
 from tests.helpers import tiny_config

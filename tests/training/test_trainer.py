@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from speechmt.cli import main
-from speechmt.training.checkpoint import CheckpointError, load_checkpoint
+from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.training.run import average, init_encoder_from, run_training
 from speechmt.models.translator import build_model
 from tests.helpers import tiny_config

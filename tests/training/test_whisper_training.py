@@ -10,7 +10,7 @@ import torch
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model
 from speechmt.models.translator import ModelConfig
-from speechmt.training.checkpoint import CheckpointError, load_checkpoint
+from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.training.run import run_training
 from tests.whisper_helpers import tiny_whisper_dir
 
@@ -84,7 +84,7 @@ def test_a_changed_base_is_refused_with_one_line(trained, tmp_path):
     ckpt = load_checkpoint(_last(save_dir))
     ckpt["base"]["sources"] = [str(other)]
     ckpt["model_config"]["encoder_name_or_path"] = str(other)
-    from speechmt.training.checkpoint import save_checkpoint
+    from speechmt.checkpoint import save_checkpoint
 
     save_checkpoint(tmp_path / "moved.safetensors", {k: v for k, v in ckpt.items() if k != "format"})
     with pytest.raises(CheckpointError, match="has other weights here"):

@@ -14,9 +14,8 @@ import os
 
 from torch import Tensor, nn
 
-from speechmt.data.encoder_cache import state_checksum
 from speechmt.models.translator import ModelConfig, Translator
-from speechmt.training.checkpoint import CheckpointError
+from speechmt.checkpoint import CheckpointError, state_checksum
 
 
 def base_sources(cfg: ModelConfig) -> list[str]:

@@ -17,6 +17,7 @@ rename), so a crash leaves the previous checkpoint intact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -259,3 +260,14 @@ def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, Any]:
     result.pop("train_state", None)
     result["averaged_from"] = [str(p) for p in paths]
     return result
+
+
+def state_checksum(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the names, shapes, dtypes and bytes of a state dict's tensors (floats as float32)."""
+    h = hashlib.sha256()
+    for name, t in sorted(state.items()):
+        t = t.detach().cpu()
+        t = t.float() if t.is_floating_point() else t
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()

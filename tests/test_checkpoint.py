@@ -18,9 +18,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-import speechmt.training.checkpoint as checkpoint
+import speechmt.checkpoint as checkpoint
 from speechmt.models.translator import build_model, preset
-from speechmt.training.checkpoint import FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
+from speechmt.checkpoint import FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
 from speechmt.training.optim import build_optimizer, build_scheduler
 from speechmt.training.trainer import rng_state, set_rng_state
 
@@ -211,7 +211,7 @@ def test_atomic_save_leaves_the_old_checkpoint_on_failure(tmp_path, monkeypatch)
 
 _WRITER = """
 import sys, torch
-from speechmt.training.checkpoint import save_checkpoint
+from speechmt.checkpoint import save_checkpoint
 i = 0
 while True:
     i += 1
