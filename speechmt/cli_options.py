@@ -75,11 +75,11 @@ def device(text: str) -> str:
 
 def override(item: str) -> str:
     """An argparse type: a `section.key=value` experiment config override, type- and range-checked."""
-    from speechmt.config import ConfigError
+    from speechmt.config import SECTIONS, ConfigError
     from speechmt.config_check import check_override
 
     try:
-        return check_override(item)
+        return check_override(item, SECTIONS)
     except ConfigError as e:
         raise ArgumentTypeError(str(e)) from None
 

@@ -15,12 +15,10 @@ from typing import Any
 
 import yaml
 
+from speechmt.config_check import ConfigError, check_config
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.schedule import Stage, parse_stages
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used; one line naming the option or file."""
 
 
 @dataclass
@@ -121,6 +119,10 @@ def _section(d: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(value)
 
 
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+"""The sections of an ExperimentConfig and their dataclasses (for the type and range checks)."""
+
+
 def _tuples(d: dict[str, Any]) -> dict[str, Any]:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
@@ -171,11 +173,9 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Ex
         d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if not isinstance(d, dict):
             raise ConfigError(f"{path}: expected a mapping with model, data and train sections")
-    from speechmt.config_check import check_config  # late import: config_check imports this module
-
     cfg = ExperimentConfig.from_dict(apply_overrides(d, list(overrides)))
     try:
-        return check_config(cfg)  # the file's values held to the rules the command line's are
+        return check_config(cfg, SECTIONS)  # the file's values held to the rules the command line's are
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import yaml
 
-from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig
-from speechmt.models.translator import ModelConfig
 
-SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; one line naming the option or file."""
+
 
 # (lowest, highest, lowest allowed itself, highest allowed itself); None: unbounded
 _AT_LEAST_1 = (1, None, True, True)
@@ -64,12 +65,13 @@ class _Mismatch(Exception):
     """A value that does not fit a type; the message says what would."""
 
 
-def check_override(item: str) -> str:
-    """Checks one `section.key=value` override of an ExperimentConfig field; returns `item`. Malformed items,
-    unknown sections and keys are left to `load_config`, which names them."""
+def check_override(item: str, sections: dict[str, type]) -> str:
+    """Checks one `section.key=value` override of a field of the dataclass `sections[section]` (the
+    ExperimentConfig's: speechmt.config.SECTIONS); returns `item`. Malformed items, unknown sections and keys
+    are left to `load_config`, which names them."""
     key, sep, text = item.partition("=")
     section, dot, name = key.partition(".")
-    cls = SECTIONS.get(section)
+    cls = sections.get(section)
     if not sep or not dot or cls is None or name not in _hints(cls):
         return item
     check_field(cls, name, _yaml_scalar(text), f"{section}.{name}", raw=text)
@@ -85,10 +87,11 @@ def check_key_value(cls: type, item: str, ranges: dict[str, tuple] = PRETRAIN_RA
     return item
 
 
-def check_config(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Checks every field of `cfg` against its type and range, and converts what YAML left as a string or an
-    int in a float field (e.g. lr: 1e-3) in place; returns cfg. Raises ConfigError naming the first bad field."""
-    for section, cls in SECTIONS.items():
+def check_config(cfg: Any, sections: dict[str, type]) -> Any:
+    """Checks every field of `cfg`'s sections (attribute name -> dataclass) against its type and range, and
+    converts what YAML left as a string or an int in a float field (e.g. lr: 1e-3) in place; returns cfg.
+    Raises ConfigError naming the first bad field."""
+    for section, cls in sections.items():
         part = getattr(cfg, section)
         for name in _hints(cls):
             value = getattr(part, name)

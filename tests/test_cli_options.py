@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from speechmt.cli import main, parse_args
 from speechmt.config import ConfigError, load_config
+from speechmt.config import SECTIONS
 from speechmt.config_check import check_config, check_override
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.segment import SegmentConfig
@@ -169,13 +170,14 @@ def test_a_config_file_is_checked_as_the_overrides_are(tmp_path):
 
 
 def test_check_config_converts_what_yaml_leaves_as_strings():
-    cfg = check_config(load_config(None, ["train.lr=1e-3", "train.adam_betas=[0.9, 0.99]", "train.clip_norm=1"]))
+    cfg = check_config(load_config(None, ["train.lr=1e-3", "train.adam_betas=[0.9, 0.99]", "train.clip_norm=1"]),
+                       SECTIONS)
     assert cfg.train.lr == 1e-3 and type(cfg.train.lr) is float
     assert cfg.train.adam_betas == (0.9, 0.99) and type(cfg.train.clip_norm) is float
-    assert check_override("train.no_such=1") == "train.no_such=1"  # load_config names unknown keys itself
-    assert check_override("model.preset=tiny") == "model.preset=tiny"
+    assert check_override("train.no_such=1", SECTIONS) == "train.no_such=1"  # load_config names unknown keys itself
+    assert check_override("model.preset=tiny", SECTIONS) == "model.preset=tiny"
     with pytest.raises(ConfigError, match="invalid value 'no' for data.tgt_lang: expected a string"):
-        check_override("data.tgt_lang=no")  # YAML 1.1 reads it as false
+        check_override("data.tgt_lang=no", SECTIONS)  # YAML 1.1 reads it as false
 
 
 # -- property-based: whatever the values, a clean parse or one line and exit status 2 ----------------------
