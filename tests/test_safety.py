@@ -114,12 +114,14 @@ def test_training_resume_and_init_encoder_from_refuse(evil, tiny_data, tmp_path,
 def test_pretrain_audio_resume_refuses(evil, tiny_data, tmp_path, capsys):
     path, marker = evil
     out = tmp_path / "w2v"
-    state = _crafted(out / "pretrain_state.safetensors", marker)
+    state = _crafted(out / "checkpoint_last.safetensors", marker)  # resumed as `train` resumes
     conf = tmp_path / "pre.yaml"
     conf.write_text(yaml.safe_dump({"hf_config": tiny_wav2vec2_fields(), "max_tokens": 500}))
-    _refused(capsys, ["pretrain-audio", str(tiny_data / "train.jsonl"), "--out", str(out), "--config", str(conf),
-                      "--set", "max_updates=1"], state)
-    assert not marker.exists()
+    assert main(["pretrain-audio", str(tiny_data / "train.jsonl"), "--out", str(out), "--config", str(conf),
+                 "--set", "max_updates=1"]) == 2
+    assert capsys.readouterr().err == (_pickle_error(state) + "; no readable checkpoint_<step>.safetensors beside it "
+                                       "either; pass --no-resume to start afresh\n")
+    assert not marker.exists() and state.exists()
 
 
 @pytest.fixture(scope="module")

@@ -79,7 +79,20 @@ def ctc(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSetting
     return ctc_loss(enc.ctc_logits, enc.ctc_logit_lengths, targets, target_lengths, s.blank_id), {}
 
 
+def batches(batch: Batch) -> int:
+    """1 per batch: for losses that are means already (their unit is not known before the forward pass)."""
+    return 1
+
+
+def wav2vec2_pretraining(model, batch: Batch, enc: None, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+    """wav2vec 2.0's contrastive + diversity loss per masked frame of unlabelled audio (batch.feats waves),
+    for a speechmt.models.wav2vec2_pretraining.Wav2Vec2Pretraining model; stats: both parts, the codebook
+    perplexity and the masked frames."""
+    return model.loss(batch.feats, batch.feat_lengths)
+
+
 OBJECTIVES: dict[str, Objective] = {
     "ce": Objective(cross_entropy, target_tokens),
     "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
+    "wav2vec2": Objective(wav2vec2_pretraining, batches),
 }

@@ -15,11 +15,16 @@ from speechmt.data.dataset import Batch
 from speechmt.models.translator import EncoderOutput, Translator
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings, Stats
 
-TASK_INPUTS = {"st": "speech", "asr": "speech", "mt": "text"}
+TASK_INPUTS = {"st": "speech", "asr": "speech", "mt": "text", "audio": "none"}
+"""What each task feeds the encoder; "audio" (unlabelled audio for self-supervised pretraining) leaves the
+batch to its objectives."""
 
 
-def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput:
-    """The encoder output of a batch: its source text (mt) or its audio (st, asr; or cached states)."""
+def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | None:
+    """The encoder output of a batch: its source text (mt) or its audio (st, asr; or cached states); None for
+    tasks whose objectives run the model themselves (audio)."""
+    if TASK_INPUTS[task] == "none":
+        return None
     if TASK_INPUTS[task] == "text":
         return model.encode_text(batch.src, batch.src_lengths)
     return model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed)

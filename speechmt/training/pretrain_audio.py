@@ -1,43 +1,36 @@
 """`speechmt pretrain-audio`: wav2vec 2.0 self-supervised pretraining on unlabelled audio (Baevski et al.,
-NeurIPS 2020), on Hugging Face's Wav2Vec2ForPreTraining: spans of CNN frames are masked, and the Transformer
-output at each masked frame must pick its quantised CNN frame among `num_negatives` distractors from the same
-utterance (contrastive loss), while a diversity loss keeps the codebooks in use. Masks and negatives come
-from transformers' own `_compute_mask_indices` and `_sample_negative_indices`, over unpadded frames only.
+NeurIPS 2020; the model and its loss: speechmt.models.wav2vec2_pretraining), run by the same trainer as every
+other run: one stage of the `audio` task with the `wav2vec2` objective.
 
 The output directory is a Hugging Face model directory (`save_pretrained` + the feature extractor's
 preprocessor_config.json), so `Wav2Vec2Model.from_pretrained(out)` reads it and a speechmt model uses it
-with `model.encoder=wav2vec2 model.encoder_name_or_path=out`. Every file in it is replaced atomically; the
-training state (weights, optimiser, schedule, RNG, data position) is `out/pretrain_state.safetensors`
-(safetensors + JSON, never a pickle), written atomically, and a run resumes from it exactly.
+with `model.encoder=wav2vec2 model.encoder_name_or_path=out`. Every file in it is replaced atomically after
+each checkpoint; the training state (weights, optimiser, schedule, RNG, data position) is the trainer's
+`out/checkpoint_last.safetensors` (safetensors + JSON, never a pickle), and a run resumes from it exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-import numpy as np
 import torch
 import yaml
-from torch.utils.data import DataLoader
-from tqdm import tqdm
 
-from speechmt.config import ConfigError
-from speechmt.data.batching import BucketBatchSampler
-from speechmt.sequence import lengths_to_padding_mask
-from speechmt.data.dataset import Batch, collate
+from speechmt.checkpoint import CheckpointError
+from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import WaveformConfig, WaveformDataset
-from speechmt.checkpoint import load_checkpoint, save_checkpoint
-from speechmt.training.optim import build_optimizer, build_scheduler
-from speechmt.training.trainer import JsonLog, rng_state, set_rng_state
+from speechmt.models.wav2vec2_pretraining import PretrainingSettings, Wav2Vec2Pretraining
+from speechmt.tasks import ObjectiveSettings, Stage, TaskData
+from speechmt.training.trainer import LAST, Trainer, TrainState, fixed_data
 
-STATE_FILE = "pretrain_state.safetensors"
+STATE_FILE = LAST  # the trainer's checkpoint_last.safetensors
+OLD_STATE_FILE = "pretrain_state.safetensors"  # before the pretraining ran through the trainer
 
 # A CPU-sized wav2vec2: the base model's CNN geometry (20 ms frames) with 128 channels, a 4 x 256 Transformer.
 SMALL_CONFIG: dict[str, Any] = dict(
@@ -149,161 +142,52 @@ def pretraining_records(cfg: PretrainAudioConfig) -> list[Record]:
     return kept
 
 
-def build_pretraining_model(cfg: PretrainAudioConfig) -> torch.nn.Module:
-    """Wav2Vec2ForPreTraining: from cfg.init, or a random init from cfg.hf_config."""
+def build_pretraining_model(cfg: PretrainAudioConfig) -> Wav2Vec2Pretraining:
+    """Wav2Vec2ForPreTraining from cfg.init, or a random init from cfg.hf_config, with cfg's masking."""
     from transformers import AutoConfig, Wav2Vec2ForPreTraining
 
+    settings = PretrainingSettings(cfg.mask_prob, cfg.mask_length, cfg.min_masks, cfg.gumbel_temperature,
+                                   dict(cfg.hf_config))
     if not cfg.init:
         fields = dict(cfg.hf_config)
         config = AutoConfig.for_model(fields.pop("model_type", "wav2vec2"), **fields)
         config.mask_time_prob, config.mask_time_length = cfg.mask_prob, cfg.mask_length  # masked_spec_embed
-        return Wav2Vec2ForPreTraining(config)
+        return Wav2Vec2Pretraining(Wav2Vec2ForPreTraining(config), settings)
     try:
         config = AutoConfig.from_pretrained(cfg.init, mask_time_prob=cfg.mask_prob, mask_time_length=cfg.mask_length)
-        return Wav2Vec2ForPreTraining.from_pretrained(cfg.init, config=config, dtype=torch.float32)
+        model = Wav2Vec2ForPreTraining.from_pretrained(cfg.init, config=config, dtype=torch.float32)
     except (OSError, ValueError) as e:
         raise FileNotFoundError(f"{cfg.init}: cannot load a wav2vec2 model to pretrain from "
                                 f"({str(e).splitlines()[0]})") from None
+    return Wav2Vec2Pretraining(model, replace(settings, hf_config=config.to_dict()))
 
 
-def pretraining_targets(frames: torch.Tensor, width: int, cfg: PretrainAudioConfig,
-                        num_negatives: int) -> tuple[np.ndarray, np.ndarray]:
-    """Masked spans over the unpadded frames (B, T') bool, and for every frame `num_negatives` distractors
-    (B, T', K): indices into the flattened (B * T') frames, drawn from the masked frames of its utterance."""
-    valid = (~lengths_to_padding_mask(frames.cpu(), width)).long()
-    mask = _compute_mask_indices((len(frames), width), cfg.mask_prob, cfg.mask_length, valid, cfg.min_masks)
-    return mask, _sample_negative_indices((len(frames), width), num_negatives, mask)
+def experiment_config(cfg: PretrainAudioConfig) -> ExperimentConfig:
+    """The trainer's view of a pretraining run: one stage of unlabelled audio with the wav2vec2 objective,
+    checkpoints in cfg.out, no validation."""
+    stage = Stage("wav2vec2", [TaskData("audio", {"wav2vec2": 1.0})])
+    train = TrainConfig(lr=cfg.lr, warmup_updates=cfg.warmup_updates, max_updates=cfg.max_updates,
+                        weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm, seed=cfg.seed, save_dir=cfg.out,
+                        save_interval_updates=cfg.save_interval_updates, keep_last=2, validate_interval_updates=0,
+                        log_interval=cfg.log_interval, device=cfg.device, valid_decode=False, stages=[stage])
+    return ExperimentConfig(data=DataConfig(max_tokens=cfg.max_tokens, max_sentences=cfg.max_sentences), train=train)
 
 
-def pretraining_loss(model: torch.nn.Module, waves: torch.Tensor, lengths: torch.Tensor,
-                     cfg: PretrainAudioConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Contrastive + diversity loss per masked frame for a batch of waves (B, T) with lengths (B,) samples."""
-    config = model.config
-    frames = model._get_feat_extract_output_lengths(lengths)
-    width = int(model._get_feat_extract_output_lengths(torch.tensor(waves.size(1))))
-    mask, negatives = pretraining_targets(frames, width, cfg, config.num_negatives)
-    padding = lengths_to_padding_mask(lengths, waves.size(1))
-    attention_mask = (~padding).long() if config.feat_extract_norm == "layer" else None
-    out = model(waves.masked_fill(padding, 0.0), attention_mask=attention_mask,
-                mask_time_indices=torch.from_numpy(mask).to(waves.device),
-                sampled_negative_indices=torch.from_numpy(negatives).to(waves.device))
-    n = float(mask.sum())
-    stats = {"contrastive_loss": out.contrastive_loss.detach() / n, "diversity_loss": out.diversity_loss.detach() / n,
-             "perplexity": out.codevector_perplexity.detach(), "masked_frames": torch.tensor(n)}
-    return out.loss / n, stats
+def export_hf(model: Wav2Vec2Pretraining, waveform: WaveformConfig, out: Path) -> None:
+    """The Hugging Face directory (model and feature extractor), file by file, each replaced atomically."""
+    from transformers import Wav2Vec2FeatureExtractor
 
-
-def _compute_mask_indices(*args):
-    from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices as compute
-
-    return compute(*args)
-
-
-def _sample_negative_indices(*args):
-    from transformers.models.wav2vec2.modeling_wav2vec2 import _sample_negative_indices as sample
-
-    return sample(*args)
-
-
-@dataclass
-class PretrainState:
-    step: int = 0
-    epoch: int = 0
-    batches_in_epoch: int = 0
-
-
-class AudioPretrainer:
-    """The pretraining loop: one optimiser step per batch, gumbel temperature annealing, logs, checkpoints."""
-
-    def __init__(self, cfg: PretrainAudioConfig, device: torch.device):
-        self.cfg, self.device, self.out = cfg, device, Path(cfg.out)
-        self.waveform = WaveformConfig(do_normalize=cfg.do_normalize)
-        self.data = WaveformDataset(pretraining_records(cfg), self.waveform, base_dir=".")
-        self.model = build_pretraining_model(cfg).to(device)
-        self.optimizer = build_optimizer(self.model, cfg.lr, (0.9, 0.98), cfg.weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, cfg.warmup_updates)
-        self.sampler = BucketBatchSampler(self.data.sizes, cfg.max_tokens, cfg.max_sentences or None, shuffle=True,
-                                          seed=cfg.seed)
-        self.state = PretrainState()
-        self.log = JsonLog(self.out)
-
-    def _batches(self) -> Iterator[Batch]:
-        while True:
-            self.sampler.load_state_dict({"epoch": self.state.epoch, "position": self.state.batches_in_epoch})
-            loader = DataLoader(self.data, batch_sampler=self.sampler, collate_fn=collate, generator=torch.Generator())
-            for batch in loader:
-                self.state.batches_in_epoch += 1
-                yield batch
-            self.state.epoch += 1
-            self.state.batches_in_epoch = 0
-
-    def temperature(self) -> float:
-        start, floor, decay = self.cfg.gumbel_temperature
-        return max(start * decay ** self.state.step, floor)
-
-    def train(self) -> PretrainState:
-        cfg = self.cfg
-        batches = self._batches()
-        bar = tqdm(total=cfg.max_updates, initial=self.state.step, desc="pretrain-audio", unit="upd", disable=None)
-        sums: dict[str, float] = {}
-        while self.state.step < cfg.max_updates:
-            stats = self._update(next(batches))
-            sums = {k: sums.get(k, 0.0) + v for k, v in stats.items()}
-            bar.update(1)
-            bar.set_postfix(loss=f"{stats['loss']:.3f}")
-            if self.state.step % cfg.log_interval == 0:
-                n = cfg.log_interval
-                self.log.write({"type": "pretrain", "step": self.state.step, "epoch": self.state.epoch,
-                                **{k: v / n for k, v in sums.items()}, "lr": self.scheduler.get_last_lr()[0],
-                                "temperature": self.temperature()})
-                sums = {}
-            if cfg.save_interval_updates and self.state.step % cfg.save_interval_updates == 0:
-                self.save()
-        bar.close()
-        self.save()
-        return self.state
-
-    def _update(self, batch: Batch) -> dict[str, float]:
-        self.model.train()
-        self.model.set_gumbel_temperature(self.temperature())
-        loss, stats = pretraining_loss(self.model, batch.feats.to(self.device), batch.feat_lengths.to(self.device),
-                                       self.cfg)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
-        if torch.isfinite(norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        self.state.step += 1
-        return {"loss": float(loss.detach()), "gnorm": float(norm), **{k: float(v) for k, v in stats.items()}}
-
-    def save(self) -> None:
-        """The Hugging Face directory (file by file, each replaced atomically), then the training state."""
-        from transformers import Wav2Vec2FeatureExtractor
-
-        staging = self.out / ".staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        self.model.save_pretrained(staging)
-        Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=self.waveform.sample_rate, padding_value=0.0,
-                                 do_normalize=self.waveform.do_normalize,
-                                 return_attention_mask=self.model.config.feat_extract_norm == "layer",
-                                 ).save_pretrained(staging)
-        for path in sorted(staging.iterdir()):
-            _fsync(path)
-            os.replace(path, self.out / path.name)
-        staging.rmdir()
-        save_checkpoint(self.out / STATE_FILE, {
-            "pretrain_config": asdict(self.cfg), "model": self.model.state_dict(),
-            "train_state": {"state": asdict(self.state), "optimizer": self.optimizer.state_dict(),
-                            "scheduler": self.scheduler.state_dict(), "rng": rng_state()}})
-
-    def load_state(self, ckpt: dict[str, Any]) -> None:
-        self.model.load_state_dict(ckpt["model"])
-        ts = ckpt["train_state"]
-        self.optimizer.load_state_dict(ts["optimizer"])
-        self.scheduler.load_state_dict(ts["scheduler"])
-        self.state = PretrainState(**ts["state"])
-        set_rng_state(ts["rng"])
+    staging = out / ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.model.save_pretrained(staging)
+    Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=waveform.sample_rate, padding_value=0.0,
+                             do_normalize=waveform.do_normalize,
+                             return_attention_mask=model.model.config.feat_extract_norm == "layer",
+                             ).save_pretrained(staging)
+    for path in sorted(staging.iterdir()):
+        _fsync(path)
+        os.replace(path, out / path.name)
+    staging.rmdir()
 
 
 def _fsync(path: Path) -> None:
@@ -311,14 +195,24 @@ def _fsync(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def pretrain_audio(cfg: PretrainAudioConfig, resume: bool = True) -> PretrainState:
-    """Pretrains as `cfg` says into cfg.out; with `resume`, continues exactly from cfg.out/STATE_FILE."""
-    from speechmt.training.run import pick_device, seed_everything
+def pretrain_audio(cfg: PretrainAudioConfig, resume: bool = True) -> TrainState:
+    """Pretrains as `cfg` says into cfg.out through the trainer (checkpoints there, the HF directory written
+    after each); with `resume`, continues exactly from cfg.out's last checkpoint."""
+    from speechmt.training.run import pick_device, resume_checkpoint, seed_everything
 
+    out, device = Path(cfg.out), pick_device(cfg.device)
+    if resume and (out / OLD_STATE_FILE).exists() and not (out / STATE_FILE).exists():
+        raise CheckpointError(f"{out / OLD_STATE_FILE}: the state of an older speechmt's pretraining, which this "
+                              "one does not resume; pass --no-resume to start afresh")
     seed_everything(cfg.seed)
-    trainer = AudioPretrainer(cfg, pick_device(cfg.device))
-    state_path = Path(cfg.out) / STATE_FILE
-    if resume and state_path.exists():
-        trainer.load_state(load_checkpoint(state_path, map_location=trainer.device))
-        print(f"resumed from {state_path} at update {trainer.state.step}")
+    waveform = WaveformConfig(do_normalize=cfg.do_normalize)
+    model = build_pretraining_model(cfg)
+    records = pretraining_records(cfg)
+    data = WaveformDataset(records, waveform, base_dir=".")
+    trainer = Trainer(experiment_config(cfg), model, ObjectiveSettings(), fixed_data(data), {}, device,
+                      on_save=lambda: export_hf(trainer.model, waveform, out))
+    found = resume_checkpoint(out, device) if resume else None
+    if found is not None:
+        trainer.load_state(found[0])
+        print(f"resumed from {found[1]} at update {trainer.state.step}")
     return trainer.train()

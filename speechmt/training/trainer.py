@@ -89,13 +89,16 @@ class Stream:
 class Trainer:
     """Trains `model` through the configured stages (`stages_of(cfg.train)`); `data` builds each stage's
     datasets when the stage begins. Checkpoints carry `extras` (tokenizers, feature settings) so that a
-    checkpoint alone is enough to translate; `valid_decoder(model, stream)` scores dev decoding."""
+    checkpoint alone is enough to translate; `valid_decoder(model, stream)` scores dev decoding; `on_save()`
+    runs after each checkpoint_last is written (e.g. an export). A model with a `before_update(step)` method
+    has it called before each update (e.g. a temperature schedule)."""
 
     def __init__(self, cfg: ExperimentConfig, model: torch.nn.Module, settings: ObjectiveSettings, data: DataFn,
                  extras: dict[str, Any], device: torch.device, pad_id: int = 0,
-                 valid_decoder: Callable[[torch.nn.Module, TaskData], dict[str, float]] | None = None):
+                 valid_decoder: Callable[[torch.nn.Module, TaskData], dict[str, float]] | None = None,
+                 on_save: Callable[[], None] | None = None):
         self.cfg, self.settings, self.data, self.extras, self.device = cfg, settings, data, extras, device
-        self.valid_decoder, self.pad_id = valid_decoder, pad_id
+        self.valid_decoder, self.pad_id, self.on_save = valid_decoder, pad_id, on_save
         self.stages = stages_of(cfg.train)
         self.model = model.to(device)
         self.trainable = {n: p.requires_grad for n, p in self.model.named_parameters()}
@@ -243,6 +246,8 @@ class Trainer:
         a factor on each loss (reference / own normaliser: 1 when they agree, as CE and CTC do) and one
         scaling of the gradients by the reference normaliser, as fairseq divides by the sample size."""
         self.runner.train()
+        if hasattr(self.model, "before_update"):
+            self.model.before_update(self.state.step)
         local = self._normalisers(group)
         totals = {k: dist.all_reduce_sum(v) for k, v in sorted(local.items())}
         reference = max(next(iter(totals.values())), 1.0)
@@ -257,7 +262,7 @@ class Trainer:
             self.scaler.scale(loss).backward()
             for k, v in parts.items():
                 sums[(i, *k)] = sums.get((i, *k), 0) + v
-            nsent, ntok = nsent + len(batch), ntok + int(batch.tgt_lengths.sum())
+            nsent, ntok = nsent + len(batch), ntok + (int(batch.tgt_lengths.sum()) if batch.tgt is not None else 0)
         sums = {k: float(v) for k, v in sums.items()}  # one device sync per update
         self.scaler.unscale_(self.optimizer)
         scale = dist.world_size() / reference  # DDP averages gradients over ranks
@@ -347,6 +352,8 @@ class Trainer:
     def save(self, name: str) -> None:
         if dist.is_main():
             save_checkpoint(self.save_dir / name, self.checkpoint_state())
+            if name == LAST and self.on_save is not None:
+                self.on_save()
 
     def save_numbered(self) -> None:
         """checkpoint_<step>.safetensors (the last `keep_last` kept) and checkpoint_last.safetensors."""

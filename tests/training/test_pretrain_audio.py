@@ -11,8 +11,8 @@ from speechmt.data.waveform import WaveformConfig
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
 from speechmt.checkpoint import load_checkpoint
-from speechmt.training.pretrain_audio import (STATE_FILE, PretrainAudioConfig, load_pretrain_config,
-                                              pretraining_targets)
+from speechmt.models.wav2vec2_pretraining import PretrainingSettings, masks_and_negatives
+from speechmt.training.pretrain_audio import STATE_FILE, load_pretrain_config
 from tests.helpers import tiny_wav2vec2_fields
 
 
@@ -32,14 +32,17 @@ def test_pretrain_audio_runs_and_its_output_loads_as_the_wav2vec2_encoder(tiny_d
     assert {"config.json", "model.safetensors", "preprocessor_config.json", STATE_FILE} <= {p.name for p in out.iterdir()}
     assert not (out / ".staging").exists()
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in log] == [1, 2, 3, 4]
-    assert all(np.isfinite(x["loss"]) and x["masked_frames"] >= 10 and x["contrastive_loss"] > 0 for x in log)
-    assert log[-1]["contrastive_loss"] < log[0]["contrastive_loss"]
+    assert [x["step"] for x in log] == [1, 2, 3, 4]  # run by the trainer: its log lines, objective wav2vec2
+    assert all(np.isfinite(x["loss"]) and x["wav2vec2_masked_frames"] >= 10 and x["wav2vec2_contrastive"] > 0
+               for x in log)
+    assert all(x["loss"] == x["wav2vec2"] for x in log)
+    assert log[-1]["wav2vec2_contrastive"] < log[0]["wav2vec2_contrastive"]
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Wav2Vec2ForPreTraining"]
 
     state = load_checkpoint(out / STATE_FILE)
     assert state["train_state"]["state"]["step"] == 4
-    trained = {k.removeprefix("wav2vec2."): v for k, v in state["model"].items() if k.startswith("wav2vec2.")}
+    trained = {k.removeprefix("model.wav2vec2."): v for k, v in state["model"].items()
+               if k.startswith("model.wav2vec2.")}
     hf = Wav2Vec2Model.from_pretrained(out)
     assert all(torch.equal(v, trained[k]) for k, v in hf.state_dict().items())
     assert feature_extractor_settings(str(out)) == WaveformConfig(do_normalize=True)
@@ -61,9 +64,8 @@ def test_interrupted_and_resumed_pretraining_equals_uninterrupted(tiny_data, tmp
 
 def test_masks_cover_unpadded_frames_and_negatives_come_from_masked_frames_of_the_same_utterance():
     np.random.seed(0)
-    cfg = PretrainAudioConfig(manifests=("m.jsonl",), out="o", mask_prob=0.5, mask_length=4)
     frames = torch.tensor([60, 25, 40])
-    mask, negatives = pretraining_targets(frames, 60, cfg, num_negatives=7)
+    mask, negatives = masks_and_negatives(frames, 60, PretrainingSettings(mask_prob=0.5, mask_length=4), 7)
     assert mask.shape == (3, 60) and negatives.shape == (3, 60, 7)
     for b, n in enumerate(frames.tolist()):
         assert mask[b, :n].sum() >= 8 and not mask[b, n:].any()
@@ -93,3 +95,14 @@ def test_recipe_pretraining_config_matches_the_st_encoder_it_initialises():
     st = load_config(conf / "st_w2v_conv_mini.yaml").model.encoder_hf_config
     assert st.items() <= pre.hf_config.items()  # the ST config overrides nothing of the pretrained encoder
     assert (pre.mask_prob, pre.mask_length, pre.max_updates) == (0.65, 10, 2000)
+
+
+def test_the_state_file_of_an_older_speechmt_is_named_not_resumed(tiny_data, tmp_path, capsys):
+    out = tmp_path / "w2v"
+    out.mkdir()
+    (out / "pretrain_state.safetensors").write_bytes(b"")
+    assert _pretrain(tiny_data, out, 1) == 2
+    assert capsys.readouterr().err == (f"speechmt: error: {out / 'pretrain_state.safetensors'}: the state of an older "
+                                       "speechmt's pretraining, which this one does not resume; pass --no-resume to "
+                                       "start afresh\n")
+    assert _pretrain(tiny_data, out, 1, "--no-resume") == 0
