@@ -110,6 +110,9 @@ def _check_format(path: Path, metadata: dict[str, str]) -> None:
         raise CheckpointError(f"{path}: not a speechmt model file ({what})")
 
 
+LONG_STRING = 4096  # characters; longer strings are stored as UTF-8 tensors, not inside the JSON header
+
+
 class _Encoder:
     """Turns a nested state into a JSON document and the flat {name: tensor} dict safetensors stores."""
 
@@ -120,6 +123,8 @@ class _Encoder:
 
     def encode(self, value: Any, path: tuple[str, ...]) -> Any:
         kind = type(value)
+        if kind is str and len(value) > LONG_STRING:  # e.g. a tokenizer's JSON: stored once, not escaped twice
+            return {"$str": self._add(_uint8(value.encode("utf-8")), path)}
         if value is None or kind in (bool, int, str):
             return value
         if kind is float:
@@ -218,6 +223,8 @@ class _Decoder:
             return float(value[tag])
         if tag == "$bytes":
             return self.entry(value[tag]).numpy().tobytes()
+        if tag == "$str":
+            return self.entry(value[tag]).numpy().tobytes().decode("utf-8")
         if tag == "$ndarray":
             return self._numpy(value)
         raise ValueError(f"unknown tag {tag!r} in the state")

@@ -251,3 +251,14 @@ def test_a_header_length_with_low_byte_0x80_is_not_taken_for_a_pickle(tmp_path):
             break
     assert path.read_bytes()[0] == 0x80 and file_kind(path) == "safetensors"
     assert torch.equal(load_checkpoint(path)["model"]["w"], torch.ones(3))
+
+
+def test_long_strings_are_stored_once_not_escaped_into_the_header(tmp_path):
+    """A tokenizer's JSON (MBs of quotes) would be escaped twice inside the JSON header; it is a UTF-8 entry."""
+    text = json.dumps({f'"piece{i}"': i for i in range(20000)}, ensure_ascii=False) + "ü€"
+    save_checkpoint(tmp_path / "c.safetensors", {"tokenizer": {"json": text}, "short": "x" * 10})
+    state = load_checkpoint(tmp_path / "c.safetensors")
+    assert state["tokenizer"]["json"] == text and state["short"] == "x" * 10
+    blob = (tmp_path / "c.safetensors").read_bytes()
+    size, header = len(blob), int.from_bytes(blob[:8], "little")
+    assert header < 2000 and size < len(text.encode()) + 3000
