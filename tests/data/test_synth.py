@@ -4,6 +4,7 @@ The tiny corpora are built once per module (twice, to compare two builds with th
 from Debian packages at run time: no dictionary or Bible text is written in this file.
 """
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -283,3 +284,52 @@ def test_a_finished_build_is_kept_and_another_refused(mustc, capsys):
     assert before == {p: p.stat().st_mtime_ns for p in root.rglob("*.wav")}
     with pytest.raises(SynthError, match="not empty"):
         build_mini_corpus("mustc", "small", root, seed=0)
+
+
+# ---- extra MT text ----
+
+def test_phrases_lose_notes_labels_and_placeholders():
+    from speechmt.data.synth.mt_text import clean_phrase
+
+    assert clean_phrase("abseiling equipment [Br.]; rappelling equipment [Am.] (climbing)") == "abseiling equipment"
+    assert clean_phrase("die Ausscheidungsphase {f} [sport]") == "die Ausscheidungsphase"
+    assert clean_phrase("Abseitsfalle {f} [sport]") == ""  # one word: a dictionary entry, not a phrase
+    assert clean_phrase("to play sb. off-side") == "" and clean_phrase("jdn. ins Abseits laufen lassen") == ""
+    assert clean_phrase("to get caught/find oneself caught") == ""  # alternatives inside a phrase
+
+
+def _used_keys(texts) -> set[str]:
+    from speechmt.data.synth.mt_text import key
+
+    return {key(t) for t in texts if t.strip()}
+
+
+def _mt_keys(out: Path) -> set[str]:
+    from speechmt.data.manifest import read_manifest
+
+    records = read_manifest(out / "train.jsonl")
+    assert all(r.audio == "" and r.n_frames == 0 for r in records)
+    return _used_keys([r.src_text for r in records] + [r.tgt_text for r in records])
+
+
+def test_mustc_extra_mt_text_holds_no_corpus_sentence(mustc, tmp_path):
+    from speechmt.data.synth.mt_text import build_mt_text
+
+    root = mustc[0]
+    summary = build_mt_text("mustc", root, tmp_path / "mt")
+    corpus = _used_keys(line for p in (root / "en-de" / "data").glob("*/txt/*.[ed][ne]") for line in _lines(p))
+    assert {p.name for p in (root / "en-de" / "data").glob("*/txt/*.[ed][ne]")} >= {"dev.en", "tst-COMMON.de"}
+    mt = _mt_keys(tmp_path / "mt")
+    assert not mt & corpus and summary["excluded_as_corpus_sentences"] >= len(corpus) // 2 > 0
+    assert summary["pairs"] > 50000 and summary["pair"] == "en-de"
+    assert json.loads((tmp_path / "mt" / "mt_text_summary.json").read_text())["pairs"] == summary["pairs"]
+
+
+@pytest.mark.parametrize("lang", ["de", "es"])
+def test_covost_extra_mt_text_holds_no_corpus_sentence(covost, tmp_path, lang):
+    from speechmt.data.synth.mt_text import build_mt_text, covost_sentences
+
+    summary = build_mt_text("covost2", covost[0], tmp_path / "mt", lang)
+    corpus = covost_sentences(covost[0], lang)
+    assert corpus and not _mt_keys(tmp_path / "mt") & corpus and summary["pair"] == f"{lang}-en"
+    assert summary["pairs"] > 1000 and summary["excluded_as_corpus_sentences"] > 0
