@@ -55,8 +55,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     folder = resolve_pretrained(args.model)
     tok = WhisperTokenizer.from_pretrained(folder)
-    model = build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=args.model,
-                                    dropout=0.0, pad_id=tok.pad_id)).eval()
+    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": args.model},
+                                    decoder={"kind": "whisper"}, dropout=0.0, pad_id=tok.pad_id)).eval()
     records = read_manifest(args.manifest)[: args.limit]
     base_dir = Path(args.manifest).parent
     waves = [record_audio(r, base_dir) for r in records]

@@ -71,7 +71,7 @@ def cmd_pretrain_audio(args: argparse.Namespace) -> int:
     cfg = load_pretrain_config(args.config, args.set, manifests=args.manifests or None, out=args.out)
     state = pretrain_audio(cfg, resume=not args.no_resume)
     print(f"{cfg.out}: wav2vec2 encoder after {state.step} updates; use it with "
-          f"model.encoder=wav2vec2 model.encoder_name_or_path={cfg.out}")
+          f"model.encoder.kind=wav2vec2 model.encoder.name_or_path={cfg.out}")
     return 0
 
 

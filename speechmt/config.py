@@ -1,7 +1,10 @@
 """Experiment configuration: the data, training and model dataclasses, and their YAML form.
 
 A recipe's conf/*.yaml is a serialisation of `ExperimentConfig`; `load_config(path, overrides)` reads one
-and applies `section.key=value` overrides (values parsed as YAML scalars).
+and applies `section.key=value` overrides (values parsed as YAML scalars; the key a dotted path into nested
+settings, e.g. model.encoder.kind=whisper). The model section is nested (one mapping per module, see
+speechmt.models.translator.ModelConfig); flat model sections and overrides in the older names still load,
+through speechmt.models.migrate.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ from typing import Any
 import yaml
 
 from speechmt.config_check import ConfigError, check_config
+from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.schedule import Stage, parse_stages
 
@@ -96,15 +101,13 @@ class ExperimentConfig:
         unknown = sorted(set(d) - {"model", "data", "train"})
         if unknown:
             raise ConfigError(f"unknown section(s): {', '.join(map(str, unknown))}; expected model, data and train")
-        model = _section(d, "model")
+        model = _model_section(d)
         name = model.pop("preset", None)
-        if name:
-            try:
-                built = preset(name, **_tuples(model))
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"model: {e}") from None
-        else:
-            built = _build(ModelConfig, model, "model")
+        _check_known(ModelConfig, model, "model")
+        try:
+            built = preset(name, **model) if name else ModelConfig(**model)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model: {e}") from None
         return cls(model=built, data=_build(DataConfig, _section(d, "data"), "data"),
                    train=_build(TrainConfig, _section(d, "train"), "train"))
 
@@ -119,6 +122,14 @@ def _section(d: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(value)
 
 
+def _model_section(d: dict[str, Any]) -> dict[str, Any]:
+    """The model section in the nested form (a flat one, from before the nesting, migrated)."""
+    try:
+        return migrate_model_config(_section(d, "model"))
+    except ValueError as e:
+        raise ConfigError(f"model: {e}") from None
+
+
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 """The sections of an ExperimentConfig and their dataclasses (for the type and range checks)."""
 
@@ -127,11 +138,20 @@ def _tuples(d: dict[str, Any]) -> dict[str, Any]:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
 
-def _build(cls, d: dict[str, Any], section: str):
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - known)
+def _check_known(cls, d: dict[str, Any], section: str) -> None:
+    """ConfigError naming the keys of `d` that are no field of dataclass `cls`, in nested dataclasses too."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(fields), key=str)
     if unknown:
-        raise ConfigError(f"unknown {section} option(s): {', '.join(unknown)}")
+        raise ConfigError(f"unknown {section} option(s): {', '.join(map(str, unknown))}")
+    hints = typing.get_type_hints(cls)
+    for name, value in d.items():
+        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+            _check_known(hints[name], value, f"{section}.{name}")
+
+
+def _build(cls, d: dict[str, Any], section: str):
+    _check_known(cls, d, section)
     try:
         return cls(**_tuples(d))
     except (TypeError, ValueError) as e:
@@ -139,19 +159,38 @@ def _build(cls, d: dict[str, Any], section: str):
 
 
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Applies `section.key=value` strings to a config dict (values parsed as YAML scalars)."""
+    """Applies `section.key=value` strings to a config dict (values parsed as YAML scalars); `key` may be a
+    dotted path into nested settings (model.encoder.kind=whisper). A model override in the older flat names
+    (model.encoder=whisper, model.encoder_layers=6) sets its nested place, the model section made nested first."""
     for item in overrides:
-        key, sep, value = item.partition("=")
+        key, sep, text = item.partition("=")
         parts = key.split(".")
-        if not sep or len(parts) != 2 or not all(parts):
+        if not sep or len(parts) < 2 or not all(parts):
             raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")
-        section = d.get(parts[0])
+        section, value = d.get(parts[0]), yaml_value(text)
         if section is None:
             section = d[parts[0]] = {}
         if not isinstance(section, dict):
             raise ConfigError(f"override {item!r}: section {parts[0]} is not a mapping in the config")
-        section[parts[1]] = yaml_value(value)
+        path = parts[1:]
+        if parts[0] == "model":
+            section = d["model"] = _model_section(d)
+            try:
+                path, value = migrate_model_override(section, ".".join(path), value)
+            except ValueError as e:
+                raise ConfigError(f"override {item!r}: {e}") from None
+        _set_path(section, path, value, item)
     return d
+
+
+def _set_path(section: dict[str, Any], path: list[str], value: Any, item: str) -> None:
+    """section[path[0]][path[1]]... = value, making the mappings on the way."""
+    target = section
+    for i, name in enumerate(path[:-1]):
+        target = target.setdefault(name, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"override {item!r}: {'.'.join(path[: i + 1])} is not a mapping in the config")
+    target[path[-1]] = value
 
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")

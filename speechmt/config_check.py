@@ -1,7 +1,8 @@
 """Type and range checks of configuration values against the dataclass fields they set.
 
 `check_override("train.lr=abc")` checks one `section.key=value` of `speechmt train` as it is parsed (the
-argparse type of those arguments); `check_config(cfg)` checks a whole loaded ExperimentConfig, so that values
+argparse type of those arguments; the key may be a dotted path into a nested dataclass, model.encoder.layers);
+`check_config(cfg)` checks a whole loaded ExperimentConfig, nested dataclasses included, so that values
 from a YAML file are held to the same rules. Both raise ConfigError, one line naming the option, the value
 and what is allowed. Values are YAML scalars, as `apply_overrides` reads them; a float field also takes a
 number YAML 1.1 reads as a string ("1e-3"), and `check_config` converts it.
@@ -26,6 +27,14 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; one line naming the option or file."""
 
 
+def raise_problems(what: str, checklist: list) -> None:
+    """ValueError "<what>: <problem>; <problem>" for the entries of `checklist` that are messages (a check
+    that passed leaves False or None there); nothing when all passed. For dataclass __post_init__ checks."""
+    problems = [p for p in checklist if p]
+    if problems:
+        raise ValueError(f"{what}: " + "; ".join(problems))
+
+
 # (lowest, highest, lowest allowed itself, highest allowed itself); None: unbounded
 _AT_LEAST_1 = (1, None, True, True)
 _AT_LEAST_0 = (0, None, True, True)
@@ -41,15 +50,15 @@ RANGES: dict[str, tuple] = {
     "train.lr": _POSITIVE,
     "train.label_smoothing": _PROBABILITY,
     "train.ctc_weight": _WEIGHT,
-    **{f"model.{k}": _AT_LEAST_1 for k in ("input_dim", "d_model", "n_heads", "ffn_dim", "decoder_layers",
-                                           "conv_channels", "shrink_channels", "shrink_kernel", "lora_rank",
-                                           "mask_time_length")},
-    **{f"model.{k}": _AT_LEAST_0 for k in ("tgt_vocab_size", "src_vocab_size", "encoder_layers",
-                                           "text_encoder_layers", "position_offset", "pad_id")},
-    **{f"model.{k}": _PROBABILITY for k in ("dropout", "attention_dropout", "activation_dropout", "lora_dropout",
-                                            "mask_time_prob")},
-    "model.encoder_layerdrop": _WEIGHT,
-    "model.lora_alpha": _POSITIVE,
+    **{f"model.{k}": _AT_LEAST_1 for k in ("d_model", "n_heads", "ffn_dim", "encoder.input_dim",
+                                           "encoder.conv_channels", "encoder.mask_time_length", "decoder.layers",
+                                           "shrink.channels", "shrink.kernel", "lora.rank")},
+    **{f"model.{k}": _AT_LEAST_0 for k in ("tgt_vocab_size", "src_vocab_size", "position_offset", "pad_id",
+                                           "encoder.layers", "text_encoder.layers")},
+    **{f"model.{k}": _PROBABILITY for k in ("dropout", "attention_dropout", "activation_dropout",
+                                            "encoder.mask_time_prob", "lora.dropout")},
+    "model.encoder.layerdrop": _WEIGHT,
+    "model.lora.alpha": _POSITIVE,
 }
 # pretrain-audio's flat options (speechmt.training.pretrain_audio.PretrainAudioConfig)
 PRETRAIN_RANGES: dict[str, tuple] = {
@@ -67,14 +76,20 @@ class _Mismatch(Exception):
 
 def check_override(item: str, sections: dict[str, type]) -> str:
     """Checks one `section.key=value` override of a field of the dataclass `sections[section]` (the
-    ExperimentConfig's: speechmt.config.SECTIONS); returns `item`. Malformed items, unknown sections and keys
-    are left to `load_config`, which names them."""
+    ExperimentConfig's: speechmt.config.SECTIONS), `key` a dotted path through nested dataclasses
+    (model.encoder.layers); returns `item`. Malformed items, unknown sections and keys (older flat names
+    too) are left to `load_config`, which names or migrates them."""
     key, sep, text = item.partition("=")
-    section, dot, name = key.partition(".")
+    section, *path = key.split(".")
     cls = sections.get(section)
-    if not sep or not dot or cls is None or name not in _hints(cls):
+    if not sep or not path or cls is None:
         return item
-    check_field(cls, name, _yaml_scalar(text), f"{section}.{name}", raw=text)
+    for name in path[:-1]:  # down to the dataclass holding the last name
+        cls = _hints(cls).get(name)
+        if not dataclasses.is_dataclass(cls):
+            return item
+    if path[-1] in _hints(cls) and not dataclasses.is_dataclass(_hints(cls)[path[-1]]):
+        check_field(cls, path[-1], _yaml_scalar(text), key, raw=text)
     return item
 
 
@@ -92,13 +107,20 @@ def check_config(cfg: Any, sections: dict[str, type]) -> Any:
     converts what YAML left as a string or an int in a float field (e.g. lr: 1e-3) in place; returns cfg.
     Raises ConfigError naming the first bad field."""
     for section, cls in sections.items():
-        part = getattr(cfg, section)
-        for name in _hints(cls):
-            value = getattr(part, name)
-            checked = check_field(cls, name, value, f"{section}.{name}")
-            if checked is not value:
-                setattr(part, name, checked)
+        _check_dataclass(getattr(cfg, section), cls, section)
     return cfg
+
+
+def _check_dataclass(part: Any, cls: type, label: str) -> None:
+    """check_config of one dataclass instance, recursing into the fields that hold dataclasses."""
+    for name, hint in _hints(cls).items():
+        value = getattr(part, name)
+        if dataclasses.is_dataclass(hint):
+            _check_dataclass(value, hint, f"{label}.{name}")
+            continue
+        checked = check_field(cls, name, value, f"{label}.{name}")
+        if checked is not value:
+            setattr(part, name, checked)
 
 
 def check_field(cls: type, name: str, value: Any, label: str, raw: str | None = None,

@@ -1,9 +1,11 @@
 """Small experiment configs shared by the training, decoding and CLI tests."""
 
+from dataclasses import asdict
 from pathlib import Path
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
-from speechmt.models.translator import preset
+from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES
+from speechmt.models.translator import ModelConfig, preset
 
 
 def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:
@@ -14,6 +16,16 @@ def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:
     defaults = dict(task="st", lr=2e-3, warmup_updates=10, max_updates=8, save_dir=str(save_dir),
                     save_interval_updates=4, validate_interval_updates=4, log_interval=2, seed=3)
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
+
+
+def flat_model_config(cfg: ModelConfig) -> dict:
+    """`cfg` as the flat dict of a checkpoint written before the nesting (speechmt.models.migrate in reverse):
+    the shared fields, every old flat name, and the encoder's three fine-tuning flags."""
+    nested = asdict(cfg)
+    flat = {k: v for k, v in nested.items() if not isinstance(v, dict)}
+    flat.update({old: nested[group][name] for old, (group, name) in FLAT_NAMES.items()})
+    flat.update({flag: cfg.encoder.finetune == mode for flag, mode in FINETUNE_FLAGS.items()})
+    return flat
 
 
 def tiny_wav2vec2_fields(**overrides) -> dict:

@@ -75,6 +75,10 @@ CASES = [
     (["train", "data.cache_encoder=maybe"], "data.cache_encoder", "expected true or false"),
     (["train", "train.adam_betas=[0.9]"], "train.adam_betas", "expected a list of 2 values"),
     (["train", "model.d_model=big"], "model.d_model", "expected an integer"),
+    (["train", "model.encoder.layers=abc"], "model.encoder.layers", "invalid value 'abc' for model.encoder.layers: "
+                                                                    "expected an integer"),
+    (["train", "model.lora.dropout=1"], "model.lora.dropout", "expected a number in [0, 1)"),
+    (["train", "model.encoder.layerdrop=1.5"], "model.encoder.layerdrop", "expected a number in [0, 1]"),
     (["train", "train.device=tpu"], "train.device", "not a known device; expected auto, cpu"),
     (["pretrain-audio", "a.jsonl", "--out", "o", "--set", "max_updates=0"], "max_updates", "expected an integer >= 1"),
     (["pretrain-audio", "a.jsonl", "--out", "o", "--set", "lr=abc"], "lr", "expected a finite number"),
@@ -176,6 +180,10 @@ def test_check_config_converts_what_yaml_leaves_as_strings():
     assert cfg.train.adam_betas == (0.9, 0.99) and type(cfg.train.clip_norm) is float
     assert check_override("train.no_such=1", SECTIONS) == "train.no_such=1"  # load_config names unknown keys itself
     assert check_override("model.preset=tiny", SECTIONS) == "model.preset=tiny"
+    for item in ("model.encoder=whisper", "model.encoder_layers=x", "model.encoder.hf_config.x=1"):
+        assert check_override(item, SECTIONS) == item  # older flat names, mappings: load_config migrates and checks
+    with pytest.raises(ConfigError, match=r"^invalid value 'x' for model\.shrink\.kernel: expected an integer$"):
+        check_override("model.shrink.kernel=x", SECTIONS)
     with pytest.raises(ConfigError, match="invalid value 'no' for data.tgt_lang: expected a string"):
         check_override("data.tgt_lang=no", SECTIONS)  # YAML 1.1 reads it as false
 

@@ -15,7 +15,7 @@ from speechmt.config import (
     load_config,
     save_config,
 )
-from speechmt.models.translator import PRESETS, ModelConfig
+from speechmt.models.translator import PRESETS, EncoderConfig, LoraSettings, ModelConfig
 from speechmt.tasks.schedule import Stage, TaskData
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -25,10 +25,11 @@ EXPERIMENT_CONFS = sorted(p for p in RECIPES.glob("*/conf/*.yaml") if not p.name
 
 def _rich_config() -> ExperimentConfig:
     """Every kind of value away from its default: tuples, dicts, None, a two-stage schedule."""
-    model = ModelConfig(encoder="wav2vec2", encoder_hf_config={"model_type": "wav2vec2", "conv_dim": [8, 8],
-                                                                "nested": {"x": 1.5}},
-                        conv_kernels=(3, 3, 3), lora_targets=("q_proj", "v_proj"), d_model=96, n_heads=3,
-                        tgt_vocab_size=123, dropout=0.25, semantic_options={"k": [1, 2]})
+    hf_config = {"model_type": "wav2vec2", "conv_dim": [8, 8], "nested": {"x": 1.5}}
+    model = ModelConfig(encoder=EncoderConfig(kind="wav2vec2", hf_config=hf_config, conv_kernels=(3, 3, 3),
+                                              layerdrop=0.1),
+                        lora=LoraSettings(targets=("q_proj", "v_proj")), d_model=96, n_heads=3, tgt_vocab_size=123,
+                        dropout=0.25, semantic={"options": {"k": [1, 2]}}, shrink={"kind": "conv", "kernel": 3})
     data = DataConfig(dir="/data/x", src_lang="fr", lang_tag=False, max_tokens=500, spec_augment="")
     stages = [Stage(name="mt", tasks=[TaskData("mt", {"ce": 1.0}, valid_split="dev")], updates=20,
                     freeze=["speech_encoder."]),
@@ -45,13 +46,15 @@ def test_yaml_round_trip(tmp_path):
     back = load_config(tmp_path / "c.yaml")
     assert back == cfg
     assert back.train.adam_betas == (0.9, 0.999) and type(back.train.adam_betas) is tuple
-    assert back.model.conv_kernels == (3, 3, 3) and back.model.lora_targets == ("q_proj", "v_proj")
+    assert back.model.encoder.conv_kernels == (3, 3, 3) and back.model.lora.targets == ("q_proj", "v_proj")
+    assert back.model.encoder.hf_config == {"model_type": "wav2vec2", "conv_dim": [8, 8], "nested": {"x": 1.5}}
     assert [s.name for s in back.train.stages] == ["mt", "all"] and isinstance(back.train.stages[1], Stage)
     assert back.train.stages[1].tasks[1] == TaskData("asr", {"ce": 1.0}, "/data/y", "tr", None, 2.5)
     assert back.train.stages[0].tasks[0].valid_split == "dev" and back.train.stages[0].freeze == ["speech_encoder."]
     # the file is plain YAML: lists for tuples, nothing Python-specific
     plain = yaml.safe_load((tmp_path / "c.yaml").read_text())
-    assert plain["train"]["adam_betas"] == [0.9, 0.999] and plain["model"]["conv_kernels"] == [3, 3, 3]
+    assert plain["train"]["adam_betas"] == [0.9, 0.999] and plain["model"]["encoder"]["conv_kernels"] == [3, 3, 3]
+    assert plain["model"]["shrink"] == {"kind": "conv", "channels": 1024, "kernel": 3, "mode": "mean"}
     assert plain["train"]["stages"][1]["tasks"][0]["objectives"] == {"ce": 0.7, "ctc": 0.3}
     assert "!!python" not in (tmp_path / "c.yaml").read_text()
     # and a second round gives the same text
@@ -79,12 +82,13 @@ def test_overrides_are_yaml_scalars(tmp_path):
     (tmp_path / "c.yaml").write_text("train:\n  lr: 2.0e-3\n  max_updates: 10\ndata:\n  dir: d\n")
     cfg = load_config(tmp_path / "c.yaml", ["train.lr=1.0e-3", "data.max_tokens=500", "train.precision=bf16",
                                             "data.lang_tag=false", "train.adam_betas=[0.9, 0.99]",
-                                            "model.conv_kernels=[3, 3]", "train.stages=[{tasks: [{task: asr}]}]"])
+                                            "model.encoder.conv_kernels=[3, 3]",
+                                            "train.stages=[{tasks: [{task: asr}]}]"])
     assert cfg.train.lr == 0.001 and type(cfg.train.lr) is float
     assert cfg.data.max_tokens == 500 and type(cfg.data.max_tokens) is int
     assert cfg.train.max_updates == 10 and cfg.data.dir == "d"  # from the file, untouched
     assert cfg.train.precision == "bf16" and cfg.data.lang_tag is False
-    assert cfg.train.adam_betas == (0.9, 0.99) and cfg.model.conv_kernels == (3, 3)
+    assert cfg.train.adam_betas == (0.9, 0.99) and cfg.model.encoder.conv_kernels == (3, 3)
     assert cfg.train.stages == [Stage(name="0", tasks=[TaskData("asr")])]
     assert load_config(None, ["train.lr=0.0005"]).train.lr == 0.0005
     assert load_config(None, ["train.save_dir=exp/a=b"]).train.save_dir == "exp/a=b"  # split at the first =
@@ -97,7 +101,7 @@ def test_apply_overrides_edits_the_dict():
     assert d == {"train": {"lr": 2.5}, "data": {"dir": "x"}}
 
 
-@pytest.mark.parametrize("item", ["lr=1", "train.lr", "model.encoder_hf_config.hidden_size=8", "=1", "train.=1", ".lr=1"])
+@pytest.mark.parametrize("item", ["lr=1", "train.lr", "model.encoder..layers=8", "=1", "train.=1", ".lr=1"])
 def test_malformed_override_names_the_form(item):
     with pytest.raises(ConfigError) as e:
         load_config(None, [item])
@@ -119,17 +123,17 @@ def test_unknown_options_in_a_file_are_all_named(tmp_path):
 def test_preset_and_its_overrides():
     cfg = load_config(None, ["model.preset=tiny", "model.d_model=32"])
     assert cfg.model == ModelConfig(**{**PRESETS["tiny"], "d_model": 32})
-    assert (cfg.model.d_model, cfg.model.encoder_layers, cfg.model.tgt_vocab_size) == (32, 2, 64)
+    assert (cfg.model.d_model, cfg.model.encoder.layers, cfg.model.tgt_vocab_size) == (32, 2, 64)
     with pytest.raises(ConfigError, match=r"unknown preset 'tinyy'; known: s2t_s, tiny"):
         load_config(None, ["model.preset=tinyy"])
-    with pytest.raises(ConfigError, match=r"unexpected keyword argument 'dmodel'"):
+    with pytest.raises(ConfigError, match=r"^unknown model option\(s\): dmodel$"):
         load_config(None, ["model.preset=tiny", "model.dmodel=32"])
 
 
 @pytest.mark.parametrize("override,message", [
     ("train.precision=fp8", "train: unknown precision 'fp8'; expected fp32, bf16 or fp16"),
     ("train.task=tts", "train: unknown task 'tts'; expected st, asr or mt"),
-    ("train.stages=[{tasks: [{task: tts}]}]", "train: unknown task 'tts'; expected one of st, asr, mt"),
+    ("train.stages=[{tasks: [{task: tts}]}]", "train: unknown task 'tts'; expected one of st, asr, mt, audio"),
     ("train.stages=[{tasks: [{task: st}]}, {tasks: [{task: mt}]}]",
      "train: stage '0' is not the last: give it updates or epochs to end"),
 ])
@@ -190,3 +194,118 @@ def test_model_errors_are_prefixed_once():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["model.d_model=63", "model.n_heads=2"])
     assert str(e.value) == "model: bad ModelConfig: d_model 63 is not divisible by n_heads 2"
+
+
+# -- the nested model section ---------------------------------------------------------------------------------
+
+NESTED = """\
+model:
+  preset: tiny
+  dropout: 0.2
+  encoder:
+    layers: 3
+    conv_kernels: [3, 3]
+  shrink: {kind: conv, channels: 32}
+  text_encoder: {layers: 3, shared: true}
+  decoder:
+    tie_embeddings: false
+  lora:
+    alpha: 64
+"""
+# the same model in the flat names of before the nesting
+FLAT = """\
+model:
+  preset: tiny
+  dropout: 0.2
+  encoder_layers: 3
+  conv_kernels: [3, 3]
+  shrink: conv
+  shrink_channels: 32
+  text_encoder_layers: 3
+  share_text_encoder: true
+  tie_embeddings: false
+  lora_alpha: 64
+"""
+
+
+def test_nested_model_yaml_round_trips_and_equals_its_flat_form(tmp_path):
+    (tmp_path / "nested.yaml").write_text(NESTED)
+    (tmp_path / "flat.yaml").write_text(FLAT)
+    cfg = load_config(tmp_path / "nested.yaml")
+    assert cfg == load_config(tmp_path / "flat.yaml")
+    m = cfg.model
+    assert (m.d_model, m.dropout, m.encoder.layers, m.encoder.conv_kernels, m.encoder.conv_channels) == \
+        (64, 0.2, 3, (3, 3), 64)
+    assert (m.shrink.kind, m.shrink.channels, m.text_encoder.shared, m.decoder.tie_embeddings) == \
+        ("conv", 32, True, False)
+    assert m.lora.alpha == 64.0 and type(m.lora.alpha) is float  # check_config converts inside sub-configs too
+    save_config(cfg, tmp_path / "saved.yaml")
+    plain = yaml.safe_load((tmp_path / "saved.yaml").read_text())["model"]
+    assert plain["encoder"]["conv_kernels"] == [3, 3] and plain["shrink"]["channels"] == 32
+    assert "encoder_layers" not in plain and plain["text_encoder"] == {"layers": 3, "shared": True}
+    assert load_config(tmp_path / "saved.yaml") == cfg
+
+
+def test_dotted_overrides_reach_nested_fields_and_old_flat_names_still_work(tmp_path):
+    (tmp_path / "nested.yaml").write_text(NESTED)
+    (tmp_path / "flat.yaml").write_text(FLAT)
+    for conf in ("nested.yaml", "flat.yaml"):
+        cfg = load_config(tmp_path / conf, ["model.encoder.layers=5", "model.text_encoder.layers=5",
+                                            "model.shrink.kind=ctc", "model.semantic.options.k=1", "model.lora.rank=4"])
+        m = cfg.model
+        assert (m.encoder.layers, m.shrink.kind, m.shrink.channels, m.lora.rank) == (5, "ctc", 32, 4)
+        assert m.semantic.options == {"k": 1} and m.encoder.conv_kernels == (3, 3)  # the rest kept
+        old = load_config(tmp_path / conf, ["model.encoder_layers=5", "model.text_encoder_layers=5",
+                                            "model.shrink=ctc", "model.lora_rank=4", "model.semantic_options={k: 1}"])
+        assert old == cfg
+    whisper = ["model.encoder=whisper", "model.encoder_name_or_path=w", "model.decoder=whisper"]
+    cfg = load_config(tmp_path / "nested.yaml", whisper + ["model.text_encoder.shared=false",
+                                                           "model.freeze_encoder=true"])
+    assert (cfg.model.encoder.kind, cfg.model.encoder.name_or_path, cfg.model.encoder.layers) == ("whisper", "w", 3)
+    assert cfg.model.encoder.finetune == "frozen" and cfg.model.decoder.kind == "whisper"
+    whisper = ["model.encoder.kind=whisper", "model.encoder.name_or_path=w"]
+    # an old flag set false ends its own mode only
+    assert load_config(None, whisper + ["model.encoder.finetune=lora", "model.freeze_encoder=false"]).model.encoder \
+        .finetune == "lora"
+    assert load_config(None, whisper + ["model.freeze_encoder=true", "model.freeze_encoder=false"]).model.encoder \
+        .finetune == "full"
+    assert load_config(None, ["model.encoder={kind: whisper, name_or_path: w}"]).model.encoder == \
+        EncoderConfig(kind="whisper", name_or_path="w")
+
+
+def test_apply_overrides_makes_the_model_section_nested():
+    d = {"model": {"preset": "tiny", "encoder": "whisper", "encoder_name_or_path": "w"}}
+    apply_overrides(d, ["model.encoder.layers=3", "model.decoder_layers=1"])
+    assert d["model"] == {"preset": "tiny", "encoder": {"kind": "whisper", "name_or_path": "w", "layers": 3},
+                          "decoder": {"layers": 1}}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.encoder.kind=lstm"], "model: bad ModelConfig: unknown encoder 'lstm'; expected one of conv, wav2vec2, "
+                                  "whisper"),
+    (["model.shrink.mode=max"], "model: bad ModelConfig: unknown shrink.mode 'max'; expected one of mean, first"),
+    (["model.encoder.finetune=lora"], "model: bad ModelConfig: encoder.finetune: options of encoders wav2vec2 and "
+                                      "whisper only"),
+    (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
+                                     "encoder.name_or_path) or decoder.hf_config"),
+    (["model.semantic.kind=lut"], "model: bad ModelConfig: unknown semantic 'lut'; expected one of identity"),
+    (["model.encoder.layer=3"], "unknown model.encoder option(s): layer"),
+    (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
+    (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),
+    (["model.encoder.layers=-1"], "invalid value -1 for model.encoder.layers: expected an integer >= 0"),
+    (["model.encoder.kind=conv", "model.encoder.kind.x=1"],
+     "override 'model.encoder.kind.x=1': encoder.kind is not a mapping in the config"),
+    (["model.encoder_layers=3", "model.encoder={layers: 4}", "model.freeze_encoder=maybe"],
+     "override 'model.freeze_encoder=maybe': bad ModelConfig: freeze_encoder must be true or false, got 'maybe'"),
+])
+def test_bad_nested_model_values_are_one_line(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert str(e.value) == message
+
+
+def test_a_flat_file_with_contradicting_names_is_one_line(tmp_path):
+    (tmp_path / "c.yaml").write_text("model:\n  encoder_layers: 3\n  encoder:\n    layers: 4\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "c.yaml")
+    assert str(e.value) == "model: bad ModelConfig: encoder.layers=4 sets encoder.layers a second time (already 3)"

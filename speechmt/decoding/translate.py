@@ -85,7 +85,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
     ckpt = load_checkpoint(path, map_location="cpu")
     base = ckpt.get("base")  # a checkpoint of trained parameters only: the rest comes from its pretrained base
     try:
-        model = build_model(ModelConfig(**ckpt["model_config"]), pretrained=base is not None)
+        model = build_model(ModelConfig.from_dict(ckpt["model_config"]), pretrained=base is not None)
         load_model_state(model, ckpt["model"], base, path)
         toks = Tokenizers.from_state_dict(ckpt["tokenizers"])
         feats = ckpt["features"]
@@ -104,7 +104,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
 
 def _waveform(model: Translator, feats: dict, path: str | os.PathLike) -> WaveformConfig | None:
     """The checkpoint's waveform settings for a wav2vec2 model; None for an fbank model."""
-    if model.config.encoder != "wav2vec2":
+    if model.config.encoder.kind != "wav2vec2":
         return None
     if not feats.get("waveform"):
         raise CheckpointError(f"{path}: a wav2vec2 model without its waveform settings (features.waveform)")

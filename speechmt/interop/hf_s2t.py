@@ -33,7 +33,7 @@ from transformers import (AutoConfig, Speech2TextConfig, Speech2TextFeatureExtra
 
 from speechmt.audio import SAMPLE_RATE, CMVNConfig, FbankConfig
 from speechmt.interop import HFImportError
-from speechmt.models.translator import ModelConfig, build_model
+from speechmt.models.translator import DecoderConfig, EncoderConfig, ModelConfig, build_model
 from speechmt.tokenizer import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 from speechmt.checkpoint import save_checkpoint
 
@@ -74,7 +74,7 @@ def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathL
                 "decoder_start": _decoder_start(hf, tok, name)}
     tokenizer = convert_tokenizer(tok, hf_ids, pieces, tags, name)
     cfg = model_config(hf.config, len(hf_ids), name)
-    fbank, cmvn = feature_settings(extractor, cfg.input_dim, name)
+    fbank, cmvn = feature_settings(extractor, cfg.encoder.input_dim, name)
     model = build_model(cfg)
     try:
         model.load_state_dict(convert_weights(hf.state_dict(), hf_ids, name))
@@ -202,12 +202,12 @@ def model_config(c: Speech2TextConfig, vocab_size: int, name: str = "model") -> 
         any(k % 2 == 0 for k in kernels) and f"even conv kernels {kernels} (HF's length formula needs odd ones)",
     ])
     return ModelConfig(
-        input_dim=c.input_feat_per_channel, tgt_vocab_size=vocab_size, d_model=c.d_model,
-        n_heads=c.encoder_attention_heads, ffn_dim=c.encoder_ffn_dim, encoder_layers=c.encoder_layers,
-        decoder_layers=c.decoder_layers, dropout=c.dropout, attention_dropout=c.attention_dropout,
-        activation_dropout=c.activation_dropout, subsampler="conv1d", conv_channels=c.conv_channels,
-        conv_kernels=kernels, tie_embeddings=c.tie_word_embeddings, pad_id=0,
-        position_offset=c.pad_token_id + 1, output_bias=True)
+        tgt_vocab_size=vocab_size, d_model=c.d_model, n_heads=c.encoder_attention_heads, ffn_dim=c.encoder_ffn_dim,
+        dropout=c.dropout, attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout,
+        pad_id=0, position_offset=c.pad_token_id + 1,
+        encoder=EncoderConfig(layers=c.encoder_layers, input_dim=c.input_feat_per_channel, subsampler="conv1d",
+                              conv_channels=c.conv_channels, conv_kernels=kernels),
+        decoder=DecoderConfig(layers=c.decoder_layers, tie_embeddings=c.tie_word_embeddings, output_bias=True))
 
 
 def _rename(key: str) -> str | None:

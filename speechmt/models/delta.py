@@ -20,8 +20,9 @@ from speechmt.checkpoint import CheckpointError, state_checksum
 
 def base_sources(cfg: ModelConfig) -> list[str]:
     """The pretrained folders or hub ids a model's frozen weights come from (Whisper parts only)."""
-    sources = [cfg.encoder_name_or_path] if cfg.encoder == "whisper" and cfg.encoder_name_or_path else []
-    if cfg.decoder == "whisper" and cfg.whisper_decoder_source and cfg.whisper_decoder_source not in sources:
+    enc = cfg.encoder
+    sources = [enc.name_or_path] if enc.kind == "whisper" and enc.name_or_path else []
+    if cfg.decoder.kind == "whisper" and cfg.whisper_decoder_source and cfg.whisper_decoder_source not in sources:
         sources.append(cfg.whisper_decoder_source)
     return sources
 
@@ -82,6 +83,8 @@ def merged(model: Translator) -> tuple[Translator, ModelConfig]:
 
     merge_lora(model)
     cfg = model.config
-    cfg = replace(cfg, encoder_lora=False, decoder_finetune="full" if cfg.decoder_finetune == "lora" else cfg.decoder_finetune)
+    unadapted = {part: replace(getattr(cfg, part), finetune="full") for part in ("encoder", "decoder")
+                 if getattr(cfg, part).finetune == "lora"}
+    cfg = replace(cfg, **unadapted)
     model.config = cfg
     return model, cfg

@@ -18,10 +18,11 @@ FINETUNE_MODES = ("full", "frozen", "lna", "lora")
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoraSettings:
     """LoRA rank, scaling alpha (the update is scaled by alpha / rank), dropout on its input, and the names
-    of the Linear layers that get adapters (matched at the end of module names)."""
+    of the Linear layers that get adapters (matched at the end of module names). ModelConfig.lora: shared by
+    the encoder (encoder.finetune lora) and the decoder (decoder.finetune lora)."""
 
     rank: int = 16
     alpha: float = 32.0
@@ -29,7 +30,7 @@ class LoraSettings:
     targets: tuple[str, ...] = ATTENTION_PROJECTIONS + ("fc1", "fc2")
 
     def __post_init__(self):
-        object.__setattr__(self, "targets", tuple(self.targets))
+        self.targets = tuple(self.targets)
         if self.rank < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1 or not self.targets:
             raise ValueError(f"bad LoRA settings: rank {self.rank} (>= 1), alpha {self.alpha} (> 0), dropout "
                              f"{self.dropout} (in [0, 1)), targets {self.targets} (not empty)")
@@ -61,7 +62,7 @@ def lora_(module: nn.Module, settings: LoraSettings) -> None:
         p.requires_grad_(".lora_" in name)
 
 
-def set_finetuning(module: nn.Module, mode: str, lora: LoraSettings = LoraSettings()) -> None:
+def set_finetuning(module: nn.Module, mode: str, lora: LoraSettings | None = None) -> None:
     """Applies one of FINETUNE_MODES to `module` (in place)."""
     if mode not in FINETUNE_MODES:
         raise ValueError(f"unknown fine-tuning mode {mode!r}; expected one of {', '.join(FINETUNE_MODES)}")
@@ -70,7 +71,7 @@ def set_finetuning(module: nn.Module, mode: str, lora: LoraSettings = LoraSettin
     elif mode == "lna":
         lna_(module)
     elif mode == "lora":
-        lora_(module, lora)
+        lora_(module, lora or LoraSettings())
 
 
 def merge_lora(model: nn.Module) -> int:

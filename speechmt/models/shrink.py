@@ -15,18 +15,40 @@ Both map an EncoderOutput to an EncoderOutput with new x and lengths, keeping th
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.sequence import lengths_to_padding_mask
+from speechmt.config_check import raise_problems
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.subsampling import Conv1dSubsampler
+from speechmt.sequence import lengths_to_padding_mask
 
+SHRINKS = ("none", "conv", "ctc")
 SHRINK_MODES = ("mean", "first")
+
+
+@dataclass
+class ShrinkConfig:
+    """The shrinking of the acoustic states before the decoder: "none", "conv" (two stride-2 Conv1d + GLU
+    with `channels` and `kernel`) or "ctc" (merge runs of one CTC label: `mode` "mean" or "first"; needs the
+    model's CTC head, trained by the CTC loss: train.ctc_weight > 0)."""
+
+    kind: str = "none"
+    channels: int = 1024
+    kernel: int = 5
+    mode: str = "mean"
+
+    def __post_init__(self):
+        raise_problems("bad ModelConfig", [
+            self.kind not in SHRINKS and f"unknown shrink {self.kind!r}; expected one of {', '.join(SHRINKS)}",
+            self.mode not in SHRINK_MODES and
+            f"unknown shrink.mode {self.mode!r}; expected one of {', '.join(SHRINK_MODES)}",
+            self.kernel < 1 and f"shrink.kernel must be >= 1, got {self.kernel}",
+        ])
 
 
 class Shrink(Protocol):
@@ -119,12 +141,12 @@ class CTCShrink(nn.Module):
         return _shrunk(enc, *merge_segments(enc.x, segments, counts, enc.lengths, self.mode))
 
 
-def build_shrink(kind: str, dim: int, channels: int, kernel: int, blank_id: int, mode: str) -> Shrink | None:
-    """The shrink a model config names: "none" (None), "conv" or "ctc"."""
-    if kind == "none":
+def build_shrink(cfg: ShrinkConfig, dim: int, blank_id: int) -> Shrink | None:
+    """The shrink a model config names: "none" (None), "conv" or "ctc" (one of SHRINKS)."""
+    if cfg.kind == "none":
         return None
-    if kind == "conv":
-        return ConvShrink(dim, channels, (kernel, kernel))
-    if kind == "ctc":
-        return CTCShrink(blank_id, mode)
-    raise ValueError(f"unknown shrink {kind!r}; expected 'none', 'conv' or 'ctc'")
+    if cfg.kind == "conv":
+        return ConvShrink(dim, cfg.channels, (cfg.kernel, cfg.kernel))
+    if cfg.kind == "ctc":
+        return CTCShrink(blank_id, cfg.mode)
+    raise ValueError(f"unknown shrink {cfg.kind!r}; expected one of {', '.join(SHRINKS)}")

@@ -2,186 +2,209 @@
 features) + CTC head, optional length shrinking (`conv` or `ctc`), optional text encoder, Transformer decoder
 (trained from scratch, or Whisper's pretrained one).
 
-`ModelConfig` is saved in checkpoints as a dict and rebuilt with `ModelConfig(**d)`; `build_model` is the
-one place where variants are chosen. Fields added later default to what models did before them, so older
-checkpoints load unchanged.
+`ModelConfig` holds the shared dimensions and one sub-config per module (encoder, shrink, text_encoder,
+semantic, decoder, lora). It is saved in checkpoints as a dict and rebuilt with `ModelConfig(**d)`, or with
+`ModelConfig.from_dict(d)`, which also reads the flat dicts of older checkpoints and configs
+(speechmt.models.migrate). `build_model` is the one place where variants are chosen. Fields added later
+default to what models did before them, so older checkpoints load unchanged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from torch import Tensor, nn
 
+from speechmt.config_check import raise_problems
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
 from speechmt.models.layers import TransformerEncoder, embedding, transformer_encoder
-from speechmt.models.semantic import SEMANTICS
-from speechmt.models.shrink import SHRINK_MODES, Shrink, build_shrink
+from speechmt.models.migrate import merge_model_configs, migrate_model_config
+from speechmt.models.semantic import SEMANTICS, SemanticConfig
+from speechmt.models.shrink import Shrink, ShrinkConfig, build_shrink
 from speechmt.tokenizer import Tokenizer
 
-__all__ = ["EncoderOutput", "ModelConfig", "PRESETS", "Translator", "build_model", "count_parameters", "preset"]
+__all__ = ["DecoderConfig", "EncoderConfig", "EncoderOutput", "LoraSettings", "ModelConfig", "PRESETS",
+           "SemanticConfig", "ShrinkConfig", "TextEncoderConfig", "Translator", "build_model", "count_parameters",
+           "migrate_model_config", "preset"]
 
 CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizer)
 ENCODERS = ("conv", "wav2vec2", "whisper")
 DECODERS = ("transformer", "whisper")
-SHRINKS = ("none", "conv", "ctc")
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper")
 
 
 @dataclass
-class ModelConfig:
-    """Model dimensions and variants."""
+class EncoderConfig:
+    """The acoustic encoder: "conv" (fbank -> subsampler -> Transformer: input_dim, subsampler, conv_*,
+    layers), "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms) or "whisper"
+    (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length)."""
 
-    input_dim: int = 80  # fbank bins
+    kind: str = "conv"
+    layers: int = 12  # conv: Transformer layers
+    input_dim: int = 80  # conv: fbank bins
+    subsampler: str = "conv1d"  # conv: "conv1d" (fairseq S2T) or "conv2d" (ESPnet; 3x3 kernels, conv_kernels unused)
+    conv_channels: int = 1024
+    conv_kernels: tuple[int, ...] = (5, 5)
+    # wav2vec2, whisper: a hub id, a local directory or a name set-up converted under $SPEECHMT_HOME
+    # (e.g. whisper-base); "" = random init from hf_config
+    name_or_path: str = ""
+    # wav2vec2, whisper: HF config fields, overriding the pretrained config, or the whole architecture for a
+    # random init (wav2vec2: with "model_type": wav2vec2, hubert or data2vec-audio). A built model holds its
+    # complete config here.
+    hf_config: dict = field(default_factory=dict)
+    # wav2vec2, whisper: full, frozen (whisper: its states cacheable), lna (only its LayerNorms and attention
+    # projections train) or lora (adapters with ModelConfig.lora, the rest frozen)
+    finetune: str = "full"
+    layerdrop: float = 0.0  # wav2vec2, whisper: probability of skipping each layer in training
+    freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
+    mask_time_prob: float = 0.0  # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
+    mask_time_length: int = 10  # wav2vec2: frames per masked span
+    gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
+
+    def __post_init__(self):
+        self.conv_kernels, self.hf_config = tuple(self.conv_kernels), dict(self.hf_config)
+        pretrained_only = [f"encoder.{name}" for name in ("name_or_path", "hf_config", "layerdrop")
+                           if getattr(self, name)] + ["encoder.finetune"] * (self.finetune != "full")
+        w2v_only = [f"encoder.{name}" for name in ("freeze_feature_extractor", "mask_time_prob",
+                                                   "gradient_checkpointing") if getattr(self, name)]
+        raise_problems("bad ModelConfig", [
+            self.kind not in ENCODERS and f"unknown encoder {self.kind!r}; expected one of {', '.join(ENCODERS)}",
+            self.kind == "conv" and pretrained_only and
+            f"{', '.join(pretrained_only)}: options of encoders {' and '.join(PRETRAINED_ENCODERS)} only",
+            self.kind != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
+            self.finetune not in FINETUNE_MODES and
+            f"unknown encoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+            not 0 <= self.layerdrop <= 1 and f"encoder.layerdrop must be in [0, 1], got {self.layerdrop}",
+            not 0 <= self.mask_time_prob < 1 and
+            f"encoder.mask_time_prob must be in [0, 1), got {self.mask_time_prob}",
+            self.mask_time_length < 1 and f"encoder.mask_time_length must be >= 1, got {self.mask_time_length}",
+            self.subsampler not in ("conv1d", "conv2d") and
+            f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
+            not self.conv_kernels and "encoder.conv_kernels is empty",
+        ])
+
+
+@dataclass
+class TextEncoderConfig:
+    """The text encoder for MT input: `layers` > 0 builds one (it needs src_vocab_size > 0); `shared`: it
+    runs the conv speech encoder's Transformer (XSTNet), which needs layers == encoder.layers."""
+
+    layers: int = 0
+    shared: bool = False
+
+
+@dataclass
+class DecoderConfig:
+    """The decoder: "transformer" (`layers` of the shared dimensions) or "whisper" (a Whisper model's
+    pretrained decoder, from name_or_path or else encoder.name_or_path; d_model, layers, heads, vocabulary and
+    positions are Whisper's, and targets use Whisper's tokenizer and language tokens)."""
+
+    kind: str = "transformer"
+    layers: int = 6
+    name_or_path: str = ""
+    hf_config: dict = field(default_factory=dict)  # whisper: as encoder.hf_config
+    finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (ModelConfig.lora adapters)
+    tie_embeddings: bool = True  # decoder input embedding == output projection
+    output_bias: bool = False  # a bias on the output projection (imported models)
+
+    def __post_init__(self):
+        self.hf_config = dict(self.hf_config)
+        raise_problems("bad ModelConfig", [
+            self.kind not in DECODERS and f"unknown decoder {self.kind!r}; expected one of {', '.join(DECODERS)}",
+            self.finetune not in FINETUNE_MODES and
+            f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+        ])
+
+
+PARTS: dict[str, type] = {"encoder": EncoderConfig, "shrink": ShrinkConfig, "text_encoder": TextEncoderConfig,
+                          "semantic": SemanticConfig, "decoder": DecoderConfig, "lora": LoraSettings}
+"""ModelConfig's sub-configs (speechmt.models.migrate.GROUPS) and their dataclasses."""
+
+
+@dataclass
+class ModelConfig:
+    """Model dimensions shared by the modules, and one sub-config per module. A sub-config may be given as a
+    mapping of its fields (as in a checkpoint's dict)."""
+
     tgt_vocab_size: int = 8000  # decoder vocabulary
     src_vocab_size: int = 0  # source side: CTC head and text-encoder embeddings; 0 = none
     d_model: int = 256
     n_heads: int = 4
     ffn_dim: int = 2048
-    encoder_layers: int = 12
-    decoder_layers: int = 6
-    text_encoder_layers: int = 0  # >0: a text encoder for MT input
-    share_text_encoder: bool = False  # the text encoder runs the speech encoder's Transformer (XSTNet)
     dropout: float = 0.1
     attention_dropout: float = 0.1
     activation_dropout: float = 0.1
-    subsampler: str = "conv1d"  # "conv1d" (fairseq S2T) or "conv2d" (ESPnet; 3x3 kernels, conv_kernels unused)
-    conv_channels: int = 1024
-    conv_kernels: tuple[int, ...] = (5, 5)
     ctc: bool = False  # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout)
-    tie_embeddings: bool = True  # decoder input embedding == output projection
     pad_id: int = 0
     position_offset: int = 0  # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
-    output_bias: bool = False  # a bias on the decoder's output projection (imported models)
-    # the acoustic encoder: "conv" (fbank -> subsampler -> Transformer: input_dim, subsampler, conv_*,
-    # encoder_layers), "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms) or
-    # "whisper" (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length)
-    encoder: str = "conv"
-    # wav2vec2, whisper: a hub id, a local directory or a name set-up converted under $SPEECHMT_HOME
-    # (e.g. whisper-base); "" = random init from encoder_hf_config
-    encoder_name_or_path: str = ""
-    # wav2vec2, whisper: HF config fields, overriding the pretrained config, or the whole architecture for a
-    # random init (wav2vec2: with "model_type": wav2vec2, hubert or data2vec-audio). A built model holds its
-    # complete config here.
-    encoder_hf_config: dict = field(default_factory=dict)
-    freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
-    freeze_encoder: bool = False  # wav2vec2, whisper: freeze the whole pretrained encoder (whisper: cacheable)
-    lna_finetune: bool = False  # wav2vec2, whisper: train only its LayerNorms and attention projections (LNA)
-    encoder_lora: bool = False  # wav2vec2, whisper: LoRA adapters (lora_*) on the encoder, the rest frozen
-    encoder_layerdrop: float = 0.0  # wav2vec2, whisper: probability of skipping each layer in training
-    mask_time_prob: float = 0.0  # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
-    mask_time_length: int = 10  # wav2vec2: frames per masked span
-    gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
-    # shrinking of the acoustic states before the decoder: "none", "conv" (two stride-2 Conv1d + GLU with
-    # shrink_channels and shrink_kernel) or "ctc" (merge runs of one CTC label: shrink_mode "mean" or "first";
-    # needs the CTC head, trained by the CTC loss: train.ctc_weight > 0)
-    shrink: str = "none"
-    shrink_channels: int = 1024
-    shrink_kernel: int = 5
-    shrink_mode: str = "mean"
-    # the decoder: "transformer" (built from the fields above) or "whisper" (a Whisper model's pretrained
-    # decoder, from decoder_name_or_path or else encoder_name_or_path; d_model, layers, heads, vocabulary and
-    # positions are Whisper's, and targets use Whisper's tokenizer and language tokens)
-    decoder: str = "transformer"
-    decoder_name_or_path: str = ""
-    decoder_hf_config: dict = field(default_factory=dict)  # whisper: as encoder_hf_config
-    decoder_finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (lora_* adapters)
-    lora_rank: int = 16
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
-    # the semantic layer between the encoders and the decoder (speechmt.models.semantic): "identity" (none)
-    # or a variant, with its own settings in semantic_options (checked by the variant's builder)
-    semantic: str = "identity"
-    semantic_options: dict = field(default_factory=dict)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    shrink: ShrinkConfig = field(default_factory=ShrinkConfig)
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
 
-    @property
-    def lora(self) -> LoraSettings:
-        return LoraSettings(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
+        """The config of a dict in today's nested form or the flat one of older checkpoints and configs."""
+        return cls(**migrate_model_config(d))
 
     @property
     def whisper_decoder_source(self) -> str:
-        return self.decoder_name_or_path or self.encoder_name_or_path
+        return self.decoder.name_or_path or self.encoder.name_or_path
 
     def __post_init__(self):
-        self.conv_kernels, self.lora_targets = tuple(self.conv_kernels), tuple(self.lora_targets)
-        self.encoder_hf_config, self.decoder_hf_config = dict(self.encoder_hf_config), dict(self.decoder_hf_config)
-        self.semantic_options = dict(self.semantic_options)
-        pretrained_only = [name for name in ("encoder_name_or_path", "encoder_hf_config", "freeze_encoder",
-                                             "lna_finetune", "encoder_lora", "encoder_layerdrop")
-                           if getattr(self, name)]
-        w2v_only = [name for name in ("freeze_feature_extractor", "mask_time_prob", "gradient_checkpointing")
-                    if getattr(self, name)]
-        problems = [
-            self.encoder not in ENCODERS and f"unknown encoder {self.encoder!r}; expected one of {', '.join(ENCODERS)}",
-            self.encoder == "conv" and pretrained_only and
-            f"{', '.join(pretrained_only)}: options of encoders {' and '.join(PRETRAINED_ENCODERS)} only",
-            self.encoder != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
-            sum((self.freeze_encoder, self.lna_finetune, self.encoder_lora)) > 1 and
-            "freeze_encoder, lna_finetune and encoder_lora exclude each other",
-            self.decoder not in DECODERS and f"unknown decoder {self.decoder!r}; expected one of {', '.join(DECODERS)}",
-            self.decoder == "whisper" and not (self.whisper_decoder_source or self.decoder_hf_config) and
-            "decoder 'whisper' needs decoder_name_or_path (or encoder_name_or_path) or decoder_hf_config",
-            self.decoder_finetune not in FINETUNE_MODES and
-            f"unknown decoder_finetune {self.decoder_finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
-            not (self.lora_rank >= 1 and self.lora_alpha > 0 and 0 <= self.lora_dropout < 1) and
-            f"lora_rank must be >= 1, lora_alpha > 0 and lora_dropout in [0, 1); got {self.lora_rank}, "
-            f"{self.lora_alpha}, {self.lora_dropout}",
-            not 0 <= self.encoder_layerdrop <= 1 and
-            f"encoder_layerdrop must be in [0, 1], got {self.encoder_layerdrop}",
-            not 0 <= self.mask_time_prob < 1 and f"mask_time_prob must be in [0, 1), got {self.mask_time_prob}",
-            self.mask_time_length < 1 and f"mask_time_length must be >= 1, got {self.mask_time_length}",
-            self.encoder != "conv" and self.share_text_encoder and
-            "share_text_encoder needs the conv encoder's Transformer (encoder 'conv')",
-            self.semantic not in SEMANTICS and
-            f"unknown semantic {self.semantic!r}; expected one of {', '.join(SEMANTICS)}",
-            self.shrink not in SHRINKS and f"unknown shrink {self.shrink!r}; expected one of {', '.join(SHRINKS)}",
-            self.shrink_mode not in SHRINK_MODES and
-            f"unknown shrink_mode {self.shrink_mode!r}; expected one of {', '.join(SHRINK_MODES)}",
-            self.shrink_kernel < 1 and f"shrink_kernel must be >= 1, got {self.shrink_kernel}",
-            self.subsampler not in ("conv1d", "conv2d") and f"unknown subsampler {self.subsampler!r}",
+        for name, cls in PARTS.items():
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                setattr(self, name, cls(**value))
+            elif not isinstance(value, cls):
+                raise ValueError(f"bad ModelConfig: {name} must be given as {cls.__name__}(...) or a mapping of its "
+                                 f"fields, got {value!r} (a flat config: ModelConfig.from_dict)")
+        enc, dec, text = self.encoder, self.decoder, self.text_encoder
+        raise_problems("bad ModelConfig", [
+            dec.kind == "whisper" and not (self.whisper_decoder_source or dec.hf_config) and
+            "decoder 'whisper' needs decoder.name_or_path (or encoder.name_or_path) or decoder.hf_config",
+            enc.kind != "conv" and text.shared and
+            "text_encoder.shared needs the conv encoder's Transformer (encoder 'conv')",
             self.d_model % self.n_heads and f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}",
-            not self.conv_kernels and "conv_kernels is empty",
             self.position_offset < 0 and f"position_offset must be >= 0, got {self.position_offset}",
-            self.share_text_encoder and self.text_encoder_layers != self.encoder_layers and
-            f"share_text_encoder needs text_encoder_layers == encoder_layers ({self.encoder_layers}), "
-            f"got {self.text_encoder_layers}",
-        ]
-        problems = [p for p in problems if p]
-        if problems:
-            raise ValueError("bad ModelConfig: " + "; ".join(problems))
+            text.shared and text.layers != enc.layers and
+            f"text_encoder.shared needs text_encoder.layers == encoder.layers ({enc.layers}), got {text.layers}",
+        ])
 
     def check_vocabularies(self) -> None:
         """ValueError unless the vocabulary sizes (filled in from the tokenizers after the config file is
         read) fit the parts that use them."""
-        problems = [
+        raise_problems("bad ModelConfig", [
             self.tgt_vocab_size <= 0 and f"tgt_vocab_size must be > 0, got {self.tgt_vocab_size}",
             self.ctc and self.src_vocab_size <= 0 and "ctc=True needs src_vocab_size > 0",
-            self.text_encoder_layers > 0 and self.src_vocab_size <= 0 and
-            "text_encoder_layers > 0 needs src_vocab_size > 0",
-        ]
-        problems = [p for p in problems if p]
-        if problems:
-            raise ValueError("bad ModelConfig: " + "; ".join(problems))
+            self.text_encoder.layers > 0 and self.src_vocab_size <= 0 and
+            "text_encoder.layers > 0 needs src_vocab_size > 0",
+        ])
 
 
 PRESETS: dict[str, dict] = {
     # fairseq s2t_transformer_s; fairseq does not share the decoder's input and output embeddings
     # (share_decoder_input_output_embed=False), which is what makes its ~31M at an 8000 vocabulary.
-    "s2t_s": dict(d_model=256, n_heads=4, ffn_dim=2048, encoder_layers=12, decoder_layers=6,
-                  subsampler="conv1d", conv_channels=1024, conv_kernels=(5, 5), tie_embeddings=False),
-    "tiny": dict(d_model=64, n_heads=2, ffn_dim=128, encoder_layers=2, decoder_layers=2,
-                 conv_channels=64, conv_kernels=(5, 5), tgt_vocab_size=64),
+    "s2t_s": dict(d_model=256, n_heads=4, ffn_dim=2048,
+                  encoder=dict(layers=12, subsampler="conv1d", conv_channels=1024, conv_kernels=(5, 5)),
+                  decoder=dict(layers=6, tie_embeddings=False)),
+    "tiny": dict(d_model=64, n_heads=2, ffn_dim=128, tgt_vocab_size=64,
+                 encoder=dict(layers=2, conv_channels=64, conv_kernels=(5, 5)), decoder=dict(layers=2)),
 }
 
 
 def preset(name: str, **overrides) -> ModelConfig:
-    """A named configuration ("s2t_s" or "tiny"), with fields replaced by `overrides`."""
+    """A named configuration ("s2t_s" or "tiny"), with fields replaced by `overrides`: nested (encoder=
+    {"layers": 3}, or an EncoderConfig) or in the old flat names (encoder_layers=3)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
-    return replace(ModelConfig(**PRESETS[name]), **overrides)
+    return ModelConfig(**merge_model_configs(PRESETS[name], migrate_model_config(overrides)))
 
 
 class Translator(nn.Module):
@@ -267,47 +290,48 @@ def _merge(record: Record | None, prefix: str, sub: Record | None) -> None:
 
 
 def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None) -> TextEncoder | None:
-    if cfg.text_encoder_layers <= 0:
+    if cfg.text_encoder.layers <= 0:
         return None
-    stack = shared if cfg.share_text_encoder else transformer_encoder(
-        cfg.text_encoder_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
+    stack = shared if cfg.text_encoder.shared else transformer_encoder(
+        cfg.text_encoder.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
         cfg.activation_dropout)
     return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id), stack, cfg.dropout,
                        cfg.position_offset)
 
 
 def _conv_encoder(cfg: ModelConfig) -> ConvEncoder:
-    stack = transformer_encoder(cfg.encoder_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
+    e = cfg.encoder
+    stack = transformer_encoder(e.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
                                 cfg.attention_dropout, cfg.activation_dropout)
-    sub = subsampler(cfg.subsampler, cfg.input_dim, cfg.conv_channels, cfg.d_model, cfg.conv_kernels)
+    sub = subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels)
     return ConvEncoder(sub, stack, cfg.d_model, cfg.dropout, cfg.position_offset)
 
 
 def _wav2vec2_encoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelConfig]:
-    """The encoder, and `cfg` with the complete HF config in encoder_hf_config (so that a checkpoint
+    """The encoder, and `cfg` with the complete HF config in encoder.hf_config (so that a checkpoint
     rebuilds the same architecture without the pretrained model at hand)."""
     from speechmt.models.encoders.wav2vec2 import Wav2Vec2Options, wav2vec2_encoder
 
-    options = Wav2Vec2Options(cfg.freeze_feature_extractor, cfg.freeze_encoder, cfg.lna_finetune,
-                              cfg.encoder_layerdrop, cfg.mask_time_prob, cfg.mask_time_length,
-                              cfg.gradient_checkpointing)
-    encoder = wav2vec2_encoder(cfg.encoder_name_or_path, cfg.encoder_hf_config, cfg.d_model, options, pretrained)
-    return encoder, replace(cfg, encoder_hf_config=encoder.model.config.to_dict())
+    e = cfg.encoder
+    options = Wav2Vec2Options(freeze_feature_extractor=e.freeze_feature_extractor, freeze=e.finetune == "frozen",
+                              lna=e.finetune == "lna", layerdrop=e.layerdrop, mask_time_prob=e.mask_time_prob,
+                              mask_time_length=e.mask_time_length, gradient_checkpointing=e.gradient_checkpointing)
+    encoder = wav2vec2_encoder(e.name_or_path, e.hf_config, cfg.d_model, options, pretrained)
+    return encoder, replace(cfg, encoder=replace(e, hf_config=encoder.model.config.to_dict()))
 
 
 def _whisper_models(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
     """The HF Whisper models the encoder and the decoder come from (one load when they name the same)."""
     from speechmt.models.whisper import load_hf_whisper
 
-    enc = load_hf_whisper(cfg.encoder_name_or_path, cfg.encoder_hf_config, pretrained) \
-        if cfg.encoder == "whisper" else None
-    if cfg.decoder != "whisper":
+    e, d = cfg.encoder, cfg.decoder
+    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained) if e.kind == "whisper" else None
+    if d.kind != "whisper":
         return enc, None
-    if enc is not None and cfg.whisper_decoder_source == cfg.encoder_name_or_path and \
-            (not cfg.decoder_hf_config or cfg.decoder_hf_config == cfg.encoder_hf_config):
+    if enc is not None and cfg.whisper_decoder_source == e.name_or_path and \
+            (not d.hf_config or d.hf_config == e.hf_config):
         return enc, enc
-    return enc, load_hf_whisper(cfg.whisper_decoder_source, cfg.decoder_hf_config or cfg.encoder_hf_config,
-                                pretrained)
+    return enc, load_hf_whisper(cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained)
 
 
 def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[TransformerDecoder, ModelConfig]:
@@ -315,20 +339,17 @@ def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[Transformer
     from speechmt.models.whisper import hf_config_dict, whisper_decoder_from_hf
 
     c = hf_model.config
+    decoder = replace(cfg.decoder, layers=c.decoder_layers, tie_embeddings=True, hf_config=hf_config_dict(hf_model))
     cfg = replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
-                  decoder_layers=c.decoder_layers, tgt_vocab_size=c.vocab_size, tie_embeddings=True,
-                  decoder_hf_config=hf_config_dict(hf_model))
+                  tgt_vocab_size=c.vocab_size, decoder=decoder)
     return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
                                    cfg.activation_dropout), cfg
 
 
 def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:
     """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both)."""
-    if cfg.encoder == "whisper":
-        mode = "frozen" if cfg.freeze_encoder else "lna" if cfg.lna_finetune else "full"
-        set_finetuning(speech.model, mode)
-    if cfg.encoder_lora:
-        set_finetuning(speech.model, "lora", cfg.lora)
+    if cfg.encoder.kind == "whisper" or cfg.encoder.finetune == "lora":
+        set_finetuning(speech.model, cfg.encoder.finetune, cfg.lora)
 
 
 def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
@@ -336,34 +357,35 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     decoder) load the weights of their name_or_path when `pretrained`; otherwise (a checkpoint's weights
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure."""
-    hf_enc, hf_dec = _whisper_models(cfg, pretrained) if "whisper" in (cfg.encoder, cfg.decoder) else (None, None)
+    kinds = (cfg.encoder.kind, cfg.decoder.kind)
+    hf_enc, hf_dec = _whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
     decoder = None
     if hf_dec is not None:
         decoder, cfg = _whisper_decoder(cfg, hf_dec)
     cfg.check_vocabularies()
     shared = None
-    if cfg.encoder == "wav2vec2":
+    if cfg.encoder.kind == "wav2vec2":
         speech, cfg = _wav2vec2_encoder(cfg, pretrained)
-    elif cfg.encoder == "whisper":
+    elif cfg.encoder.kind == "whisper":
         from speechmt.models.whisper import hf_config_dict, whisper_encoder_from_hf
 
-        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder_layerdrop)
-        cfg = replace(cfg, encoder_hf_config=hf_config_dict(hf_enc))
+        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop)
+        cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
     else:
         speech = _conv_encoder(cfg)
         shared = speech.encoder
-    if cfg.shrink == "ctc" and not cfg.ctc:
+    if cfg.shrink.kind == "ctc" and not cfg.ctc:
         raise ValueError("shrink 'ctc' needs the CTC head: ctc=True with src_vocab_size > 0 (train.ctc_weight > 0)")
     if decoder is None:
-        decoder = transformer_decoder(cfg.tgt_vocab_size, cfg.decoder_layers, cfg.d_model, cfg.n_heads,
-                                      cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout,
-                                      cfg.tie_embeddings, cfg.pad_id, cfg.position_offset, cfg.output_bias)
+        d = cfg.decoder
+        decoder = transformer_decoder(cfg.tgt_vocab_size, d.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim,
+                                      cfg.dropout, cfg.attention_dropout, cfg.activation_dropout, d.tie_embeddings,
+                                      cfg.pad_id, cfg.position_offset, d.output_bias)
     ctc_head = nn.Linear(cfg.d_model, cfg.src_vocab_size) if cfg.ctc else None
-    shrink = build_shrink(cfg.shrink, cfg.d_model, cfg.shrink_channels, cfg.shrink_kernel, CTC_BLANK_ID,
-                          cfg.shrink_mode)
-    semantic = SEMANTICS[cfg.semantic](cfg, **cfg.semantic_options)
+    shrink = build_shrink(cfg.shrink, cfg.d_model, CTC_BLANK_ID)
+    semantic = SEMANTICS[cfg.semantic.kind](cfg, **cfg.semantic.options)
     _finetune_encoder(cfg, speech)
-    set_finetuning(decoder, cfg.decoder_finetune, cfg.lora)
+    set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
     return Translator(cfg, speech, decoder, _text_encoder(cfg, shared), ctc_head, shrink, semantic)
 
 

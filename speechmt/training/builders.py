@@ -38,9 +38,9 @@ def decoder_side(cfg: ExperimentConfig) -> str:
     tasks = {t.task for t in run_tasks(cfg)}
     if tasks == {"asr"}:
         return "src"
-    if "asr" in tasks and cfg.model.decoder != "whisper" and cfg.data.src_vocab != cfg.data.tgt_vocab:
+    if "asr" in tasks and cfg.model.decoder.kind != "whisper" and cfg.data.src_vocab != cfg.data.tgt_vocab:
         raise ConfigError("asr together with st or mt shares one decoder: give data.src_vocab and data.tgt_vocab "
-                          "the same joint SentencePiece model (or use model.decoder whisper)")
+                          "the same joint SentencePiece model (or use model.decoder.kind whisper)")
     return "tgt"
 
 
@@ -49,7 +49,7 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
     decoder's `side` ("src" for ASR-only runs, "tgt" otherwise) is Whisper's tokenizer, from its model folder."""
     toks = Tokenizers(Tokenizer.load(data.src_vocab) if data.src_vocab else None,
                       Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None)
-    if model is None or model.decoder != "whisper":
+    if model is None or model.decoder.kind != "whisper":
         return toks
     from speechmt.models.whisper import resolve_pretrained
 
@@ -72,7 +72,7 @@ def decoder_tag(cfg: ExperimentConfig, task: str | None = None) -> str | None:
     if not cfg.data.lang_tag:
         return None
     lang = cfg.data.src_lang if (task or main_task(cfg)) == "asr" else cfg.data.tgt_lang
-    if cfg.model.decoder == "whisper":  # Whisper's translate prompt names the source language
+    if cfg.model.decoder.kind == "whisper":  # Whisper's translate prompt names the source language
         return language_token(cfg.data.src_lang if cfg.data.whisper_task == "translate" else lang)
     return f"<{lang}>"
 
@@ -87,24 +87,25 @@ def feature_settings(cfg: ExperimentConfig) -> tuple[FbankConfig, CMVNConfig]:
 
 def waveform_settings(cfg: ExperimentConfig) -> WaveformConfig | None:
     """The waveform front end of a wav2vec2 model (its feature extractor's settings); None for fbank models."""
-    if cfg.model.encoder != "wav2vec2":
+    if cfg.model.encoder.kind != "wav2vec2":
         return None
     from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
 
-    return feature_extractor_settings(cfg.model.encoder_name_or_path)
+    return feature_extractor_settings(cfg.model.encoder.name_or_path)
 
 
 def mel_settings_for(cfg: ExperimentConfig) -> WhisperMelConfig | None:
     """The log-mel front end of a Whisper encoder (its feature extractor's settings); None otherwise."""
-    if cfg.model.encoder != "whisper":
+    encoder = cfg.model.encoder
+    if encoder.kind != "whisper":
         return None
     from speechmt.data.whisper_mel import mel_settings
     from speechmt.models.whisper import resolve_pretrained
 
-    if not cfg.model.encoder_name_or_path:
-        mel = WhisperMelConfig(int(cfg.model.encoder_hf_config.get("num_mel_bins", 80)))
+    if not encoder.name_or_path:
+        mel = WhisperMelConfig(int(encoder.hf_config.get("num_mel_bins", 80)))
     else:
-        mel = mel_settings(resolve_pretrained(cfg.model.encoder_name_or_path))
+        mel = mel_settings(resolve_pretrained(encoder.name_or_path))
     return dataclasses.replace(mel, pad_to_30s=cfg.data.whisper_pad_30s)
 
 
@@ -122,9 +123,9 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMV
     if TASK_INPUTS[spec.task] == "text":
         records = read_manifest(Path(data.dir) / f"{split}.jsonl")
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
-    if cfg.model.encoder == "wav2vec2":
+    if cfg.model.encoder.kind == "wav2vec2":
         return WaveformDataset.from_split(data.dir, split, waveform or waveform_settings(cfg), **sides)
-    if cfg.model.encoder == "whisper":
+    if cfg.model.encoder.kind == "whisper":
         return _whisper_dataset(cfg, data.dir, split, sides, mel or mel_settings_for(cfg), encoder)
     records, store = load_split(data.dir, split)
     augment = SpecAugmentConfig.policy(data.spec_augment) if train and data.spec_augment else None
@@ -163,8 +164,8 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
     text = any(TASK_INPUTS[t.task] == "text" for t in specs)
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
-    if cfg.model.shrink == "ctc" and not ctc:
-        raise ConfigError("model.shrink ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
+    if cfg.model.shrink.kind == "ctc" and not ctc:
+        raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
                           "(or a ctc objective) and data.src_vocab to train that head")
     return dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
                                ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id)

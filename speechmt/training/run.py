@@ -99,7 +99,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     model = build_model(model_config_for(cfg, toks))
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from)
-    frozen_encoder = model.speech_encoder if cfg.model.encoder == "whisper" else None  # cached when frozen
+    frozen_encoder = model.speech_encoder if cfg.model.encoder.kind == "whisper" else None  # cached when frozen
 
 
     def data(spec: TaskData, train: bool):

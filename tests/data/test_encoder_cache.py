@@ -14,8 +14,8 @@ from tests.whisper_helpers import tiny_whisper_dir
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
     folder = tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_cache"))
-    return build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(folder),
-                                   freeze_encoder=True)).speech_encoder
+    return build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(folder), "finetune": "frozen"},
+                                   decoder={"kind": "whisper"})).speech_encoder
 
 
 def test_cache_equals_the_live_encoder_within_float16(tiny_data, encoder):

@@ -67,7 +67,7 @@ def test_relative_audio_paths_are_read_from_the_manifest_folder(tiny_data, tmp_p
 
 def test_build_dataset_gives_waveforms_for_a_wav2vec2_model(tiny_data, tmp_path):
     cfg = tiny_config(tiny_data, tmp_path, ctc_weight=0.3)
-    cfg.model = dataclasses.replace(cfg.model, encoder="wav2vec2", encoder_hf_config={"hidden_size": 64})
+    cfg.model = dataclasses.replace(cfg.model, encoder={"kind": "wav2vec2", "hf_config": {"hidden_size": 64}})
     toks = load_tokenizers(cfg.data)
     ds = build_dataset(cfg, "dev", toks, None, train=True)
     assert isinstance(ds, WaveformDataset) and ds.cfg == WaveformConfig()

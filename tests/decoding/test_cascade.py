@@ -29,8 +29,8 @@ def pair(tiny_data, tmp_path_factory):
     asr_dir, mt_dir = tmp_path_factory.mktemp("asr"), tmp_path_factory.mktemp("mt")
     asr = _train(tiny_config(tiny_data, asr_dir, task="asr", **common), asr_dir)
     mt_cfg = tiny_config(tiny_data, mt_dir, task="mt", **common)
-    mt_cfg.model.text_encoder_layers = mt_cfg.model.encoder_layers
-    mt_cfg.model.share_text_encoder = True
+    mt_cfg.model.text_encoder.layers = mt_cfg.model.encoder.layers
+    mt_cfg.model.text_encoder.shared = True
     return asr, _train(mt_cfg, mt_dir)
 
 

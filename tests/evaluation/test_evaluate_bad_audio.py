@@ -23,8 +23,8 @@ def whisper_model(tmp_path_factory) -> tuple[str, object]:
     shutil.copytree(ASSETS / "mustc", root / "mustc")  # its audio is broken below, never the committed one
     prepare_mustc(root / "mustc", root / "data", "de", cfg=PrepareConfig(jobs=1))
     base = tiny_whisper_dir(root / "whisper")
-    model = ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(base), freeze_encoder=True,
-                        dropout=0.0)
+    model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
+                        decoder={"kind": "whisper"}, dropout=0.0)
     cfg = ExperimentConfig(model=model, data=DataConfig(dir=str(root / "data"), spec_augment="", tgt_lang="de"),
                            train=TrainConfig(max_updates=1, warmup_updates=1, save_dir=str(root / "exp"),
                                              valid_decode=False, log_interval=1))

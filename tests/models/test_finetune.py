@@ -30,16 +30,15 @@ def _changed(before: dict, model) -> set[str]:
     return {k for k, v in model.state_dict().items() if not torch.equal(before[k], v)}
 
 
-@pytest.mark.parametrize("encoder_opts, decoder_mode, trained", [
-    (dict(encoder_lora=True), "lora", lambda k: ".lora_A." in k or ".lora_B." in k),
-    (dict(lna_finetune=True), "lna",
-     lambda k: any(s in k for s in ("norm", "layer_norm", "_proj.")) and "lora" not in k),
-    (dict(freeze_encoder=True), "frozen", lambda k: False),
+@pytest.mark.parametrize("encoder_mode, decoder_mode, trained", [
+    ("lora", "lora", lambda k: ".lora_A." in k or ".lora_B." in k),
+    ("lna", "lna", lambda k: any(s in k for s in ("norm", "layer_norm", "_proj.")) and "lora" not in k),
+    ("frozen", "frozen", lambda k: False),
 ])
-def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(whisper_dir, encoder_opts,
+def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(whisper_dir, encoder_mode,
                                                                               decoder_mode, trained):
-    cfg = ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir), dropout=0.0,
-                      decoder_finetune=decoder_mode, lora_rank=4, **encoder_opts)
+    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": encoder_mode},
+                      decoder={"kind": "whisper", "finetune": decoder_mode}, dropout=0.0, lora={"rank": 4})
     model = build_model(cfg)
     names = {k for k, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     assert names == {k for k in model.state_dict() if trained(k)}
@@ -53,8 +52,8 @@ def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(w
 
 
 def test_lna_trains_layer_norms_and_attention_projections_only(whisper_dir):
-    model = build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir),
-                                    lna_finetune=True, decoder_finetune="lna"))
+    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "lna"},
+                                    decoder={"kind": "whisper", "finetune": "lna"}))
     trainable = [k for k, p in model.named_parameters() if p.requires_grad]
     assert trainable and all(("norm" in k) or any(f"attn.{p}" in k for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
                              for k in trainable)
@@ -64,8 +63,9 @@ def test_lna_trains_layer_norms_and_attention_projections_only(whisper_dir):
 
 @torch.no_grad()
 def test_merged_lora_equals_the_adapted_model(whisper_dir):
-    model = build_model(ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir),
-                                    dropout=0.0, decoder_finetune="lora", lora_rank=4)).eval()
+    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
+                                    decoder={"kind": "whisper", "finetune": "lora"}, dropout=0.0,
+                                    lora={"rank": 4})).eval()
     for name, p in model.named_parameters():
         if ".lora_B." in name:
             p.normal_(0, 0.1)  # a trained adapter

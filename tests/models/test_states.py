@@ -57,8 +57,8 @@ def test_intermediate_layers_are_the_residual_stream_of_the_stack():
 
 def test_whisper_encoder_states_and_the_cached_path(tmp_path):
     folder = tiny_whisper_dir(tmp_path / "w")
-    cfg = ModelConfig(encoder="whisper", encoder_name_or_path=str(folder), d_model=48, n_heads=4, ffn_dim=64,
-                      decoder_layers=1, tgt_vocab_size=30, dropout=0.0)
+    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(folder)}, d_model=48, n_heads=4, ffn_dim=64,
+                      decoder={"layers": 1}, tgt_vocab_size=30, dropout=0.0)
     model = build_model(cfg).eval()
     mels, lengths = torch.randn(2, 40, 80), torch.tensor([40, 22])
     with torch.no_grad():
@@ -75,8 +75,9 @@ def test_whisper_encoder_states_and_the_cached_path(tmp_path):
 
 
 def test_wav2vec2_states_are_hfs_hidden_states():
-    cfg = ModelConfig(encoder="wav2vec2", encoder_hf_config=tiny_wav2vec2_fields(), d_model=48, n_heads=2, ffn_dim=64,
-                      decoder_layers=1, tgt_vocab_size=60, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    cfg = ModelConfig(encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()}, d_model=48, n_heads=2,
+                      ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=60, dropout=0.0, attention_dropout=0.0,
+                      activation_dropout=0.0)
     model = build_model(cfg, pretrained=False).eval()
     waves, lengths = torch.randn(2, 9000), torch.tensor([9000, 6000])
     with torch.no_grad():
@@ -131,6 +132,6 @@ def test_a_semantic_variant_is_one_builder_in_one_dict(monkeypatch):
 
 def test_unknown_semantic_and_options():
     with pytest.raises(ValueError, match="unknown semantic 'lut'; expected one of identity"):
-        ModelConfig(semantic="lut")
+        ModelConfig(semantic={"kind": "lut"})
     with pytest.raises(ValueError, match="semantic 'identity' takes no options, got layers"):
         build_model(preset("tiny", tgt_vocab_size=20, semantic_options={"layers": 2}))

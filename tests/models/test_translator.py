@@ -27,9 +27,9 @@ def test_tied_embeddings_share_storage_and_count_once():
 
 def test_preset_overrides_and_unknown_name():
     cfg = preset("tiny", d_model=32, tgt_vocab_size=10)
-    assert (cfg.d_model, cfg.tgt_vocab_size, cfg.encoder_layers, cfg.decoder_layers) == (32, 10, 2, 2)
+    assert (cfg.d_model, cfg.tgt_vocab_size, cfg.encoder.layers, cfg.decoder.layers) == (32, 10, 2, 2)
     s = preset("s2t_s")
-    assert (s.encoder_layers, s.decoder_layers, s.d_model, s.n_heads, s.ffn_dim, s.conv_channels) == \
+    assert (s.encoder.layers, s.decoder.layers, s.d_model, s.n_heads, s.ffn_dim, s.encoder.conv_channels) == \
         (12, 6, 256, 4, 2048, 1024)
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
@@ -38,19 +38,19 @@ def test_preset_overrides_and_unknown_name():
 def test_config_round_trip_from_dict():
     cfg = preset("tiny", src_vocab_size=20, ctc=True)
     d = asdict(cfg)
-    d["conv_kernels"] = list(d["conv_kernels"])  # as after YAML / JSON
+    d["encoder"]["conv_kernels"] = list(d["encoder"]["conv_kernels"])  # as after YAML / JSON
     again = ModelConfig(**d)
-    assert again == cfg and again.conv_kernels == (5, 5)
+    assert again == cfg and again.encoder.conv_kernels == (5, 5)
     a, b = build_model(cfg), build_model(again)
     assert {k: v.shape for k, v in a.state_dict().items()} == {k: v.shape for k, v in b.state_dict().items()}
     b.load_state_dict(a.state_dict())
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(subsampler="conv3d"), "unknown subsampler"),
+    (dict(subsampler="conv3d"), r"unknown encoder\.subsampler 'conv3d'"),
     (dict(d_model=30, n_heads=4), "not divisible"),
-    (dict(src_vocab_size=9, text_encoder_layers=1, share_text_encoder=True), "share_text_encoder needs"),
-    (dict(conv_kernels=()), "conv_kernels is empty"),
+    (dict(src_vocab_size=9, text_encoder_layers=1, share_text_encoder=True), r"text_encoder\.shared needs"),
+    (dict(encoder={"conv_kernels": ()}), r"encoder\.conv_kernels is empty"),
 ])
 def test_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -59,7 +59,7 @@ def test_config_validation(overrides, message):
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(ctc=True), "ctc=True needs src_vocab_size"),
-    (dict(text_encoder_layers=2), "text_encoder_layers > 0 needs src_vocab_size"),
+    (dict(text_encoder={"layers": 2}), r"text_encoder\.layers > 0 needs src_vocab_size"),
     (dict(tgt_vocab_size=0), "tgt_vocab_size must be > 0"),
 ])
 def test_vocabulary_sizes_are_checked_when_building(overrides, message):

@@ -170,9 +170,10 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 
 def _st_config(**overrides) -> ModelConfig:
-    return ModelConfig(**{**dict(encoder="wav2vec2", d_model=48, n_heads=2, ffn_dim=64, decoder_layers=1,
-                                 tgt_vocab_size=60, src_vocab_size=60, ctc=True, dropout=0.0, attention_dropout=0.0,
-                                 activation_dropout=0.0, shrink="conv", shrink_channels=32), **overrides})
+    return ModelConfig.from_dict({**dict(encoder="wav2vec2", d_model=48, n_heads=2, ffn_dim=64, decoder_layers=1,
+                                         tgt_vocab_size=60, src_vocab_size=60, ctc=True, dropout=0.0,
+                                         attention_dropout=0.0, activation_dropout=0.0, shrink="conv",
+                                         shrink_channels=32), **overrides})
 
 
 def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_path, monkeypatch):
@@ -188,7 +189,7 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
     weights = saved.state_dict()
     assert set(weights) - set(own) == {"masked_spec_embed"}  # time masking is off (mask_time_prob 0)
     assert all(torch.equal(own[k], weights[k]) for k in own)
-    assert model.config.encoder_hf_config["hidden_size"] == 32 and model.config.encoder_name_or_path == str(hf_dir)
+    assert model.config.encoder.hf_config["hidden_size"] == 32 and model.config.encoder.name_or_path == str(hf_dir)
     waveform = feature_extractor_settings(str(hf_dir))
     assert waveform == WaveformConfig(do_normalize=False)
 
@@ -262,11 +263,13 @@ def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
 @pytest.mark.parametrize("overrides, message", [
     (dict(encoder="hubert"), "unknown encoder 'hubert'"),
     (dict(encoder="conv", lna_finetune=True, mask_time_prob=0.1),
-     "lna_finetune: options of encoders wav2vec2 and whisper only; mask_time_prob: options of encoder 'wav2vec2'"),
-    (dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1), "mask_time_prob: options of encoder 'wav2vec2'"),
+     r"encoder\.finetune: options of encoders wav2vec2 and whisper only; encoder\.mask_time_prob: options of "
+     r"encoder 'wav2vec2' only$"),
+    (dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1),
+     r"encoder\.mask_time_prob: options of encoder 'wav2vec2'"),
     (dict(freeze_encoder=True, lna_finetune=True), "exclude each other"),
-    (dict(mask_time_prob=1.0), "mask_time_prob must be in"),
-    (dict(share_text_encoder=True, text_encoder_layers=12), "share_text_encoder needs the conv encoder"),
+    (dict(mask_time_prob=1.0), r"encoder\.mask_time_prob must be in"),
+    (dict(share_text_encoder=True, text_encoder_layers=12), r"text_encoder\.shared needs the conv encoder"),
 ])
 def test_wav2vec2_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -285,9 +288,9 @@ def test_tiny_wav2vec2_st_model_overfits_and_translates_its_training_audio_exact
 
     cfg = tiny_config(tiny_data, tmp_path, max_updates=250, save_interval_updates=250,
                       validate_interval_updates=250, lr=1e-3, warmup_updates=20)
-    cfg.model = ModelConfig(encoder="wav2vec2", encoder_hf_config=tiny_wav2vec2_fields(), d_model=64, n_heads=2,
-                            ffn_dim=128, decoder_layers=2, dropout=0.0, attention_dropout=0.0,
-                            activation_dropout=0.0, shrink="conv", shrink_channels=64)
+    cfg.model = ModelConfig(encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()}, d_model=64, n_heads=2,
+                            ffn_dim=128, decoder={"layers": 2}, dropout=0.0, attention_dropout=0.0,
+                            activation_dropout=0.0, shrink={"kind": "conv", "channels": 64})
     run_training(cfg)
     ckpt = load_checkpoint(tmp_path / "checkpoint_last.safetensors")
     assert ckpt["features"]["waveform"] == {"sample_rate": 16000, "do_normalize": True}
@@ -305,7 +308,7 @@ def test_the_recipe_config_loads_and_builds():
 
     cfg = load_config(ASSETS.parents[1] / "recipes/mustc/conf/st_w2v_conv_mini.yaml",
                       ["model.tgt_vocab_size=100", "model.src_vocab_size=80", "model.ctc=true"])
-    assert cfg.model.encoder == "wav2vec2" and cfg.model.shrink == "conv" and cfg.train.ctc_weight == 0.3
+    assert cfg.model.encoder.kind == "wav2vec2" and cfg.model.shrink.kind == "conv" and cfg.train.ctc_weight == 0.3
     model = build_model(cfg.model)
     hf = model.speech_encoder.model
     assert isinstance(hf, Wav2Vec2Model) and hf.config.conv_dim == [128] * 7 and hf.config.hidden_size == 256

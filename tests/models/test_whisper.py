@@ -27,7 +27,8 @@ def hf(whisper_dir):
 
 @pytest.fixture(scope="module")
 def model(whisper_dir):
-    cfg = ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(whisper_dir), dropout=0.0)
+    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, decoder={"kind": "whisper"},
+                      dropout=0.0)
     return build_model(cfg).eval()
 
 
@@ -97,8 +98,8 @@ def test_whisper_decoder_logits_equal_hf_and_cached_steps_equal_full(hf, model):
 
 
 def test_encoder_width_is_projected_to_a_transformer_decoder(whisper_dir):
-    cfg = ModelConfig(encoder="whisper", encoder_name_or_path=str(whisper_dir), d_model=48, n_heads=4,
-                      ffn_dim=64, decoder_layers=1, tgt_vocab_size=50)
+    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, d_model=48, n_heads=4,
+                      ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=50)
     model = build_model(cfg).eval()
     out = model.encode_speech(torch.zeros(1, 40, 80), torch.tensor([40]))
     assert out.x.shape == (1, 20, 48) and out.lengths.tolist() == [20]
@@ -110,9 +111,14 @@ def test_too_long_input_and_bad_options_fail_with_one_line(model, whisper_dir):
         model.speech_encoder.states(torch.zeros(1, 3002, 80), torch.tensor([3002]))
     with pytest.raises(ValueError, match="expects 80 mel bins"):
         model.speech_encoder.states(torch.zeros(1, 10, 128), torch.tensor([10]))
-    with pytest.raises(ValueError, match="exclude each other"):
-        ModelConfig(encoder="whisper", encoder_name_or_path=str(whisper_dir), freeze_encoder=True, encoder_lora=True)
-    with pytest.raises(ValueError, match="decoder_finetune"):
-        ModelConfig(decoder="whisper", encoder_name_or_path=str(whisper_dir), decoder_finetune="half")
+    with pytest.raises(ValueError, match="exclude each other"):  # the flat flags of older configs
+        ModelConfig.from_dict(dict(encoder="whisper", encoder_name_or_path=str(whisper_dir), freeze_encoder=True,
+                                   encoder_lora=True))
+    with pytest.raises(ValueError, match="unknown encoder.finetune 'most'"):
+        ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "most"})
+    with pytest.raises(ValueError, match="unknown decoder.finetune 'half'"):
+        ModelConfig(encoder={"name_or_path": str(whisper_dir), "kind": "whisper"},
+                    decoder={"kind": "whisper", "finetune": "half"})
     with pytest.raises(FileNotFoundError, match="cannot load a Whisper model"):
-        build_model(replace(model.config, encoder_name_or_path=str(whisper_dir / "nowhere")))
+        moved = replace(model.config.encoder, name_or_path=str(whisper_dir / "nowhere"))
+        build_model(replace(model.config, encoder=moved))

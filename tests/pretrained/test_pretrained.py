@@ -2,6 +2,7 @@
 `export_model` keeps what inference needs, in float16, and the exported model decodes as the original."""
 
 import csv
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ import torch
 import speechmt.pretrained as pretrained
 from speechmt import load_model, translate
 from speechmt.cli import main
-from speechmt.models.translator import count_parameters
+from speechmt.checkpoint import load_checkpoint, save_checkpoint
+from speechmt.models.translator import ModelConfig, count_parameters
 from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model
-from speechmt.checkpoint import load_checkpoint
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -47,6 +48,25 @@ def test_default_model_translates_the_examples_as_recorded():
     assert {Path(r.source).name: r.text for r in results} == expected
 
 
+def test_the_default_models_flat_config_migrates_and_a_nested_copy_translates_the_same(tmp_path):
+    """The bundled file was written before the model config was nested: its flat config loads through
+    speechmt.models.migrate, and the same file with the nested config translates an example identically."""
+    state = load_checkpoint(default_model_path())
+    flat = state["model_config"]
+    assert (flat["encoder"], flat["freeze_encoder"], flat["decoder_finetune"], flat["lora_rank"]) == \
+        ("whisper", True, "lora", 32)
+    cfg = ModelConfig.from_dict(flat)
+    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune) == ("whisper", "whisper-base", "frozen")
+    assert (cfg.decoder.kind, cfg.decoder.finetune, cfg.lora.rank, cfg.lora.alpha, cfg.lora.dropout) == \
+        ("whisper", "lora", 32, 64, 0.05)
+    save_checkpoint(tmp_path / "nested.safetensors", {**state, "model_config": asdict(cfg)})
+    old, new = load_model(default_model_path()), load_model(tmp_path / "nested.safetensors")
+    assert old.model.config == new.model.config and old.model.config.encoder.finetune == "frozen"
+    clip = EXAMPLES / "01_weather.flac"
+    texts = [translate(lm, [clip], beam=5)[0].text for lm in (old, new)]
+    assert texts == [_expected()[clip.name]] * 2 == ["Die Wetter ist heute sehr gut."] * 2
+
+
 def test_cli_translate_uses_the_default_model(capsys):
     clip = sorted(_expected())[0]
     assert main(["translate", str(EXAMPLES / clip), "--timing"]) == 0
@@ -78,6 +98,7 @@ def tiny_checkpoint(tmp_path_factory, tiny_data):
 def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny_data):
     info = export_model(tiny_checkpoint, tmp_path / "m.safetensors", provenance={"data": "replica"})
     full, slim = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "m.safetensors")
+    assert full["model_config"]["encoder"]["kind"] == "conv"  # checkpoints store the nested config
     assert "train_state" in full and "train_state" not in slim and slim["provenance"] == {"data": "replica"}
     assert info["params"] == sum(v.numel() for v in full["model"].values() if v.is_floating_point())
     for k, v in full["model"].items():

@@ -46,8 +46,8 @@ def test_pretrain_audio_runs_and_its_output_loads_as_the_wav2vec2_encoder(tiny_d
     hf = Wav2Vec2Model.from_pretrained(out)
     assert all(torch.equal(v, trained[k]) for k, v in hf.state_dict().items())
     assert feature_extractor_settings(str(out)) == WaveformConfig(do_normalize=True)
-    model = build_model(ModelConfig(encoder="wav2vec2", encoder_name_or_path=str(out), d_model=32, n_heads=2,
-                                    ffn_dim=64, decoder_layers=1, tgt_vocab_size=20))
+    model = build_model(ModelConfig(encoder={"kind": "wav2vec2", "name_or_path": str(out)}, d_model=32, n_heads=2,
+                                    ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=20))
     encoder = model.speech_encoder.model.state_dict()
     assert encoder.keys() == {k for k in trained if k != "masked_spec_embed"}  # masking off in fine-tuning
     assert all(torch.equal(v, trained[k]) for k, v in encoder.items())
@@ -92,7 +92,7 @@ def test_recipe_pretraining_config_matches_the_st_encoder_it_initialises():
 
     conf = ASSETS.parents[1] / "recipes/mustc/conf"
     pre = load_pretrain_config(conf / "w2v_pretrain_mini.yaml", manifests=["train.jsonl"], out="o")
-    st = load_config(conf / "st_w2v_conv_mini.yaml").model.encoder_hf_config
+    st = load_config(conf / "st_w2v_conv_mini.yaml").model.encoder.hf_config
     assert st.items() <= pre.hf_config.items()  # the ST config overrides nothing of the pretrained encoder
     assert (pre.mask_prob, pre.mask_length, pre.max_updates) == (0.65, 10, 2000)
 

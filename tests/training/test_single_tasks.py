@@ -14,7 +14,7 @@ def test_a_single_task_run_fits_its_training_split_exactly(tiny_data, tmp_path, 
                       save_interval_updates=0, validate_interval_updates=0, valid_decode=False, label_smoothing=0.0)
     cfg.data.valid_split = ""
     if task == "mt":
-        cfg.model.text_encoder_layers = 2
+        cfg.model.text_encoder.layers = 2
     run_training(cfg)
     lm = load_model(tmp_path / "checkpoint_last.safetensors")
     assert lm.task == task

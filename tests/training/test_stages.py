@@ -29,7 +29,7 @@ def _multi(data, save_dir, max_updates, mix="together", **train):
     """MT (decoder frozen) for 3 updates, then ST + ASR + MT; one joint vocabulary, so one decoder serves all."""
     cfg = tiny_config(data, save_dir, max_updates=max_updates, save_interval_updates=2, validate_interval_updates=3,
                       valid_decode=False, **train)
-    cfg.model.text_encoder_layers = cfg.model.encoder_layers
+    cfg.model.text_encoder.layers = cfg.model.encoder.layers
     cfg.data.max_tokens = 700  # several batches per epoch
     cfg.train.stages = [Stage("mt", [TaskData("mt")], updates=3, freeze=["decoder."]),
                         Stage("all", [TaskData("st", {"ce": 0.7, "ctc": 0.3}), TaskData("asr"), TaskData("mt")],

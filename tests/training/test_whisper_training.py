@@ -21,8 +21,8 @@ def whisper_dir(tmp_path_factory):
 
 
 def whisper_config(data: Path, base: Path, save_dir: Path, **train) -> ExperimentConfig:
-    model = ModelConfig(encoder="whisper", decoder="whisper", encoder_name_or_path=str(base), freeze_encoder=True,
-                        dropout=0.0)
+    model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
+                        decoder={"kind": "whisper"}, dropout=0.0)
     data_cfg = DataConfig(dir=str(data), spec_augment="", max_tokens=4000, tgt_lang="de")
     defaults = dict(task="st", lr=3e-3, warmup_updates=5, max_updates=300, save_dir=str(save_dir),
                     save_interval_updates=100, validate_interval_updates=100, log_interval=50, seed=1,
@@ -83,7 +83,7 @@ def test_a_changed_base_is_refused_with_one_line(trained, tmp_path):
     other = tiny_whisper_dir(tmp_path / "other", d_model=64, seed=5)
     ckpt = load_checkpoint(_last(save_dir))
     ckpt["base"]["sources"] = [str(other)]
-    ckpt["model_config"]["encoder_name_or_path"] = str(other)
+    ckpt["model_config"]["encoder"]["name_or_path"] = str(other)
     from speechmt.checkpoint import save_checkpoint
 
     save_checkpoint(tmp_path / "moved.safetensors", {k: v for k, v in ckpt.items() if k != "format"})

@@ -7,15 +7,18 @@ is one file here and one entry in SEMANTICS: a builder `(ModelConfig) -> module`
 
 each (x (B, T, D), lengths (B,)) in and out, free to put auxiliary outputs in `enc.aux` for its objectives
 (speechmt.tasks.objectives) and to note its layers in `record` (speechmt.models.translator.Translator.states).
-The variant's own settings come from `ModelConfig.semantic_options` through its own dataclass.
+`SemanticConfig` (ModelConfig.semantic) names the variant; its own settings come from `options` through
+the variant's own dataclass.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from torch import nn
 
+from speechmt.config_check import raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.identity import Identity, identity
 
@@ -30,4 +33,20 @@ class SemanticLayer(Protocol):
 
 SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity}
 
-__all__ = ["Identity", "SEMANTICS", "SemanticLayer"]
+
+@dataclass
+class SemanticConfig:
+    """The semantic layer between the encoders and the decoder: `kind` "identity" (none) or a variant of
+    SEMANTICS, with its own settings in `options` (checked by the variant's builder)."""
+
+    kind: str = "identity"
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.options = dict(self.options)
+        raise_problems("bad ModelConfig", [
+            self.kind not in SEMANTICS and f"unknown semantic {self.kind!r}; expected one of {', '.join(SEMANTICS)}",
+        ])
+
+
+__all__ = ["Identity", "SEMANTICS", "SemanticConfig", "SemanticLayer"]

@@ -1,0 +1,139 @@
+"""Model configs from before the nesting: a flat dict (checkpoints, YAML files and overrides written before
+`ModelConfig` had one sub-config per module) turned into today's nested one.
+
+    {"encoder": "whisper", "encoder_layers": 6, "freeze_encoder": True, "lora_rank": 32, ...}
+ -> {"encoder": {"kind": "whisper", "layers": 6, "finetune": "frozen"}, "lora": {"rank": 32}, ...}
+
+`FLAT_NAMES` maps every old name to its nested path; the encoder's three exclusive fine-tuning flags
+(`FINETUNE_FLAGS`) became the one setting `encoder.finetune`. Shared settings (d_model, dropout, vocabulary
+sizes, ...) kept their place. A nested dict passes through unchanged, and a mixed one (a preset's nested
+form with flat overrides) is merged; an option set twice to different values is a ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FINETUNE_FLAGS", "FLAT_NAMES", "GROUPS", "merge_model_configs", "migrate_model_config",
+           "migrate_model_override"]
+
+GROUPS = ("encoder", "shrink", "text_encoder", "semantic", "decoder", "lora")
+"""The sub-configs of ModelConfig (fields holding a dataclass, a mapping in dict form)."""
+
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    "encoder": ("encoder", "kind"),
+    "encoder_layers": ("encoder", "layers"),
+    "input_dim": ("encoder", "input_dim"),
+    "subsampler": ("encoder", "subsampler"),
+    "conv_channels": ("encoder", "conv_channels"),
+    "conv_kernels": ("encoder", "conv_kernels"),
+    "encoder_name_or_path": ("encoder", "name_or_path"),
+    "encoder_hf_config": ("encoder", "hf_config"),
+    "encoder_layerdrop": ("encoder", "layerdrop"),
+    "freeze_feature_extractor": ("encoder", "freeze_feature_extractor"),
+    "mask_time_prob": ("encoder", "mask_time_prob"),
+    "mask_time_length": ("encoder", "mask_time_length"),
+    "gradient_checkpointing": ("encoder", "gradient_checkpointing"),
+    "shrink": ("shrink", "kind"),
+    "shrink_channels": ("shrink", "channels"),
+    "shrink_kernel": ("shrink", "kernel"),
+    "shrink_mode": ("shrink", "mode"),
+    "text_encoder_layers": ("text_encoder", "layers"),
+    "share_text_encoder": ("text_encoder", "shared"),
+    "semantic": ("semantic", "kind"),
+    "semantic_options": ("semantic", "options"),
+    "decoder": ("decoder", "kind"),
+    "decoder_layers": ("decoder", "layers"),
+    "decoder_name_or_path": ("decoder", "name_or_path"),
+    "decoder_hf_config": ("decoder", "hf_config"),
+    "decoder_finetune": ("decoder", "finetune"),
+    "tie_embeddings": ("decoder", "tie_embeddings"),
+    "output_bias": ("decoder", "output_bias"),
+    "lora_rank": ("lora", "rank"),
+    "lora_alpha": ("lora", "alpha"),
+    "lora_dropout": ("lora", "dropout"),
+    "lora_targets": ("lora", "targets"),
+}
+"""Old flat name -> (sub-config, field)."""
+
+FINETUNE_FLAGS: dict[str, str] = {"freeze_encoder": "frozen", "lna_finetune": "lna", "encoder_lora": "lora"}
+"""The old encoder fine-tuning flags (at most one true) -> the encoder.finetune mode each meant."""
+
+
+def migrate_model_config(d: Mapping[str, Any]) -> dict[str, Any]:
+    """`d` in the nested form: old flat names moved into their sub-config, sub-configs given as dataclasses
+    turned into dicts, other keys (shared settings, a YAML file's `preset`, unknown names) kept as they are."""
+    flags = [k for k in FINETUNE_FLAGS if d.get(k)]
+    if len(flags) > 1:
+        raise ValueError("bad ModelConfig: freeze_encoder, lna_finetune and encoder_lora exclude each other")
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if key in FINETUNE_FLAGS:
+            _flag(key, value)
+            if value:
+                _put(out, ("encoder", "finetune"), FINETUNE_FLAGS[key], key)
+        elif key in GROUPS and _is_group(value):
+            for name, v in _as_dict(value).items():
+                _put(out, (key, name), v, f"{key}.{name}")
+        elif key in FLAT_NAMES:
+            _put(out, FLAT_NAMES[key], value, key)
+        else:
+            _put(out, (key,), value, key)
+    return out
+
+
+def migrate_model_override(model: Mapping[str, Any], key: str, value: Any) -> tuple[list[str], Any]:
+    """The nested path (below `model`) and value of one override `model.<key>=value`, `key` dotted and
+    possibly in the old flat names; `model` is the nested section it applies to (an old flag set to false
+    ends its own fine-tuning mode only)."""
+    parts = key.split(".")
+    head, rest = parts[0], parts[1:]
+    if head in FINETUNE_FLAGS and not rest:
+        _flag(head, value)
+        encoder = model.get("encoder")
+        current = encoder.get("finetune", "full") if isinstance(encoder, Mapping) else "full"
+        mode = FINETUNE_FLAGS[head]
+        return ["encoder", "finetune"], mode if value else ("full" if current == mode else current)
+    if head in FLAT_NAMES and not (head in GROUPS and (rest or _is_group(value))):
+        return [*FLAT_NAMES[head], *rest], value
+    return parts, value
+
+
+def merge_model_configs(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Two nested model-config dicts merged: `overrides` wins, field by field within each sub-config."""
+    out = {**base, **overrides}
+    for group in GROUPS:
+        if isinstance(base.get(group), Mapping) and isinstance(overrides.get(group), Mapping):
+            out[group] = {**base[group], **overrides[group]}
+    return out
+
+
+def _is_group(value: Any) -> bool:
+    return isinstance(value, Mapping) or (dataclasses.is_dataclass(value) and not isinstance(value, type))
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"bad ModelConfig: {name} must be true or false, got {value!r}")
+
+
+def _put(out: dict[str, Any], path: tuple[str, ...], value: Any, given_as: str) -> None:
+    """Sets out[path...] = value; ValueError when another name already set it to something else."""
+    *groups, name = path
+    target = out
+    for group in groups:
+        target = target.setdefault(group, {})
+        if not isinstance(target, dict):
+            raise ValueError(f"bad ModelConfig: {given_as} sets {'.'.join(path)} but {group} is {target!r}")
+    if name in target and target[name] != value:
+        raise ValueError(f"bad ModelConfig: {given_as}={value!r} sets {'.'.join(path)} a second time "
+                         f"(already {target[name]!r})")
+    target[name] = value
