@@ -43,6 +43,17 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synth_mt(args: argparse.Namespace) -> int:
+    import json
+
+    from speechmt.data.synth.mt_text import build_mt_text, default_out
+
+    out = Path(args.out) if args.out else default_out(args.corpus, Path(args.root), args.lang)
+    summary = build_mt_text(args.corpus, Path(args.root), out, args.lang)
+    print(json.dumps({"out": str(out), **summary}, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_vocab(args: argparse.Namespace) -> int:
     from speechmt.tokenizer import TokenizerConfig, train_from_manifests
 
@@ -334,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     synth.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
     synth.set_defaults(func=cmd_synth)
+    mt = sub.add_parser("synth-mt", help="extra text-only MT pairs for a mini corpus, none of its sentences")
+    mt.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
+    mt.add_argument("--root", required=True, help="the corpus folder (as `synth --out` made it)")
+    mt.add_argument("--lang", default="de", choices=("de", "es"), help="covost2: the source language")
+    mt.add_argument("--out", help="default: beside the corpus, ROOT/<pair>/mt-text (mustc) or ROOT/<lang>/mt-text")
+    mt.set_defaults(func=cmd_synth_mt)
 
     vocab = sub.add_parser("vocab", help="train a SentencePiece vocabulary from manifests")
     vocab.add_argument("manifests", nargs="+", help="manifest files (.jsonl)")

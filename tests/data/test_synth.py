@@ -333,3 +333,17 @@ def test_covost_extra_mt_text_holds_no_corpus_sentence(covost, tmp_path, lang):
     corpus = covost_sentences(covost[0], lang)
     assert corpus and not _mt_keys(tmp_path / "mt") & corpus and summary["pair"] == f"{lang}-en"
     assert summary["pairs"] > 1000 and summary["excluded_as_corpus_sentences"] > 0
+
+
+def test_synth_mt_command_writes_beside_the_corpus(mustc, tmp_path, capsys):
+    import shutil as sh
+
+    from speechmt.cli import main
+
+    root = tmp_path / "corpus"
+    sh.copytree(mustc[0], root)
+    assert main(["synth-mt", "--corpus", "mustc", "--root", str(root)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["out"] == str(root / "en-de" / "mt-text") and (root / "en-de" / "mt-text" / "train.jsonl").is_file()
+    assert main(["synth-mt", "--corpus", "mustc", "--root", str(tmp_path / "none")]) == 2
+    assert "no MuST-C en-de/data/<split>/txt/<split>.<lang> files to exclude" in capsys.readouterr().err

@@ -100,6 +100,11 @@ def covost_sentences(root: Path, lang: str) -> set[str]:
     return used
 
 
+def default_out(corpus: str, root: Path, lang: str = "de") -> Path:
+    """Beside the corpus: ROOT/en-de/mt-text (MuST-C) or ROOT/<lang>/mt-text (CoVoST 2)."""
+    return Path(root) / ("en-de" if corpus == "mustc" else lang) / "mt-text"
+
+
 def _records(pairs: list[Pair], src_lang: str, tgt_lang: str) -> list[Record]:
     return [Record(id=f"mt_{i}", audio="", offset=0.0, duration=0.0, n_frames=0, src_text=p.src, tgt_text=p.tgt,
                    speaker="", src_lang=src_lang, tgt_lang=tgt_lang) for i, p in enumerate(pairs)]
