@@ -14,11 +14,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from speechmt.data.batching import collate_sequences
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig
-from speechmt.decoding.translate import LoadedModel, Translation, translate
-from speechmt.models.encoders import EncoderOutput
+from speechmt.decoding.translate import LoadedModel, Translation, encode_texts, translate
 from speechmt.checkpoint import CheckpointError
 
 
@@ -28,15 +26,6 @@ def check_cascade(asr: LoadedModel, mt: LoadedModel) -> None:
         raise CheckpointError(f"{asr.path}: the cascade's first model must be an ASR model, got task {asr.task!r}")
     if mt.task != "mt" or mt.source_tokenizer is None:
         raise CheckpointError(f"{mt.path}: the cascade's second model must be a text MT model, got task {mt.task!r}")
-
-
-@torch.no_grad()
-def encode_texts(mt: LoadedModel, texts: Sequence[str]) -> EncoderOutput:
-    """Texts -> the MT model's encoder output x (B, S, D), lengths (B,); each source ends with </s>, as in
-    training, so an empty transcript is one token long."""
-    tok = mt.source_tokenizer
-    x, lengths = collate_sequences([torch.tensor(tok.encode(t)) for t in texts], tok.pad_id)
-    return mt.model.encode_text(x.to(mt.device), lengths.to(mt.device))
 
 
 @torch.no_grad()

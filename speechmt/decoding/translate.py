@@ -156,17 +156,34 @@ def _duration(path: str) -> float:
     return info.frames / info.samplerate
 
 
-def encode_audio(lm: LoadedModel, waves: list[np.ndarray]) -> EncoderOutput:
-    """Encodes 16 kHz waves through the model's own front end: fbank + CMVN, the (normalised) waveform, or
-    Whisper's log-mel features."""
+def frontend(lm: LoadedModel, wave: np.ndarray) -> torch.Tensor:
+    """A 16 kHz wave through the model's own front end: fbank + CMVN (T, F), the (normalised) waveform (T,),
+    or Whisper's log-mel features (T, n_mels)."""
     if lm.waveform is not None:
-        inputs = [waveform_input(w, lm.waveform) for w in waves]
-    elif lm.mel is not None:
-        inputs = [whisper_log_mel(w, lm.mel) for w in waves]
-    else:
-        inputs = [apply_cmvn(torch.from_numpy(fbank(w, lm.fbank)), lm.cmvn) for w in waves]
+        return waveform_input(wave, lm.waveform)
+    if lm.mel is not None:
+        return whisper_log_mel(wave, lm.mel)
+    return apply_cmvn(torch.from_numpy(fbank(wave, lm.fbank)), lm.cmvn)
+
+
+def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor]) -> EncoderOutput:
+    """Front-end outputs of one batch (each (T_i, ...)) -> the model's speech encoder output: the one place
+    translate, evaluate and the cascade encode audio."""
     x, lengths = collate_sequences(inputs)
     return lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
+
+
+def encode_audio(lm: LoadedModel, waves: list[np.ndarray]) -> EncoderOutput:
+    """Encodes 16 kHz waves through the model's own front end."""
+    return encode_inputs(lm, [frontend(lm, w) for w in waves])
+
+
+def encode_texts(lm: LoadedModel, texts: Sequence[str]) -> EncoderOutput:
+    """Texts -> a text model's encoder output x (B, S, D), lengths (B,); each source ends with </s>, as in
+    training, so an empty text is one token long."""
+    tok = lm.source_tokenizer
+    x, lengths = collate_sequences([torch.tensor(tok.encode(t)) for t in texts], tok.pad_id)
+    return lm.model.encode_text(x.to(lm.device), lengths.to(lm.device))
 
 
 @torch.no_grad()

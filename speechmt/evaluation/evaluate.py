@@ -23,13 +23,13 @@ from typing import NamedTuple
 import torch
 
 from speechmt.audio import AudioError, FbankConfig, apply_cmvn
-from speechmt.data.batching import BucketBatchSampler, collate_sequences
+from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import record_audio
 from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, search
-from speechmt.decoding.translate import LoadedModel, encode_audio
+from speechmt.decoding.translate import LoadedModel, encode_audio, encode_inputs, encode_texts
 from speechmt.evaluation.metrics import bleu, cer, chrf, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.checkpoint import CheckpointError
@@ -46,14 +46,10 @@ def _check_features(lm: LoadedModel, data_dir: Path) -> None:
 @torch.no_grad()
 def _encode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Path):
     if lm.task == "mt":
-        src = [torch.tensor(lm.source_tokenizer.encode(records[i].src_text)) for i in idx]
-        x, lengths = collate_sequences(src, lm.source_tokenizer.pad_id)
-        return lm.model.encode_text(x.to(lm.device), lengths.to(lm.device))
+        return encode_texts(lm, [records[i].src_text for i in idx])
     if lm.reads_audio:  # wav2vec2 and Whisper models read the utterances' audio, not the stored features
         return encode_audio(lm, [record_audio(records[i], data_dir) for i in idx])
-    feats = [apply_cmvn(torch.from_numpy(store.get(i)), lm.cmvn) for i in idx]
-    x, lengths = collate_sequences(feats)
-    return lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device))
+    return encode_inputs(lm, [apply_cmvn(torch.from_numpy(store.get(i)), lm.cmvn) for i in idx])  # prepared fbank
 
 
 class DecodedSplit(NamedTuple):
