@@ -146,7 +146,7 @@ def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
                   src_lengths=torch.tensor([4, 3, 2]), tgt=torch.randint(5, 20, (3, 5)),
                   tgt_lengths=torch.tensor([5, 5, 5]))
     losses = task_losses(model, batch, "st", ["ce", "ctc"], ObjectiveSettings())
-    assert torch.isfinite(losses["ce"][0]) and float(losses["ctc"][0]) > 0  # CTC on the acoustic states' lengths
+    assert torch.isfinite(losses["ce"][0]) and float(losses["ctc"][0].detach()) > 0  # CTC on the acoustic states' lengths
     loss, _ = task_losses(model, batch, "st", ["ce"], ObjectiveSettings())["ce"]  # the decoder's loss alone
     loss.backward()
     first_conv = model.speech_encoder.subsampler.convs[0].weight
