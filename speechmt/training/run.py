@@ -45,15 +45,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def init_encoder_from(model: torch.nn.Module, path: str) -> int:
-    """Copies the speech encoder (and CTC head when shapes agree) of another checkpoint, e.g. an ASR
-    model, into `model`, as fairseq's load_pretrained_encoder_from. Returns the number of tensors copied."""
+def init_encoder_from(model: torch.nn.Module, path: str,
+                      prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")) -> int:
+    """Copies the tensors under `prefixes` of another checkpoint whose shapes agree, e.g. an ASR model's speech
+    encoder and CTC head (fairseq's load_pretrained_encoder_from) or an MT model's decoder, into `model`.
+    Returns the number of tensors copied; CheckpointError when the first prefix finds none."""
     source = load_checkpoint(path)["model"]
     own = model.state_dict()
-    prefixes = ("speech_encoder.", "ctc_head.")
     copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
-    if not any(k.startswith("speech_encoder.") for k in copied):
-        raise CheckpointError(f"{path}: no speech encoder weights of matching shapes to initialise from")
+    if not any(k.startswith(prefixes[0]) for k in copied):
+        raise CheckpointError(f"{path}: no {prefixes[0].rstrip('.')} weights of matching shapes to initialise from")
     model.load_state_dict(copied, strict=False)
     return len(copied)
 
@@ -98,7 +99,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     mel = mel_settings_for(cfg)  # None unless the encoder is Whisper's
     model = build_model(model_config_for(cfg, toks))
     if cfg.train.init_encoder_from:
-        init_encoder_from(model, cfg.train.init_encoder_from)
+        init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
     frozen_encoder = model.speech_encoder if cfg.model.encoder.kind == "whisper" else None  # cached when frozen
 
 

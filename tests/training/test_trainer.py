@@ -88,6 +88,12 @@ def test_init_encoder_from_copies_the_speech_encoder(tiny_data, tmp_path):
     own = model.state_dict()
     enc = [k for k in source if k.startswith("speech_encoder.")]
     assert n >= len(enc) > 0 and all(torch.equal(own[k], source[k]) for k in enc)
+    assert not torch.equal(own["decoder.layers.0.ffn.fc1.weight"], source["decoder.layers.0.ffn.fc1.weight"])
+    n = init_encoder_from(model, str(tmp_path / "asr/checkpoint_last.safetensors"), ("decoder.",))  # one joint vocab
+    dec = [k for k in source if k.startswith("decoder.")]
+    assert n == len(dec) > 0 and all(torch.equal(model.state_dict()[k], source[k]) for k in dec)
+    with pytest.raises(CheckpointError, match="no text_encoder weights of matching shapes"):
+        init_encoder_from(model, str(tmp_path / "asr/checkpoint_last.safetensors"), ("text_encoder.",))
 
 
 def test_cli_train_and_bad_config(tiny_data, tmp_path, capsys):
