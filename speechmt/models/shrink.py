@@ -74,8 +74,7 @@ class ConvShrink(nn.Module):
 
 def _shrunk(enc: EncoderOutput, x: Tensor, lengths: Tensor) -> EncoderOutput:
     """`enc` with shrunk states; CTC logits (if any) keep the acoustic lengths."""
-    ctc_lengths = None if enc.ctc_logits is None else enc.ctc_logit_lengths
-    return replace(enc, x=x, lengths=lengths, ctc_lengths=ctc_lengths)
+    return replace(enc, x=x, lengths=lengths, ctc_lengths=enc.ctc_lengths)
 
 
 def ctc_segments(ctc_logits: Tensor, lengths: Tensor, blank_id: int) -> tuple[Tensor, Tensor]:

@@ -24,7 +24,7 @@ class EncoderOutput:
 
     ctc_logits (B, T_ctc, src_vocab_size): raw CTC logits (no log_softmax) when the model has a CTC head,
     with their own lengths ctc_lengths (B,): the acoustic states' lengths, which differ from `lengths` once
-    the states are shrunk. ctc_lengths None means they equal `lengths`.
+    the states are shrunk (given CTC logits without them, they are `lengths`).
 
     aux: auxiliary outputs of the modules on the way (e.g. a semantic layer's memory) for the objectives
     that read them, by name; `select` leaves them out (decoding needs none).
@@ -36,10 +36,9 @@ class EncoderOutput:
     ctc_lengths: Tensor | None = None
     aux: dict[str, Tensor] = field(default_factory=dict)
 
-    @property
-    def ctc_logit_lengths(self) -> Tensor:
-        """The lengths of ctc_logits (B,)."""
-        return self.lengths if self.ctc_lengths is None else self.ctc_lengths
+    def __post_init__(self):
+        if self.ctc_logits is not None and self.ctc_lengths is None:
+            self.ctc_lengths = self.lengths
 
     def select(self, index: Tensor) -> "EncoderOutput":
         """The batch rows `index` (B',), in that order (repeats allowed, e.g. to expand for beam search)."""
