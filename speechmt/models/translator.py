@@ -90,11 +90,22 @@ class EncoderConfig:
 
 @dataclass
 class TextEncoderConfig:
-    """The text encoder for MT input: `layers` > 0 builds one (it needs src_vocab_size > 0); `shared`: it
-    runs the conv speech encoder's Transformer (XSTNet), which needs layers == encoder.layers."""
+    """The text path for MT input (it needs src_vocab_size > 0): `layers` > 0 builds a Transformer text
+    encoder; `shared`: it runs the conv speech encoder's Transformer, which needs layers == encoder.layers;
+    `embed_only`: token embeddings + positions alone, a plain embedder for a semantic layer that is itself
+    the shared encoder (XSTNet's shape)."""
 
     layers: int = 0
     shared: bool = False
+    embed_only: bool = False
+
+    def __post_init__(self):
+        if self.embed_only and (self.layers or self.shared):
+            raise ValueError("bad ModelConfig: text_encoder.embed_only excludes text_encoder.layers and .shared")
+
+    @property
+    def enabled(self) -> bool:
+        return self.layers > 0 or self.embed_only
 
 
 @dataclass
@@ -183,8 +194,8 @@ class ModelConfig:
         raise_problems("bad ModelConfig", [
             self.tgt_vocab_size <= 0 and f"tgt_vocab_size must be > 0, got {self.tgt_vocab_size}",
             self.ctc and self.src_vocab_size <= 0 and "ctc=True needs src_vocab_size > 0",
-            self.text_encoder.layers > 0 and self.src_vocab_size <= 0 and
-            "text_encoder.layers > 0 needs src_vocab_size > 0",
+            self.text_encoder.enabled and self.src_vocab_size <= 0 and
+            "a text encoder (text_encoder.layers > 0 or embed_only) needs src_vocab_size > 0",
         ])
 
 
@@ -244,8 +255,8 @@ class Translator(nn.Module):
     def encode_text(self, tokens: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """tokens (B, S), lengths (B,) -> EncoderOutput x (B, S, D), lengths. `record`: see `states`."""
         if self.text_encoder is None:
-            raise ValueError("this model has no text encoder: build it with text_encoder_layers > 0 "
-                             "(and src_vocab_size > 0) to encode text")
+            raise ValueError("this model has no text encoder: build it with text_encoder.layers > 0 or "
+                             "text_encoder.embed_only (and src_vocab_size > 0) to encode text")
         sub = None if record is None else {}
         out = self.text_encoder(tokens, lengths, sub)
         _merge(record, "text.encoder.", sub)
@@ -290,8 +301,11 @@ def _merge(record: Record | None, prefix: str, sub: Record | None) -> None:
 
 
 def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None) -> TextEncoder | None:
-    if cfg.text_encoder.layers <= 0:
+    if not cfg.text_encoder.enabled:
         return None
+    if cfg.text_encoder.embed_only:
+        return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id), None, cfg.dropout,
+                           cfg.position_offset)
     stack = shared if cfg.text_encoder.shared else transformer_encoder(
         cfg.text_encoder.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
         cfg.activation_dropout)

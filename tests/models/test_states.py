@@ -15,9 +15,9 @@ FEATS, LENGTHS = torch.randn(2, 64, 80), torch.tensor([64, 36])
 TOKENS, TOKEN_LENGTHS = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]]), torch.tensor([5, 3])
 
 
-def _conv_model(**overrides) -> Translator:
+def _conv_model(text_encoder=None, **overrides) -> Translator:
     fields = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tgt_vocab_size=20, src_vocab_size=12,
-                  ctc=True, shrink="ctc", text_encoder_layers=2)
+                  ctc=True, shrink="ctc", text_encoder=text_encoder or {"layers": 2})
     return build_model(preset("tiny", **{**fields, **overrides})).eval()
 
 
@@ -135,3 +135,23 @@ def test_unknown_semantic_and_options():
         ModelConfig(semantic={"kind": "lut"})
     with pytest.raises(ValueError, match="semantic 'identity' takes no options, got layers"):
         build_model(preset("tiny", tgt_vocab_size=20, semantic_options={"layers": 2}))
+
+
+def test_a_plain_text_embedder_feeds_the_semantic_slot(monkeypatch):
+    """text_encoder.embed_only: embeddings * sqrt(D) + positions, padded positions zero, then the semantic layer
+    (XSTNet's shape: the semantic layer is the shared encoder)."""
+    import math
+
+    monkeypatch.setitem(SEMANTICS, "doubling", lambda cfg, **options: Doubling(**options))
+    model = _conv_model(text_encoder={"embed_only": True}, semantic={"kind": "doubling"})
+    assert not any(n.startswith("text_encoder.encoder") for n, _ in model.named_parameters())
+    with torch.no_grad():
+        states = model.states(TOKENS, TOKEN_LENGTHS, "text")
+        emb = model.text_encoder.embedding(TOKENS)
+        expected = model.text_encoder.positions(emb * math.sqrt(64))
+    assert list(states) == ["text.encoder.embedded", "text.encoder.out", "text.semantic.doubled", "text.out"]
+    x = states["text.encoder.out"][0]
+    assert torch.allclose(x[0], expected[0]) and torch.allclose(x[1, :3], expected[1, :3]) and not x[1, 3:].any()
+    assert torch.allclose(states["text.out"][0], 2 * x)
+    with pytest.raises(ValueError, match="text_encoder.embed_only excludes text_encoder.layers and .shared"):
+        _conv_model(text_encoder={"embed_only": True, "layers": 2})

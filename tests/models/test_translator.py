@@ -59,7 +59,8 @@ def test_config_validation(overrides, message):
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(ctc=True), "ctc=True needs src_vocab_size"),
-    (dict(text_encoder={"layers": 2}), r"text_encoder\.layers > 0 needs src_vocab_size"),
+    (dict(text_encoder={"layers": 2}), r"a text encoder \(text_encoder\.layers > 0 or embed_only\) needs src_vocab_size"),
+    (dict(text_encoder={"embed_only": True}), r"a text encoder \(text_encoder\.layers > 0 or embed_only\) needs src_vo"),
     (dict(tgt_vocab_size=0), "tgt_vocab_size must be > 0"),
 ])
 def test_vocabulary_sizes_are_checked_when_building(overrides, message):

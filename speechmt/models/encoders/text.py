@@ -9,12 +9,13 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder
+from speechmt.sequence import lengths_to_padding_mask
 
 
 class TextEncoder(nn.Module):
-    """embedding * sqrt(D) + positions -> dropout -> Transformer encoder."""
+    """embedding * sqrt(D) + positions -> dropout -> Transformer encoder (none: a plain embedder)."""
 
-    def __init__(self, embedding: nn.Embedding, encoder: TransformerEncoder, dropout: float = 0.1,
+    def __init__(self, embedding: nn.Embedding, encoder: TransformerEncoder | None, dropout: float = 0.1,
                  position_offset: int = 0):
         super().__init__()
         dim = embedding.embedding_dim
@@ -28,5 +29,9 @@ class TextEncoder(nn.Module):
         emb = self.embedding(tokens)
         note(record, "embedded", emb, lengths)
         x = self.dropout(self.positions(emb * self.scale))
+        if self.encoder is None:  # a plain embedder: padded positions zero, as every encoder's output
+            x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
+            note(record, "out", x, lengths)
+            return EncoderOutput(x, lengths)
         x, lengths = self.encoder(x, lengths, record)
         return EncoderOutput(x, lengths)
