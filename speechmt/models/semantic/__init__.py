@@ -21,6 +21,7 @@ from torch import nn
 from speechmt.config_check import raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.identity import Identity, identity
+from speechmt.models.semantic.xstnet import XSTNetEncoder, xstnet
 
 
 class SemanticLayer(Protocol):
@@ -31,7 +32,7 @@ class SemanticLayer(Protocol):
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
 
 
-SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity}
+SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "xstnet": xstnet}
 
 
 @dataclass
@@ -49,4 +50,4 @@ class SemanticConfig:
         ])
 
 
-__all__ = ["Identity", "SEMANTICS", "SemanticConfig", "SemanticLayer"]
+__all__ = ["Identity", "SEMANTICS", "SemanticConfig", "SemanticLayer", "XSTNetEncoder"]

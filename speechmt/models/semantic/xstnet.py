@@ -1,0 +1,65 @@
+"""XSTNet's shared encoder (Ye, Wang and Li, Interspeech 2021, "End-to-end Speech Translation via
+Cross-modal Progressive Training"): one Transformer encoder for both modalities. The speech path feeds it
+the acoustic encoder's (shrunk) states with sinusoidal positions, prefixed by a learned `<audio>` embedding;
+the text path feeds it token embeddings (the model's plain text embedder, `text_encoder.embed_only`). The
+decoder's language tag chooses what it writes (ASR, ST or MT), so one model serves all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from speechmt.models.encoders.base import EncoderOutput, Record, note
+from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, transformer_encoder
+
+
+@dataclass(frozen=True)
+class XSTNetOptions:
+    """`layers` of the shared encoder; `audio_tag`: the learned <audio> prefix on the speech path."""
+
+    layers: int = 6
+    audio_tag: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
+            raise ValueError(f"bad ModelConfig: semantic xstnet layers must be an integer >= 1, got {self.layers!r}")
+
+
+class XSTNetEncoder(nn.Module):
+    """The shared Transformer `stack` over either modality; (x (B, T, D), lengths (B,)) in and out."""
+
+    def __init__(self, stack: TransformerEncoder, dim: int, dropout: float = 0.1, audio_tag: bool = True,
+                 position_offset: int = 0):
+        super().__init__()
+        self.stack, self.dropout = stack, nn.Dropout(dropout)
+        self.positions = SinusoidalPositionalEncoding(dim, position_offset)
+        self.audio = nn.Parameter(torch.randn(dim) * dim ** -0.5) if audio_tag else None
+
+    def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
+        """Acoustic states (B, T, D) -> shared states (B, T + 1, D) with the <audio> prefix (T without)."""
+        x, lengths = self.positions(enc.x), enc.lengths
+        if self.audio is not None:
+            x = torch.cat([self.audio.to(x.dtype).expand(x.size(0), 1, -1), x], dim=1)  # (B, 1 + T, D)
+            lengths = lengths + 1
+            note(record, "tagged", x, lengths)
+        x, lengths = self.stack(self.dropout(x), lengths, record)
+        return replace(enc, x=x, lengths=lengths)
+
+    def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
+        """Token embeddings with positions (B, S, D) -> shared states (B, S, D)."""
+        x, lengths = self.stack(enc.x, enc.lengths, record)
+        return replace(enc, x=x, lengths=lengths)
+
+
+def xstnet(cfg, **options) -> XSTNetEncoder:
+    """The shared encoder at the model's dimensions; options: XSTNetOptions fields."""
+    try:
+        o = XSTNetOptions(**options)
+    except TypeError as e:
+        raise ValueError(f"bad ModelConfig: semantic xstnet options: {e}") from None
+    stack = transformer_encoder(o.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
+                                cfg.activation_dropout)
+    return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset)
