@@ -18,7 +18,6 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig

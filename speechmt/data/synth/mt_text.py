@@ -18,8 +18,8 @@ from typing import Iterable
 
 from speechmt.data.manifest import Record, write_manifest
 from speechmt.data.synth.common import SynthError
-from speechmt.data.synth.text import (DING_PATH, Pair, _DICT_ABBREVIATIONS, bible_pairs, dedupe, ding_pairs,
-                                      looks_swapped, normalise_space)
+from speechmt.data.synth.text import (DING_PATH, Pair, _DICT_ABBREVIATIONS, bible_pairs, dedupe, ding_alternatives,
+                                      ding_pairs, looks_swapped, normalise_space)
 
 _NOTES = re.compile(r"\{[^}]*\}|\[[^\]]*\]|\([^)]*\)")  # {n} gender, [Br.] labels, (explanations)
 _LEFTOVER = re.compile(r"[\[\]{}()<>/\\|~=+*#_@…]|\.\.\.")
@@ -41,21 +41,11 @@ def clean_phrase(text: str) -> str:
 def ding_phrase_pairs(path: Path = DING_PATH) -> tuple[Pair, ...]:
     """(English, German) pairs of every aligned Ding alternative of 2-30 words on both sides (phrases and
     sentences), notes removed, swapped entries left out, deduplicated on each side, in file order."""
-    if not path.is_file():
-        raise SynthError(f"{path} not found: install the Debian package trans-de-en")
     pairs = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            sides = line.rstrip("\n").split(" :: ")
-            if line.startswith("#") or len(sides) != 2:
-                continue
-            german, english = sides[0].split(" | "), sides[1].split(" | ")
-            if len(german) != len(english):
-                continue
-            for de, en in zip(german, english):
-                de, en = clean_phrase(de), clean_phrase(en)
-                if de and en and not looks_swapped(en, de):
-                    pairs.append(Pair(src=en, tgt=de))
+    for de, en in ding_alternatives(path):
+        de, en = clean_phrase(de), clean_phrase(en)
+        if de and en and not looks_swapped(en, de):
+            pairs.append(Pair(src=en, tgt=de))
     return tuple(dedupe(pairs))
 
 

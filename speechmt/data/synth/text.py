@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from speechmt.data.synth.common import SynthError
 
@@ -105,27 +105,31 @@ def ding_pairs(path: Path = DING_PATH) -> tuple[Pair, ...]:
     may list `;`-separated synonyms, of which a sentence alternative keeps its first. Entries with their
     sides swapped are left out.
     """
+    pairs = []
+    for de, en in ding_alternatives(path):
+        de, en = _first_synonym(de), _first_synonym(en)
+        if de[-1:] not in ".!?" or en[-1:] not in ".!?":
+            continue
+        de, en = normalise_space(de), normalise_space(en)
+        if is_dictionary_sentence(de) and is_dictionary_sentence(en) and not looks_swapped(en, de):
+            pairs.append(Pair(src=en, tgt=de))
+    return tuple(dedupe(pairs))
+
+
+def ding_alternatives(path: Path = DING_PATH) -> Iterator[tuple[str, str]]:
+    """Every aligned (German, English) alternative of the Ding dictionary, raw, in file order: a line is
+    `german :: english`, each side a `|`-separated list of aligned alternatives (lines whose sides do not
+    align are left out)."""
     if not path.is_file():
         raise SynthError(f"{path} not found: install the Debian package trans-de-en")
-    pairs = []
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.startswith("#"):
-                continue
             sides = line.rstrip("\n").split(" :: ")
-            if len(sides) != 2:
+            if line.startswith("#") or len(sides) != 2:
                 continue
             german, english = sides[0].split(" | "), sides[1].split(" | ")
-            if len(german) != len(english):
-                continue
-            for de, en in zip(german, english):
-                de, en = _first_synonym(de), _first_synonym(en)
-                if de[-1:] not in ".!?" or en[-1:] not in ".!?":
-                    continue
-                de, en = normalise_space(de), normalise_space(en)
-                if is_dictionary_sentence(de) and is_dictionary_sentence(en) and not looks_swapped(en, de):
-                    pairs.append(Pair(src=en, tgt=de))
-    return tuple(dedupe(pairs))
+            if len(german) == len(english):
+                yield from zip(german, english)
 
 
 def _capitalise(word: str) -> str:
