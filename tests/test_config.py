@@ -288,7 +288,7 @@ def test_apply_overrides_makes_the_model_section_nested():
                                       "whisper only"),
     (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
                                      "encoder.name_or_path) or decoder.hf_config"),
-    (["model.semantic.kind=lut"], "model: bad ModelConfig: unknown semantic 'lut'; expected one of identity, xstnet"),
+    (["model.semantic.kind=chimera"], "model: bad ModelConfig: unknown semantic 'chimera'; expected one of identity, lut, xstnet"),
     (["model.encoder.layer=3"], "unknown model.encoder option(s): layer"),
     (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
     (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),

@@ -48,11 +48,13 @@ class Example:
     src_ids: torch.Tensor | None = None
     tgt_ids: torch.Tensor | None = None
     precomputed: bool = False  # feats are cached encoder states (speechmt.data.encoder_cache)
+    teacher: torch.Tensor | None = None  # (N, 2H) a text teacher's states of the transcript (data.teacher_cache)
 
 
 @dataclass
 class Batch:
-    """Padded examples: feats (B, T, F), src (B, S), tgt (B, U), each with lengths (B,); parts may be None."""
+    """Padded examples: feats (B, T, F), src (B, S), tgt (B, U), teacher (B, N, 2H), each with lengths (B,);
+    parts may be None."""
 
     ids: list[str]
     feats: torch.Tensor | None = None
@@ -62,6 +64,8 @@ class Batch:
     tgt: torch.Tensor | None = None
     tgt_lengths: torch.Tensor | None = None
     precomputed: bool = False  # feats are a frozen encoder's cached states, not its input
+    teacher: torch.Tensor | None = None
+    teacher_lengths: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -75,14 +79,17 @@ class Batch:
 
 
 def collate(examples: list[Example], pad_id: int = 0) -> Batch:
-    """Pads a list of examples into one Batch (features padded with 0, ids with `pad_id`)."""
+    """Pads a list of examples into one Batch (features padded with 0, decoder ids with `pad_id`, source ids
+    with the SentencePiece pad id: source tokenizers are speechmt's even when the decoder is Whisper's)."""
     batch = Batch(ids=[e.id for e in examples], precomputed=examples[0].precomputed)
     if examples[0].feats is not None:
         batch.feats, batch.feat_lengths = collate_sequences([e.feats for e in examples])
     if examples[0].src_ids is not None:
-        batch.src, batch.src_lengths = collate_sequences([e.src_ids for e in examples], pad_id)
+        batch.src, batch.src_lengths = collate_sequences([e.src_ids for e in examples], Tokenizer.pad_id)
     if examples[0].tgt_ids is not None:
         batch.tgt, batch.tgt_lengths = collate_sequences([e.tgt_ids for e in examples], pad_id)
+    if examples[0].teacher is not None:
+        batch.teacher, batch.teacher_lengths = collate_sequences([e.teacher for e in examples])
     return batch
 
 

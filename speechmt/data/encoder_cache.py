@@ -3,8 +3,8 @@ memory-mapped float16 feature store beside the fbank store, so that an epoch cos
 
 Layout: `<data_dir>/encoder_cache/<key>/<split>.bin|.index.npz` and `meta.json`. The key is a hash of
 everything the states depend on: the encoder's weights (a checksum of its tensors), its class and HF
-config, and the front end's settings. A changed encoder or front end gives another key, so a stale cache
-is never read. The cache is exact up to float16 rounding as long as the encoder's input is not augmented
+config (less the generation settings, which do not touch the states), and the front end's settings. A
+changed encoder or front end gives another key, so a stale cache is never read. The cache is exact up to float16 rounding as long as the encoder's input is not augmented
 (speechmt applies no SpecAugment to Whisper features) and the encoder runs in eval mode (no dropout or
 layer drop), which is how it is computed.
 """
@@ -29,13 +29,21 @@ from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
 
 
+GENERATION_FIELDS = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "max_length",
+                               "decoder_start_token_id", "transformers_version", "_name_or_path"})
+"""HF config fields that only steer generation or name the file: left out of the cache key (a model folder
+saved with or without a generation config computes the same states)."""
+
+
 def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:
     """(key, description) of the states `encoder` computes from inputs made with `frontend_settings`."""
     config = getattr(getattr(encoder, "model", None), "config", None)
+    hf_config = None if config is None else \
+        {k: v for k, v in config.to_diff_dict().items() if k not in GENERATION_FIELDS}
     description = {
         "encoder": type(encoder).__name__,
         "weights_sha256": state_checksum(getattr(encoder, "model", encoder).state_dict()),
-        "hf_config": config.to_diff_dict() if config is not None else None,
+        "hf_config": hf_config,
         "frontend": asdict(frontend_settings) if is_dataclass(frontend_settings) else frontend_settings,
     }
     text = json.dumps(description, sort_keys=True, default=str)

@@ -77,8 +77,11 @@ class LoadedModel:
                              suppress=self.tokenizer.suppress_ids, **kw)
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuilds a model from one checkpoint file (config, weights, tokenizers, features inside)."""
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None) -> LoadedModel:
+    """Rebuilds a model from one checkpoint file (config, weights, tokenizers, features inside). `task` (None:
+    the checkpoint's own) is what a multi-task model's decoder writes: "st" translates, "asr" transcribes; the
+    checkpoint's `decoder_tags` hold the tag that starts each task's output, `decoder_side` its tokenizer.
+    CheckpointError (one line) for a task the checkpoint was not trained for."""
     from speechmt.tokenizers import Tokenizers
 
     ckpt = load_checkpoint(path, map_location="cpu")
@@ -90,15 +93,30 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> L
         feats = ckpt["features"]
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
-    task, start = ckpt.get("task", "st"), ckpt.get("decoder_start", "bos")
+    task, start = task or ckpt.get("task", "st"), ckpt.get("decoder_start", "bos")
     if start not in ("bos", "eos"):
         raise CheckpointError(f"{path}: unknown decoder_start {start!r}; expected 'bos' or 'eos'")
-    tokenizer = toks.src if task == "asr" else toks.tgt
+    tag, side = _task_tag(ckpt, task, path), ckpt.get("decoder_side") or ("src" if task == "asr" else "tgt")
+    if side not in ("src", "tgt"):
+        raise CheckpointError(f"{path}: unknown decoder_side {side!r}; expected 'src' or 'tgt'")
+    tokenizer = toks.src if side == "src" else toks.tgt
     device = torch.device(device)
-    return LoadedModel(model.to(device).eval(), tokenizer, ckpt.get("decoder_tag"), FbankConfig(**feats["fbank"]),
+    return LoadedModel(model.to(device).eval(), tokenizer, tag, FbankConfig(**feats["fbank"]),
                        CMVNConfig(**feats["cmvn"]),
                        task, str(path), device, toks.src, start, _waveform(model, feats, path),
                        WhisperMelConfig(**feats["whisper_mel"]) if feats.get("whisper_mel") else None)
+
+
+def _task_tag(ckpt: dict, task: str, path: str | os.PathLike) -> str | None:
+    """The tag that starts the decoder's output for `task`. A checkpoint without decoder_tags (before
+    multi-task decoding) does its own task only, with its decoder_tag."""
+    tags = ckpt.get("decoder_tags") or {}
+    if not isinstance(tags, dict):
+        raise CheckpointError(f"{path}: decoder_tags must map tasks to tags, got {type(tags).__name__}")
+    tags = {ckpt.get("task", "st"): ckpt.get("decoder_tag"), **tags}
+    if task not in tags:
+        raise CheckpointError(f"{path}: not trained for task {task!r}; it does {', '.join(tags)}")
+    return tags[task]
 
 
 def _waveform(model: Translator, feats: dict, path: str | os.PathLike) -> WaveformConfig | None:

@@ -301,15 +301,17 @@ def _merge(record: Record | None, prefix: str, sub: Record | None) -> None:
 
 
 def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None) -> TextEncoder | None:
+    """The source text's embedder (+ stack); its padding id is the SentencePiece one (cfg.pad_id is the
+    decoder's, Whisper's when the decoder is)."""
     if not cfg.text_encoder.enabled:
         return None
     if cfg.text_encoder.embed_only:
-        return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id), None, cfg.dropout,
+        return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), None, cfg.dropout,
                            cfg.position_offset)
     stack = shared if cfg.text_encoder.shared else transformer_encoder(
         cfg.text_encoder.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
         cfg.activation_dropout)
-    return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, cfg.pad_id), stack, cfg.dropout,
+    return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), stack, cfg.dropout,
                        cfg.position_offset)
 
 

@@ -14,7 +14,8 @@ import torch
 from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.safetensors")
-INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_start", "base")
+INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_side",
+                  "decoder_tags", "decoder_start", "base")
 
 
 def default_model_path() -> Path:

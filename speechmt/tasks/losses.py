@@ -1,9 +1,12 @@
-"""Losses: label-smoothed cross entropy (fairseq's) and CTC, summed over tokens (callers normalise)."""
+"""Losses: label-smoothed cross entropy (fairseq's), CTC and a teacher distance, summed over tokens (callers
+normalise)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from speechmt.sequence import lengths_to_padding_mask
 
 
 def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
@@ -43,3 +46,16 @@ def ctc_loss(ctc_logits: torch.Tensor, logit_lengths: torch.Tensor, targets: tor
     lprobs = F.log_softmax(ctc_logits.float(), dim=-1).transpose(0, 1)  # (B, T, V) -> (T, B, V)
     return F.ctc_loss(lprobs, targets, logit_lengths, target_lengths, blank=blank_id, reduction="sum",
                       zero_infinity=True)
+
+
+def distance_loss(pred: torch.Tensor, target: torch.Tensor, lengths: torch.Tensor, kind: str = "mse") -> torch.Tensor:
+    """A student's states pulled to a teacher's, summed over the valid positions: pred and target (B, N, H),
+    lengths (B,). "mse": the squared error averaged over the H channels; "cosine": 1 - cosine similarity.
+    The target is detached: gradients reach the student only."""
+    keep = ~lengths_to_padding_mask(lengths, pred.size(1))  # (B, N)
+    pred, target = pred.float()[keep], target.detach().float()[keep]  # (M, H)
+    if kind == "mse":
+        return (pred - target).pow(2).mean(-1).sum()
+    if kind == "cosine":
+        return (1.0 - F.cosine_similarity(pred, target, dim=-1)).sum()
+    raise ValueError(f"unknown distance {kind!r}; expected mse or cosine")

@@ -19,7 +19,7 @@ import torch
 
 from speechmt.data.dataset import Batch
 from speechmt.models.translator import EncoderOutput, Translator
-from speechmt.tasks.losses import ctc_loss, label_smoothed_nll_loss, strip_specials
+from speechmt.tasks.losses import ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
 
@@ -49,6 +49,7 @@ class Objective:
     normaliser: Callable[[Batch], int]
     reads_transcript: bool = False  # audio examples must carry the transcript in batch.src
     needs_ctc_head: bool = False
+    needs_teacher: bool = False  # examples must carry a text teacher's states (speechmt.data.teacher_cache)
 
 
 def shift_right(tgt: torch.Tensor, bos_id: int) -> torch.Tensor:
@@ -79,6 +80,25 @@ def ctc(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSetting
     return ctc_loss(enc.ctc_logits, enc.ctc_lengths, targets, target_lengths, s.blank_id), {}
 
 
+def teacher_tokens(batch: Batch) -> int:
+    """The teacher's word pieces in a batch."""
+    return int(batch.teacher_lengths.sum())
+
+
+def distance(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+    """LUT's semantic supervision: the teacher's last-layer states of the transcript as read from the
+    semantic states (the teacher's input embeddings attend over enc), their distance to the real ones
+    (model.semantic.distance: mse or cosine), summed over word pieces."""
+    read = getattr(model.semantic, "predict_teacher", None)
+    if read is None or batch.teacher is None:
+        raise ValueError("the distance objective needs a semantic layer that reads teacher states (semantic 'lut') "
+                         "and batches with teacher states")
+    h = batch.teacher.size(-1) // 2
+    queries, target = batch.teacher[..., :h], batch.teacher[..., h:]
+    pred = read(enc.x, enc.lengths, queries)  # (B, N, H)
+    return distance_loss(pred, target, batch.teacher_lengths, model.semantic.distance), {}
+
+
 def batches(batch: Batch) -> int:
     """1 per batch: for losses that are means already (their unit is not known before the forward pass)."""
     return 1
@@ -94,5 +114,6 @@ def wav2vec2_pretraining(model, batch: Batch, enc: None, s: ObjectiveSettings) -
 OBJECTIVES: dict[str, Objective] = {
     "ce": Objective(cross_entropy, target_tokens),
     "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
+    "distance": Objective(distance, teacher_tokens, needs_teacher=True),
     "wav2vec2": Objective(wav2vec2_pretraining, batches),
 }

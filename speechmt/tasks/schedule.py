@@ -36,6 +36,8 @@ class TaskData:
     split: str = ""
     valid_split: str | None = None
     ratio: float = 1.0
+    max_tokens: int = 0
+    max_sentences: int = 0
 
     def __post_init__(self):
         from speechmt.tasks.objectives import OBJECTIVES
@@ -50,6 +52,10 @@ class TaskData:
                 raise ValueError(f"task {self.task}: unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}")
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
                 raise ValueError(f"task {self.task}: objective {name} weight must be a finite number >= 0, got {w!r}")
+        for key in ("max_tokens", "max_sentences"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"task {self.task}: {key} must be an integer >= 0 (0: the data section's), got {v!r}")
         if not (isinstance(self.ratio, (int, float)) and math.isfinite(self.ratio) and self.ratio > 0):
             raise ValueError(f"task {self.task}: ratio must be a finite number > 0, got {self.ratio!r}")
 

@@ -76,6 +76,17 @@ def decoder_tag(cfg: ExperimentConfig, task: str | None = None) -> str | None:
     return f"<{lang}>"
 
 
+DECODING_TASKS = ("st", "asr", "mt")  # tasks whose output is the decoder's text
+
+
+def decoder_tags(cfg: ExperimentConfig) -> dict[str, str | None]:
+    """{task: its decoder_tag} for every task a checkpoint of the run decodes: the main task first, then each
+    st, asr or mt stream that trains the decoder (a "ce" objective), in the order the stages name them."""
+    main = [main_task(cfg)] if main_task(cfg) in DECODING_TASKS else []
+    trained = [t.task for t in run_tasks(cfg) if t.task in DECODING_TASKS and "ce" in t.weights]
+    return {task: decoder_tag(cfg, task) for task in dict.fromkeys(main + trained)}
+
+
 def feature_settings(cfg: ExperimentConfig) -> tuple[FbankConfig, CMVNConfig]:
     """The fbank settings preparation used (from prepare_summary.json) and the CMVN the model trains with."""
     summary = Path(cfg.data.dir) / "prepare_summary.json"
@@ -110,13 +121,31 @@ def mel_settings_for(cfg: ExperimentConfig) -> WhisperMelConfig | None:
 
 def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,
                   waveform: WaveformConfig | None = None, mel: WhisperMelConfig | None = None,
-                  encoder: "torch.nn.Module | None" = None, spec: TaskData | None = None):
-    """The dataset of one split for a data stream (`spec`; default: the run's first); SpecAugment only when
-    `train`. Every example carries its decoder target as tgt and, for text input or objectives that read
-    it, the transcript as src. A wav2vec2 model reads waveforms (`waveform`, by default its feature
-    extractor's settings), a Whisper encoder log-mel features (`mel`), or, when it is frozen and
-    data.cache_encoder is on, its cached states (`encoder` computes them once)."""
+                  encoder: "torch.nn.Module | None" = None, spec: TaskData | None = None, teacher=None):
+    """The dataset of one split for a data stream (`spec`; default: the run's first), with a text
+    `teacher`'s states of the transcripts (cached once per split) when one of its objectives needs them;
+    see _dataset."""
     spec = spec or run_tasks(cfg)[0]
+    ds = _dataset(cfg, split, toks, cmvn, train, waveform, mel, encoder, spec)
+    if not any(OBJECTIVES[n].needs_teacher for n in spec.weights):
+        return ds
+    if teacher is None:
+        raise ConfigError(f"task {spec.task}: the distance objective needs a text teacher (model.semantic lut)")
+    from speechmt.data.teacher_cache import WithTeacher, cached_teacher_split
+
+    data_dir = spec.data_dir or cfg.data.dir
+    records = read_manifest(Path(data_dir) / f"{split}.jsonl")
+    return WithTeacher(ds, cached_teacher_split(data_dir, split, teacher, records))
+
+
+def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,
+             waveform: WaveformConfig | None, mel: WhisperMelConfig | None, encoder: "torch.nn.Module | None",
+             spec: TaskData):
+    """The dataset of one split for a data stream; SpecAugment only when `train`. Every example carries its
+    decoder target as tgt and, for text input or objectives that read it, the transcript as src. A wav2vec2
+    model reads waveforms (`waveform`, by default its feature extractor's settings), a Whisper encoder
+    log-mel features (`mel`), or, when it is frozen and data.cache_encoder is on, its cached states
+    (`encoder` computes them once)."""
     data = dataclasses.replace(cfg.data, dir=spec.data_dir) if spec.data_dir else cfg.data
     sides = _sides(cfg, toks, spec)
     if TASK_INPUTS[spec.task] == "text":
@@ -168,6 +197,25 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
                           "(or a ctc objective) and data.src_vocab to train that head")
     return dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
                                ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id)
+
+
+def teacher_for(cfg: ExperimentConfig):
+    """The frozen text teacher (speechmt.models.teacher) of a run whose objectives need one, else None: the
+    semantic layer's `teacher` option (LUT's default: the packaged MiniLM BERT)."""
+    if not any(OBJECTIVES[n].needs_teacher for t in run_tasks(cfg) for n in t.weights):
+        return None
+    from speechmt.models.semantic.lut import LUTOptions
+    from speechmt.models.teacher import load_teacher
+
+    return load_teacher(cfg.model.semantic.options.get("teacher", LUTOptions.teacher))
+
+
+def with_teacher(model: ModelConfig, teacher) -> ModelConfig:
+    """The model config with the teacher's width in the semantic layer's options (teacher_dim)."""
+    if teacher is None:
+        return model
+    options = {**model.semantic.options, "teacher": teacher.name, "teacher_dim": teacher.hidden_size}
+    return dataclasses.replace(model, semantic=dataclasses.replace(model.semantic, options=options))
 
 
 def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> ObjectiveSettings:

@@ -21,9 +21,10 @@ from speechmt.training import distributed as dist
 from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.tasks import TaskData
 from speechmt.tokenizers import Tokenizers
-from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tokenizer,
+from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
                                         feature_settings, load_tokenizers, main_task, mel_settings_for,
-                                        model_config_for, objective_settings_for, waveform_settings)
+                                        model_config_for, objective_settings_for, teacher_for, waveform_settings,
+                                        with_teacher)
 from speechmt.models.delta import base_reference
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.data.waveform import WaveformConfig
@@ -97,7 +98,8 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     fbank, cmvn = feature_settings(cfg)
     waveform = waveform_settings(cfg)  # None unless the encoder reads waveforms
     mel = mel_settings_for(cfg)  # None unless the encoder is Whisper's
-    model = build_model(model_config_for(cfg, toks))
+    teacher = teacher_for(cfg)  # None unless an objective needs a text teacher (LUT's distance)
+    model = build_model(with_teacher(model_config_for(cfg, toks), teacher))
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
     frozen_encoder = model.speech_encoder if cfg.model.encoder.kind == "whisper" else None  # cached when frozen
@@ -106,9 +108,10 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     def data(spec: TaskData, train: bool):
         split = (spec.split or cfg.data.train_split) if train else _valid_split(cfg, spec)
         return build_dataset(cfg, split, toks, cmvn, train=train, waveform=waveform, mel=mel, encoder=frozen_encoder,
-                             spec=spec) if split else None
+                             spec=spec, teacher=teacher) if split else None
 
     extras = {"tokenizers": toks.state_dict(), "task": main_task(cfg), "decoder_tag": decoder_tag(cfg),
+              "decoder_side": decoder_side(cfg), "decoder_tags": decoder_tags(cfg),  # the tasks it decodes
               "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn),
                            **({"waveform": asdict(waveform)} if waveform is not None else {}),
                            **({"whisper_mel": asdict(mel)} if mel is not None else {})},

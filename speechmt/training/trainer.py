@@ -134,7 +134,8 @@ class Trainer:
     def _stream(self, spec: TaskData, i: int) -> Stream:
         t, d = self.cfg.train, self.cfg.data
         train = self.data(spec, True)
-        sampler = BucketBatchSampler(train.sizes, d.max_tokens, d.max_sentences or None, shuffle=True,
+        sampler = BucketBatchSampler(train.sizes, spec.max_tokens or d.max_tokens,
+                                     spec.max_sentences or d.max_sentences or None, shuffle=True,
                                      seed=t.seed + 7919 * i, rank=dist.rank(), world_size=dist.world_size())
         return Stream(spec, train, self.data(spec, False), sampler)
 
@@ -320,8 +321,8 @@ class Trainer:
         for i, stream in enumerate(self.streams):
             if stream.valid is None:
                 continue
-            sampler = BucketBatchSampler(stream.valid.sizes, self.cfg.data.max_tokens, shuffle=False,
-                                         rank=dist.rank(), world_size=dist.world_size())
+            sampler = BucketBatchSampler(stream.valid.sizes, stream.spec.max_tokens or self.cfg.data.max_tokens,
+                                         shuffle=False, rank=dist.rank(), world_size=dist.world_size())
             for batch in self._loader(stream.valid, sampler):
                 with self._autocast():
                     losses = task_losses(self.model, batch.to(self.device), stream.spec.task, stream.spec.weights,

@@ -1,11 +1,10 @@
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 from speechmt.audio import SpecAugmentConfig
 from speechmt.data.batching import BucketBatchSampler
-from speechmt.data.dataset import SpeechDataset, TextDataset, collate, global_cmvn, load_split
+from speechmt.data.dataset import Example, SpeechDataset, TextDataset, collate, global_cmvn, load_split
 from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig
 from speechmt.tokenizer import TokenizerConfig, train_from_manifests
@@ -84,3 +83,10 @@ def test_mismatched_store_is_an_error(prepared, tmp_path):
     (tmp_path / "d" / "dev.jsonl").write_text((out / "dev.jsonl").read_text().splitlines()[0] + "\n")
     with pytest.raises(ValueError, match="hold different utterances"):
         load_split(tmp_path / "d", "dev")
+
+
+def test_collate_pads_source_ids_with_the_sentencepiece_pad():
+    """A Whisper decoder pads its targets with its own id; source ids stay SentencePiece's (pad 0)."""
+    batch = collate([Example(0, "a", None, torch.tensor([5, 6, 3]), torch.tensor([9, 50257])),
+                     Example(1, "b", None, torch.tensor([7, 3]), torch.tensor([9]))], pad_id=50257)
+    assert batch.src.tolist() == [[5, 6, 3], [7, 3, 0]] and batch.tgt.tolist() == [[9, 50257], [9, 50257]]

@@ -47,3 +47,19 @@ def test_key_changes_with_weights_and_front_end(encoder):
     finally:
         with torch.no_grad():
             encoder.model.layer_norm.bias.sub_(1e-3)
+
+
+def test_key_ignores_generation_settings(encoder):
+    """A model folder saved with or without a generation config computes the same states: same key."""
+    key = cache_key(encoder, WhisperMelConfig())[0]
+    config = encoder.model.config
+    saved = {k: getattr(config, k, None) for k in ("suppress_tokens", "begin_suppress_tokens")}
+    try:
+        config.suppress_tokens, config.begin_suppress_tokens = [1, 2, 7], [220, 50257]
+        assert cache_key(encoder, WhisperMelConfig())[0] == key
+        config.encoder_layerdrop = 0.5  # not generation: part of the key
+        assert cache_key(encoder, WhisperMelConfig())[0] != key
+    finally:
+        config.encoder_layerdrop = 0.0
+        for k, v in saved.items():
+            setattr(config, k, v)

@@ -1,5 +1,6 @@
 """Losses with known values: fairseq's label-smoothed cross entropy (by hand, and from torch's own label
-smoothing), the CTC targets, and CTC against torch's and against alignments counted by hand."""
+smoothing), the CTC targets, CTC against torch's and against alignments counted by hand, and the teacher
+distance."""
 
 import math
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from speechmt.tasks.losses import ctc_loss, label_smoothed_nll_loss, strip_specials
+from speechmt.tasks.losses import ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
 
 PAD, BLANK = 0, 4  # the tokenizer layout: pad 0, blank 4
 
@@ -135,3 +136,33 @@ def test_ctc_loss_matches_torch_and_sums_over_the_batch():
     logits.requires_grad_(True)
     ctc_loss(logits, logit_lengths, targets, target_lengths, blank_id=BLANK).backward()
     assert torch.isfinite(logits.grad).all() and logits.grad[2].abs().max().item() == 0.0
+
+
+def test_distance_loss_is_zero_for_equal_states_and_skips_padding():
+    states, lengths = torch.randn(2, 3, 4), torch.tensor([3, 2])
+    assert distance_loss(states, states.clone(), lengths).item() == 0.0
+    assert abs(distance_loss(states, states.clone(), lengths, "cosine").item()) < 1e-6
+    other = states.clone()
+    other[1, 2] += 100.0  # a padded position: ignored
+    assert distance_loss(states, other, lengths).item() == 0.0
+
+
+def test_distance_loss_hand_computed_values():
+    pred = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[1.0, 0.0], [9.0, 9.0]]])
+    target = torch.tensor([[[0.0, 0.0], [3.0, 2.0]], [[0.0, 1.0], [0.0, 0.0]]])
+    lengths = torch.tensor([2, 1])
+    # mse: mean over channels per position, summed: (1 + 4) / 2 + (0 + 4) / 2 + (1 + 1) / 2 = 2.5 + 2 + 1
+    assert distance_loss(pred, target, lengths, "mse").item() == pytest.approx(5.5)
+    # cosine: 1 - cos; [1,2] vs 0 has cos 0 (torch's eps), [3,4] vs [3,2]: 17 / (5 sqrt 13), [1,0] vs [0,1]: 0
+    expected = 1.0 + (1.0 - 17.0 / (5.0 * 13 ** 0.5)) + 1.0
+    assert distance_loss(pred, target, lengths, "cosine").item() == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="unknown distance 'l1'"):
+        distance_loss(pred, target, lengths, "l1")
+
+
+def test_distance_loss_sends_gradients_to_the_student_only():
+    pred = torch.randn(1, 2, 3, requires_grad=True)
+    target = torch.randn(1, 2, 3, requires_grad=True)
+    distance_loss(pred, target, torch.tensor([2])).backward()
+    assert target.grad is None
+    assert torch.allclose(pred.grad, 2 * (pred - target).detach() / 3)  # d/dp of mean over 3 channels

@@ -9,10 +9,10 @@ import torch
 from speechmt.config import ConfigError
 from speechmt.models.translator import build_model
 from speechmt.tasks import Stage, TaskData
-from speechmt.training.builders import load_tokenizers, model_config_for
+from speechmt.training.builders import build_dataset, feature_settings, load_tokenizers, model_config_for
 from speechmt.checkpoint import load_checkpoint
 from speechmt.training.run import run_training, seed_everything
-from speechmt.training.trainer import draw_streams
+from speechmt.training.trainer import Trainer, draw_streams
 from tests.helpers import tiny_config
 
 
@@ -137,3 +137,23 @@ def test_a_missing_vocabulary_is_a_one_line_error(tiny_data, tmp_path, capsys):
     assert main(["train", "--config", str(tmp_path / "c.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "speechmt: error: the decoder needs data.tgt_vocab (a SentencePiece model from `speechmt vocab`)"
+
+
+def test_each_stream_batches_by_its_own_size(tiny_data, tmp_path):
+    """Text streams count tokens where audio streams count frames: a stream's max_tokens/max_sentences
+    replace data's for its batches."""
+    cfg = _multi(tiny_data, tmp_path, 7)
+    cfg.train.stages = [Stage("all", [TaskData("st"), TaskData("mt", max_tokens=30, max_sentences=2)])]
+    toks = load_tokenizers(cfg.data)
+    _, cmvn = feature_settings(cfg)
+    model = build_model(model_config_for(cfg, toks))
+    trainer = Trainer(cfg, model, None, lambda spec, train: build_dataset(cfg, "train", toks, cmvn, train, spec=spec),
+                      {}, torch.device("cpu"), 0)
+    trainer._enter_stage()
+    st, mt = (s.sampler for s in trainer.streams)
+    assert st.max_tokens == cfg.data.max_tokens and st.max_sentences is None
+    assert (mt.max_tokens, mt.max_sentences) == (30, 2)
+    sizes = trainer.streams[1].train.sizes
+    assert all(len(b) <= 2 and len(b) * max(sizes[i] for i in b) <= 30 for b in mt)
+    with pytest.raises(ValueError, match="task mt: max_tokens must be an integer >= 0"):
+        TaskData("mt", max_tokens=-1)

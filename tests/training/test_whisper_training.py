@@ -1,11 +1,9 @@
 """Training on a Whisper backbone: cached frozen encoder, LoRA decoder, delta checkpoints that load from
 their base, the Whisper prefix forced at decoding."""
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model

@@ -21,6 +21,7 @@ from torch import nn
 from speechmt.config_check import raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.identity import Identity, identity
+from speechmt.models.semantic.lut import LUTSemanticEncoder, lut
 from speechmt.models.semantic.xstnet import XSTNetEncoder, xstnet
 
 
@@ -32,7 +33,7 @@ class SemanticLayer(Protocol):
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
 
 
-SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "xstnet": xstnet}
+SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "lut": lut, "xstnet": xstnet}
 
 
 @dataclass
@@ -50,4 +51,4 @@ class SemanticConfig:
         ])
 
 
-__all__ = ["Identity", "SEMANTICS", "SemanticConfig", "SemanticLayer", "XSTNetEncoder"]
+__all__ = ["Identity", "LUTSemanticEncoder", "SEMANTICS", "SemanticConfig", "SemanticLayer", "XSTNetEncoder"]

