@@ -109,9 +109,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
     segment = SegmentConfig(max_seconds=args.max_chunk_seconds)
     kwargs = dict(beam=args.beam, batch_size=args.batch_size, segment=segment, errors="keep", **_decode_kwargs(args))
     if args.cascade:
-        from speechmt.decoding.cascade import cascade_translate
+        from speechmt.decoding.cascade import cascade_translate, load_cascade
 
-        asr, mt = (load_model(p, args.device) for p in args.cascade)
+        asr, mt = load_cascade(*args.cascade, args.device)
         if (problem := _chunk_limit_problem(args, asr)) is not None:
             return problem
         results = cascade_translate(asr, mt, args.audio, **kwargs)
@@ -182,9 +182,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     task = f"_{args.task}" if args.task else ""  # one model's st and asr reports side by side
     out = args.out or str(Path("eval") / f"{Path(args.model or args.cascade[1]).stem}_{args.split}{task}")
     if args.cascade:
+        from speechmt.decoding.cascade import load_cascade
         from speechmt.evaluation.evaluate import evaluate_cascade
 
-        asr, mt = (load_model(p, args.device) for p in args.cascade)
+        asr, mt = load_cascade(*args.cascade, args.device)
         report = evaluate_cascade(asr, mt, args.data, args.split, args.beam, out, args.max_tokens, args.name,
                                   skip_bad_audio=args.skip_bad_audio, **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
@@ -211,7 +212,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model),
                           cascades=tuple(tuple(c) for c in args.cascade), peers=tuple(args.peer),
-                          compare=tuple(args.compare), names=tuple(args.name), beam=args.beam,
+                          compare=tuple(args.compare), names=tuple(args.name), tasks=tuple(args.task), beam=args.beam,
                           max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device,
                           edges=tuple(args.buckets))
     bench, hyps = run_benchmark(cfg)
@@ -255,7 +256,8 @@ def cmd_import_whisper(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file") -> None:
+def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file",
+                        tasks: tuple[str, ...] = ("st", "asr")) -> None:
     p.add_argument("--model", help=model_help)
     p.add_argument("--cascade", nargs=2, metavar=("ASR", "MT"),
                    help="instead of --model: an ASR checkpoint whose transcripts an MT checkpoint translates")
@@ -268,8 +270,9 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
     p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
                    help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
     p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    p.add_argument("--task", choices=("st", "asr"), help="what a multi-task --model does: st translates, asr "
-                   "transcribes (default: the model's own task)")
+    p.add_argument("--task", choices=tasks, help="what a multi-task --model does: st translates, asr transcribes"
+                   + (", mt translates the transcripts (text input)" if "mt" in tasks else "")
+                   + " (default: the model's own task)")
 
 
 def _add_prepare_options(p: argparse.ArgumentParser) -> None:
@@ -413,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=cmd_translate, check=_check_translate, parser=tr)
 
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
-    _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)")
+    _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)", ("st", "asr", "mt"))
     ev.add_argument("--data", required=True, help="prepared data folder")
     ev.add_argument("--split", required=True)
     ev.add_argument("--out", help="report folder (default: eval/<model>_<split> in the current directory)")
@@ -440,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="benchmark.json of an earlier run (same split and --limit): its rows are added as they are")
     bench.add_argument("--name", action="append", default=[], help="names of the --model systems, in order "
                        "(default: folder/file stem)")
+    bench.add_argument("--task", action="append", default=[], choices=("st", "asr", "mt"),
+                       help="what the --model systems do, in order (default: each model's own; a multi-task "
+                       "model's asr, or mt on the transcripts)")
     bench.add_argument("--data", required=True, help="prepared data folder")
     bench.add_argument("--split", required=True)
     bench.add_argument("--out", required=True, help="output folder")

@@ -16,8 +16,28 @@ import torch
 
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig
-from speechmt.decoding.translate import LoadedModel, Translation, encode_texts, translate
+from speechmt.decoding.translate import LoadedModel, Translation, encode_texts, load_model, translate
 from speechmt.checkpoint import CheckpointError
+
+
+def load_cascade(asr_path: str | os.PathLike, mt_path: str | os.PathLike,
+                 device: str | torch.device = "cpu") -> tuple[LoadedModel, LoadedModel]:
+    """The cascade's two models, the first asked to transcribe and the second to translate text: one
+    multi-task checkpoint (XSTNet's) can be both. CheckpointError (one line) for a model not trained so."""
+    asr, mt = _load_for(asr_path, device, "asr", "first"), _load_for(mt_path, device, "mt", "second")
+    check_cascade(asr, mt)
+    return asr, mt
+
+
+def _load_for(path: str | os.PathLike, device: str | torch.device, task: str, which: str) -> LoadedModel:
+    try:
+        return load_model(path, device, task)
+    except CheckpointError as e:
+        if "not trained for task" not in str(e):
+            raise
+        kind = "an ASR model" if task == "asr" else "a text MT model"
+        reason = str(e).split(": ", 1)[1]
+        raise CheckpointError(f"{path}: the cascade's {which} model must be {kind} ({reason})") from None
 
 
 def check_cascade(asr: LoadedModel, mt: LoadedModel) -> None:

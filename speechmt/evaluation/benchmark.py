@@ -56,7 +56,8 @@ class BenchmarkError(ValueError):
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
-    """What to benchmark and how. `names` label the `models` in order (default: folder/file stem);
+    """What to benchmark and how. `names` label the `models` in order (default: folder/file stem), `tasks`
+    say what each does (st, asr or mt; default or "": its own, e.g. a multi-task model's text MT as "mt");
     `edges` are the duration bucket boundaries in seconds; `threads` None keeps torch's setting."""
 
     data: str
@@ -66,6 +67,7 @@ class BenchmarkConfig:
     peers: tuple[str, ...] = ()
     compare: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
     beam: int = 5
     max_tokens: int = 20000
     limit: int | None = None
@@ -215,11 +217,12 @@ def _default_name(path: str) -> str:
 
 
 def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkConfig,
-                    commit: str | None) -> tuple[SystemResult, list[str]]:
-    """Decodes the benchmarked utterances with a checkpoint, timed with the model loaded; (row, hyps)."""
+                    commit: str | None, task: str | None = None) -> tuple[SystemResult, list[str]]:
+    """Decodes the benchmarked utterances with a checkpoint (as `task`: None for its own; "mt" reads the
+    transcripts), timed with the model loaded; (row, hyps)."""
     from speechmt.decoding.translate import load_model
 
-    lm = load_model(path, cfg.device)
+    lm = load_model(path, cfg.device, task)
     _, hyps, seconds, _ = decode_split(lm, cfg.data, cfg.split, lm.decode_options(cfg.beam), cfg.max_tokens,
                                     len(records))
     params = sum(p.numel() for p in lm.model.parameters())
@@ -235,11 +238,9 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
     """The ASR -> MT cascade as one system: transcribe, then translate the transcripts, both timed."""
     import time
 
-    from speechmt.decoding.cascade import check_cascade, translate_texts
-    from speechmt.decoding.translate import load_model
+    from speechmt.decoding.cascade import load_cascade, translate_texts
 
-    asr, mt = load_model(asr_path, cfg.device), load_model(mt_path, cfg.device)
-    check_cascade(asr, mt)
+    asr, mt = load_cascade(asr_path, mt_path, cfg.device)
     _, transcripts, asr_seconds, _ = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
                                                cfg.max_tokens, len(records))
     start = time.perf_counter()
@@ -370,6 +371,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
         raise BenchmarkError("nothing to benchmark: give --model, --cascade, --peer or --compare")
     if len(cfg.names) > len(cfg.models):
         raise BenchmarkError(f"{len(cfg.names)} names for {len(cfg.models)} models")
+    if len(cfg.tasks) > len(cfg.models):
+        raise BenchmarkError(f"{len(cfg.tasks)} tasks for {len(cfg.models)} models")
     if cfg.limit is not None and cfg.limit < 1:
         raise BenchmarkError(f"--limit must be at least 1, found {cfg.limit}")
     if list(cfg.edges) != sorted(set(cfg.edges)) or not cfg.edges:
@@ -383,7 +386,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
     peers = [benchmark_peer(p, split_ids, records, cfg) for p in cfg.peers]
     earlier = [row for p in cfg.compare for row in compared_rows(p, ids, cfg.edges)]
     names = list(cfg.names) + [_default_name(m) for m in cfg.models[len(cfg.names):]]
-    models = [benchmark_model(m, n, records, cfg, commit) for m, n in zip(cfg.models, names)]
+    tasks = list(cfg.tasks) + [""] * (len(cfg.models) - len(cfg.tasks))
+    models = [benchmark_model(m, n, records, cfg, commit, t or None) for m, n, t in zip(cfg.models, names, tasks)]
     models += [benchmark_cascade(asr, mt, records, cfg, commit) for asr, mt in cfg.cascades]
     rows = [r for r, _ in models + peers] + earlier
     _unique_names(rows)

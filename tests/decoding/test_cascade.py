@@ -10,7 +10,7 @@ from speechmt.audio import read_audio
 from speechmt.cli import main
 from speechmt.config import save_config
 from speechmt.data.manifest import read_manifest
-from speechmt.decoding.cascade import cascade_translate, check_cascade, translate_texts
+from speechmt.decoding.cascade import cascade_translate, check_cascade, load_cascade, translate_texts
 from speechmt.checkpoint import CheckpointError
 from tests.helpers import tiny_config
 
@@ -69,6 +69,9 @@ def test_cascade_rejects_models_in_the_wrong_roles(pair):
         check_cascade(mt, asr)
     with pytest.raises(CheckpointError, match="must be a text MT model, got task 'asr'"):
         check_cascade(asr, asr)
+    with pytest.raises(CheckpointError, match=r"first model must be an ASR model \(not trained for task 'asr'; it does mt\)"):
+        load_cascade(pair[1], pair[0])
+    assert [m.task for m in load_cascade(*pair)] == ["asr", "mt"]
 
 
 def test_evaluate_takes_model_or_cascade_not_both(tmp_path, capsys):

@@ -175,5 +175,23 @@ def test_task_goes_with_model_not_with_a_cascade(command, capsys):
     assert main([command, *extra, "--cascade", "a.safetensors", "b.safetensors", "--task", "asr"]) == 2
     assert capsys.readouterr().err == (f"speechmt {command}: error: argument --task: invalid value 'asr': --task "
                                        "picks a --model's task, not a cascade's\n")
-    assert main([command, *extra, "--task", "mt"]) == 2
-    assert "argument --task: invalid choice: 'mt' (choose from 'st', 'asr')" in capsys.readouterr().err
+    if command == "translate":  # audio in: st or asr; evaluate also scores a multi-task model's text MT
+        assert main([command, *extra, "--task", "mt"]) == 2
+        assert "argument --task: invalid choice: 'mt' (choose from 'st', 'asr')" in capsys.readouterr().err
+
+
+def test_one_multi_task_checkpoint_is_st_asr_mt_and_a_cascade_in_one_benchmark(multi, tiny_data, tmp_path, capsys):
+    """XSTNet's comparison: the same checkpoint as end-to-end ST, ASR, text MT, and ASR -> MT cascade."""
+    out = tmp_path / "bench"
+    assert main(["benchmark", "--data", str(tiny_data), "--split", "dev", "--out", str(out), "--beam", "2",
+                 "--model", str(multi), "--model", str(multi), "--model", str(multi), "--task", "st", "--task", "asr",
+                 "--task", "mt", "--name", "st", "--name", "asr", "--name", "mt",
+                 "--cascade", str(multi), str(multi)]) == 0
+    rows = json.loads((out / "benchmark.json").read_text())["systems"]
+    assert [(r["name"], r["task"], r["n"]) for r in rows] == [("st", "st", 2), ("asr", "asr", 2), ("mt", "mt", 2),
+                                                            (f"cascade {multi.parent.name}/{multi.stem} -> "
+                                                             f"{multi.parent.name}/{multi.stem}", "st", 2)]
+    assert set(rows[1]["metrics"]) == {"WER", "CER"} and set(rows[2]["metrics"]) == {"BLEU", "chrF"}
+    assert main(["evaluate", "--model", str(multi), "--task", "mt", "--data", str(tiny_data), "--split", "dev",
+                 "--out", str(tmp_path / "ev"), *QUICK]) == 0
+    assert json.loads((tmp_path / "ev" / "report.json").read_text())["extra"]["task"] == "mt"
