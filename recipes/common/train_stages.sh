@@ -1,8 +1,9 @@
 # Sourced by the recipes: stage 2 (vocabularies) and stages 3-8 (ASR pretraining, averaging + WER, ST from
 # the ASR encoder, averaging + BLEU, and with an MT config the text MT model and the ASR -> MT cascade;
-# RESULTS.md rows), and with a Whisper config stage 9 (ST fine-tuned from Whisper). Reads: stage stop_stage
-# src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf st_conf mt_conf whisper_conf avg beam
-# test_sets name.
+# RESULTS.md rows), with a Whisper config stage 9 (ST fine-tuned from Whisper), with an XSTNet config stage
+# 10 (extra MT text, then progressive MT -> ST+ASR+MT; scored as ST, ASR, MT and its own cascade) and with a
+# LUT config stage 11. Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab
+# asr_spm st_spm asr_conf st_conf mt_conf whisper_conf xstnet_conf lut_conf avg beam test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
@@ -69,5 +70,30 @@ train_stages() {
         "$SPEECHMT" train --config "$whisper_conf" data.dir="$data" data.src_lang="$src_lang" \
             data.tgt_lang="$tgt_lang" train.task=st train.save_dir="$exp/st_whisper"
         average_and_score st_whisper "ST Whisper"
+    fi
+
+    if [ -n "$xstnet_conf" ] && [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
+        log "stage 10: XSTNet ($xstnet_conf): extra MT text -> $data/mt-text, training -> $exp/xstnet"
+        # text-only pairs from the Ding dictionary, every corpus sentence excluded (the conf reads mt-text)
+        "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
+            $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
+        "$SPEECHMT" train --config "$xstnet_conf" data.dir="$data" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/xstnet"
+        average_and_score xstnet "XSTNet"
+        for split in $test_sets; do  # one checkpoint: text MT and its own ASR -> MT cascade
+            "$SPEECHMT" evaluate --model "$exp/xstnet/checkpoint_avg.safetensors" --task mt --data "$data" \
+                --split "$split" --beam "$beam" --out "$exp/xstnet/eval_${split}_mt" --results RESULTS.md \
+                --name "XSTNet as MT $name (avg $avg)"
+            "$SPEECHMT" evaluate --cascade "$exp/xstnet/checkpoint_avg.safetensors" \
+                "$exp/xstnet/checkpoint_avg.safetensors" --data "$data" --split "$split" --beam "$beam" \
+                --out "$exp/xstnet/eval_${split}_cascade" --results RESULTS.md --name "XSTNet as cascade $name (avg $avg)"
+        done
+    fi
+
+    if [ -n "$lut_conf" ] && [ "$stage" -le 11 ] && [ "$stop_stage" -ge 11 ]; then
+        log "stage 11: LUT ($lut_conf) -> $exp/lut; average, BLEU on $test_sets"
+        "$SPEECHMT" train --config "$lut_conf" data.dir="$data" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/lut"
+        average_and_score lut "LUT"
     fi
 }

@@ -10,6 +10,9 @@
 #   7  with --mt-conf: MT on the same pairs (transcript -> translation), averaged, BLEU on $test_sets
 #   8  with --mt-conf: the cascade, averaged ASR -> averaged MT, BLEU on $test_sets
 #   9  with --whisper-conf: ST fine-tuned from Whisper base (set-up converts it), averaged, BLEU on $test_sets
+#  10  with --xstnet-conf: XSTNet (conf/st_xstnet_whisper_base.yaml): extra MT text, MT -> ST+ASR+MT, scored
+#      as ST, MT and its own ASR -> MT cascade
+#  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
 # Stages run unchanged on the released corpus (Common Voice 4 clips + CoVoST 2 TSVs) and on the mini one.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -17,7 +20,8 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=9
+stop_stage=11
+corpus=covost2
 root=corpora/covost2        # holds <src_lang>/clips, <src_lang>/validated.tsv, <src_lang>/covost_v2.*.tsv
 src_lang=de
 tgt_lang=en
@@ -31,6 +35,8 @@ asr_conf=conf/asr_s2t_s.yaml
 st_conf=conf/st_s2t_s.yaml
 mt_conf=""                  # an MT config (e.g. conf/mt_default.yaml): stages 7-8, MT and cascade
 whisper_conf=""             # a Whisper ST config (conf/st_whisper_base.yaml): stage 9
+xstnet_conf=""              # an XSTNet config (conf/st_xstnet_whisper_base.yaml): stage 10
+lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stage 11
 exp=""                      # default: exp/$src_lang-$tgt_lang
 avg=10
 beam=5
@@ -41,7 +47,7 @@ usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--src-lang de] [--tgt-lang en]"
     echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
-    echo "          [--whisper-conf conf/st_whisper_base.yaml]"
+    echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
     echo "          [--avg 10] [--beam 5] [--test-sets test] [--name LABEL]"
 }
 parse_options "$@"

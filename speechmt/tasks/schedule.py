@@ -26,9 +26,11 @@ MIXES = ("together", "sample")
 @dataclass
 class TaskData:
     """One data stream of a stage: `task` (st, asr or mt) on `split` of the prepared folder `data_dir`
-    (empty: data.dir / data.train_split), trained with `objectives` {name: weight}. `valid_split` (None:
-    data.valid_split for data.dir, no validation for another folder) is scored at validation. `ratio` is
-    its share of batches under mix "sample"."""
+    (empty: data.dir / data.train_split; a relative path is inside data.dir, e.g. "mt-text"), trained with
+    `objectives` {name: weight}. `valid_split` (None: data.valid_split for data.dir, no validation for
+    another folder) is scored at validation. `ratio` is its share of batches under mix "sample".
+    `max_tokens` / `max_sentences` (0: the data section's) size its batches: text streams count source
+    tokens where audio streams count 10 ms frames, so they need their own."""
 
     task: str = "st"
     objectives: dict[str, float] = field(default_factory=lambda: {"ce": 1.0})

@@ -26,6 +26,14 @@ def run_tasks(cfg: ExperimentConfig) -> list[TaskData]:
     return all_tasks(stages_of(cfg.train))
 
 
+def stream_dir(cfg: ExperimentConfig, spec: TaskData) -> str:
+    """The prepared folder a stream reads: data.dir, or its data_dir (a relative one inside data.dir, e.g.
+    "mt-text" for the extra text that `speechmt synth-mt --out DATA/mt-text` writes)."""
+    if not spec.data_dir:
+        return cfg.data.dir
+    return spec.data_dir if Path(spec.data_dir).is_absolute() else str(Path(cfg.data.dir) / spec.data_dir)
+
+
 def main_task(cfg: ExperimentConfig) -> str:
     """The task a trained checkpoint does by default: the last stage's first."""
     return stages_of(cfg.train)[-1].tasks[0].task
@@ -133,7 +141,7 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMV
         raise ConfigError(f"task {spec.task}: the distance objective needs a text teacher (model.semantic lut)")
     from speechmt.data.teacher_cache import WithTeacher, cached_teacher_split
 
-    data_dir = spec.data_dir or cfg.data.dir
+    data_dir = stream_dir(cfg, spec)
     records = read_manifest(Path(data_dir) / f"{split}.jsonl")
     return WithTeacher(ds, cached_teacher_split(data_dir, split, teacher, records))
 
@@ -146,7 +154,7 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConf
     model reads waveforms (`waveform`, by default its feature extractor's settings), a Whisper encoder
     log-mel features (`mel`), or, when it is frozen and data.cache_encoder is on, its cached states
     (`encoder` computes them once)."""
-    data = dataclasses.replace(cfg.data, dir=spec.data_dir) if spec.data_dir else cfg.data
+    data = dataclasses.replace(cfg.data, dir=stream_dir(cfg, spec))
     sides = _sides(cfg, toks, spec)
     if TASK_INPUTS[spec.task] == "text":
         records = read_manifest(Path(data.dir) / f"{split}.jsonl")

@@ -23,8 +23,8 @@ from speechmt.tasks import TaskData
 from speechmt.tokenizers import Tokenizers
 from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
                                         feature_settings, load_tokenizers, main_task, mel_settings_for,
-                                        model_config_for, objective_settings_for, teacher_for, waveform_settings,
-                                        with_teacher)
+                                        model_config_for, objective_settings_for, stream_dir, teacher_for,
+                                        waveform_settings, with_teacher)
 from speechmt.models.delta import base_reference
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.data.waveform import WaveformConfig
@@ -75,7 +75,7 @@ def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmv
         tokenizer, task = decoder_tokenizer(decoder_side(cfg), toks), spec.task
         lm = LoadedModel(model, tokenizer, decoder_tag(cfg, task), fbank, cmvn, task, "(training)", device, toks.src,
                          waveform=waveform, mel=mel)
-        records, hyps, _, _ = decode_split(lm, spec.data_dir or cfg.data.dir, split, lm.decode_options(beam=1),
+        records, hyps, _, _ = decode_split(lm, stream_dir(cfg, spec), split, lm.decode_options(beam=1),
                                            cfg.data.max_tokens)
         return {f"valid_{k.lower()}": s.score for k, s in score(task, hyps, references(task, records)).items()}
 
@@ -86,7 +86,7 @@ def _valid_split(cfg: ExperimentConfig, spec: TaskData) -> str:
     """A stream's dev split: its own, or data.valid_split when it reads data.dir; "" for none."""
     if spec.valid_split is not None:
         return spec.valid_split
-    return "" if spec.data_dir and spec.data_dir != cfg.data.dir else cfg.data.valid_split
+    return "" if stream_dir(cfg, spec) != cfg.data.dir else cfg.data.valid_split
 
 
 def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:

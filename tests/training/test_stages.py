@@ -157,3 +157,22 @@ def test_each_stream_batches_by_its_own_size(tiny_data, tmp_path):
     assert all(len(b) <= 2 and len(b) * max(sizes[i] for i in b) <= 30 for b in mt)
     with pytest.raises(ValueError, match="task mt: max_tokens must be an integer >= 0"):
         TaskData("mt", max_tokens=-1)
+
+
+def test_a_relative_stream_folder_is_inside_data_dir(tiny_data, tmp_path):
+    """Extra text written by `speechmt synth-mt --out DATA/mt-text` is named `data_dir: mt-text` in a config."""
+    from speechmt.training.builders import stream_dir
+
+    cfg = _multi(tiny_data, tmp_path, 7)
+    assert stream_dir(cfg, TaskData("mt")) == cfg.data.dir
+    assert stream_dir(cfg, TaskData("mt", data_dir="mt-text")) == str(tiny_data / "mt-text")
+    assert stream_dir(cfg, TaskData("mt", data_dir=str(tmp_path))) == str(tmp_path)
+    extra = tiny_data / "mt-text"
+    extra.mkdir(exist_ok=True)
+    lines = [json.dumps({**json.loads(x), "audio": "", "n_frames": 0, "duration": 0.0})
+             for x in (tiny_data / "train.jsonl").read_text().splitlines()[:5]]
+    (extra / "train.jsonl").write_text("\n".join(lines) + "\n")
+    toks = load_tokenizers(cfg.data)
+    _, cmvn = feature_settings(cfg)
+    ds = build_dataset(cfg, "train", toks, cmvn, True, spec=TaskData("mt", data_dir="mt-text"))
+    assert len(ds) == 5 and ds[0].feats is None and ds[0].src_ids is not None
