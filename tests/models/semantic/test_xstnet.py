@@ -11,7 +11,9 @@ from speechmt.data.waveform import record_audio
 from speechmt.models import build_model, preset
 from speechmt.models.translator import Translator
 from speechmt.tasks import Stage, TaskData
-from speechmt.training.run import run_training
+from speechmt.checkpoint import load_checkpoint
+from speechmt.training.builders import load_tokenizers, model_config_for
+from speechmt.training.run import run_training, seed_everything
 from tests.helpers import tiny_config
 
 FEATS, LENGTHS = torch.randn(2, 64, 80), torch.tensor([64, 36])
@@ -76,3 +78,21 @@ def test_progressive_training_mt_then_st_asr_mt_decodes(tiny_data, tmp_path):
     assert lm.model.config.semantic.kind == "xstnet" and math.isfinite(state.best_loss)
     (result,) = translate(lm, [record_audio(read_manifest(tiny_data / "dev.jsonl")[0], tiny_data)], beam=2)
     assert isinstance(result.text, str) and len(result.nbest) == 1
+
+
+def test_one_update_trains_the_shared_stack_on_both_modalities(tiny_data, tmp_path):
+    """mix together: one update holds an ST and an MT batch; the <audio> prefix (speech only) and the token
+    embeddings (text only) both move in that update, and so does the shared stack."""
+    cfg = tiny_config(tiny_data, tmp_path, max_updates=1, valid_decode=False, save_interval_updates=1,
+                      validate_interval_updates=100, log_interval=1)
+    cfg.model = preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                       text_encoder={"embed_only": True}, semantic={"kind": "xstnet", "options": {"layers": 1}})
+    cfg.train.stages = [Stage("st+mt", [TaskData("st"), TaskData("mt")])]
+    seed_everything(cfg.train.seed)
+    before = build_model(model_config_for(cfg, load_tokenizers(cfg.data))).state_dict()
+    run_training(cfg)
+    after = load_checkpoint(tmp_path / "checkpoint_1.safetensors")["model"]
+    moved = {k for k in before if not torch.equal(before[k], after[k].to(before[k].dtype))}
+    assert {"semantic.audio", "text_encoder.embedding.weight", "semantic.stack.layers.0.ffn.fc1.weight"} <= moved
+    log = (tmp_path / "train_log.jsonl").read_text()
+    assert '"st_ce":' in log and '"mt_ce":' in log
