@@ -29,7 +29,7 @@ def _rich_config() -> ExperimentConfig:
     model = ModelConfig(encoder=EncoderConfig(kind="wav2vec2", hf_config=hf_config, conv_kernels=(3, 3, 3),
                                               layerdrop=0.1),
                         lora=LoraSettings(targets=("q_proj", "v_proj")), d_model=96, n_heads=3, tgt_vocab_size=123,
-                        dropout=0.25, semantic={"options": {"k": [1, 2]}}, shrink={"kind": "conv", "kernel": 3})
+                        dropout=0.25, semantic={"kind": "xstnet", "options": {"layers": 2}}, shrink={"kind": "conv", "kernel": 3})
     data = DataConfig(dir="/data/x", src_lang="fr", lang_tag=False, max_tokens=500, spec_augment="")
     stages = [Stage(name="mt", tasks=[TaskData("mt", {"ce": 1.0}, valid_split="dev")], updates=20,
                     freeze=["speech_encoder."]),
@@ -251,12 +251,14 @@ def test_dotted_overrides_reach_nested_fields_and_old_flat_names_still_work(tmp_
     (tmp_path / "flat.yaml").write_text(FLAT)
     for conf in ("nested.yaml", "flat.yaml"):
         cfg = load_config(tmp_path / conf, ["model.encoder.layers=5", "model.text_encoder.layers=5",
-                                            "model.shrink.kind=ctc", "model.semantic.options.k=1", "model.lora.rank=4"])
+                                            "model.shrink.kind=ctc", "model.semantic.kind=xstnet", "model.semantic.options.layers=1",
+                                            "model.lora.rank=4"])
         m = cfg.model
         assert (m.encoder.layers, m.shrink.kind, m.shrink.channels, m.lora.rank) == (5, "ctc", 32, 4)
-        assert m.semantic.options == {"k": 1} and m.encoder.conv_kernels == (3, 3)  # the rest kept
+        assert m.semantic.options == {"layers": 1} and m.encoder.conv_kernels == (3, 3)  # the rest kept
         old = load_config(tmp_path / conf, ["model.encoder_layers=5", "model.text_encoder_layers=5",
-                                            "model.shrink=ctc", "model.lora_rank=4", "model.semantic_options={k: 1}"])
+                                            "model.shrink=ctc", "model.lora_rank=4", "model.semantic.kind=xstnet",
+                                            "model.semantic_options={layers: 1}"])
         assert old == cfg
     whisper = ["model.encoder=whisper", "model.encoder_name_or_path=w", "model.decoder=whisper"]
     cfg = load_config(tmp_path / "nested.yaml", whisper + ["model.text_encoder.shared=false",
@@ -288,7 +290,8 @@ def test_apply_overrides_makes_the_model_section_nested():
                                       "whisper only"),
     (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
                                      "encoder.name_or_path) or decoder.hf_config"),
-    (["model.semantic.kind=chimera"], "model: bad ModelConfig: unknown semantic 'chimera'; expected one of identity, lut, xstnet"),
+    (["model.semantic.kind=fat-mlm"], "model: bad ModelConfig: unknown semantic 'fat-mlm'; expected one of identity, lut, "
+                                      "xstnet, chimera"),
     (["model.encoder.layer=3"], "unknown model.encoder option(s): layer"),
     (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
     (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),

@@ -1,9 +1,10 @@
 # Sourced by the recipes: stage 2 (vocabularies) and stages 3-8 (ASR pretraining, averaging + WER, ST from
 # the ASR encoder, averaging + BLEU, and with an MT config the text MT model and the ASR -> MT cascade;
 # RESULTS.md rows), with a Whisper config stage 9 (ST fine-tuned from Whisper), with an XSTNet config stage
-# 10 (extra MT text, then progressive MT -> ST+ASR+MT; scored as ST, ASR, MT and its own cascade) and with a
-# LUT config stage 11. Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab
-# asr_spm st_spm asr_conf st_conf mt_conf whisper_conf xstnet_conf lut_conf avg beam test_sets name.
+# 10 (extra MT text, then progressive MT -> ST+ASR+MT; scored as ST, ASR, MT and its own cascade), with a
+# LUT config stage 11 and with a Chimera config stage 12 (the same extra text, MT -> ST+MT+contrastive; scored
+# as ST and MT). Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm
+# st_spm asr_conf st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf avg beam test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
@@ -95,5 +96,21 @@ train_stages() {
         "$SPEECHMT" train --config "$lut_conf" data.dir="$data" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/lut"
         average_and_score lut "LUT"
+    fi
+
+    if [ -n "$chimera_conf" ] && [ "$stage" -le 12 ] && [ "$stop_stage" -ge 12 ]; then
+        log "stage 12: Chimera ($chimera_conf): extra MT text in $data/mt-text, training -> $exp/chimera"
+        if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stage 10 makes it too
+            "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
+                $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
+        fi
+        "$SPEECHMT" train --config "$chimera_conf" data.dir="$data" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/chimera"
+        average_and_score chimera "Chimera"
+        for split in $test_sets; do  # one checkpoint: its text MT through the same memory
+            "$SPEECHMT" evaluate --model "$exp/chimera/checkpoint_avg.safetensors" --task mt --data "$data" \
+                --split "$split" --beam "$beam" --out "$exp/chimera/eval_${split}_mt" --results RESULTS.md \
+                --name "Chimera as MT $name (avg $avg)"
+        done
     fi
 }

@@ -13,6 +13,8 @@
 #  10  with --xstnet-conf: XSTNet (conf/st_xstnet_whisper_base.yaml): extra MT text, MT -> ST+ASR+MT, scored
 #      as ST, MT and its own ASR -> MT cascade
 #  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
+#  12  with --chimera-conf: Chimera (conf/st_chimera_whisper_base.yaml): extra MT text, MT -> ST+MT+contrastive,
+#      scored as ST and MT
 # Stages run unchanged on the released corpus (Common Voice 4 clips + CoVoST 2 TSVs) and on the mini one.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,7 +22,7 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=11
+stop_stage=12
 corpus=covost2
 root=corpora/covost2        # holds <src_lang>/clips, <src_lang>/validated.tsv, <src_lang>/covost_v2.*.tsv
 src_lang=de
@@ -37,6 +39,7 @@ mt_conf=""                  # an MT config (e.g. conf/mt_default.yaml): stages 7
 whisper_conf=""             # a Whisper ST config (conf/st_whisper_base.yaml): stage 9
 xstnet_conf=""              # an XSTNet config (conf/st_xstnet_whisper_base.yaml): stage 10
 lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stage 11
+chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
 exp=""                      # default: exp/$src_lang-$tgt_lang
 avg=10
 beam=5
@@ -48,6 +51,7 @@ usage() {
     echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
+    echo "          [--chimera-conf CONF]"
     echo "          [--avg 10] [--beam 5] [--test-sets test] [--name LABEL]"
 }
 parse_options "$@"

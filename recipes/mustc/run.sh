@@ -13,6 +13,8 @@
 #  10  with --xstnet-conf: XSTNet (conf/st_xstnet_whisper_base.yaml): extra MT text, MT -> ST+ASR+MT, scored
 #      as ST, MT and its own ASR -> MT cascade
 #  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
+#  12  with --chimera-conf: Chimera (conf/st_chimera_whisper_base.yaml): extra MT text, MT -> ST+MT+contrastive,
+#      scored as ST and MT
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,7 +22,7 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=11
+stop_stage=12
 corpus=mustc
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
@@ -36,6 +38,7 @@ mt_conf=""                  # an MT config (e.g. conf/mt_default.yaml): stages 7
 whisper_conf=""             # a Whisper ST config (conf/st_whisper_base.yaml): stage 9
 xstnet_conf=""              # an XSTNet config (conf/st_xstnet_whisper_base.yaml): stage 10
 lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stage 11
+chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
@@ -47,6 +50,7 @@ usage() {
     echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
+    echo "          [--chimera-conf CONF]"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"

@@ -59,3 +59,15 @@ def distance_loss(pred: torch.Tensor, target: torch.Tensor, lengths: torch.Tenso
     if kind == "cosine":
         return (1.0 - F.cosine_similarity(pred, target, dim=-1)).sum()
     raise ValueError(f"unknown distance {kind!r}; expected mse or cosine")
+
+
+def contrastive_loss(speech: torch.Tensor, text: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Chimera's contrastive loss over memory slots, summed over examples and slots: for each example, the
+    (M, M) cosine similarities of its speech slots (rows) to its text slots (columns), divided by the
+    temperature, and the cross entropy of row i with slot i as its target. speech, text (B, M, D); the
+    gradient reaches both. Computed in float32, also under autocast."""
+    with torch.autocast(speech.device.type, enabled=False):
+        s, t = F.normalize(speech.float(), dim=-1, eps=1e-8), F.normalize(text.float(), dim=-1, eps=1e-8)
+        logits = torch.bmm(s, t.transpose(1, 2)) / temperature  # (B, M, M): [b, i, j] = cos(speech i, text j) / t
+    target = torch.arange(logits.size(1), device=logits.device).expand(logits.size(0), -1)  # (B, M)
+    return F.cross_entropy(logits.transpose(1, 2), target, reduction="sum")

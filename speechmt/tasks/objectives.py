@@ -19,7 +19,7 @@ import torch
 
 from speechmt.data.dataset import Batch
 from speechmt.models.translator import EncoderOutput, Translator
-from speechmt.tasks.losses import ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
+from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
 
@@ -99,6 +99,20 @@ def distance(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSe
     return distance_loss(pred, target, batch.teacher_lengths, model.semantic.distance), {}
 
 
+def contrastive(model: Translator, batch: Batch, enc: EncoderOutput,
+                s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+    """Chimera's contrastive loss between an utterance's speech memory (enc) and its transcript's memory
+    (batch.src through the text embedder and the same semantic layer), slot i matched to slot i, at the
+    semantic layer's temperature; summed over examples and slots. Normalised, as Chimera's own criterion,
+    by target tokens, like the CE it is trained with."""
+    temperature = getattr(model.semantic, "temperature", None)
+    if temperature is None or model.text_encoder is None or batch.src is None or batch.feats is None:
+        raise ValueError("the contrastive objective needs a memory semantic layer (semantic 'chimera') with a text "
+                         "path (text_encoder.embed_only), audio batches (st or asr) and their transcripts")
+    text = model.encode_text(batch.src, batch.src_lengths)
+    return contrastive_loss(enc.x, text.x, temperature), {}
+
+
 def batches(batch: Batch) -> int:
     """1 per batch: for losses that are means already (their unit is not known before the forward pass)."""
     return 1
@@ -115,5 +129,6 @@ OBJECTIVES: dict[str, Objective] = {
     "ce": Objective(cross_entropy, target_tokens),
     "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
     "distance": Objective(distance, teacher_tokens, needs_teacher=True),
+    "contrastive": Objective(contrastive, target_tokens, reads_transcript=True),
     "wav2vec2": Objective(wav2vec2_pretraining, batches),
 }

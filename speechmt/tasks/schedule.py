@@ -30,7 +30,9 @@ class TaskData:
     `objectives` {name: weight}. `valid_split` (None: data.valid_split for data.dir, no validation for
     another folder) is scored at validation. `ratio` is its share of batches under mix "sample".
     `max_tokens` / `max_sentences` (0: the data section's) size its batches: text streams count source
-    tokens where audio streams count 10 ms frames, so they need their own."""
+    tokens where audio streams count 10 ms frames, so they need their own. `ramp` {objective: n} raises that
+    objective's weight linearly over the stage's first n updates (weight * min(1, (k + 1) / n) at the stage's
+    update k, 0-based), as Chimera's contrastive weight."""
 
     task: str = "st"
     objectives: dict[str, float] = field(default_factory=lambda: {"ce": 1.0})
@@ -40,6 +42,7 @@ class TaskData:
     ratio: float = 1.0
     max_tokens: int = 0
     max_sentences: int = 0
+    ramp: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         from speechmt.tasks.objectives import OBJECTIVES
@@ -60,11 +63,23 @@ class TaskData:
                 raise ValueError(f"task {self.task}: {key} must be an integer >= 0 (0: the data section's), got {v!r}")
         if not (isinstance(self.ratio, (int, float)) and math.isfinite(self.ratio) and self.ratio > 0):
             raise ValueError(f"task {self.task}: ratio must be a finite number > 0, got {self.ratio!r}")
+        if not isinstance(self.ramp, dict):
+            raise ValueError(f"task {self.task}: ramp must be a mapping {{objective: updates}}, got {self.ramp!r}")
+        for name, n in self.ramp.items():
+            if name not in self.objectives:
+                raise ValueError(f"task {self.task}: ramp names {name!r}, not one of its objectives")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"task {self.task}: ramp of {name} must be an integer >= 1 (updates), got {n!r}")
 
     @property
     def weights(self) -> dict[str, float]:
         """The objectives with a non-zero weight (those computed)."""
         return {k: float(w) for k, w in self.objectives.items() if w > 0}
+
+    def weights_at(self, update: int) -> dict[str, float]:
+        """The weights applied at the stage's update `update` (0-based): `weights`, ramped ones scaled by
+        min(1, (update + 1) / n)."""
+        return {k: w * min(1.0, (update + 1) / self.ramp[k]) if k in self.ramp else w for k, w in self.weights.items()}
 
     @property
     def key(self) -> str:

@@ -194,11 +194,12 @@ def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: di
 
 def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     """The model config with vocabulary sizes taken from the tokenizers, a CTC head when an objective needs
-    one and a source vocabulary when a task reads text or CTC writes transcripts."""
+    one and a source vocabulary when a task reads text or an objective reads transcripts (CTC writes them,
+    the contrastive objective encodes them)."""
     dec = decoder_tokenizer(decoder_side(cfg), toks)
     specs = run_tasks(cfg)
     ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
-    text = any(TASK_INPUTS[t.task] == "text" for t in specs)
+    text = any(TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs)
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
     if cfg.model.shrink.kind == "ctc" and not ctc:
         raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "

@@ -245,11 +245,13 @@ class Trainer:
         """One optimiser step over `group`: the weighted objectives, each divided by its normaliser summed
         over the whole update (all batches, all ranks), known before backward. The division is split into
         a factor on each loss (reference / own normaliser: 1 when they agree, as CE and CTC do) and one
-        scaling of the gradients by the reference normaliser, as fairseq divides by the sample size."""
+        scaling of the gradients by the reference normaliser, as fairseq divides by the sample size. Ramped
+        weights (TaskData.ramp) are those of the stage's update step - stage_start, a function of the state."""
         self.runner.train()
         if hasattr(self.model, "before_update"):
             self.model.before_update(self.state.step)
         local = self._normalisers(group)
+        applied = {i: self.streams[i].spec.weights_at(self.state.step - self.state.stage_start) for i, _ in group}
         totals = {k: dist.all_reduce_sum(v) for k, v in sorted(local.items())}
         reference = max(next(iter(totals.values())), 1.0)
         factors = {k: reference / max(v, 1.0) for k, v in totals.items()}
@@ -259,7 +261,7 @@ class Trainer:
             spec = self.streams[i].spec
             batch = batch.to(self.device)
             with dist.no_sync_unless(self.runner, last=j == len(group) - 1), self._autocast():
-                loss, parts = self.runner(batch, spec.task, spec.weights, {n: factors[(i, n)] for n in spec.weights})
+                loss, parts = self.runner(batch, spec.task, applied[i], {n: factors[(i, n)] for n in spec.weights})
             self.scaler.scale(loss).backward()
             for k, v in parts.items():
                 sums[(i, *k)] = sums.get((i, *k), 0) + v
@@ -279,12 +281,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.state.step += 1
-        meter.add(**self._per_unit(sums, local), nsentences=nsent, ntokens=ntok, gnorm=float(norm))
+        meter.add(**self._per_unit(sums, local, applied), nsentences=nsent, ntokens=ntok, gnorm=float(norm))
 
-    def _per_unit(self, sums: dict[tuple[int, str, str], float],
-                  norms: dict[tuple[int, str], float]) -> dict[str, float]:
+    def _per_unit(self, sums: dict[tuple[int, str, str], float], norms: dict[tuple[int, str], float],
+                  weights: dict[int, dict[str, float]] | None = None) -> dict[str, float]:
         """Logged values: every objective and stat per unit of its normaliser (named `objective[_stat]`,
-        prefixed by the stream's key when the stage has several), and `loss`, the weighted objectives."""
+        prefixed by the stream's key when the stage has several), and `loss`, the objectives weighted by
+        `weights` {stream: {objective: weight}} (default: the streams' full weights, unramped)."""
         out, total = {}, 0.0
         for (i, name, stat), value in sums.items():
             spec = self.streams[i].spec
@@ -292,7 +295,7 @@ class Trainer:
             label = f"{name}_{stat}" if stat else name
             out[f"{spec.key}_{label}" if len(self.streams) > 1 else label] = per
             if not stat:
-                total += spec.weights[name] * per
+                total += (weights[i] if weights else spec.weights)[name] * per
         return {"loss": total, **out}
 
     def _after_update(self, meter: "Meter") -> None:

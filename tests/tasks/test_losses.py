@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from speechmt.tasks.losses import ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
+from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
 
 PAD, BLANK = 0, 4  # the tokenizer layout: pad 0, blank 4
 
@@ -166,3 +166,43 @@ def test_distance_loss_sends_gradients_to_the_student_only():
     distance_loss(pred, target, torch.tensor([2])).backward()
     assert target.grad is None
     assert torch.allclose(pred.grad, 2 * (pred - target).detach() / 3)  # d/dp of mean over 3 channels
+
+
+def _orthogonal_slots(b: int, m: int, d: int) -> torch.Tensor:
+    """(b, m, d) memories whose m slots are orthogonal (random rotations of scaled basis vectors)."""
+    q, _ = torch.linalg.qr(torch.randn(b, d, d))
+    return q[:, :, :m].transpose(1, 2) * torch.rand(b, m, 1).add(0.5)
+
+
+@pytest.mark.parametrize("t", [0.1, 0.5, 1.0])
+def test_contrastive_loss_of_equal_orthogonal_slots_by_hand(t):
+    m, speech = 4, _orthogonal_slots(3, 4, 8)
+    # row i: cos 1 at its own slot, 0 at the others: -log(e^(1/t) / (e^(1/t) + m - 1)), m rows, 3 examples
+    assert contrastive_loss(speech, speech.clone(), t).item() == pytest.approx(
+        3 * m * math.log(1 + (m - 1) * math.exp(-1 / t)), rel=1e-5, abs=1e-5)  # float32 cosines: ~1e-7 off
+    # every row's target at cos 0 and one other slot at cos 1 (a derangement): -log(1 / (e^(1/t) + m - 1))
+    permuted = speech[:, [1, 2, 3, 0]]
+    assert contrastive_loss(speech, permuted, t).item() == pytest.approx(3 * m * math.log(math.exp(1 / t) + m - 1),
+                                                                         rel=1e-5)
+
+
+def test_contrastive_loss_is_least_for_equal_distinct_slots():
+    speech = _orthogonal_slots(2, 6, 16)
+    best = contrastive_loss(speech, speech, 0.1).item()
+    same = speech[:, :1].expand(-1, 6, -1)  # equal memories whose slots are all alike: chance, log m per slot
+    assert contrastive_loss(same, same, 0.1).item() == pytest.approx(2 * 6 * math.log(6), rel=1e-5)
+    for other in (speech + 0.3 * torch.randn_like(speech), speech[:, [0, 2, 1, 3, 4, 5]], torch.randn(2, 6, 16)):
+        assert contrastive_loss(speech, other, 0.1).item() > best + 1e-3
+    assert best == pytest.approx(2 * 6 * math.log(1 + 5 * math.exp(-10)), abs=1e-5) and best < 1e-2
+
+
+def test_contrastive_loss_matches_a_loop_and_reaches_both_memories():
+    speech = torch.randn(2, 5, 7, requires_grad=True)
+    text = torch.randn(2, 5, 7, requires_grad=True)
+    loss = contrastive_loss(speech, text, 0.2)
+    expected = sum(-F.log_softmax(torch.stack([F.cosine_similarity(speech[b, i], text[b, j], dim=0) / 0.2
+                                               for j in range(5)]), 0)[i] for b in range(2) for i in range(5))
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    loss.backward()
+    assert speech.grad.abs().sum() > 0 and text.grad.abs().sum() > 0
+    assert contrastive_loss(speech.half(), text.half(), 0.2).dtype == torch.float32

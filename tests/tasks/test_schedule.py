@@ -33,6 +33,17 @@ def test_zero_weights_are_not_computed_and_keys_name_their_data():
     assert spec.weights == {"ce": 1.0} and spec.key == "st@extra/train2"
 
 
+def test_a_ramped_weight_grows_linearly_over_the_stages_first_updates():
+    spec = TaskData("st", {"ce": 1.0, "contrastive": 0.8, "ctc": 0.0}, ramp={"contrastive": 4})
+    assert [spec.weights_at(k)["contrastive"] for k in range(6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 0.8, 0.8])
+    assert spec.weights_at(0)["ce"] == 1.0 and "ctc" not in spec.weights_at(0) and spec.weights_at(3) == spec.weights
+    assert TaskData("st").weights_at(0) == {"ce": 1.0}
+    cfg = ExperimentConfig.from_dict({"train": {"stages": [{"tasks": [
+        {"task": "st", "objectives": {"ce": 1, "contrastive": 1}, "ramp": {"contrastive": 100}}]}]}})
+    assert cfg.train.stages[0].tasks[0].ramp == {"contrastive": 100}
+    assert ExperimentConfig.from_dict(cfg.to_dict()).train.stages == cfg.train.stages
+
+
 @pytest.mark.parametrize("stages, message", [
     ([{"tasks": [{"task": "tts"}]}], "unknown task 'tts'; expected one of st, asr, mt"),
     ([{"tasks": [{"task": "st", "objectives": {"bleu": 1}}]}], "task st: unknown objective 'bleu'; expected one of"),
@@ -40,6 +51,9 @@ def test_zero_weights_are_not_computed_and_keys_name_their_data():
     ([{"tasks": [{"task": "st", "objectives": {"ce": float("nan")}}]}], "weight must be a finite number >= 0, got nan"),
     ([{"tasks": [{"task": "st", "ratio": 0}]}], "task st: ratio must be a finite number > 0, got 0"),
     ([{"tasks": [{"task": "st", "lr": 1}]}], "unknown task option(s): lr"),
+    ([{"tasks": [{"task": "st", "ramp": {"ctc": 10}}]}], "task st: ramp names 'ctc', not one of its objectives"),
+    ([{"tasks": [{"task": "st", "ramp": {"ce": 0}}]}], "task st: ramp of ce must be an integer >= 1 (updates), got 0"),
+    ([{"tasks": [{"task": "st", "ramp": 10}]}], "task st: ramp must be a mapping {objective: updates}, got 10"),
     ([{"tasks": []}], "tasks must be a non-empty list"),
     ([{"tasks": [{"task": "st"}, {"task": "st"}]}], "a task appears twice on the same data (st, st)"),
     ([{"tasks": [{"task": "st"}], "mix": "zip"}], "unknown mix 'zip'; expected one of together, sample"),

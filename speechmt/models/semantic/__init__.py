@@ -20,9 +20,10 @@ from torch import nn
 
 from speechmt.config_check import raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
+from speechmt.models.semantic.chimera import ChimeraMemory, ChimeraOptions, chimera
 from speechmt.models.semantic.identity import Identity, identity
-from speechmt.models.semantic.lut import LUTSemanticEncoder, lut
-from speechmt.models.semantic.xstnet import XSTNetEncoder, xstnet
+from speechmt.models.semantic.lut import LUTOptions, LUTSemanticEncoder, lut
+from speechmt.models.semantic.xstnet import XSTNetEncoder, XSTNetOptions, xstnet
 
 
 class SemanticLayer(Protocol):
@@ -33,13 +34,17 @@ class SemanticLayer(Protocol):
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
 
 
-SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "lut": lut, "xstnet": xstnet}
+SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "lut": lut, "xstnet": xstnet,
+                                                  "chimera": chimera}
+SEMANTIC_OPTIONS: dict[str, type] = {"chimera": ChimeraOptions, "lut": LUTOptions, "xstnet": XSTNetOptions}
+"""Each variant's options dataclass (none: it takes no options), checked when a config is read, so that a bad
+value is one line naming it before anything is built."""
 
 
 @dataclass
 class SemanticConfig:
     """The semantic layer between the encoders and the decoder: `kind` "identity" (none) or a variant of
-    SEMANTICS, with its own settings in `options` (checked by the variant's builder)."""
+    SEMANTICS, with its own settings in `options` (the variant's options dataclass, SEMANTIC_OPTIONS)."""
 
     kind: str = "identity"
     options: dict = field(default_factory=dict)
@@ -48,7 +53,14 @@ class SemanticConfig:
         self.options = dict(self.options)
         raise_problems("bad ModelConfig", [
             self.kind not in SEMANTICS and f"unknown semantic {self.kind!r}; expected one of {', '.join(SEMANTICS)}",
+            self.kind not in SEMANTIC_OPTIONS and self.options and f"semantic {self.kind} takes no options",
         ])
+        if self.kind in SEMANTIC_OPTIONS:
+            try:
+                SEMANTIC_OPTIONS[self.kind](**self.options)
+            except TypeError as e:
+                raise ValueError(f"bad ModelConfig: semantic {self.kind} options: {e}") from None
 
 
-__all__ = ["Identity", "LUTSemanticEncoder", "SEMANTICS", "SemanticConfig", "SemanticLayer", "XSTNetEncoder"]
+__all__ = ["ChimeraMemory", "Identity", "LUTSemanticEncoder", "SEMANTICS", "SemanticConfig", "SemanticLayer",
+           "XSTNetEncoder"]

@@ -102,3 +102,15 @@ def test_tiny_lut_trains_with_a_local_bert_teacher_and_decodes(tiny_data, tiny_b
     assert lm.model.config.semantic.options == {"layers": 1, "teacher": str(tiny_bert), "teacher_dim": 16}
     (result,) = translate(lm, [record_audio(read_manifest(tiny_data / "dev.jsonl")[0], tiny_data)], beam=2)
     assert isinstance(result.text, str) and len(result.nbest) == 1
+
+
+def test_semantic_options_are_checked_when_the_config_is_read():
+    from speechmt.models.semantic import SemanticConfig
+
+    with pytest.raises(ValueError, match="^bad ModelConfig: semantic lut distance must be one of mse, cosine"):
+        SemanticConfig("lut", {"distance": "l1"})
+    with pytest.raises(ValueError, match="^bad ModelConfig: semantic xstnet options: .*'heads'"):
+        SemanticConfig("xstnet", {"heads": 2})
+    with pytest.raises(ValueError, match="^bad ModelConfig: semantic identity takes no options"):
+        SemanticConfig("identity", {"layers": 2})
+    assert SemanticConfig("lut", {"layers": 2}).options == {"layers": 2}

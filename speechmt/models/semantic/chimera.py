@@ -1,0 +1,122 @@
+"""Chimera's shared semantic memory (Han, Wang, Ji and Xu, Findings of ACL 2021, "Learning Shared Semantic
+Space for Speech-to-Text Translation"): M learned memory queries read the encoder states through a few
+layers of cross-attention and feed-forward, with no attention between the queries, so every slot is a
+function of its own query and the states alone. Either modality gives a fixed-size memory (B, M, D): the
+acoustic encoder's (shrunk) states with sinusoidal positions, or the transcript's token embeddings (the
+model's plain text embedder, `text_encoder.embed_only`), optionally through a shared Transformer encoder
+first. The decoder attends to the M slots. The contrastive objective (speechmt.tasks.objectives
+"contrastive") matches slot i of an utterance's speech memory to slot i of its transcript's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+
+from speechmt.models.encoders.base import EncoderOutput, Record, note
+from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
+    key_padding_mask, transformer_encoder
+
+
+def _count(value, least: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= least
+
+
+@dataclass(frozen=True)
+class ChimeraOptions:
+    """`memory`: M, the learned queries (slots); `layers`: memory layers; `shared_layers`: a Transformer
+    encoder over the states before the memory, on both paths (0: none); `heads`: of the memory's attention
+    (None: the model's n_heads); `temperature`: of the contrastive objective's cosine similarities."""
+
+    memory: int = 64
+    layers: int = 3
+    shared_layers: int = 0
+    heads: int | None = None
+    temperature: float = 0.1
+
+    def __post_init__(self):
+        problems = [
+            not _count(self.memory, 1) and f"memory must be an integer >= 1, got {self.memory!r}",
+            not _count(self.layers, 1) and f"layers must be an integer >= 1, got {self.layers!r}",
+            not _count(self.shared_layers, 0) and f"shared_layers must be an integer >= 0, got {self.shared_layers!r}",
+            self.heads is not None and not _count(self.heads, 1) and
+            f"heads must be an integer >= 1 or null, got {self.heads!r}",
+            not (isinstance(self.temperature, (int, float)) and not isinstance(self.temperature, bool)
+                 and 0 < self.temperature < float("inf")) and
+            f"temperature must be a finite number > 0, got {self.temperature!r}",
+        ]
+        problems = [p for p in problems if p]
+        if problems:
+            raise ValueError(f"bad ModelConfig: semantic chimera {problems[0]}")
+
+
+class MemoryLayer(nn.Module):
+    """Pre-norm cross-attention of the queries over the states, then a feed-forward; no self-attention, so
+    each query row is computed independently of the others. queries (B, M, D), states (B, T, D) with
+    lengths (B,) -> (B, M, D)."""
+
+    def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1, attention_dropout: float = 0.1,
+                 activation_dropout: float = 0.1):
+        super().__init__()
+        self.attn_norm, self.attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
+        self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries: Tensor, states: Tensor, lengths: Tensor) -> Tensor:
+        mask = key_padding_mask(lengths, states.size(1))  # (B, 1, 1, T): the same keys for every query
+        q = queries + self.dropout(self.attn(self.attn_norm(queries), states, mask))
+        return q + self.dropout(self.ffn(self.ffn_norm(q)))
+
+
+class ChimeraMemory(nn.Module):
+    """The optional `shared` stack, the M learned `queries` and the memory `layers`; speech() and text() share
+    all of them. (x (B, T, D), lengths (B,)) in, (x (B, M, D), lengths all M) out."""
+
+    def __init__(self, queries: int, layers: list[MemoryLayer], dim: int, shared: TransformerEncoder | None = None,
+                 dropout: float = 0.1, temperature: float = 0.1, position_offset: int = 0):
+        super().__init__()
+        self.shared, self.layers = shared, nn.ModuleList(layers)
+        self.queries = nn.Parameter(torch.randn(queries, dim) * dim ** -0.5)
+        self.states_norm, self.norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout, self.temperature = nn.Dropout(dropout), temperature
+        self.positions = SinusoidalPositionalEncoding(dim, position_offset)
+
+    def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
+        """Acoustic states (B, T, D) -> memory (B, M, D); sinusoidal positions are added first."""
+        return self._memory(enc, self.dropout(self.positions(enc.x)), record)
+
+    def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
+        """Token embeddings with positions (B, S, D) -> memory (B, M, D)."""
+        return self._memory(enc, enc.x, record)
+
+    def _memory(self, enc: EncoderOutput, x: Tensor, record: Record | None) -> EncoderOutput:
+        lengths = enc.lengths
+        if self.shared is not None:
+            x, lengths = self.shared(x, lengths, record, prefix="shared.")
+        states = self.states_norm(x)
+        q = self.queries.to(x.dtype).expand(x.size(0), -1, -1)  # (M, D) -> (B, M, D)
+        slots = torch.full_like(lengths, q.size(1))
+        for i, layer in enumerate(self.layers):
+            q = layer(q, states, lengths)
+            note(record, f"layer.{i}", q, slots)
+        q = self.norm(q)
+        note(record, "out", q, slots)
+        return replace(enc, x=q, lengths=slots)
+
+
+def chimera(cfg, **options) -> ChimeraMemory:
+    """The memory at the model's dimensions; options: ChimeraOptions fields."""
+    try:
+        o = ChimeraOptions(**options)
+    except TypeError as e:
+        raise ValueError(f"bad ModelConfig: semantic chimera options: {e}") from None
+    heads = o.heads or cfg.n_heads
+    if cfg.d_model % heads:
+        raise ValueError(f"bad ModelConfig: semantic chimera heads {heads} do not divide d_model {cfg.d_model}")
+    shared = transformer_encoder(o.shared_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
+                                 cfg.attention_dropout, cfg.activation_dropout) if o.shared_layers else None
+    layers = [MemoryLayer(cfg.d_model, heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout)
+              for _ in range(o.layers)]
+    return ChimeraMemory(o.memory, layers, cfg.d_model, shared, cfg.dropout, o.temperature, cfg.position_offset)
