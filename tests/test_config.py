@@ -133,7 +133,7 @@ def test_preset_and_its_overrides():
 @pytest.mark.parametrize("override,message", [
     ("train.precision=fp8", "train: unknown precision 'fp8'; expected fp32, bf16 or fp16"),
     ("train.task=tts", "train: unknown task 'tts'; expected st, asr or mt"),
-    ("train.stages=[{tasks: [{task: tts}]}]", "train: unknown task 'tts'; expected one of st, asr, mt, audio"),
+    ("train.stages=[{tasks: [{task: tts}]}]", "train: unknown task 'tts'; expected one of st, asr, mt, audio, fat, fat_text"),
     ("train.stages=[{tasks: [{task: st}]}, {tasks: [{task: mt}]}]",
      "train: stage '0' is not the last: give it updates or epochs to end"),
 ])
@@ -290,8 +290,8 @@ def test_apply_overrides_makes_the_model_section_nested():
                                       "whisper only"),
     (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
                                      "encoder.name_or_path) or decoder.hf_config"),
-    (["model.semantic.kind=fat-mlm"], "model: bad ModelConfig: unknown semantic 'fat-mlm'; expected one of identity, lut, "
-                                      "xstnet, chimera"),
+    (["model.semantic.kind=perceiver"], "model: bad ModelConfig: unknown semantic 'perceiver'; expected one of "
+                                        "identity, lut, xstnet, chimera, fat_mlm"),
     (["model.encoder.layer=3"], "unknown model.encoder option(s): layer"),
     (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
     (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),

@@ -3,8 +3,10 @@
 # RESULTS.md rows), with a Whisper config stage 9 (ST fine-tuned from Whisper), with an XSTNet config stage
 # 10 (extra MT text, then progressive MT -> ST+ASR+MT; scored as ST, ASR, MT and its own cascade), with a
 # LUT config stage 11 and with a Chimera config stage 12 (the same extra text, MT -> ST+MT+contrastive; scored
-# as ST and MT). Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm
-# st_spm asr_conf st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf avg beam test_sets name.
+# as ST and MT), with FAT configs stage 13 (FAT-MLM pretraining on the triples and the extra text, then FAT-ST
+# from it; scored as ST). Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab
+# asr_spm st_spm asr_conf st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf
+# avg beam test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
@@ -112,5 +114,19 @@ train_stages() {
                 --split "$split" --beam "$beam" --out "$exp/chimera/eval_${split}_mt" --results RESULTS.md \
                 --name "Chimera as MT $name (avg $avg)"
         done
+    fi
+
+    if [ -n "$fat_conf" ] && [ -n "$fat_st_conf" ] && [ "$stage" -le 13 ] && [ "$stop_stage" -ge 13 ]; then
+        log "stage 13: FAT-MLM ($fat_conf) -> $exp/fat_mlm, then FAT-ST ($fat_st_conf) from it -> $exp/fat_st"
+        if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stages 10 and 12 make it too
+            "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
+                $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
+        fi
+        "$SPEECHMT" train --config "$fat_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/fat_mlm"
+        "$SPEECHMT" train --config "$fat_st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/fat_st" \
+            train.init_encoder_from="$exp/fat_mlm/checkpoint_best.safetensors"
+        average_and_score fat_st "FAT-ST"
     fi
 }

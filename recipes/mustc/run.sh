@@ -15,6 +15,8 @@
 #  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
 #  12  with --chimera-conf: Chimera (conf/st_chimera_whisper_base.yaml): extra MT text, MT -> ST+MT+contrastive,
 #      scored as ST and MT
+#  13  with --fat-conf and --fat-st-conf: FAT-MLM pretraining (conf/fat_mlm_mini.yaml) on the ST triples and the
+#      extra MT text, then FAT-ST (conf/st_fat_mini.yaml) initialised from it, averaged, BLEU on $test_sets
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,7 +24,7 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=12
+stop_stage=13
 corpus=mustc
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
@@ -39,6 +41,8 @@ whisper_conf=""             # a Whisper ST config (conf/st_whisper_base.yaml): s
 xstnet_conf=""              # an XSTNet config (conf/st_xstnet_whisper_base.yaml): stage 10
 lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stage 11
 chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
+fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_mini.yaml): stage 13, with fat_st_conf
+fat_st_conf=""              # a FAT-ST config (conf/st_fat_mini.yaml): stage 13, from the FAT-MLM checkpoint
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
@@ -50,7 +54,7 @@ usage() {
     echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
-    echo "          [--chimera-conf CONF]"
+    echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF]"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"

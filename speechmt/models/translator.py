@@ -373,6 +373,8 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     decoder) load the weights of their name_or_path when `pretrained`; otherwise (a checkpoint's weights
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure."""
+    if cfg.semantic.kind == "fat_mlm":  # the pretraining model itself, no decoder (speechmt.models.fat_mlm)
+        return SEMANTICS["fat_mlm"](cfg, **cfg.semantic.options)
     kinds = (cfg.encoder.kind, cfg.decoder.kind)
     hf_enc, hf_dec = _whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
     decoder = None

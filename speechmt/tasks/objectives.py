@@ -125,10 +125,20 @@ def wav2vec2_pretraining(model, batch: Batch, enc: None, s: ObjectiveSettings) -
     return model.loss(batch.feats, batch.feat_lengths)
 
 
+def fat_mlm(model, batch: Batch, enc: None, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+    """FAT-MLM's masked speech reconstruction + masked token cross entropy over whatever parts the batch
+    carries (speechmt.models.fat_mlm.fat_mlm_loss; ids below s.first_text_id are never masked)."""
+    from speechmt.models.fat_mlm import fat_mlm_loss
+
+    return fat_mlm_loss(model, batch.feats, batch.feat_lengths, batch.src, batch.src_lengths, batch.tgt,
+                        batch.tgt_lengths, s.first_text_id)
+
+
 OBJECTIVES: dict[str, Objective] = {
     "ce": Objective(cross_entropy, target_tokens),
     "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
     "distance": Objective(distance, teacher_tokens, needs_teacher=True),
     "contrastive": Objective(contrastive, target_tokens, reads_transcript=True),
     "wav2vec2": Objective(wav2vec2_pretraining, batches),
+    "fat_mlm": Objective(fat_mlm, batches, reads_transcript=True),
 }

@@ -15,9 +15,10 @@ from speechmt.data.dataset import Batch
 from speechmt.models.translator import EncoderOutput, Translator
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings, Stats
 
-TASK_INPUTS = {"st": "speech", "asr": "speech", "mt": "text", "audio": "none"}
-"""What each task feeds the encoder; "audio" (unlabelled audio for self-supervised pretraining) leaves the
-batch to its objectives."""
+TASK_INPUTS = {"st": "speech", "asr": "speech", "mt": "text", "audio": "none", "fat": "none", "fat_text": "none"}
+"""What each task feeds the encoder; "audio" (unlabelled audio for self-supervised pretraining) and "fat" /
+"fat_text" (FAT-MLM pretraining on speech with transcript and translation / on text pairs) leave the batch to
+their objectives."""
 
 
 def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | None:

@@ -156,7 +156,7 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConf
     (`encoder` computes them once)."""
     data = dataclasses.replace(cfg.data, dir=stream_dir(cfg, spec))
     sides = _sides(cfg, toks, spec)
-    if TASK_INPUTS[spec.task] == "text":
+    if TASK_INPUTS[spec.task] == "text" or spec.task == "fat_text":
         records = read_manifest(Path(data.dir) / f"{split}.jsonl")
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
     if cfg.model.encoder.kind == "wav2vec2":

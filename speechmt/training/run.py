@@ -50,8 +50,14 @@ def init_encoder_from(model: torch.nn.Module, path: str,
                       prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")) -> int:
     """Copies the tensors under `prefixes` of another checkpoint whose shapes agree, e.g. an ASR model's speech
     encoder and CTC head (fairseq's load_pretrained_encoder_from) or an MT model's decoder, into `model`.
-    Returns the number of tensors copied; CheckpointError when the first prefix finds none."""
-    source = load_checkpoint(path)["model"]
+    Returns the number of tensors copied; CheckpointError when the first prefix finds none. A FAT-MLM checkpoint
+    is read on a Translator's names first (FAT-ST: speechmt.models.fat_mlm.translator_state)."""
+    checkpoint = load_checkpoint(path)
+    source = checkpoint["model"]
+    if (checkpoint.get("model_config") or {}).get("semantic", {}).get("kind") == "fat_mlm":
+        from speechmt.models.fat_mlm import translator_state
+
+        source = translator_state(source)
     own = model.state_dict()
     copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
     if not any(k.startswith(prefixes[0]) for k in copied):

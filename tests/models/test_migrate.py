@@ -38,7 +38,7 @@ OLD = dict(
     encoder_layerdrop=0.1, mask_time_prob=0.05, mask_time_length=7, gradient_checkpointing=True, shrink="conv",
     shrink_channels=64, shrink_kernel=3, shrink_mode="first", decoder="transformer", decoder_name_or_path="dec",
     decoder_hf_config={"d_model": 8}, decoder_finetune="lna", lora_rank=8, lora_alpha=16.0, lora_dropout=0.1,
-    lora_targets=["q_proj"], semantic="identity", semantic_options={"k": [1, 2]},
+    lora_targets=["q_proj"], semantic="xstnet", semantic_options={"layers": 2},
 )
 
 
@@ -54,7 +54,7 @@ def test_every_old_field_has_a_nested_place_and_comes_back():
         freeze_feature_extractor=True, mask_time_prob=0.05, mask_time_length=7, gradient_checkpointing=True)
     assert nested["shrink"] == dict(kind="conv", channels=64, kernel=3, mode="first")
     assert nested["text_encoder"] == dict(layers=2, shared=False)
-    assert nested["semantic"] == dict(kind="identity", options={"k": [1, 2]})
+    assert nested["semantic"] == dict(kind="xstnet", options={"layers": 2})
     assert nested["decoder"] == dict(kind="transformer", layers=4, name_or_path="dec", hf_config={"d_model": 8},
                                      finetune="lna", tie_embeddings=False, output_bias=True)
     assert nested["lora"] == dict(rank=8, alpha=16.0, dropout=0.1, targets=["q_proj"])

@@ -131,8 +131,8 @@ def test_a_semantic_variant_is_one_builder_in_one_dict(monkeypatch):
 
 
 def test_unknown_semantic_and_options():
-    with pytest.raises(ValueError, match="unknown semantic 'lut'; expected one of identity"):
-        ModelConfig(semantic={"kind": "lut"})
+    with pytest.raises(ValueError, match="unknown semantic 'perceiver'; expected one of identity"):
+        ModelConfig(semantic={"kind": "perceiver"})
     with pytest.raises(ValueError, match="semantic 'identity' takes no options, got layers"):
         build_model(preset("tiny", tgt_vocab_size=20, semantic_options={"layers": 2}))
 

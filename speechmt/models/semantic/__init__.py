@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 from torch import nn
 
 from speechmt.config_check import raise_problems
+from speechmt.models.fat_mlm import FatMLMOptions, fat_mlm
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.chimera import ChimeraMemory, ChimeraOptions, chimera
 from speechmt.models.semantic.identity import Identity, identity
@@ -35,10 +36,12 @@ class SemanticLayer(Protocol):
 
 
 SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "lut": lut, "xstnet": xstnet,
-                                                  "chimera": chimera}
-SEMANTIC_OPTIONS: dict[str, type] = {"chimera": ChimeraOptions, "lut": LUTOptions, "xstnet": XSTNetOptions}
-"""Each variant's options dataclass (none: it takes no options), checked when a config is read, so that a bad
-value is one line naming it before anything is built."""
+                                                  "chimera": chimera, "fat_mlm": fat_mlm}
+SEMANTIC_OPTIONS: dict[str, type] = {"chimera": ChimeraOptions, "lut": LUTOptions, "xstnet": XSTNetOptions,
+                                     "fat_mlm": FatMLMOptions}
+"""fat_mlm is the odd one: build_model returns the FAT-MLM pretraining model itself (speechmt.models.fat_mlm)."""
+"""Each variant's options dataclass, checked when a config is read, so that a bad value is one line naming it
+before anything is built (a variant without an entry is checked by its builder alone)."""
 
 
 @dataclass
@@ -53,7 +56,8 @@ class SemanticConfig:
         self.options = dict(self.options)
         raise_problems("bad ModelConfig", [
             self.kind not in SEMANTICS and f"unknown semantic {self.kind!r}; expected one of {', '.join(SEMANTICS)}",
-            self.kind not in SEMANTIC_OPTIONS and self.options and f"semantic {self.kind} takes no options",
+            self.kind == "identity" and self.options and
+            f"semantic 'identity' takes no options, got {', '.join(sorted(self.options))}",
         ])
         if self.kind in SEMANTIC_OPTIONS:
             try:

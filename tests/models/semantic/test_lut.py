@@ -111,6 +111,6 @@ def test_semantic_options_are_checked_when_the_config_is_read():
         SemanticConfig("lut", {"distance": "l1"})
     with pytest.raises(ValueError, match="^bad ModelConfig: semantic xstnet options: .*'heads'"):
         SemanticConfig("xstnet", {"heads": 2})
-    with pytest.raises(ValueError, match="^bad ModelConfig: semantic identity takes no options"):
+    with pytest.raises(ValueError, match="^bad ModelConfig: semantic 'identity' takes no options, got layers"):
         SemanticConfig("identity", {"layers": 2})
     assert SemanticConfig("lut", {"layers": 2}).options == {"layers": 2}
