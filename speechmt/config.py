@@ -72,6 +72,7 @@ class TrainConfig:
     log_interval: int = 50
     precision: str = "fp32"  # fp32, bf16 or fp16 (autocast on CUDA)
     device: str = "auto"
+    threads: int = 0  # torch CPU threads (0: torch's default, OMP_NUM_THREADS); 1 per job when jobs share cores
     init_encoder_from: str = ""  # a checkpoint (e.g. ASR) whose tensors under init_prefixes initialise this model
     init_prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")  # e.g. add "decoder." from an MT model
     valid_decode: bool = True  # also decode the dev split greedily at validation: BLEU (st, mt) or WER (asr)

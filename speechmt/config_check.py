@@ -44,6 +44,7 @@ _WEIGHT = (0, 1, True, True)  # [0, 1]
 RANGES: dict[str, tuple] = {
     **{f"data.{k}": _AT_LEAST_1 for k in ("max_tokens",)},
     **{f"data.{k}": _AT_LEAST_0 for k in ("max_sentences", "num_workers")},
+    "train.threads": _AT_LEAST_0,
     **{f"train.{k}": _AT_LEAST_1 for k in ("max_updates", "update_freq", "log_interval")},
     **{f"train.{k}": _AT_LEAST_0 for k in ("warmup_updates", "max_epochs", "save_interval_updates", "keep_last",
                                            "validate_interval_updates", "seed", "clip_norm", "weight_decay")},

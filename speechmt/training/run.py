@@ -97,6 +97,8 @@ def _valid_split(cfg: ExperimentConfig, spec: TaskData) -> str:
 
 def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     """Trains as `cfg` says; with `resume`, continues exactly from save_dir's last checkpoint."""
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     device = pick_device(cfg.train.device)
     dist.init(device)
     seed_everything(cfg.train.seed)

@@ -202,3 +202,15 @@ def test_no_readable_checkpoint_stops_with_one_line(tiny_data, tmp_path, capsys)
     assert last.exists() and not (tmp_path / "exp/checkpoint_last.safetensors.unreadable").exists()
     assert main(["train", "--config", str(tmp_path / "conf.yaml"), "--no-resume"]) == 0
     assert load_checkpoint(last)["train_state"]["state"]["step"] == 8
+
+
+def test_train_threads_sets_torchs_cpu_threads(tiny_data, tmp_path, capsys):
+    """Jobs that share cores each take one thread (two at torch's default ran ~10x slower on 2 cores)."""
+    before = torch.get_num_threads()
+    try:
+        run_training(tiny_config(tiny_data, tmp_path, max_updates=1, threads=2, valid_decode=False))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert main(["train", "--config", str(tmp_path / "config.yaml"), "train.threads=-1"]) == 2
+    assert "invalid value '-1' for train.threads: expected an integer >= 0" in capsys.readouterr().err
