@@ -77,7 +77,24 @@ def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, fr
     data_dir = Path(data_dir)
     records = records if records is not None else read_manifest(data_dir / f"{split}.jsonl")
     key, description = cache_key(encoder, frontend_settings)
-    folder = data_dir / "encoder_cache" / key
+
+    def build(prefix: Path) -> FeatureStore:
+        was_training = encoder.training
+        encoder.eval()
+        try:
+            return build_encoder_cache(encoder.states, inputs, [r.n_frames for r in records],
+                                       [r.id for r in records], prefix, encoder.hidden_size)
+        finally:
+            encoder.train(was_training)
+
+    return cached_store(data_dir / "encoder_cache" / key, split, description, records, build)
+
+
+def cached_store(folder: Path, split: str, description: dict, records: list[Record],
+                 build: Callable[[Path], FeatureStore]) -> FeatureStore:
+    """The store folder/split when it holds exactly the records' ids, else `build(prefix)`'s, with the
+    description of what the states depend on in folder/meta.json (the encoder and teacher caches' shared
+    layout)."""
     prefix = folder / split
     if Path(f"{prefix}.index.npz").exists():
         store = FeatureStore(prefix)
@@ -85,13 +102,7 @@ def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, fr
             return store
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").write_text(json.dumps(description, indent=1, default=str) + "\n", encoding="utf-8")
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        return build_encoder_cache(encoder.states, inputs, [r.n_frames for r in records], [r.id for r in records],
-                                   prefix, encoder.hidden_size)
-    finally:
-        encoder.train(was_training)
+    return build(prefix)
 
 
 class CachedStatesDataset(torch.utils.data.Dataset):

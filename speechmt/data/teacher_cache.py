@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from speechmt.data.encoder_cache import cached_store
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.data.manifest import Record
 
@@ -35,20 +36,16 @@ def cached_teacher_split(data_dir: str | os.PathLike, split: str, teacher, recor
                          batch_size: int = 64) -> FeatureStore:
     """The teacher states of a split's transcripts: read when present for every record, else computed."""
     key, description = teacher_key(teacher)
-    folder = Path(data_dir) / "teacher_cache" / key
-    prefix = folder / split
-    if Path(f"{prefix}.index.npz").exists():
-        store = FeatureStore(prefix)
-        if set(store.ids) == {r.id for r in records}:
-            return store
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "meta.json").write_text(json.dumps(description, indent=1, default=str) + "\n", encoding="utf-8")
-    with FeatureStoreWriter(prefix, 2 * teacher.hidden_size, "float16") as writer:
-        for start in range(0, len(records), batch_size):
-            chunk = records[start:start + batch_size]
-            for rec, states in zip(chunk, teacher.states([getattr(r, FIELD) for r in chunk])):
-                writer.add(rec.id, states.float().numpy())
-    return FeatureStore(prefix)
+
+    def build(prefix: Path) -> FeatureStore:
+        with FeatureStoreWriter(prefix, 2 * teacher.hidden_size, "float16") as writer:
+            for start in range(0, len(records), batch_size):
+                chunk = records[start:start + batch_size]
+                for rec, states in zip(chunk, teacher.states([getattr(r, FIELD) for r in chunk])):
+                    writer.add(rec.id, states.float().numpy())
+        return FeatureStore(prefix)
+
+    return cached_store(Path(data_dir) / "teacher_cache" / key, split, description, records, build)
 
 
 class WithTeacher(torch.utils.data.Dataset):

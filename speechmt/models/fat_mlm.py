@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
-from speechmt.models.layers import embedding, transformer_encoder
+from speechmt.models.layers import config_stack, embedding
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
@@ -300,8 +300,7 @@ def fat_mlm(cfg, **options) -> FatMLM:
     if cfg.src_vocab_size <= 0 or cfg.tgt_vocab_size <= 0:
         raise ValueError("bad ModelConfig: semantic fat_mlm needs src_vocab_size and tgt_vocab_size > 0")
     e = cfg.encoder
-    stack = transformer_encoder(e.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
-                                cfg.activation_dropout)
+    stack = config_stack(cfg, e.layers)
     speech = ConvEncoder(subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels), stack,
                          cfg.d_model, cfg.dropout, cfg.position_offset)
     return FatMLM(cfg, speech, embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id),

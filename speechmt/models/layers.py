@@ -197,6 +197,12 @@ def transformer_encoder(n_layers: int, dim: int, n_heads: int, ffn_dim: int, dro
     return TransformerEncoder(layers, dim)
 
 
+def config_stack(cfg, n_layers: int) -> TransformerEncoder:
+    """`n_layers` encoder layers at a ModelConfig's shared sizes and dropouts."""
+    return transformer_encoder(n_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
+                               cfg.activation_dropout)
+
+
 def _rows(kv: tuple[Tensor, Tensor] | None, index: Tensor) -> tuple[Tensor, Tensor] | None:
     return None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
 

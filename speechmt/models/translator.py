@@ -21,7 +21,7 @@ from speechmt.config_check import raise_problems
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
-from speechmt.models.layers import TransformerEncoder, embedding, transformer_encoder
+from speechmt.models.layers import TransformerEncoder, config_stack, embedding
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
 from speechmt.models.semantic import SEMANTICS, SemanticConfig
 from speechmt.models.shrink import Shrink, ShrinkConfig, build_shrink
@@ -308,17 +308,14 @@ def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None) -> TextEn
     if cfg.text_encoder.embed_only:
         return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), None, cfg.dropout,
                            cfg.position_offset)
-    stack = shared if cfg.text_encoder.shared else transformer_encoder(
-        cfg.text_encoder.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
-        cfg.activation_dropout)
+    stack = shared if cfg.text_encoder.shared else config_stack(cfg, cfg.text_encoder.layers)
     return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), stack, cfg.dropout,
                        cfg.position_offset)
 
 
 def _conv_encoder(cfg: ModelConfig) -> ConvEncoder:
     e = cfg.encoder
-    stack = transformer_encoder(e.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
-                                cfg.attention_dropout, cfg.activation_dropout)
+    stack = config_stack(cfg, e.layers)
     sub = subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels)
     return ConvEncoder(sub, stack, cfg.d_model, cfg.dropout, cfg.position_offset)
 

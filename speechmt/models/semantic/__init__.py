@@ -24,6 +24,7 @@ from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.chimera import ChimeraMemory, ChimeraOptions, chimera
 from speechmt.models.semantic.identity import Identity, identity
 from speechmt.models.semantic.lut import LUTOptions, LUTSemanticEncoder, lut
+from speechmt.models.semantic.options import parse_options
 from speechmt.models.semantic.xstnet import XSTNetEncoder, XSTNetOptions, xstnet
 
 
@@ -60,10 +61,7 @@ class SemanticConfig:
             f"semantic 'identity' takes no options, got {', '.join(sorted(self.options))}",
         ])
         if self.kind in SEMANTIC_OPTIONS:
-            try:
-                SEMANTIC_OPTIONS[self.kind](**self.options)
-            except TypeError as e:
-                raise ValueError(f"bad ModelConfig: semantic {self.kind} options: {e}") from None
+            parse_options(self.kind, SEMANTIC_OPTIONS[self.kind], self.options)
 
 
 __all__ = ["ChimeraMemory", "Identity", "LUTSemanticEncoder", "SEMANTICS", "SemanticConfig", "SemanticLayer",

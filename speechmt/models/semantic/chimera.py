@@ -17,7 +17,8 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    key_padding_mask, transformer_encoder
+    config_stack, key_padding_mask
+from speechmt.models.semantic.options import parse_options
 
 
 def _count(value, least: int) -> bool:
@@ -108,15 +109,11 @@ class ChimeraMemory(nn.Module):
 
 def chimera(cfg, **options) -> ChimeraMemory:
     """The memory at the model's dimensions; options: ChimeraOptions fields."""
-    try:
-        o = ChimeraOptions(**options)
-    except TypeError as e:
-        raise ValueError(f"bad ModelConfig: semantic chimera options: {e}") from None
+    o = parse_options("chimera", ChimeraOptions, options)
     heads = o.heads or cfg.n_heads
     if cfg.d_model % heads:
         raise ValueError(f"bad ModelConfig: semantic chimera heads {heads} do not divide d_model {cfg.d_model}")
-    shared = transformer_encoder(o.shared_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
-                                 cfg.attention_dropout, cfg.activation_dropout) if o.shared_layers else None
+    shared = config_stack(cfg, o.shared_layers) if o.shared_layers else None
     layers = [MemoryLayer(cfg.d_model, heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout)
               for _ in range(o.layers)]
     return ChimeraMemory(o.memory, layers, cfg.d_model, shared, cfg.dropout, o.temperature, cfg.position_offset)

@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    key_padding_mask, transformer_encoder
+    config_stack, key_padding_mask
+from speechmt.models.semantic.options import parse_options
 
 DISTANCES = ("mse", "cosine")
 
@@ -80,11 +81,7 @@ class LUTSemanticEncoder(nn.Module):
 
 def lut(cfg, **options) -> LUTSemanticEncoder:
     """The semantic encoder at the model's dimensions; options: LUTOptions fields."""
-    try:
-        o = LUTOptions(**options)
-    except TypeError as e:
-        raise ValueError(f"bad ModelConfig: semantic lut options: {e}") from None
-    stack = transformer_encoder(o.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
-                                cfg.activation_dropout)
+    o = parse_options("lut", LUTOptions, options)
+    stack = config_stack(cfg, o.layers)
     return LUTSemanticEncoder(stack, cfg.d_model, o.teacher_dim, cfg.n_heads, cfg.dropout, o.distance,
                               cfg.position_offset)

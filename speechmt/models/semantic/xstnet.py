@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, transformer_encoder
+from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, config_stack
+from speechmt.models.semantic.options import parse_options
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,6 @@ class XSTNetEncoder(nn.Module):
 
 def xstnet(cfg, **options) -> XSTNetEncoder:
     """The shared encoder at the model's dimensions; options: XSTNetOptions fields."""
-    try:
-        o = XSTNetOptions(**options)
-    except TypeError as e:
-        raise ValueError(f"bad ModelConfig: semantic xstnet options: {e}") from None
-    stack = transformer_encoder(o.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
-                                cfg.activation_dropout)
+    o = parse_options("xstnet", XSTNetOptions, options)
+    stack = config_stack(cfg, o.layers)
     return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset)
