@@ -166,14 +166,16 @@ class TransformerEncoderLayer(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    """A stack of pre-norm encoder layers and the final LayerNorm; padded frames of the output are zero.
+    """A stack of pre-norm encoder layers and the final LayerNorm (none with final_norm=False); padded frames
+    of the output are zero.
 
     (x (B, T, D), lengths (B,)) -> (x (B, T, D), lengths).
     """
 
-    def __init__(self, layers: list[TransformerEncoderLayer], dim: int):
+    def __init__(self, layers: list[TransformerEncoderLayer], dim: int, final_norm: bool = True):
         super().__init__()
-        self.layers, self.norm = nn.ModuleList(layers), nn.LayerNorm(dim)
+        self.layers = nn.ModuleList(layers)
+        self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
 
     def forward(self, x: Tensor, lengths: Tensor, record: "dict | None" = None,
                 prefix: str = "") -> tuple[Tensor, Tensor]:
@@ -190,17 +192,34 @@ class TransformerEncoder(nn.Module):
 
 
 def transformer_encoder(n_layers: int, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
-                        attention_dropout: float = 0.1, activation_dropout: float = 0.1) -> TransformerEncoder:
+                        attention_dropout: float = 0.1, activation_dropout: float = 0.1,
+                        final_norm: bool = True) -> TransformerEncoder:
     """Builds a TransformerEncoder of `n_layers` identical-shape layers."""
     layers = [TransformerEncoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
               for _ in range(n_layers)]
-    return TransformerEncoder(layers, dim)
+    return TransformerEncoder(layers, dim, final_norm)
 
 
-def config_stack(cfg, n_layers: int) -> TransformerEncoder:
-    """`n_layers` encoder layers at a ModelConfig's shared sizes and dropouts."""
-    return transformer_encoder(n_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout,
-                               cfg.activation_dropout)
+def zero_residual_branches(stack: TransformerEncoder) -> TransformerEncoder:
+    """Zeroes each layer's last projections (attention out_proj, feed-forward fc2; weights and biases), so
+    that every layer adds nothing to its residual stream: without a final norm the stack is then exactly the
+    identity on its input (padded frames zeroed). Gradients still reach those projections (their input is
+    not zero), and through them the rest of each layer once they move: the stack grows from the identity,
+    as LoRA's zero B or zero-initialised residual branches (Goyal et al. 2017; Zhang et al., Fixup, 2019)."""
+    with torch.no_grad():
+        for layer in stack.layers:
+            for linear in (layer.attn.out_proj, layer.ffn.fc2):
+                linear.weight.zero_()
+                linear.bias.zero_()
+    return stack
+
+
+def config_stack(cfg, n_layers: int, identity: bool = False) -> TransformerEncoder:
+    """`n_layers` encoder layers at a ModelConfig's shared sizes and dropouts; `identity`: no final norm and
+    zeroed residual branches, so the stack starts as the identity (zero_residual_branches)."""
+    stack = transformer_encoder(n_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
+                                cfg.attention_dropout, cfg.activation_dropout, final_norm=not identity)
+    return zero_residual_branches(stack) if identity else stack
 
 
 def _rows(kv: tuple[Tensor, Tensor] | None, index: Tensor) -> tuple[Tensor, Tensor] | None:

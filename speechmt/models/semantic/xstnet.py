@@ -3,6 +3,11 @@ Cross-modal Progressive Training"): one Transformer encoder for both modalities.
 the acoustic encoder's (shrunk) states with sinusoidal positions, prefixed by a learned `<audio>` embedding;
 the text path feeds it token embeddings (the model's plain text embedder, `text_encoder.embed_only`). The
 decoder's language tag chooses what it writes (ASR, ST or MT), so one model serves all three.
+
+`init: identity` starts the shared stack as the identity (zeroed residual branches, no final norm; the speech
+path adds no positions and no input dropout): inserted between a pretrained encoder and decoder (Whisper's),
+the model then starts exactly where the plain ST model starts (with `audio_tag: false`), instead of feeding
+the pretrained decoder a random stack's output.
 """
 
 from __future__ import annotations
@@ -14,34 +19,38 @@ from torch import nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, config_stack
-from speechmt.models.semantic.options import parse_options
+from speechmt.models.semantic.options import check_init, parse_options
 
 
 @dataclass(frozen=True)
 class XSTNetOptions:
-    """`layers` of the shared encoder; `audio_tag`: the learned <audio> prefix on the speech path."""
+    """`layers` of the shared encoder; `audio_tag`: the learned <audio> prefix on the speech path; `init`:
+    "random" (fairseq's initialisation, as the paper) or "identity" (see the module docstring)."""
 
     layers: int = 6
     audio_tag: bool = True
+    init: str = "random"
 
     def __post_init__(self):
         if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
             raise ValueError(f"bad ModelConfig: semantic xstnet layers must be an integer >= 1, got {self.layers!r}")
+        check_init("xstnet", self.init)
 
 
 class XSTNetEncoder(nn.Module):
     """The shared Transformer `stack` over either modality; (x (B, T, D), lengths (B,)) in and out."""
 
     def __init__(self, stack: TransformerEncoder, dim: int, dropout: float = 0.1, audio_tag: bool = True,
-                 position_offset: int = 0):
+                 position_offset: int = 0, speech_positions: bool = True):
         super().__init__()
-        self.stack, self.dropout = stack, nn.Dropout(dropout)
-        self.positions = SinusoidalPositionalEncoding(dim, position_offset)
+        self.stack = stack
+        self.dropout = nn.Dropout(dropout) if speech_positions else nn.Identity()
+        self.positions = SinusoidalPositionalEncoding(dim, position_offset) if speech_positions else None
         self.audio = nn.Parameter(torch.randn(dim) * dim ** -0.5) if audio_tag else None
 
     def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
         """Acoustic states (B, T, D) -> shared states (B, T + 1, D) with the <audio> prefix (T without)."""
-        x, lengths = self.positions(enc.x), enc.lengths
+        x, lengths = enc.x if self.positions is None else self.positions(enc.x), enc.lengths
         if self.audio is not None:
             x = torch.cat([self.audio.to(x.dtype).expand(x.size(0), 1, -1), x], dim=1)  # (B, 1 + T, D)
             lengths = lengths + 1
@@ -58,5 +67,6 @@ class XSTNetEncoder(nn.Module):
 def xstnet(cfg, **options) -> XSTNetEncoder:
     """The shared encoder at the model's dimensions; options: XSTNetOptions fields."""
     o = parse_options("xstnet", XSTNetOptions, options)
-    stack = config_stack(cfg, o.layers)
-    return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset)
+    identity = o.init == "identity"
+    stack = config_stack(cfg, o.layers, identity)
+    return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset, not identity)

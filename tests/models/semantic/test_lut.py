@@ -76,7 +76,19 @@ def test_distance_objective_pulls_the_read_states_to_the_teachers_and_trains_the
         OBJECTIVES["distance"].loss(build_model(preset("tiny", tgt_vocab_size=20)), batch, enc, ObjectiveSettings())
 
 
+def test_identity_init_hands_the_decoder_the_shrunk_states_unchanged():
+    model = _model(init="identity")
+    with torch.no_grad():
+        out, shrunk = model.encode_speech(FEATS, LENGTHS), _shrunk(model)
+    assert torch.equal(out.lengths, shrunk.lengths) and model.semantic.positions is None
+    for i, n in enumerate(shrunk.lengths.tolist()):
+        assert torch.equal(out.x[i, :n], shrunk.x[i, :n])
+    assert not any(n.startswith("semantic.stack.norm") for n, _ in model.named_parameters())
+
+
 def test_options_are_checked():
+    with pytest.raises(ValueError, match="semantic lut init must be one of random, identity, got 'zero'"):
+        _model(init="zero")
     with pytest.raises(ValueError, match="semantic lut distance must be one of mse, cosine, got 'l1'"):
         _model(distance="l1")
     with pytest.raises(ValueError, match="semantic lut layers must be an integer >= 1, got 0"):

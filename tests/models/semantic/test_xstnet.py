@@ -44,6 +44,19 @@ def test_both_paths_run_one_shared_stack():
     assert not any(n.startswith("text_encoder.encoder") for n, _ in model.named_parameters())
 
 
+def test_identity_init_without_the_audio_tag_hands_the_decoder_the_acoustic_states_unchanged():
+    model = _model(init="identity", audio_tag=False)
+    with torch.no_grad():
+        speech, shrunk = model.encode_speech(FEATS, LENGTHS), model.shrink(model.speech_encoder(FEATS, LENGTHS))
+        text, embedded = model.encode_text(TOKENS, TOKEN_LENGTHS), model.text_encoder(TOKENS, TOKEN_LENGTHS)
+    assert torch.equal(speech.lengths, shrunk.lengths) and speech.lengths.tolist() == [4, 3]
+    for i, n in enumerate(shrunk.lengths.tolist()):
+        assert torch.equal(speech.x[i, :n], shrunk.x[i, :n])
+    assert torch.equal(text.x, embedded.x.masked_fill(~(torch.arange(5) < TOKEN_LENGTHS[:, None])[..., None], 0.0))
+    with pytest.raises(ValueError, match="semantic xstnet init must be one of random, identity, got 'ones'"):
+        _model(init="ones")
+
+
 def test_an_utterance_alone_equals_it_in_a_padded_batch():
     model = _model()
     with torch.no_grad():
