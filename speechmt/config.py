@@ -214,8 +214,9 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Ex
         d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if not isinstance(d, dict):
             raise ConfigError(f"{path}: expected a mapping with model, data and train sections")
-    cfg = ExperimentConfig.from_dict(apply_overrides(d, list(overrides)))
-    try:
+    d = apply_overrides(d, list(overrides))
+    try:  # a bad value is named with the file it was read from (or overridden over)
+        cfg = ExperimentConfig.from_dict(d)
         return check_config(cfg, SECTIONS)  # the file's values held to the rules the command line's are
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None

@@ -116,7 +116,7 @@ def test_unknown_option_is_named(section, key):
 
 def test_unknown_options_in_a_file_are_all_named(tmp_path):
     (tmp_path / "c.yaml").write_text("train:\n  lr: 1.0\n  zeta: 1\n  alpha: 2\n")
-    with pytest.raises(ConfigError, match=r"^unknown train option\(s\): alpha, zeta$"):
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown train option\(s\): alpha, zeta$"):
         load_config(tmp_path / "c.yaml")
 
 
@@ -179,12 +179,12 @@ def test_unknown_sections_and_sections_that_are_not_mappings(tmp_path):
     with pytest.raises(ConfigError, match=r"^unknown section\(s\): trian; expected model, data and train$"):
         load_config(None, ["trian.lr=1.0"])
     (tmp_path / "flat.yaml").write_text("lr: 1.0\nmodel: {}\n")
-    with pytest.raises(ConfigError, match=r"^unknown section\(s\): lr;"):
+    with pytest.raises(ConfigError, match=r"flat.yaml: unknown section\(s\): lr;"):
         load_config(tmp_path / "flat.yaml")
     (tmp_path / "empty.yaml").write_text("train:\nmodel:\n")
     assert load_config(tmp_path / "empty.yaml", ["train.lr=0.5"]).train.lr == 0.5  # an empty section is empty
     (tmp_path / "list.yaml").write_text("train: [1, 2]\n")
-    with pytest.raises(ConfigError, match=r"^train: expected a mapping of options, got \[1, 2\]$"):
+    with pytest.raises(ConfigError, match=r"list.yaml: train: expected a mapping of options, got \[1, 2\]$"):
         load_config(tmp_path / "list.yaml")
     with pytest.raises(ConfigError, match=r"^override 'train.lr=1': section train is not a mapping"):
         load_config(tmp_path / "list.yaml", ["train.lr=1"])
@@ -311,4 +311,13 @@ def test_a_flat_file_with_contradicting_names_is_one_line(tmp_path):
     (tmp_path / "c.yaml").write_text("model:\n  encoder_layers: 3\n  encoder:\n    layers: 4\n")
     with pytest.raises(ConfigError) as e:
         load_config(tmp_path / "c.yaml")
-    assert str(e.value) == "model: bad ModelConfig: encoder.layers=4 sets encoder.layers a second time (already 3)"
+    assert str(e.value) == (f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: encoder.layers=4 sets encoder.layers a "
+                            "second time (already 3)")
+
+
+def test_a_bad_model_value_in_a_file_names_the_file(tmp_path):
+    (tmp_path / "c.yaml").write_text("model:\n  semantic: {kind: lut, options: {init: zero}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "c.yaml")
+    assert str(e.value) == (f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: semantic lut init must be one of random, "
+                            "identity, got 'zero'")
