@@ -214,7 +214,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                           cascades=tuple(tuple(c) for c in args.cascade), peers=tuple(args.peer),
                           compare=tuple(args.compare), names=tuple(args.name), tasks=tuple(args.task), beam=args.beam,
                           max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device,
-                          edges=tuple(args.buckets))
+                          edges=tuple(args.buckets), analyses=tuple(args.analysis))
     bench, hyps = run_benchmark(cfg)
     written = write_benchmark(bench, args.out, hyps)
     print(benchmark_markdown(bench), end="")
@@ -233,6 +233,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print(f"{result['n']} utterances; top layers {top['speech']} / {top['text']}: CKA {top['cka']:.3f}, "
           f"sentence P@1 speech->text {raw['cosine']['speech_to_text']:.3f} (cosine), "
           f"{raw['csls']['speech_to_text']:.3f} (CSLS){'' if top['raw'] else ' after Procrustes'}")
+    if result["speech"]["words"]["skipped"]:
+        print(f"speech words: {result['speech']['words']['note']}")
     print(f"wrote {', '.join(p.name for p in written)} in {args.out}")
     return 0
 
@@ -458,6 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="benchmark.json of an earlier run (same split and --limit): its rows are added as they are")
     bench.add_argument("--name", action="append", default=[], help="names of the --model systems, in order "
                        "(default: folder/file stem)")
+    bench.add_argument("--analysis", action="append", default=[], metavar="NAME=DIR",
+                       help="the `speechmt analyze --out` folder (or its analysis.json) of the system named NAME: "
+                       "its top-layer CKA and speech->text sentence P@1 (cosine, CSLS; after Procrustes) become "
+                       "columns of the report; repeatable")
     bench.add_argument("--task", action="append", default=[], choices=("st", "asr", "mt"),
                        help="what the --model systems do, in order (default: each model's own; a multi-task "
                        "model's asr, or mt on the transcripts)")

@@ -9,7 +9,8 @@ speechmt.evaluation.representations collects every layer's states and speechmt.e
 - sentence retrieval P@1 (cosine, CSLS) both ways between the top layers and the best pair of layers of
   one width (highest CKA), and after an orthogonal Procrustes map fitted on the first half of the
   utterances (iteratively normalised) and tested on the second; the same at word level where speech has
-  word units (CTC segments).
+  word units (for a model with a CTC head: the transcript's words from a CTC forced alignment at the frame
+  rate, the CTC argmax's words in layers of one state per CTC segment; speechmt.evaluation.representations).
 Written to the output folder: analysis.json (every number and matrix; nan as null), summary.md, PNGs.
 """
 
@@ -112,6 +113,7 @@ def _geometry(layers: Layers, seed: int) -> dict:
     """Per layer: anisotropy of single states of different utterances; word-unit geometry where there is one."""
     iso = [anisotropy(*layers.sample[n], seed=seed) for n in layers.names]
     words: dict = {"layers": [n for n in layers.names if n in layers.words], "note": layers.note}
+    words.update(units=[layers.units.get(n) for n in words["layers"]], skipped=list(layers.skipped))
     geo = [word_geometry(layers.words[n], seed=seed) for n in words["layers"]]
     words.update({k: [g[k] for g in geo] for k in (geo[0] if geo else {})})
     if geo:
@@ -122,15 +124,16 @@ def _geometry(layers: Layers, seed: int) -> dict:
 
 def _word_retrieval(speech: Layers, text: Layers) -> dict:
     """Word retrieval between the top speech and text layers with word units, over the speech words
-    matched to transcript words of the same label."""
+    paired with transcript words of the same label (`word_pairs`)."""
     if not speech.words or not text.words:
         return {"note": speech.note or text.note or "no word units"}
     s_name, t_name = [n for n in speech.names if n in speech.words][-1], [n for n in text.names if n in text.words][-1]
     x, y = word_pairs(speech.words[s_name], text.words[t_name])
+    units = speech.units.get(s_name)
     if len(x) < 2:
-        return {"speech": s_name, "text": t_name, "n": len(x),
-                "note": "fewer than 2 speech words (CTC argmax) match a transcript word"}
-    return {"speech": s_name, "text": t_name, **_pair_retrieval(x, y)}
+        return {"speech": s_name, "text": t_name, "n": len(x), "units": units,
+                "note": f"fewer than 2 speech words ({units}) match a transcript word"}
+    return {"speech": s_name, "text": t_name, "units": units, **_pair_retrieval(x, y)}
 
 
 def compare(speech: Layers, text: Layers, seed: int = 0) -> dict:
@@ -191,7 +194,8 @@ def summary_markdown(r: dict) -> str:
     lines += ["", "## Retrieval P@1", "", "| level | speech layer | text layer | map | n | cos s->t | cos t->s | "
               "CSLS s->t | CSLS t->s |", "|---|---|---|---|---|---|---|---|---|"]
     blocks = [(f"sentence ({k})", b) for k, b in r["sentence"].items()]
-    blocks += [("word", r["word_retrieval"])] if "raw" in r["word_retrieval"] else []
+    if "raw" in r["word_retrieval"]:
+        blocks.append((f"word ({r['word_retrieval']['units']})", r["word_retrieval"]))
     for level, b in blocks:
         p = b["procrustes"]
         lines.append(f"| {level} | {b['speech']} | {b['text']} | none | {b['n']} | {' | '.join(_p_at_1(b['raw']))} |")
@@ -207,11 +211,12 @@ def summary_markdown(r: dict) -> str:
                   + ", ".join(f"{n} {_num(a)}" for n, a in zip(names, g["avg_sim"])) + ".", ""]
         w = g["words"]
         if w["layers"]:
-            lines += [f"| {side} layer | word AvgSim | SelfSim - AvgSim | IntraSim - AvgSim |", "|---|---|---|---|"]
-            lines += [f"| {n} | {_num(a)} | {_num(s)} | {_num(i)} |"
-                      for n, a, s, i in zip(w["layers"], w["avg_sim"], w["self_sim"], w["intra_sim"])]
+            lines += [f"| {side} layer | word units | word AvgSim | SelfSim - AvgSim | IntraSim - AvgSim |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| {n} | {u or '-'} | {_num(a)} | {_num(s)} | {_num(i)} |" for n, u, a, s, i
+                      in zip(w["layers"], w["units"], w["avg_sim"], w["self_sim"], w["intra_sim"])]
             lines.append("")
-        else:
+        if w["note"]:
             lines += [f"{side} words: {w['note']}.", ""]
     return "\n".join(lines)
 

@@ -9,6 +9,10 @@ Every system is scored against the references of the same utterances (the split'
 records) with the same metric code (`evaluate.score`): BLEU and chrF for translation, WER and CER for ASR.
 The split's main metric (BLEU, or WER for ASR) is also given per bucket of source audio duration.
 
+`--analysis NAME=DIR` adds the summary numbers of a `speechmt analyze` output (DIR/analysis.json) to the row
+of system NAME: the top layers' linear CKA and speech->text sentence retrieval P@1 between them, cosine and
+CSLS, after the analysis' Procrustes map where it has one (`read_analysis`).
+
 Peer hypotheses file, a JSON object:
     system          display name                      params          parameter count, or null
     task            "st" or "asr"                     split           split name of the prepared data
@@ -74,6 +78,7 @@ class BenchmarkConfig:
     threads: int | None = None
     device: str = "cpu"
     edges: tuple[float, ...] = DEFAULT_EDGES
+    analyses: tuple[str, ...] = ()  # "NAME=DIR": the `speechmt analyze` output of the system named NAME
 
 
 @dataclass
@@ -90,7 +95,8 @@ class SystemResult:
     """One row of the benchmark: scores, length buckets, and speed on `timed_utterances` utterances.
 
     `kind` is "model" or "peer"; a row read back by `--compare` keeps its kind and names the JSON it came
-    from in `result_file`. Speed fields are None where unknown.
+    from in `result_file`. Speed fields are None where unknown. `analysis` holds the summary numbers of the
+    system's `speechmt analyze` output (`read_analysis`), or None.
     """
 
     name: str
@@ -110,6 +116,7 @@ class SystemResult:
     commit: str | None = None
     notes: str = ""
     result_file: str | None = None
+    analysis: dict[str, Any] | None = None
 
     @property
     def main_metric(self) -> str:
@@ -339,6 +346,55 @@ def compared_rows(path: str, ids: list[str], edges: Sequence[float]) -> list[Sys
     return [dataclasses.replace(s, result_file=s.result_file or str(path)) for s in earlier.systems]
 
 
+def analysis_option(value: str) -> tuple[str, str]:
+    """An --analysis value "NAME=DIR" -> (NAME, DIR), split at the first "="."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise BenchmarkError(f"--analysis {value!r}: expected NAME=DIR (a system's name and its analyze output)")
+    return name, path
+
+
+def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
+    """The summary numbers of a `speechmt analyze` output (its folder or analysis.json): the split and number
+    of utterances analysed, the top speech and text layers, their linear CKA, and speech->text sentence
+    retrieval P@1 between them with cosine and CSLS, after the Procrustes map where the analysis has one
+    (`map` "procrustes", else "none"). BenchmarkError naming the file when it is missing or not one."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "analysis.json"
+    d = _read_json(str(path), "analysis result")
+    try:
+        top = d["sentence"]["top"]
+        mapped = top["procrustes"] is not None
+        block = top["procrustes"]["retrieval"] if mapped else top["raw"]
+        if block is None:
+            raise BenchmarkError(f"{path}: no sentence retrieval of the top layers")
+        out = {"file": str(path), "split": d["split"], "n": d["n"], "speech": top["speech"], "text": top["text"],
+               "cka": top["cka"], "map": "procrustes" if mapped else "none",
+               "cosine": block["cosine"]["speech_to_text"], "csls": block["csls"]["speech_to_text"]}
+    except KeyError as e:
+        raise BenchmarkError(f"{path}: not a `speechmt analyze` result (no {e})") from None
+    except TypeError as e:
+        raise BenchmarkError(f"{path}: not a `speechmt analyze` result ({e})") from None
+    bad = [k for k in ("cka", "cosine", "csls") if out[k] is not None and type(out[k]) not in (int, float)]
+    if bad:
+        raise BenchmarkError(f"{path}: {', '.join(bad)} of the top layers must be numbers or null")
+    return out
+
+
+def _attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[str, Any]]]) -> None:
+    """Puts each analysis on the row of its system name; BenchmarkError for an unknown or repeated name."""
+    by_name = {r.name: r for r in rows}
+    named = [name for name, _ in analyses]
+    for name, numbers in analyses:
+        if name not in by_name:
+            raise BenchmarkError(f"--analysis {name}={numbers['file']}: no system named {name!r} "
+                                 f"(systems: {', '.join(by_name)})")
+        if named.count(name) > 1:
+            raise BenchmarkError(f"--analysis: {named.count(name)} analyses for system {name!r}")
+        by_name[name].analysis = numbers
+
+
 def split_records(data: str | os.PathLike, split: str) -> list[Record]:
     """The split's manifest records; a missing split raises BenchmarkError naming the prepared ones."""
     path = Path(data) / f"{split}.jsonl"
@@ -379,6 +435,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
         raise BenchmarkError(f"length bucket edges must increase strictly, found {list(cfg.edges)}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    analyses = [(name, read_analysis(path)) for name, path in map(analysis_option, cfg.analyses)]
     all_records = split_records(cfg.data, cfg.split)
     records = all_records[:cfg.limit]
     split_ids, ids = [r.id for r in all_records], [r.id for r in records]
@@ -391,6 +448,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
     models += [benchmark_cascade(asr, mt, records, cfg, commit) for asr, mt in cfg.cascades]
     rows = [r for r, _ in models + peers] + earlier
     _unique_names(rows)
+    _attach_analyses(rows, analyses)
     hyps = {row.name: h for row, (_, h) in zip(rows, models + peers)}
     counts = [0] * (len(cfg.edges) + 1)
     for r in records:
@@ -419,15 +477,24 @@ def _metric(row: SystemResult, name: str) -> str:
     return _MISSING if m is None else f"{m.score:.2f}"
 
 
+def _analysis_cells(row: SystemResult) -> list[str]:
+    a = row.analysis or {}
+    return [_num(a.get(k), ".3f") for k in ("cka", "cosine", "csls")]
+
+
 def _main_table(bench: Benchmark) -> list[str]:
+    """One row per system; with the columns of `speechmt analyze` when a system has its numbers."""
+    extra = any(r.analysis for r in bench.systems)
+    heads, rule = (" CKA top | P@1 cos | P@1 CSLS |", "---:|" * 3) if extra else ("", "")
     lines = ["| system | task | params | n | BLEU | chrF | WER | CER | RTF | utt/s | audio s/s | beam | threads "
-             "| device | commit |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| device | commit |" + heads,
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule]
     for r in bench.systems:
         scores = [_metric(r, m) for m in ("BLEU", "chrF", "WER", "CER")]
         cells = [table_cell(r.name), r.task, _params(r.params), str(r.n), *scores,
                  _num(r.rtf, ".4f"), _num(r.utterances_per_second, ".2f"), _num(r.audio_seconds_per_second, ".1f"),
                  _num(r.beam, "d"), _num(r.threads, "d"), table_cell(r.device or _MISSING),
-                 table_cell(r.commit or _MISSING)]
+                 table_cell(r.commit or _MISSING)] + (_analysis_cells(r) if extra else [])
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -451,7 +518,13 @@ def benchmark_markdown(bench: Benchmark) -> str:
              f"- machine: {m['cpu_count']} CPUs ({m['cpu']}), torch {m['torch']}, commit {m['commit'] or _MISSING}",
              f"- created (UTC): {bench.created}",
              "- RTF = decoding seconds / audio seconds (lower is faster); speed of peers and of compared rows "
-             "was measured by their own runs", ""]
+             "was measured by their own runs"]
+    if any(r.analysis for r in bench.systems):
+        lines.append("- CKA top, P@1 cos, P@1 CSLS: from `speechmt analyze` (--analysis): linear CKA of the top "
+                     "speech and text layers, and speech->text sentence retrieval P@1 between them (cosine, CSLS) "
+                     "after the Procrustes map (tested on the second half of the analysed utterances; as they are "
+                     "where the analysis has no map)")
+    lines.append("")
     lines += _main_table(bench) + _bucket_table(bench, "BLEU") + _bucket_table(bench, "WER")
     lines += ["", "## Signatures", ""]
     lines += [f"- {name}: `{sig}`" for name, sigs in bench.signatures().items() for sig in sigs]
@@ -459,7 +532,10 @@ def benchmark_markdown(bench: Benchmark) -> str:
     for r in bench.systems:
         origin = f", from {r.result_file}" if r.result_file else ""
         notes = f": {r.notes}" if r.notes else ""
-        lines.append(f"- {r.name} ({r.kind} `{r.source}`{origin}){notes}")
+        a = r.analysis
+        analysed = (f"; analysis `{a['file']}` ({a['split']}, {a['n']} utterances, {a['speech']} / {a['text']}"
+                    f"{'' if a['map'] == 'procrustes' else ', no Procrustes map'})" if a else "")
+        lines.append(f"- {r.name} ({r.kind} `{r.source}`{origin}){notes}{analysed}")
     return "\n".join(lines) + "\n"
 
 

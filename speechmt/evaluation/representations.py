@@ -7,11 +7,18 @@ utterance (anisotropy), and word units where the layer's positions can be groupe
 Word units, the mean of a word's states:
 - text: a SentencePiece piece starting with "▁" begins a word; a Hugging Face tokenizer's word_ids group its
   tokens (fast tokenizers only).
-- speech, for a model with a CTC head: its CTC segments (runs of one non-blank argmax label, as the ctc shrink
-  merges them), grouped into words by their labels' pieces. A layer at the acoustic frame rate averages the
-  frames of a word's segments; a layer with one state per segment (the ctc shrink's output, and semantic
-  layers that keep its length) its segments' states. These are the words of the CTC argmax, not of a forced
-  alignment against the transcript; `word_pairs` pairs them with the transcript's words they spell.
+- speech, for a model with a CTC head (and source tokenizer), at the acoustic frame rate: the transcript's
+  words, from a CTC forced alignment (speechmt.evaluation.alignment) of its pieces (the same pieces as the
+  model's own text path reads, eos left out) through the CTC log-probabilities. A word's frames run from the
+  first frame of its first piece to the last of its last piece (blank frames inside the word included), so
+  every transcript word gets a unit, with the label of the text's word: `word_pairs` pairs speech word i with
+  transcript word i. An utterance whose transcript needs more frames than it has (a frame per piece and a
+  blank between repeated pieces) gets no word units; `Layers.skipped` lists it and `Layers.note` counts them.
+- speech, in a layer with one state per CTC segment (the ctc shrink's output, and semantic layers that keep
+  its length): the CTC argmax segments (runs of one non-blank argmax label, as the shrink merges them), grouped
+  into words by their labels' pieces, as before. The forced alignment gives them no clean mapping (an argmax
+  segment may straddle two transcript words, or a word have no segment), so these are the words the argmax
+  spells; `word_pairs` matches them to the transcript's words of the same label.
 Labels are lower-cased.
 """
 
@@ -21,7 +28,7 @@ import difflib
 import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -31,6 +38,7 @@ from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import Record
 from speechmt.data.waveform import record_audio
 from speechmt.decoding.translate import LoadedModel, frontend
+from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.evaluation.analysis import mean_pool
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.shrink import ctc_segments
@@ -38,7 +46,8 @@ from speechmt.models.translator import CTC_BLANK_ID
 
 States = dict[str, tuple[Tensor, Tensor]]  # {layer name: (x (B, T, D), lengths (B,))}, as Translator.states
 Spans = list[list[tuple[str, list[int]]]]  # per utterance: (word label, the positions of its states)
-Alignment = tuple[Tensor, Spans]  # the lengths (B,) of the layers the spans index, and the spans
+Alignment = tuple[Tensor, Spans, str]  # the lengths (B,) of the layers the spans index, the spans, how cut
+FORCED, ARGMAX = "CTC forced alignment", "CTC argmax segments"  # how speech word units are cut
 
 
 @dataclass
@@ -46,13 +55,16 @@ class Layers:
     """One path's states of N utterances, per layer in the model's order: `pooled` (N, D) mean-pooled
     utterance vectors; `sample` ((M, D) single states, (M,) the utterance of each), a few per utterance;
     `words` per utterance its (word, vector (D,)) units, for the layers whose positions the word spans index
-    in every batch; `note` says why a path has no word units."""
+    in every batch, and `units` how they were cut; `note` says why a path has no word units, or which
+    utterances have none (their ids in `skipped`)."""
 
     names: list[str]
     pooled: dict[str, np.ndarray]
     sample: dict[str, tuple[np.ndarray, np.ndarray]]
     words: dict[str, list[list[tuple[str, np.ndarray]]]]
     note: str = ""
+    units: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
 
 
 class _Collector:
@@ -61,6 +73,7 @@ class _Collector:
     def __init__(self, per_utterance: int, seed: int):
         self.names: list[str] = []
         self.pooled, self.sample, self.words = defaultdict(list), defaultdict(list), defaultdict(list)
+        self.units: dict[str, str] = {}
         self.unaligned: set[str] = set()
         self.per_utterance, self.rng, self.n = per_utterance, np.random.default_rng(seed), 0
 
@@ -72,10 +85,13 @@ class _Collector:
             x, lengths = x.detach().float().cpu(), lengths.cpu()
             self.pooled[name].append(mean_pool(x, lengths).numpy())
             self._sample(name, x, lengths)
-            spans = next((s for ref, s in alignments if torch.equal(ref.cpu(), lengths)), None)
+            matching = [(s, h) for ref, s, h in alignments if torch.equal(ref.cpu(), lengths)]
+            # the first that matches, of the kind of the layer's earlier batches
+            spans, how = next(((s, h) for s, h in matching if h == self.units.get(name, h)), (None, ""))
             if spans is None:
                 self.unaligned.add(name)
             else:
+                self.units.setdefault(name, how)
                 self.words[name] += [[(label, x[b, pos].mean(0).numpy()) for label, pos in words]
                                      for b, words in enumerate(spans)]
         self.n += len(lengths) if states else 0
@@ -85,13 +101,14 @@ class _Collector:
             pick = self.rng.choice(length, size=min(self.per_utterance, length), replace=False)
             self.sample[name].append((x[b, np.sort(pick)].numpy(), np.full(len(pick), self.n + b)))
 
-    def layers(self, note: str = "") -> Layers:
+    def layers(self, note: str = "", skipped: Sequence[str] = ()) -> Layers:
         words = {n: self.words[n] for n in self.names if n in self.words and n not in self.unaligned}
         if not words and not note:
             note = "no layer's positions line up with the word units"
         sample = {n: (np.concatenate([s for s, _ in self.sample[n]]), np.concatenate([u for _, u in self.sample[n]]))
                   for n in self.names}
-        return Layers(list(self.names), {n: np.concatenate(self.pooled[n]) for n in self.names}, sample, words, note)
+        return Layers(list(self.names), {n: np.concatenate(self.pooled[n]) for n in self.names}, sample, words, note,
+                      {n: self.units[n] for n in words}, list(skipped))
 
 
 def piece_words(pieces: Sequence[str]) -> list[tuple[str, list[int]]]:
@@ -107,8 +124,8 @@ def piece_words(pieces: Sequence[str]) -> list[tuple[str, list[int]]]:
 
 
 def ctc_alignments(enc: EncoderOutput, id_to_piece: Callable[[int], str]) -> list[Alignment]:
-    """A speech batch's CTC word spans: over the acoustic frames (lengths enc.ctc_lengths) and over the CTC
-    segments (one state per segment; an all-blank utterance has one state there and no words)."""
+    """A speech batch's word spans of the CTC argmax: over the acoustic frames (lengths enc.ctc_lengths) and
+    over the CTC segments (one state per segment; an all-blank utterance has one state there and no words)."""
     segments, counts = ctc_segments(enc.ctc_logits, enc.ctc_lengths, CTC_BLANK_ID)
     labels = enc.ctc_logits.argmax(-1)
     frame_spans, segment_spans = [], []
@@ -118,25 +135,55 @@ def ctc_alignments(enc: EncoderOutput, id_to_piece: Callable[[int], str]) -> lis
         words = piece_words([id_to_piece(int(labels[b, f[0]])) for f in frames])
         segment_spans.append(words)
         frame_spans.append([(label, [i for s in pos for i in frames[s]]) for label, pos in words])
-    return [(enc.ctc_lengths, frame_spans), (torch.where(counts == 0, 1, counts), segment_spans)]
+    return [(enc.ctc_lengths, frame_spans, ARGMAX), (torch.where(counts == 0, 1, counts), segment_spans, ARGMAX)]
+
+
+def forced_alignment(enc: EncoderOutput, transcripts: Sequence[Sequence[int]], id_to_piece: Callable[[int], str],
+                     names: Sequence[str]) -> tuple[Alignment, list[str]]:
+    """A speech batch's transcript word spans over the acoustic frames (lengths enc.ctc_lengths), from the CTC
+    forced alignment of each transcript's piece ids; (the alignment, the names of the utterances whose
+    transcript does not fit in their frames: no words there)."""
+    log_probs = enc.ctc_logits.detach().float().log_softmax(-1).cpu()
+    spans, skipped = [], []
+    for b, (ids, name) in enumerate(zip(transcripts, names)):
+        try:
+            aligned = ctc_forced_align(log_probs[b, :int(enc.ctc_lengths[b])], ids, CTC_BLANK_ID, name)
+        except AlignmentError:
+            spans.append([])
+            skipped.append(name)
+            continue
+        words = piece_words([id_to_piece(int(i)) for i in ids])
+        spans.append([(label, list(range(aligned.spans[pos[0]][0], aligned.spans[pos[-1]][1])))
+                      for label, pos in words])
+    return (enc.ctc_lengths, spans, FORCED), skipped
 
 
 @torch.no_grad()
 def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os.PathLike, batch_size: int = 8,
                   per_utterance: int = 16, seed: int = 0) -> Layers:
-    """Every speech stage's states of the records' audio (through the model's front end), with CTC word
-    units when the model has a CTC head and a source tokenizer."""
-    collector = _Collector(per_utterance, seed)
+    """Every speech stage's states of the records' audio (through the model's front end), with word units
+    when the model has a CTC head and a source tokenizer: the transcripts' words (CTC forced alignment) at the
+    frame rate, the CTC argmax's words in layers of one state per CTC segment (the module docstring)."""
+    collector, skipped = _Collector(per_utterance, seed), []
     tok = lm.source_tokenizer
     ctc = lm.model.ctc_head is not None and tok is not None
     for start in range(0, len(records), batch_size):
-        x, lengths = collate_sequences([frontend(lm, record_audio(r, data_dir))
-                                        for r in records[start:start + batch_size]])
+        chunk = records[start:start + batch_size]
+        x, lengths = collate_sequences([frontend(lm, record_audio(r, data_dir)) for r in chunk])
         states: States = {}
         enc = lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device), record=states)  # Translator.states
-        collector.add(states, ctc_alignments(enc, tok.id_to_piece) if ctc else [])
-    return collector.layers("" if ctc else "the model has no CTC head (and source tokenizer) to cut speech "
-                            "into words")
+        alignments = []
+        if ctc:
+            forced, unfit = forced_alignment(enc, [tok.encode(r.src_text, add_eos=False) for r in chunk],
+                                             tok.id_to_piece, [r.id for r in chunk])
+            alignments, skipped = [forced, ctc_alignments(enc, tok.id_to_piece)[1]], skipped + unfit
+        collector.add(states, alignments)
+    if not ctc:
+        return collector.layers("the model has no CTC head (and source tokenizer) to cut speech into words")
+    note = (f"{len(skipped)} of {len(records)} utterances have no {FORCED} word units: their transcript needs "
+            f"more CTC frames than the audio has ({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})"
+            if skipped else "")
+    return collector.layers(note, skipped)
 
 
 @torch.no_grad()
@@ -150,7 +197,7 @@ def own_text_layers(lm: LoadedModel, texts: Sequence[str], batch_size: int = 8, 
         x, lengths = collate_sequences([torch.tensor(i) for i in ids], tok.pad_id)
         states = lm.model.states(x.to(lm.device), lengths.to(lm.device), "text")
         spans = [piece_words([tok.id_to_piece(i) for i in seq[:-1]]) for seq in ids]
-        collector.add(states, [(lengths, spans)])
+        collector.add(states, [(lengths, spans, "SentencePiece words")])
     return collector.layers()
 
 
@@ -193,17 +240,23 @@ def hf_text_layers(model: torch.nn.Module, tokenizer, texts: Sequence[str], devi
         hidden = model(**inputs, output_hidden_states=True).hidden_states
         names = ["text.hf.embeddings"] + [f"text.hf.layer.{i}" for i in range(len(hidden) - 1)]
         states = {n: _compact(h.cpu(), keep) for n, h in zip(names, hidden)}
-        collector.add(states, [(keep.sum(1), _hf_spans(enc, keep, chunk))] if fast else [])
+        collector.add(states, [(keep.sum(1), _hf_spans(enc, keep, chunk), "tokenizer word_ids")] if fast else [])
     return collector.layers("" if fast else "a slow tokenizer has no word_ids")
 
 
 def word_pairs(speech: Sequence[Sequence[tuple[str, np.ndarray]]], text: Sequence[Sequence[tuple[str, np.ndarray]]]
                ) -> tuple[np.ndarray, np.ndarray]:
     """Per utterance, the speech words matched to the transcript's words of the same label, in order
-    (difflib's longest matching blocks) -> their vectors, speech (P, D1) and text (P, D2)."""
+    -> their vectors, speech (P, D1) and text (P, D2). Word i with word i where the two label sequences are
+    the same (forced-alignment words against the model's own text path), else difflib's longest matching
+    blocks (the CTC argmax's words, or another tokenizer's)."""
     pairs = []
     for s_words, t_words in zip(speech, text):
-        matcher = difflib.SequenceMatcher(None, [w for w, _ in s_words], [w for w, _ in t_words], autojunk=False)
+        s_labels, t_labels = [w for w, _ in s_words], [w for w, _ in t_words]
+        if s_labels == t_labels:
+            pairs += [(s, t) for (_, s), (_, t) in zip(s_words, t_words)]
+            continue
+        matcher = difflib.SequenceMatcher(None, s_labels, t_labels, autojunk=False)
         pairs += [(s_words[a + k][1], t_words[b + k][1]) for a, b, size in matcher.get_matching_blocks()
                   for k in range(size)]
     if not pairs:

@@ -183,7 +183,8 @@ def test_word_units_of_pieces_and_of_ctc_segments():
     labels = torch.tensor([[4, 5, 5, 4, 6, 7, 4, 7], [4, 4, 4, 4, 4, 4, 0, 0]])  # 4: blank; row 1 all blank
     logits = torch.nn.functional.one_hot(labels, 8).float()
     enc = EncoderOutput(torch.zeros(2, 8, 3), torch.tensor([7, 6]), logits)
-    (frame_lengths, frames), (segment_lengths, segments) = ctc_alignments(enc, pieces.__getitem__)
+    (frame_lengths, frames, how), (segment_lengths, segments, _) = ctc_alignments(enc, pieces.__getitem__)
+    assert how == "CTC argmax segments"
     assert frame_lengths.tolist() == [7, 6] and segment_lengths.tolist() == [3, 1]  # frame 7 is padding
     assert frames == [[("the", [1, 2]), ("cat", [4, 5])], []]
     assert segments == [[("the", [0]), ("cat", [1, 2])], []]
@@ -223,7 +224,7 @@ def test_compare_on_paths_that_share_a_space():
     assert w["raw"]["cosine"]["speech_to_text"] < 1.0  # a word's occurrences are identical: ties go to the first
 
 
-def _checkpoint(tiny_data, path, **model):
+def tiny_checkpoint(tiny_data, path, **model):
     """A random tiny model saved as a checkpoint, with the corpus' joint vocabulary on both sides."""
     tok = Tokenizer.load(tiny_data / "spm.model")
     net = build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
@@ -240,7 +241,7 @@ SPEECH = ["speech.encoder.subsampled", "speech.encoder.layer.0", "speech.encoder
 
 
 def test_cli_analyze_own_text_encoder(tiny_data, tmp_path, capsys):
-    model = _checkpoint(tiny_data, tmp_path / "m.safetensors", ctc=True, shrink="ctc", text_encoder={"layers": 2})
+    model = tiny_checkpoint(tiny_data, tmp_path / "m.safetensors", ctc=True, shrink="ctc", text_encoder={"layers": 2})
     out = tmp_path / "an"
     assert main(["analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
                  "--limit", "4"]) == 0
@@ -259,7 +260,10 @@ def test_cli_analyze_own_text_encoder(tiny_data, tmp_path, capsys):
     assert (top["procrustes"]["n_fit"], top["procrustes"]["n_test"]) == (2, 2)
     assert len(r["speech"]["avg_sim"]) == 6 and len(r["text"]["avg_dist"]) == 5
     assert r["text"]["words"]["layers"] == text and len(r["text"]["words"]["self_sim"]) == 5
-    assert r["speech"]["words"]["layers"] == SPEECH  # CTC segments line up with every speech layer here
+    assert r["speech"]["words"]["layers"] == SPEECH  # every speech layer has word units here
+    # the transcript's words at the frame rate; after the ctc shrink (one state per segment) the argmax's
+    assert r["speech"]["words"]["units"] == ["CTC forced alignment"] * 4 + ["CTC argmax segments"] * 2
+    assert r["text"]["words"]["units"] == ["SentencePiece words"] * 5
     assert "word_retrieval" in r and len(r["ids"]) == 4
     summary = (out / "summary.md").read_text()
     assert "Top layers speech.out / text.out: CKA" in summary and "| speech.shrink |" in summary
@@ -268,7 +272,7 @@ def test_cli_analyze_own_text_encoder(tiny_data, tmp_path, capsys):
 
 def test_cli_analyze_with_an_external_text_encoder(tiny_data, tiny_bert, tmp_path):
     """A speech-only model against a tiny BERT (width 16 against 64): no raw retrieval, a Procrustes map."""
-    model = _checkpoint(tiny_data, tmp_path / "st.safetensors")
+    model = tiny_checkpoint(tiny_data, tmp_path / "st.safetensors")
     out = tmp_path / "an"
     assert main(["analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
                  "--limit", "4", "--text-model", str(tiny_bert)]) == 0
@@ -283,7 +287,7 @@ def test_cli_analyze_with_an_external_text_encoder(tiny_data, tiny_bert, tmp_pat
 
 
 def test_cli_analyze_bad_input_is_one_line(tiny_data, tmp_path, capsys):
-    model = _checkpoint(tiny_data, tmp_path / "st.safetensors")
+    model = tiny_checkpoint(tiny_data, tmp_path / "st.safetensors")
     args = ["analyze", "--model", str(model), "--data", str(tiny_data), "--out", str(tmp_path / "an")]
     assert main([*args, "--split", "train"]) == 2
     err = capsys.readouterr().err

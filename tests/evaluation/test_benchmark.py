@@ -178,3 +178,81 @@ def test_compare_needs_the_same_utterances(tiny_data, tmp_path, capsys):
     assert _cli_error(capsys, "--compare", str(result), *common, "--limit", "3", "--out", str(tmp_path / "b2")) == \
         f"speechmt: error: {result}: scored 6 utterances of 'train', not the 3 benchmarked here " \
         "(use the same split and --limit)"
+
+
+def _write_analysis(folder: Path, cka: float | None, procrustes: bool = True) -> Path:
+    """A crafted `speechmt analyze` output: the top layers' numbers only, distinct per retrieval block."""
+    def block(s2t: float) -> dict:
+        return {"cosine": {"speech_to_text": s2t, "text_to_speech": 0.0},
+                "csls": {"speech_to_text": s2t + 0.125, "text_to_speech": 0.0}}
+
+    top = {"speech": "speech.out", "text": "text.out", "cka": cka, "rsa": 0.5, "pwcca": 0.9, "n": 8, "raw": block(0.25),
+           "procrustes": {"retrieval": block(0.75), "n_fit": 4, "n_test": 4} if procrustes else None}
+    folder.mkdir()
+    (folder / "analysis.json").write_text(json.dumps({"model": "m.safetensors", "split": "dev", "n": 8,
+                                                      "sentence": {"top": top}}), encoding="utf-8")
+    return folder
+
+
+def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
+    records = read_manifest(tiny_data / f"{SPLIT}.jsonl")
+    ids, refs = [r.id for r in records], [r.tgt_text for r in records]
+    peers = [_write_peer(tmp_path / f"{n}.json", ids, refs, system=n) for n in "ABC"]
+    mapped, plain = _write_analysis(tmp_path / "an_a", 0.6), _write_analysis(tmp_path / "an_b", None, procrustes=False)
+    out = tmp_path / "b1"
+    assert main(["benchmark", *(a for p in peers for a in ("--peer", str(p))), "--analysis", f"A={mapped}",
+                 "--analysis", f"B={plain / 'analysis.json'}", "--data", str(tiny_data), "--split", SPLIT,
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    md = (out / "benchmark.md").read_text().splitlines()
+    table = [line for line in md if line.startswith("|")]
+    assert table[0].endswith("| device | commit | CKA top | P@1 cos | P@1 CSLS |")
+    assert table[1].endswith("|---|---|---:|---:|---:|") and len(table[1].split("|")) == len(table[0].split("|"))
+    # A after the Procrustes map; B has none: its P@1 as they are; C has no analysis
+    assert [row.split(" | ")[-3:] for row in table[2:5]] == [["0.600", "0.750", "0.875 |"], ["-", "0.250", "0.375 |"],
+                                                            ["-", "-", "- |"]]
+    assert any(line.startswith("- CKA top, P@1 cos, P@1 CSLS: from `speechmt analyze`") for line in md)
+    assert f"- A (peer `{peers[0]}`): beam 5; analysis `{mapped / 'analysis.json'}` (dev, 8 utterances, speech.out " \
+           "/ text.out)" in md
+    assert any(line.endswith("speech.out / text.out, no Procrustes map)") for line in md)
+    rows = json.loads((out / "benchmark.json").read_text())["systems"]
+    assert rows[0]["analysis"] == {"file": str(mapped / "analysis.json"), "split": "dev", "n": 8,
+                                   "speech": "speech.out", "text": "text.out", "cka": 0.6, "map": "procrustes",
+                                   "cosine": 0.75, "csls": 0.875}
+    assert (rows[1]["analysis"]["map"], rows[1]["analysis"]["cka"]) == ("none", None) and rows[2]["analysis"] is None
+    assert load_benchmark(out).systems[0].analysis == rows[0]["analysis"]  # --compare keeps the numbers
+    plain_run = tmp_path / "b2"
+    assert main(["benchmark", "--peer", str(peers[2]), "--data", str(tiny_data), "--split", SPLIT,
+                 "--out", str(plain_run)]) == 0
+    assert "| device | commit |\n|---" in (plain_run / "benchmark.md").read_text()  # no analysis: no columns
+
+
+def test_bad_analysis_is_one_line(tiny_data, tmp_path, capsys):
+    records = read_manifest(tiny_data / f"{SPLIT}.jsonl")
+    peer = _write_peer(tmp_path / "p.json", [r.id for r in records], [r.tgt_text for r in records], system="P")
+    common = ["--peer", str(peer), "--data", str(tiny_data), "--split", SPLIT, "--out", str(tmp_path / "out")]
+    assert _cli_error(capsys, *common, "--analysis", f"P={tmp_path / 'none'}") == \
+        f"speechmt: error: {tmp_path / 'none'}: analysis result not found"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _cli_error(capsys, *common, "--analysis", f"P={empty}") == \
+        f"speechmt: error: {empty / 'analysis.json'}: analysis result not found"
+    (empty / "analysis.json").write_text('{"sentence": {"top": ', encoding="utf-8")
+    err = _cli_error(capsys, *common, "--analysis", f"P={empty}")
+    assert err.startswith(f"speechmt: error: {empty / 'analysis.json'}: not a JSON analysis result (")
+    (empty / "analysis.json").write_text('{"n": 8}', encoding="utf-8")
+    assert _cli_error(capsys, *common, "--analysis", f"P={empty}") == \
+        f"speechmt: error: {empty / 'analysis.json'}: not a `speechmt analyze` result (no 'sentence')"
+    (empty / "analysis.json").write_text('{"n": 8, "split": "dev", "sentence": {"top": {"speech": "s", "text": "t", '
+                                         '"cka": "high", "raw": null, "procrustes": null}}}', encoding="utf-8")
+    assert _cli_error(capsys, *common, "--analysis", f"P={empty}") == \
+        f"speechmt: error: {empty / 'analysis.json'}: no sentence retrieval of the top layers"
+    good = _write_analysis(tmp_path / "good", "high")
+    assert _cli_error(capsys, *common, "--analysis", f"P={good}") == \
+        f"speechmt: error: {good / 'analysis.json'}: cka of the top layers must be numbers or null"
+    assert _cli_error(capsys, *common, "--analysis", str(good)) == \
+        f"speechmt: error: --analysis {str(good)!r}: expected NAME=DIR (a system's name and its analyze output)"
+    good = _write_analysis(tmp_path / "good2", 0.5)
+    assert _cli_error(capsys, *common, "--analysis", f"Q={good}") == \
+        f"speechmt: error: --analysis Q={good / 'analysis.json'}: no system named 'Q' (systems: P)"
+    assert not (tmp_path / "out").exists()
