@@ -333,28 +333,11 @@ def _wav2vec2_encoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, Mo
     return encoder, replace(cfg, encoder=replace(e, hf_config=encoder.model.config.to_dict()))
 
 
-def _whisper_models(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
-    """The HF Whisper models the encoder and the decoder come from (one load when they name the same)."""
-    from speechmt.models.whisper import load_hf_whisper
-
-    e, d = cfg.encoder, cfg.decoder
-    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained) if e.kind == "whisper" else None
-    if d.kind != "whisper":
-        return enc, None
-    if enc is not None and cfg.whisper_decoder_source == e.name_or_path and \
-            (not d.hf_config or d.hf_config == e.hf_config):
-        return enc, enc
-    return enc, load_hf_whisper(cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained)
-
-
 def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[TransformerDecoder, ModelConfig]:
     """Whisper's decoder, and `cfg` with Whisper's dimensions and complete HF config filled in."""
-    from speechmt.models.whisper import hf_config_dict, whisper_decoder_from_hf
+    from speechmt.models.whisper import whisper_decoder_config, whisper_decoder_from_hf
 
-    c = hf_model.config
-    decoder = replace(cfg.decoder, layers=c.decoder_layers, tie_embeddings=True, hf_config=hf_config_dict(hf_model))
-    cfg = replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
-                  tgt_vocab_size=c.vocab_size, decoder=decoder)
+    cfg = whisper_decoder_config(cfg, hf_model)
     return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
                                    cfg.activation_dropout), cfg
 
@@ -371,9 +354,11 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure."""
     if cfg.semantic.kind == "fat_mlm":  # the pretraining model itself, no decoder (speechmt.models.fat_mlm)
-        return SEMANTICS["fat_mlm"](cfg, **cfg.semantic.options)
+        return SEMANTICS["fat_mlm"](cfg, pretrained=pretrained, **cfg.semantic.options)
+    from speechmt.models.whisper import whisper_models
+
     kinds = (cfg.encoder.kind, cfg.decoder.kind)
-    hf_enc, hf_dec = _whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
+    hf_enc, hf_dec = whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
     decoder = None
     if hf_dec is not None:
         decoder, cfg = _whisper_decoder(cfg, hf_dec)

@@ -14,6 +14,7 @@ the keys adds the same number to every score of a query).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import re
 from pathlib import Path
 
@@ -106,3 +107,23 @@ def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float =
 def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0) -> WhisperEncoder:
     """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed."""
     return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop))
+
+
+def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
+    """The HF Whisper models the encoder and the decoder come from (one load when they name the same)."""
+    e, d = cfg.encoder, cfg.decoder
+    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained) if e.kind == "whisper" else None
+    if d.kind != "whisper":
+        return enc, None
+    if enc is not None and cfg.whisper_decoder_source == e.name_or_path and \
+            (not d.hf_config or d.hf_config == e.hf_config):
+        return enc, enc
+    return enc, load_hf_whisper(cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained)
+
+
+def whisper_decoder_config(cfg, hf_model: nn.Module):
+    """`cfg` with the Whisper decoder's dimensions, vocabulary and complete HF config filled in."""
+    c = hf_model.config
+    decoder = replace(cfg.decoder, layers=c.decoder_layers, tie_embeddings=True, hf_config=hf_config_dict(hf_model))
+    return replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
+                   tgt_vocab_size=c.vocab_size, decoder=decoder)

@@ -127,11 +127,13 @@ def wav2vec2_pretraining(model, batch: Batch, enc: None, s: ObjectiveSettings) -
 
 def fat_mlm(model, batch: Batch, enc: None, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
     """FAT-MLM's masked speech reconstruction + masked token cross entropy over whatever parts the batch
-    carries (speechmt.models.fat_mlm.fat_mlm_loss; ids below s.first_text_id are never masked)."""
+    carries (speechmt.models.fat_mlm.fat_mlm_loss; ids below s.first_text_id are never masked, nor Whisper's
+    special tokens on a Whisper target side; a frozen Whisper encoder's cached states come as `precomputed`
+    feats)."""
     from speechmt.models.fat_mlm import fat_mlm_loss
 
     return fat_mlm_loss(model, batch.feats, batch.feat_lengths, batch.src, batch.src_lengths, batch.tgt,
-                        batch.tgt_lengths, s.first_text_id)
+                        batch.tgt_lengths, s.first_text_id, precomputed=batch.precomputed)
 
 
 OBJECTIVES: dict[str, Objective] = {

@@ -1,7 +1,9 @@
 """FAT-MLM: masking ratios and spans, reconstruction targets, losses on crafted cases, absent parts, masks
 that a resumed run draws again, FAT-ST's initialisation from FAT-MLM (named tensors and exact encoder
-outputs), and a tiny FAT-MLM trained on the corpus then a FAT-ST from it that trains and translates."""
+outputs), and a tiny FAT-MLM trained on the corpus then a FAT-ST from it that trains and translates; the
+same on a tiny random Whisper (frozen encoder states, identity stack, Whisper's decoder for FAT-ST)."""
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict
@@ -11,13 +13,19 @@ import torch
 
 from speechmt import load_model, translate
 from speechmt.checkpoint import save_checkpoint
+from speechmt.data.encoder_cache import cache_key
 from speechmt.data.manifest import read_manifest
 from speechmt.data.waveform import record_audio
 from speechmt.models import build_model, preset
-from speechmt.models.fat_mlm import FatMasks, FatMLM, fat_mlm_loss, reconstruction_frames, span_mask, translator_state
+from speechmt.models.fat_mlm import (FatMasks, FatMLM, WhisperFatMLM, fat_mlm_loss, reconstruction_frames, span_mask,
+                                     translator_state)
+from speechmt.models.translator import ModelConfig
 from speechmt.tasks import Stage, TaskData
+from speechmt.tokenizer_whisper import WhisperTokenizer
+from speechmt.training.builders import mel_settings_for
 from speechmt.training.run import init_encoder_from, run_training
 from tests.helpers import tiny_config
+from tests.whisper_helpers import tiny_whisper_dir
 
 SRC_V, TGT_V = 30, 40
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
@@ -132,16 +140,16 @@ def test_losses_are_zero_for_a_perfect_head_or_nothing_masked_and_finite_otherwi
     feats = (torch.arange(80.0) / 80).expand(2, 40, 80).clone()  # every frame what the head predicts
     lengths = torch.tensor([40, 25])
     loss, stats = fat_mlm_loss(model, feats, lengths, None, None, None, None)
-    assert float(stats["masked_frames"]) > 0 and float(loss) == 0.0
+    assert float(stats["masked_frames"]) > 0 and loss.item() == 0.0
     nothing = _fat(speech_mask=0.0, token_mask=0.0)
     src, src_lengths = torch.randint(5, SRC_V, (2, 6)), torch.tensor([6, 4])
     loss, stats = fat_mlm_loss(nothing, feats, lengths, src, src_lengths, None, None)
-    assert float(loss) == 0.0 and float(stats["masked_tokens"]) == 0
+    assert loss.item() == 0.0 and float(stats["masked_tokens"]) == 0
     loss.backward()  # still a graph
     model = _fat().train()
     tgt, tgt_lengths = torch.randint(5, TGT_V, (2, 8)), torch.tensor([8, 5])
     loss, stats = fat_mlm_loss(model, torch.randn(2, 40, 80), lengths, src, src_lengths, tgt, tgt_lengths)
-    assert math.isfinite(float(loss)) and float(stats["masked_frames"]) > 0 and float(loss) > 0
+    assert math.isfinite(loss.item()) and float(stats["masked_frames"]) > 0 and loss.item() > 0
     loss.backward()
     assert model.speech_mask.grad is not None and model.tgt_embedding.weight.grad.abs().sum() > 0
 
@@ -245,5 +253,202 @@ def test_options_are_checked():
         _fat(speech_loss="l3")
     with pytest.raises(ValueError, match="needs the conv encoder"):
         from speechmt.models.fat_mlm import fat_mlm
-        from speechmt.models.translator import ModelConfig
         fat_mlm(ModelConfig(src_vocab_size=5, encoder={"kind": "wav2vec2"}))
+    with pytest.raises(ValueError, match="options layers and init are the whisper encoder's"):
+        _fat(init="identity")
+    with pytest.raises(ValueError, match="semantic fat_mlm init must be one of random, identity, got 'ones'"):
+        _fat(init="ones")
+    with pytest.raises(ValueError, match="semantic fat_mlm layers must be an integer >= 1, got 0"):
+        _fat(layers=0)
+
+
+# --- on Whisper ---
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    return tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_fat"), d_model=32)
+
+
+def _whisper_cfg(base, semantic: dict, **fields) -> ModelConfig:
+    """A Whisper-backbone config as training builds it (the decoder's pad id is Whisper's tokenizer's)."""
+    return ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen",
+                                **fields.pop("encoder", {})},
+                       decoder={"kind": "whisper", **fields.pop("decoder", {})}, src_vocab_size=SRC_V,
+                       pad_id=WhisperTokenizer.from_pretrained(base).pad_id, semantic=semantic, **NO_DROPOUT,
+                       **fields)
+
+
+def _whisper_fat(base, **options) -> WhisperFatMLM:
+    options = {"layers": 2, "init": "identity", **options}
+    return build_model(_whisper_cfg(base, {"kind": "fat_mlm", "options": options})).eval()
+
+
+def _fat_st_whisper(base) -> "torch.nn.Module":
+    return build_model(_whisper_cfg(base, {"kind": "xstnet", "options": {
+        "layers": 2, "init": "identity", "audio_tag": False, "segments": True}},
+        text_encoder={"embed_only": True}, decoder={"finetune": "lora"})).eval()
+
+
+STATES, STATE_LENGTHS = torch.randn(2, 10, 32), torch.tensor([10, 6])  # cached Whisper states (H = D = 32)
+MELS, MEL_LENGTHS = torch.randn(2, 40, 80), torch.tensor([40, 25])
+
+
+def test_whisper_fat_mlm_takes_whispers_dimensions_vocabulary_and_token_embedding(whisper_dir):
+    from transformers import WhisperForConditionalGeneration
+
+    model = _whisper_fat(whisper_dir)
+    hf = WhisperForConditionalGeneration.from_pretrained(whisper_dir)
+    c = hf.config
+    assert isinstance(model.speech_encoder.proj, torch.nn.Identity)  # D == Whisper's width: no projection
+    assert (model.config.d_model, model.config.n_heads, model.config.ffn_dim) == (32, 4, 64)
+    assert model.config.tgt_vocab_size == c.vocab_size and model.tgt_text_ids == (0, c.eos_token_id)
+    assert torch.equal(model.tgt_embedding.weight, hf.model.decoder.embed_tokens.weight)
+    assert model.config.encoder.hf_config["d_model"] == 32  # a checkpoint rebuilds it without the folder
+    assert not any(p.requires_grad for p in model.speech_encoder.parameters())  # frozen: its states are cached
+    assert model.reconstruct.out_features == 32 and model.factor == 1
+    rebuilt = build_model(model.config, pretrained=False)
+    assert isinstance(rebuilt, WhisperFatMLM) and rebuilt.state_dict().keys() == model.state_dict().keys()
+    with pytest.raises(ValueError, match="needs encoder.finetune frozen"):
+        build_model(_whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1}},
+                                 encoder={"finetune": "full"}))
+    with pytest.raises(ValueError, match="needs options.layers"):
+        build_model(_whisper_cfg(whisper_dir, {"kind": "fat_mlm"}))
+
+
+def test_whisper_fat_mlm_masks_speech_states_with_the_mask_vector_and_reconstructs_them(whisper_dir):
+    """An identity stack hands back its input: masked speech positions are the mask vector (+ the speech
+    segment), the others Whisper's states; the reconstruction loss is the mean |head - state| (or squared)
+    over exactly the masked states."""
+    model = _whisper_fat(whisper_dir, token_mask=0.0)
+    speech = torch.zeros(2, 10, dtype=torch.bool)
+    speech[0, [1, 2, 7]] = speech[1, 4] = True
+    out = model(STATES, STATE_LENGTHS, masks=FatMasks(speech=speech), precomputed=True)
+    x, seg = out.parts["speech"][0], model.segments.weight[0]
+    assert torch.equal(out.speech_states, STATES)
+    for b, n in enumerate(STATE_LENGTHS.tolist()):
+        for t in range(n):
+            expected = model.speech_mask if speech[b, t] else STATES[b, t]
+            assert torch.allclose(x[b, t], expected + seg, atol=1e-6), (b, t)
+    torch.nn.init.zeros_(model.reconstruct.weight)
+    with torch.no_grad():
+        model.reconstruct.bias.copy_(torch.linspace(-1, 1, 32))
+    model.draw_masks = lambda *a, **k: FatMasks(speech=speech)
+    for kind in ("l1", "l2"):
+        model.options = dataclasses.replace(model.options, speech_loss=kind)
+        loss, stats = fat_mlm_loss(model, STATES, STATE_LENGTHS, None, None, None, None, precomputed=True)
+        diff = model.reconstruct.bias.detach() - torch.stack([STATES[0, 1], STATES[0, 2], STATES[0, 7], STATES[1, 4]])
+        expected = diff.abs().mean() if kind == "l1" else diff.pow(2).mean()
+        assert float(stats["masked_frames"]) == 4 and float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_whisper_fat_mlm_mask_shares_and_whisper_text_ids(whisper_dir):
+    """30% of the states in spans (state lengths: the cached ones, or ceil(mel frames / 2)); target tokens
+    are Whisper's: only its text ids (below <|endoftext|>) are predicted or drawn at random."""
+    model = _whisper_fat(whisper_dir).train()
+    lengths = torch.randint(20, 300, (200,), generator=torch.Generator().manual_seed(3))
+    cached = model.draw_masks(lengths, None, None, None, None, precomputed=True).speech
+    assert cached.sum(1).tolist() == [round(0.3 * n) for n in lengths.tolist()]
+    mel = model.draw_masks(lengths, None, None, None, None).speech
+    assert mel.sum(1).tolist() == [round(0.3 * n) for n in ((lengths + 1) // 2).tolist()]
+    eot = model.tgt_text_ids[1]
+    tgt = torch.randint(0, eot, (200, 30), generator=torch.Generator().manual_seed(4))
+    tgt[:, :3] = torch.tensor([eot + 3, eot + 7, eot + 11])  # a language, task and no-timestamps prefix
+    tgt[:, -1] = eot
+    m = model.draw_masks(None, None, None, tgt, torch.full((200,), 30)).tgt
+    assert not m.predicted[:, :3].any() and not m.predicted[:, -1].any()
+    assert float(m.predicted.sum()) / (200 * 26) == pytest.approx(0.15, abs=0.01)
+    assert int(m.inputs[m.predicted].max()) < eot
+
+
+def test_whisper_fat_mlm_identity_stack_hands_back_whisper_states_plus_the_segment(whisper_dir):
+    """init identity, nothing masked: the speech part out of the stack is its input, Whisper's states (cached,
+    or computed from the mel features) + the speech segment, whatever text is packed beside it; text parts are
+    their embeddings * sqrt(D) + positions + segment."""
+    model = _whisper_fat(whisper_dir)
+    src, src_lengths = torch.randint(5, SRC_V, (2, 6)), torch.tensor([6, 3])
+    seg = model.segments.weight
+    for feats, lengths, precomputed in ((STATES, STATE_LENGTHS, True), (MELS, MEL_LENGTHS, False)):
+        out = model(feats, lengths, src, src_lengths, precomputed=precomputed)
+        states, n = (feats, lengths) if precomputed else model.speech_encoder.states(feats, lengths)
+        x = out.parts["speech"][0]
+        assert out.parts["speech"][1].tolist() == n.tolist()
+        for b, k in enumerate(n.tolist()):
+            assert torch.allclose(x[b, :k], states[b, :k] + seg[0], atol=1e-6)
+        text = model.positions(model.src_embedding(src) * math.sqrt(32)) + seg[1]
+        for b, k in enumerate(src_lengths.tolist()):
+            assert torch.allclose(out.parts["src"][0][b, :k], text[b, :k], atol=1e-5)
+
+
+def _trained_like(fat: WhisperFatMLM) -> WhisperFatMLM:
+    """FAT-MLM with every stack tensor, segment and source embedding moved away from its initial value."""
+    with torch.no_grad():
+        for name, p in fat.named_parameters():
+            if name.startswith(("stack.", "segments.", "src_embedding.")):
+                p.add_(torch.randn_like(p) * 0.1)
+        fat.src_embedding.weight[0].zero_()  # the padding row
+    return fat
+
+
+def test_fat_st_on_whisper_loads_fat_mlm_weights(whisper_dir, tmp_path):
+    fat = _trained_like(_whisper_fat(whisper_dir))
+    path = tmp_path / "fat.safetensors"
+    save_checkpoint(path, {"model_config": asdict(fat.config), "model": fat.state_dict()})
+    st = _fat_st_whisper(whisper_dir)
+    with torch.no_grad():  # before: the identity stack and zero segments hand the decoder Whisper's states
+        assert torch.equal(st.encode_speech(MELS, MEL_LENGTHS).x, st.speech_encoder(MELS, MEL_LENGTHS).x)
+    decoder = {k: v.clone() for k, v in st.state_dict().items() if k.startswith("decoder.")}
+    n = init_encoder_from(st, str(path), ("semantic.", "text_encoder."))
+    own, src = st.state_dict(), fat.state_dict()
+    stack = {k: v for k, v in src.items() if k.startswith("stack.")}
+    assert stack and n == len(stack) + 2  # the stack, the segments, the source embedding
+    assert all(torch.equal(own["semantic." + k], v) for k, v in stack.items())
+    assert torch.equal(own["semantic.segments.weight"][0], src["segments.weight"][0])
+    assert not own["semantic.segments.weight"][1].any()  # the source segment is in the embedding
+    assert torch.allclose(own["text_encoder.embedding.weight"][1:],
+                          src["src_embedding.weight"][1:] + src["segments.weight"][1] / math.sqrt(32))
+    assert all(torch.equal(own[k], v) for k, v in decoder.items())  # Whisper's decoder (and LoRA) as built
+    # FAT-ST's encoder is FAT-MLM's on one part, exactly
+    tokens, lengths = torch.randint(5, SRC_V, (2, 6)), torch.tensor([6, 4])
+    with torch.no_grad():
+        assert torch.allclose(st.encode_text(tokens, lengths).x, fat(src=tokens, src_lengths=lengths).x, atol=1e-5)
+        assert torch.allclose(st.encode_speech(MELS, MEL_LENGTHS).x, fat(MELS, MEL_LENGTHS).x, atol=1e-5)
+
+
+def _whisper_experiment(tiny_data, base, save_dir, model: ModelConfig, stages, **train):
+    cfg = tiny_config(tiny_data, save_dir, valid_decode=False, log_interval=1, lr=3e-3, warmup_updates=2, **train)
+    cfg.model, cfg.data.tgt_lang = model, "de"
+    cfg.train.stages = stages
+    return cfg
+
+
+def test_tiny_fat_mlm_on_whisper_pretrains_then_fat_st_fine_tunes_and_translates(tiny_data, whisper_dir, tmp_path):
+    fat_dir, st_dir = tmp_path / "fat", tmp_path / "st"
+    model = _whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1, "init": "identity",
+                                                                      "speech_span": 2}})
+    stages = [Stage("fat", [TaskData("fat", {"fat_mlm": 1.0}),
+                            TaskData("fat_text", {"fat_mlm": 1.0}, data_dir=str(tiny_data))])]
+    cfg = _whisper_experiment(tiny_data, whisper_dir, fat_dir, model, stages, max_updates=12,
+                              save_interval_updates=12, validate_interval_updates=4)
+    state = run_training(cfg)
+    assert state.step == 12 and math.isfinite(state.best_loss)
+    log = [json.loads(x) for x in (fat_dir / "train_log.jsonl").read_text().splitlines()]
+    valid = [r["valid_loss"] for r in log if r["type"] == "valid"]  # eval masks are fixed: comparable losses
+    print("fat-mlm (whisper) dev losses:", [round(v, 3) for v in valid])
+    assert len(valid) == 3 and valid[0] > valid[1] > valid[2]
+    assert all(r["fat_fat_mlm_masked_frames"] > 0 and r["fat_fat_mlm_speech"] > 0 for r in log if r["type"] == "train")
+    key, _ = cache_key(build_model(cfg.model).speech_encoder, mel_settings_for(cfg))  # its states were cached
+    assert {p.name for p in (tiny_data / "encoder_cache" / key).glob("*.index.npz")} == {"train.index.npz",
+                                                                                        "dev.index.npz"}
+
+    cfg = _whisper_experiment(tiny_data, whisper_dir, st_dir, _whisper_cfg(whisper_dir, {
+        "kind": "xstnet", "options": {"layers": 1, "init": "identity", "audio_tag": False, "segments": True}},
+        text_encoder={"embed_only": True}, decoder={"finetune": "lora"}),
+        [Stage("st+mt", [TaskData("st"), TaskData("mt")])], max_updates=4, save_interval_updates=4,
+        validate_interval_updates=4, init_encoder_from=str(fat_dir / "checkpoint_last.safetensors"),
+        init_prefixes=("semantic.", "text_encoder."))
+    state = run_training(cfg)
+    assert state.step == 4 and math.isfinite(state.best_loss)
+    lm = load_model(st_dir / "checkpoint_last.safetensors")
+    assert lm.model.config.semantic.options["segments"] is True and lm.tokenizer.kind == "whisper"
+    (result,) = translate(lm, [record_audio(read_manifest(tiny_data / "dev.jsonl")[0], tiny_data)], beam=2)
+    assert isinstance(result.text, str) and len(result.nbest) == 1

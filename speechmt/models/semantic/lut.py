@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    config_stack, key_padding_mask
-from speechmt.models.semantic.options import check_init, parse_options
+    check_init, config_stack, key_padding_mask
+from speechmt.models.semantic.options import parse_options
 
 DISTANCES = ("mse", "cosine")
 
@@ -45,7 +45,8 @@ class LUTOptions:
             (isinstance(self.teacher_dim, bool) or not isinstance(self.teacher_dim, int) or self.teacher_dim < 1)
             and f"teacher_dim must be an integer >= 1, got {self.teacher_dim!r}",
             self.distance not in DISTANCES and f"distance must be one of {', '.join(DISTANCES)}, got {self.distance!r}",
-            not (isinstance(self.teacher, str) and self.teacher) and f"teacher must be a name or path, got {self.teacher!r}",
+            not (isinstance(self.teacher, str) and self.teacher)
+            and f"teacher must be a name or path, got {self.teacher!r}",
         ]
         problems = [p for p in problems if p]
         if problems:

@@ -10,11 +10,3 @@ def parse_options(kind: str, cls: type, options: dict):
     except TypeError as e:
         raise ValueError(f"bad ModelConfig: semantic {kind} options: {e}") from None
 
-
-INITS = ("random", "identity")
-
-
-def check_init(kind: str, init: object) -> None:
-    """ValueError unless a stack's `init` option is one of INITS."""
-    if init not in INITS:
-        raise ValueError(f"bad ModelConfig: semantic {kind} init must be one of {', '.join(INITS)}, got {init!r}")

@@ -8,6 +8,11 @@ decoder's language tag chooses what it writes (ASR, ST or MT), so one model serv
 path adds no positions and no input dropout): inserted between a pretrained encoder and decoder (Whisper's),
 the model then starts exactly where the plain ST model starts (with `audio_tag: false`), instead of feeding
 the pretrained decoder a random stack's output.
+
+`segments: true` adds a learned modality vector to each path's input before the stack (`segments.weight`, row 0
+speech, row 1 source text, the rows of FAT-MLM's segment embedding of the same name; zero at first, so an
+identity stack stays the identity): FAT-ST on Whisper (speechmt.models.fat_mlm.translator_state) starts it from
+FAT-MLM's speech segment.
 """
 
 from __future__ import annotations
@@ -18,22 +23,26 @@ import torch
 from torch import nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, config_stack
-from speechmt.models.semantic.options import check_init, parse_options
+from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, check_init, config_stack
+from speechmt.models.semantic.options import parse_options
 
 
 @dataclass(frozen=True)
 class XSTNetOptions:
     """`layers` of the shared encoder; `audio_tag`: the learned <audio> prefix on the speech path; `init`:
-    "random" (fairseq's initialisation, as the paper) or "identity" (see the module docstring)."""
+    "random" (fairseq's initialisation, as the paper) or "identity"; `segments`: learned modality vectors (see
+    the module docstring)."""
 
     layers: int = 6
     audio_tag: bool = True
     init: str = "random"
+    segments: bool = False
 
     def __post_init__(self):
         if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
             raise ValueError(f"bad ModelConfig: semantic xstnet layers must be an integer >= 1, got {self.layers!r}")
+        if not isinstance(self.segments, bool):
+            raise ValueError(f"bad ModelConfig: semantic xstnet segments must be true or false, got {self.segments!r}")
         check_init("xstnet", self.init)
 
 
@@ -41,16 +50,23 @@ class XSTNetEncoder(nn.Module):
     """The shared Transformer `stack` over either modality; (x (B, T, D), lengths (B,)) in and out."""
 
     def __init__(self, stack: TransformerEncoder, dim: int, dropout: float = 0.1, audio_tag: bool = True,
-                 position_offset: int = 0, speech_positions: bool = True):
+                 position_offset: int = 0, speech_positions: bool = True, segments: bool = False):
         super().__init__()
         self.stack = stack
         self.dropout = nn.Dropout(dropout) if speech_positions else nn.Identity()
         self.positions = SinusoidalPositionalEncoding(dim, position_offset) if speech_positions else None
         self.audio = nn.Parameter(torch.randn(dim) * dim ** -0.5) if audio_tag else None
+        self.segments = nn.Embedding(2, dim) if segments else None  # rows: speech, source text
+        if self.segments is not None:
+            nn.init.zeros_(self.segments.weight)
+
+    def _segment(self, x: torch.Tensor, row: int) -> torch.Tensor:
+        return x if self.segments is None else x + self.segments.weight[row].to(x.dtype)
 
     def speech(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
         """Acoustic states (B, T, D) -> shared states (B, T + 1, D) with the <audio> prefix (T without)."""
         x, lengths = enc.x if self.positions is None else self.positions(enc.x), enc.lengths
+        x = self._segment(x, 0)
         if self.audio is not None:
             x = torch.cat([self.audio.to(x.dtype).expand(x.size(0), 1, -1), x], dim=1)  # (B, 1 + T, D)
             lengths = lengths + 1
@@ -60,7 +76,7 @@ class XSTNetEncoder(nn.Module):
 
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
         """Token embeddings with positions (B, S, D) -> shared states (B, S, D)."""
-        x, lengths = self.stack(enc.x, enc.lengths, record)
+        x, lengths = self.stack(self._segment(enc.x, 1), enc.lengths, record)
         return replace(enc, x=x, lengths=lengths)
 
 
@@ -69,4 +85,5 @@ def xstnet(cfg, **options) -> XSTNetEncoder:
     o = parse_options("xstnet", XSTNetOptions, options)
     identity = o.init == "identity"
     stack = config_stack(cfg, o.layers, identity)
-    return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset, not identity)
+    return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset, not identity,
+                         o.segments)

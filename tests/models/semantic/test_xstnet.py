@@ -57,6 +57,30 @@ def test_identity_init_without_the_audio_tag_hands_the_decoder_the_acoustic_stat
         _model(init="ones")
 
 
+def test_segments_start_at_zero_so_identity_init_stays_exact_and_add_one_vector_per_modality():
+    """segments: true: a learned vector per modality (row 0 speech, row 1 source text) added before the
+    stack; zero at first, so the identity-initialised model still hands the decoder the acoustic states."""
+    model = _model(init="identity", audio_tag=False, segments=True)
+    weight = model.semantic.segments.weight
+    assert weight.shape == (2, 64) and not weight.any() and weight.requires_grad
+    assert "semantic.segments.weight" in dict(model.named_parameters())
+    assert _model().semantic.segments is None  # off by default: older checkpoints load unchanged
+    with torch.no_grad():
+        speech, shrunk = model.encode_speech(FEATS, LENGTHS), model.shrink(model.speech_encoder(FEATS, LENGTHS))
+        text, embedded = model.encode_text(TOKENS, TOKEN_LENGTHS), model.text_encoder(TOKENS, TOKEN_LENGTHS)
+        for i, n in enumerate(shrunk.lengths.tolist()):
+            assert torch.equal(speech.x[i, :n], shrunk.x[i, :n])
+        weight.copy_(torch.randn(2, 64))
+        moved_speech, moved_text = model.encode_speech(FEATS, LENGTHS), model.encode_text(TOKENS, TOKEN_LENGTHS)
+    for i, n in enumerate(shrunk.lengths.tolist()):  # the identity stack: the input + the modality's vector
+        assert torch.allclose(moved_speech.x[i, :n], shrunk.x[i, :n] + weight[0], atol=1e-6)
+    for i, n in enumerate(TOKEN_LENGTHS.tolist()):
+        assert torch.equal(text.x[i, :n], embedded.x[i, :n])
+        assert torch.allclose(moved_text.x[i, :n], embedded.x[i, :n] + weight[1], atol=1e-6)
+    with pytest.raises(ValueError, match="semantic xstnet segments must be true or false, got 'yes'"):
+        _model(segments="yes")
+
+
 def test_an_utterance_alone_equals_it_in_a_padded_batch():
     model = _model()
     with torch.no_grad():
