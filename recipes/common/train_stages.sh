@@ -117,16 +117,19 @@ train_stages() {
     fi
 
     if [ -n "$fat_conf" ] && [ -n "$fat_st_conf" ] && [ "$stage" -le 13 ] && [ "$stop_stage" -ge 13 ]; then
-        log "stage 13: FAT-MLM ($fat_conf) -> $exp/fat_mlm, then FAT-ST ($fat_st_conf) from it -> $exp/fat_st"
+        # folders named after the configs, so that the conv and the Whisper variants can share one $exp
+        local mlm st
+        mlm=$(basename "$fat_conf" .yaml) st=$(basename "$fat_st_conf" .yaml)
+        log "stage 13: FAT-MLM ($fat_conf) -> $exp/$mlm, then FAT-ST ($fat_st_conf) from it -> $exp/$st"
         if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stages 10 and 12 make it too
             "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
                 $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
         fi
         "$SPEECHMT" train --config "$fat_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
-            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/fat_mlm"
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/$mlm"
         "$SPEECHMT" train --config "$fat_st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
-            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/fat_st" \
-            train.init_encoder_from="$exp/fat_mlm/checkpoint_best.safetensors"
-        average_and_score fat_st "FAT-ST"
+            data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/$st" \
+            train.init_encoder_from="$exp/$mlm/checkpoint_best.safetensors"
+        average_and_score "$st" "FAT-ST ($st)"
     fi
 }

@@ -15,8 +15,10 @@
 #  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
 #  12  with --chimera-conf: Chimera (conf/st_chimera_whisper_base.yaml): extra MT text, MT -> ST+MT+contrastive,
 #      scored as ST and MT
-#  13  with --fat-conf and --fat-st-conf: FAT-MLM pretraining (conf/fat_mlm_mini.yaml) on the ST triples and the
-#      extra MT text, then FAT-ST (conf/st_fat_mini.yaml) initialised from it, averaged, BLEU on $test_sets
+#  13  with --fat-conf and --fat-st-conf: FAT-MLM pretraining (conf/fat_mlm_mini.yaml on the conv encoder, or
+#      conf/fat_mlm_whisper_base.yaml on Whisper's) on the ST triples and the extra MT text, then FAT-ST
+#      (conf/st_fat_mini.yaml, conf/st_fat_whisper_base.yaml) initialised from it, averaged, BLEU on $test_sets;
+#      in $exp/<config name>
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,8 +43,8 @@ whisper_conf=""             # a Whisper ST config (conf/st_whisper_base.yaml): s
 xstnet_conf=""              # an XSTNet config (conf/st_xstnet_whisper_base.yaml): stage 10
 lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stage 11
 chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
-fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_mini.yaml): stage 13, with fat_st_conf
-fat_st_conf=""              # a FAT-ST config (conf/st_fat_mini.yaml): stage 13, from the FAT-MLM checkpoint
+fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_{mini,whisper_base}.yaml): stage 13, with fat_st_conf
+fat_st_conf=""              # a FAT-ST config (conf/st_fat_{mini,whisper_base}.yaml): stage 13, from FAT-MLM
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
