@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.encoders.whisper import WhisperEncoder, whisper_output_lengths
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, check_init, config_stack, \
-    embedding
+    embedding, is_count
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
@@ -71,7 +71,6 @@ class FatMLMOptions:
     init: str = "random"
 
     def __post_init__(self):
-
         check_init("fat_mlm", self.init)
         problems = [
             not 0 <= self.speech_mask < 1 and f"speech_mask must be in [0, 1), got {self.speech_mask!r}",
@@ -80,8 +79,8 @@ class FatMLMOptions:
             self.speech_loss not in ("l1", "l2") and f"speech_loss must be l1 or l2, got {self.speech_loss!r}",
             not 0 <= self.speech_weight < float("inf") and f"speech_weight must be >= 0, got {self.speech_weight!r}",
             not 0 <= self.token_mask < 1 and f"token_mask must be in [0, 1), got {self.token_mask!r}",
-            self.layers is not None and (isinstance(self.layers, bool) or not isinstance(self.layers, int) or
-                                         self.layers < 1) and f"layers must be an integer >= 1, got {self.layers!r}",
+            self.layers is not None and not is_count(self.layers, 1)
+            and f"layers must be an integer >= 1, got {self.layers!r}",
         ]
         problems = [p for p in problems if p]
         if problems:

@@ -218,6 +218,11 @@ STACK_INITS = ("random", "identity")
 """A semantic stack's `init` option: fairseq's random initialisation, or the identity (config_stack)."""
 
 
+def is_count(value: object, least: int) -> bool:
+    """Whether an option is an integer (not a bool) >= `least`: layer, slot and head counts."""
+    return not isinstance(value, bool) and isinstance(value, int) and value >= least
+
+
 def check_init(kind: str, init: object) -> None:
     """ValueError "bad ModelConfig: semantic <kind> init ..." unless `init` is one of STACK_INITS."""
     if init not in STACK_INITS:

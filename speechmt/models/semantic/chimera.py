@@ -17,12 +17,8 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    config_stack, key_padding_mask
+    config_stack, is_count, key_padding_mask
 from speechmt.models.semantic.options import parse_options
-
-
-def _count(value, least: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= least
 
 
 @dataclass(frozen=True)
@@ -39,10 +35,11 @@ class ChimeraOptions:
 
     def __post_init__(self):
         problems = [
-            not _count(self.memory, 1) and f"memory must be an integer >= 1, got {self.memory!r}",
-            not _count(self.layers, 1) and f"layers must be an integer >= 1, got {self.layers!r}",
-            not _count(self.shared_layers, 0) and f"shared_layers must be an integer >= 0, got {self.shared_layers!r}",
-            self.heads is not None and not _count(self.heads, 1) and
+            not is_count(self.memory, 1) and f"memory must be an integer >= 1, got {self.memory!r}",
+            not is_count(self.layers, 1) and f"layers must be an integer >= 1, got {self.layers!r}",
+            not is_count(self.shared_layers, 0)
+            and f"shared_layers must be an integer >= 0, got {self.shared_layers!r}",
+            self.heads is not None and not is_count(self.heads, 1) and
             f"heads must be an integer >= 1 or null, got {self.heads!r}",
             not (isinstance(self.temperature, (int, float)) and not isinstance(self.temperature, bool)
                  and 0 < self.temperature < float("inf")) and

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    check_init, config_stack, key_padding_mask
+    check_init, config_stack, is_count, key_padding_mask
 from speechmt.models.semantic.options import parse_options
 
 DISTANCES = ("mse", "cosine")
@@ -40,10 +40,8 @@ class LUTOptions:
 
     def __post_init__(self):
         problems = [
-            (isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1)
-            and f"layers must be an integer >= 1, got {self.layers!r}",
-            (isinstance(self.teacher_dim, bool) or not isinstance(self.teacher_dim, int) or self.teacher_dim < 1)
-            and f"teacher_dim must be an integer >= 1, got {self.teacher_dim!r}",
+            not is_count(self.layers, 1) and f"layers must be an integer >= 1, got {self.layers!r}",
+            not is_count(self.teacher_dim, 1) and f"teacher_dim must be an integer >= 1, got {self.teacher_dim!r}",
             self.distance not in DISTANCES and f"distance must be one of {', '.join(DISTANCES)}, got {self.distance!r}",
             not (isinstance(self.teacher, str) and self.teacher)
             and f"teacher must be a name or path, got {self.teacher!r}",

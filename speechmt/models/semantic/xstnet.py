@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, check_init, config_stack
+from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, check_init, config_stack, \
+    is_count
 from speechmt.models.semantic.options import parse_options
 
 
@@ -39,7 +40,7 @@ class XSTNetOptions:
     segments: bool = False
 
     def __post_init__(self):
-        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
+        if not is_count(self.layers, 1):
             raise ValueError(f"bad ModelConfig: semantic xstnet layers must be an integer >= 1, got {self.layers!r}")
         if not isinstance(self.segments, bool):
             raise ValueError(f"bad ModelConfig: semantic xstnet segments must be true or false, got {self.segments!r}")
