@@ -208,7 +208,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
-    from speechmt.evaluation.benchmark import BenchmarkConfig, benchmark_markdown, run_benchmark, write_benchmark
+    from speechmt.evaluation.benchmark import BenchmarkConfig, run_benchmark
+    from speechmt.evaluation.benchmark_report import benchmark_markdown, write_benchmark
 
     cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model),
                           cascades=tuple(tuple(c) for c in args.cascade), peers=tuple(args.peer),

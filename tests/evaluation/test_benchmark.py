@@ -16,8 +16,8 @@ from speechmt.evaluation.benchmark import (
     length_buckets,
     load_benchmark,
     run_benchmark,
-    slug,
 )
+from speechmt.evaluation.benchmark_report import slug
 from speechmt.training.run import run_training
 from tests.helpers import tiny_config
 

@@ -1,4 +1,4 @@
-"""Benchmark plots: below `benchmark` in the layering, one PNG pair per main metric, and a one-line error
+"""Benchmark plots: below `benchmark_report` in the layering, one PNG pair per main metric, and a one-line error
 (BenchmarkError from write_benchmark) when matplotlib is missing."""
 
 import ast
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from speechmt.evaluation import benchmark, plots
-from speechmt.evaluation.benchmark import Benchmark, BenchmarkError, Bucket, SystemResult, write_benchmark
+from speechmt.evaluation import benchmark_report, plots
+from speechmt.evaluation.benchmark import Benchmark, BenchmarkError, Bucket, SystemResult
+from speechmt.evaluation.benchmark_report import write_benchmark
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.plots import PlotError, plot_benchmark
 
@@ -30,7 +31,7 @@ def _imported_modules(module) -> set[str]:
 
 def test_layering_is_one_way():
     assert not [m for m in _imported_modules(plots) if m.startswith("speechmt")]
-    assert "speechmt.evaluation.plots" in _imported_modules(benchmark)
+    assert "speechmt.evaluation.plots" in _imported_modules(benchmark_report)
 
 
 def _row(name: str, task: str, metric: str, score: float, buckets: list[float | None],
