@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from speechmt.audio import CMVNConfig, SpecAugmentConfig, apply_cmvn, spec_augment
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
-from speechmt.data.manifest import ManifestError, Record, read_manifest
+from speechmt.data.manifest import ManifestError, Record, read_split
 from speechmt.tokenizer import Tokenizer
 
 
@@ -29,7 +29,7 @@ def global_cmvn(data_dir: str | os.PathLike) -> CMVNConfig:
 def load_split(data_dir: str | os.PathLike, split: str, num_mel_bins: int = 80) -> tuple[list[Record], FeatureStore]:
     """A prepared split's manifest and feature store, checked to hold the same utterances in the same order."""
     data_dir = Path(data_dir)
-    records = read_manifest(data_dir / f"{split}.jsonl")
+    records = read_split(data_dir, split)
     prefix = data_dir / f"fbank{num_mel_bins}" / split
     store = FeatureStore(prefix)
     if store.ids != [r.id for r in records]:

@@ -63,6 +63,22 @@ def iter_manifest(path: str | os.PathLike) -> Iterator[Record]:
                 raise ManifestError(f"{path}:{lineno}: malformed manifest record ({e})") from None
 
 
+def split_manifest(data_dir: str | os.PathLike, split: str) -> Path:
+    """The manifest of a prepared split, data_dir/<split>.jsonl; ManifestError naming the prepared splits when
+    it is missing (one line for the CLI, instead of the bare file error)."""
+    path = Path(data_dir) / f"{split}.jsonl"
+    if not path.is_file():
+        found = sorted(p.stem for p in Path(data_dir).glob("*.jsonl")) if Path(data_dir).is_dir() else []
+        where = str(data_dir) if Path(data_dir).is_dir() else f"{data_dir} (no such folder)"
+        raise ManifestError(f"{path}: no split {split!r} in {where}; prepared: {', '.join(found) or 'none'}")
+    return path
+
+
+def read_split(data_dir: str | os.PathLike, split: str) -> list[Record]:
+    """All records of a prepared split's manifest (split_manifest)."""
+    return read_manifest(split_manifest(data_dir, split))
+
+
 def read_manifest(path: str | os.PathLike) -> list[Record]:
     """All records of a manifest, in file order."""
     return list(iter_manifest(path))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speechmt.data.manifest import Record, read_manifest
+from speechmt.data.manifest import Record, read_manifest, split_manifest
 from speechmt.decoding.translate import LoadedModel, load_model
 from speechmt.evaluation.analysis import anisotropy, linear_cka, procrustes_test, pwcca, retrieval, rsa, word_geometry
 from speechmt.evaluation.plots import PlotError, plot_heatmap, plot_layer_lines
@@ -58,10 +58,7 @@ class AnalyzeConfig:
 
 def split_records(data: str, split: str, limit: int | None) -> list[Record]:
     """The split's first `limit` records; AnalysisError when it is missing or too small."""
-    manifest = Path(data) / f"{split}.jsonl"
-    if not manifest.is_file():
-        found = sorted(p.stem for p in Path(data).glob("*.jsonl")) if Path(data).is_dir() else []
-        raise AnalysisError(f"{manifest}: no split {split!r} in {data} (prepared: {', '.join(found) or 'none'})")
+    manifest = split_manifest(data, split)
     records = read_manifest(manifest)[:limit]
     if len(records) < MIN_UTTERANCES:
         raise AnalysisError(f"{manifest}: {len(records)} utterances; the analysis needs at least {MIN_UTTERANCES}")

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from speechmt.data.manifest import Record, read_manifest
+from speechmt.data.manifest import Record, read_split
 from speechmt.evaluation.evaluate import decode_split, references, score
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import git_commit, utc_now
@@ -396,11 +396,7 @@ def _attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[st
 
 def split_records(data: str | os.PathLike, split: str) -> list[Record]:
     """The split's manifest records; a missing split raises BenchmarkError naming the prepared ones."""
-    path = Path(data) / f"{split}.jsonl"
-    if not path.is_file():
-        found = sorted(p.stem for p in Path(data).glob("*.jsonl")) if Path(data).is_dir() else []
-        raise BenchmarkError(f"{path}: split {split!r} not found in {data} (prepared: {', '.join(found) or 'none'})")
-    return read_manifest(path)
+    return read_split(data, split)
 
 
 def machine_info(commit: str | None) -> dict[str, Any]:

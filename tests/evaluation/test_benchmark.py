@@ -163,8 +163,8 @@ def test_cli_errors_are_one_line(tiny_data, tmp_path, capsys):
     assert _cli_error(capsys, "--model", str(tmp_path / "none.safetensors"), *common) == \
         f"speechmt: error: {tmp_path / 'none.safetensors'}: checkpoint not found"
     err = _cli_error(capsys, "--peer", str(missing), "--data", str(tiny_data), "--split", "test", "--out", "x")
-    assert err.startswith(f"speechmt: error: {tiny_data / 'test.jsonl'}: split 'test' not found in {tiny_data} "
-                          "(prepared: dev, train, tst-COMMON)")
+    assert err.startswith(f"speechmt: error: {tiny_data / 'test.jsonl'}: no split 'test' in {tiny_data}; "
+                          "prepared: dev, train, tst-COMMON")
     assert not (tmp_path / "out").exists()
 
 
