@@ -32,7 +32,9 @@ class TaskData:
     `max_tokens` / `max_sentences` (0: the data section's) size its batches: text streams count source
     tokens where audio streams count 10 ms frames, so they need their own. `ramp` {objective: n} raises that
     objective's weight linearly over the stage's first n updates (weight * min(1, (k + 1) / n) at the stage's
-    update k, 0-based), as Chimera's contrastive weight."""
+    update k, 0-based), as Chimera's contrastive weight. `parts` (fat and fat_text only; empty: all) keeps
+    some of the parts of the stream's examples (speechmt.tasks.tasks.FAT_PARTS): ["speech", "src"] pretrains
+    FAT-MLM on ASR pairs, ["speech"] on untranscribed audio, ["src"] or ["tgt"] on monolingual text."""
 
     task: str = "st"
     objectives: dict[str, float] = field(default_factory=lambda: {"ce": 1.0})
@@ -43,10 +45,11 @@ class TaskData:
     max_tokens: int = 0
     max_sentences: int = 0
     ramp: dict[str, int] = field(default_factory=dict)
+    parts: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         from speechmt.tasks.objectives import OBJECTIVES
-        from speechmt.tasks.tasks import TASK_INPUTS
+        from speechmt.tasks.tasks import FAT_PARTS, TASK_INPUTS
 
         if self.task not in TASK_INPUTS:
             raise ValueError(f"unknown task {self.task!r}; expected one of {', '.join(TASK_INPUTS)}")
@@ -70,6 +73,18 @@ class TaskData:
                 raise ValueError(f"task {self.task}: ramp names {name!r}, not one of its objectives")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"task {self.task}: ramp of {name} must be an integer >= 1 (updates), got {n!r}")
+        self._check_parts(FAT_PARTS.get(self.task))
+
+    def _check_parts(self, allowed: tuple[str, ...] | None) -> None:
+        if not isinstance(self.parts, (list, tuple)) or not all(isinstance(p, str) for p in self.parts):
+            raise ValueError(f"task {self.task}: parts must be a list of names, got {self.parts!r}")
+        self.parts = list(self.parts)
+        if self.parts and allowed is None:
+            raise ValueError(f"task {self.task}: parts are for the FAT-MLM tasks fat and fat_text")
+        bad = [p for p in self.parts if p not in (allowed or ())]
+        if bad or len(set(self.parts)) != len(self.parts):
+            raise ValueError(f"task {self.task}: parts must be distinct names among {', '.join(allowed)}, "
+                             f"got {self.parts!r}")
 
     @property
     def weights(self) -> dict[str, float]:
@@ -85,7 +100,8 @@ class TaskData:
     def key(self) -> str:
         """The stream's name in logs: its task, and its folder/split when they are not the defaults."""
         where = "/".join(x for x in (self.data_dir, self.split) if x)
-        return f"{self.task}@{where}" if where else self.task
+        task = f"{self.task}[{'+'.join(self.parts)}]" if self.parts else self.task
+        return f"{task}@{where}" if where else task
 
 
 @dataclass

@@ -7,7 +7,8 @@ A task encodes its batch once; the objectives of the stage (speechmt.tasks.objec
 
 from __future__ import annotations
 
-from typing import Iterable
+import dataclasses
+from typing import Iterable, Sequence
 
 import torch
 
@@ -19,6 +20,21 @@ TASK_INPUTS = {"st": "speech", "asr": "speech", "mt": "text", "audio": "none", "
 """What each task feeds the encoder; "audio" (unlabelled audio for self-supervised pretraining) and "fat" /
 "fat_text" (FAT-MLM pretraining on speech with transcript and translation / on text pairs) leave the batch to
 their objectives."""
+
+FAT_PARTS = {"fat": ("speech", "src", "tgt"), "fat_text": ("src", "tgt")}
+"""The parts a FAT-MLM stream's examples carry (audio, transcript, translation); a stream's TaskData.parts keeps
+some of them, so that FAT-MLM pretrains on whatever data there is: ASR pairs (speech, src), untranscribed audio
+(speech), monolingual text (src or tgt) beside the ST triples and MT pairs."""
+_BATCH_FIELDS = {"speech": ("feats", "feat_lengths"), "src": ("src", "src_lengths"), "tgt": ("tgt", "tgt_lengths")}
+
+
+def keep_parts(batch: Batch, parts: Sequence[str]) -> Batch:
+    """The batch with the parts ("speech", "src", "tgt") not in `parts` left out (None); all of them when
+    `parts` is empty."""
+    if not parts:
+        return batch
+    return dataclasses.replace(batch, **{f: None for part, names in _BATCH_FIELDS.items() if part not in parts
+                                         for f in names})
 
 
 def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | None:
@@ -32,7 +48,9 @@ def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | 
 
 
 def task_losses(model: Translator, batch: Batch, task: str, objectives: Iterable[str],
-                settings: ObjectiveSettings) -> dict[str, tuple[torch.Tensor, Stats]]:
-    """{objective: (summed loss, stats)} for one batch of `task`, the encoder run once."""
+                settings: ObjectiveSettings, parts: Sequence[str] = ()) -> dict[str, tuple[torch.Tensor, Stats]]:
+    """{objective: (summed loss, stats)} for one batch of `task` (only its `parts`, keep_parts), the encoder
+    run once."""
+    batch = keep_parts(batch, parts)
     enc = encode_batch(model, batch, task)
     return {name: OBJECTIVES[name].loss(model, batch, enc, settings) for name in objectives}

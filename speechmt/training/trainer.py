@@ -261,7 +261,8 @@ class Trainer:
             spec = self.streams[i].spec
             batch = batch.to(self.device)
             with dist.no_sync_unless(self.runner, last=j == len(group) - 1), self._autocast():
-                loss, parts = self.runner(batch, spec.task, applied[i], {n: factors[(i, n)] for n in spec.weights})
+                loss, parts = self.runner(batch, spec.task, applied[i], {n: factors[(i, n)] for n in spec.weights},
+                                          spec.parts)
             self.scaler.scale(loss).backward()
             for k, v in parts.items():
                 sums[(i, *k)] = sums.get((i, *k), 0) + v
@@ -329,7 +330,7 @@ class Trainer:
             for batch in self._loader(stream.valid, sampler):
                 with self._autocast():
                     losses = task_losses(self.model, batch.to(self.device), stream.spec.task, stream.spec.weights,
-                                         self.settings)
+                                         self.settings, stream.spec.parts)
                 for name in losses:
                     norms[(i, name)] = norms.get((i, name), 0.0) + OBJECTIVES[name].normaliser(batch)
                 for k, v in loss_parts(losses).items():
@@ -397,10 +398,10 @@ class UpdateRunner(torch.nn.Module):
         super().__init__()
         self.model, self.settings = model, settings
 
-    def forward(self, batch: Batch, task: str, weights: dict[str, float],
-                factors: dict[str, float]) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
-        """(sum of weight * factor * loss, loss_parts)."""
-        losses = task_losses(self.model, batch, task, weights, self.settings)
+    def forward(self, batch: Batch, task: str, weights: dict[str, float], factors: dict[str, float],
+                parts: list[str] | tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
+        """(sum of weight * factor * loss, loss_parts) of the batch's `parts` (all when empty)."""
+        losses = task_losses(self.model, batch, task, weights, self.settings, parts)
         total = sum(weights[n] * loss * factors[n] if weights[n] != 1.0 else loss * factors[n]
                     for n, (loss, _) in losses.items())
         return total, loss_parts(losses)

@@ -248,6 +248,32 @@ def test_tiny_fat_mlm_pretrains_then_fat_st_fine_tunes_and_translates(tiny_data,
     print("fat-st losses:", [round(r["loss"], 3) for r in st_log if r["type"] == "train"])
 
 
+def test_fat_mlm_pretrains_on_whatever_data_there_is(tiny_data, tmp_path):
+    """ST triples, ASR pairs, untranscribed audio, MT pairs and monolingual text, each a stream with its parts:
+    the absent parts are absent from the concatenation (nothing of them is masked or predicted)."""
+    cfg = tiny_config(tiny_data, tmp_path, max_updates=2, valid_decode=False, save_interval_updates=2,
+                      validate_interval_updates=2, log_interval=1)
+    cfg.model = preset("tiny", **NO_DROPOUT, semantic={"kind": "fat_mlm", "options": {"speech_span": 2}})
+    fat = lambda task, parts, **kw: TaskData(task, {"fat_mlm": 1.0}, parts=parts, **kw)  # noqa: E731
+    cfg.train.stages = [Stage("fat", [fat("fat", []), fat("fat", ["speech", "src"]), fat("fat", ["speech"]),
+                                      fat("fat_text", [], data_dir=str(tiny_data)), fat("fat_text", ["src"])])]
+    assert run_training(cfg).step == 2
+    log = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    train, valid = [r for r in log if r["type"] == "train"], [r for r in log if r["type"] == "valid"][-1]
+    for r in train:
+        frames = {k: r[f"{k}_fat_mlm_masked_frames"] for k in ("fat", "fat[speech+src]", "fat[speech]",
+                                                               f"fat_text@{tiny_data}", "fat_text[src]")}
+        assert frames["fat"] > 0 and frames["fat[speech+src]"] > 0 and frames["fat[speech]"] > 0
+        assert frames[f"fat_text@{tiny_data}"] == frames["fat_text[src]"] == 0
+        assert r["fat[speech]_fat_mlm_masked_tokens"] == 0 and r["fat[speech]_fat_mlm_tokens"] == 0
+        assert r["fat_text[src]_fat_mlm_masked_tokens"] > 0 and r["fat[speech+src]_fat_mlm_masked_tokens"] > 0
+        assert r["fat[speech]_fat_mlm_speech"] > 0 and math.isfinite(r["loss"])
+    # validation (fixed eval masks): the ASR-pair stream masks the same frames as the triple stream, and
+    # fewer tokens (the translation is absent)
+    assert valid["valid_fat[speech+src]_fat_mlm_masked_frames"] == valid["valid_fat_fat_mlm_masked_frames"]
+    assert 0 < valid["valid_fat[speech+src]_fat_mlm_masked_tokens"] < valid["valid_fat_fat_mlm_masked_tokens"]
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="speech_loss must be l1 or l2"):
         _fat(speech_loss="l3")

@@ -33,6 +33,17 @@ def test_zero_weights_are_not_computed_and_keys_name_their_data():
     assert spec.weights == {"ce": 1.0} and spec.key == "st@extra/train2"
 
 
+def test_fat_streams_keep_parts_and_their_keys_name_them():
+    cfg = ExperimentConfig.from_dict({"train": {"stages": [{"tasks": [
+        {"task": "fat", "objectives": {"fat_mlm": 1}},
+        {"task": "fat", "objectives": {"fat_mlm": 1}, "parts": ["speech", "src"]},
+        {"task": "fat_text", "objectives": {"fat_mlm": 1}, "parts": ["tgt"], "data_dir": "mono"}]}]}})
+    tasks = cfg.train.stages[0].tasks
+    assert [t.parts for t in tasks] == [[], ["speech", "src"], ["tgt"]]
+    assert [t.key for t in tasks] == ["fat", "fat[speech+src]", "fat_text[tgt]@mono"]
+    assert ExperimentConfig.from_dict(cfg.to_dict()).train.stages == cfg.train.stages
+
+
 def test_a_ramped_weight_grows_linearly_over_the_stages_first_updates():
     spec = TaskData("st", {"ce": 1.0, "contrastive": 0.8, "ctc": 0.0}, ramp={"contrastive": 4})
     assert [spec.weights_at(k)["contrastive"] for k in range(6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 0.8, 0.8])
@@ -54,6 +65,13 @@ def test_a_ramped_weight_grows_linearly_over_the_stages_first_updates():
     ([{"tasks": [{"task": "st", "ramp": {"ctc": 10}}]}], "task st: ramp names 'ctc', not one of its objectives"),
     ([{"tasks": [{"task": "st", "ramp": {"ce": 0}}]}], "task st: ramp of ce must be an integer >= 1 (updates), got 0"),
     ([{"tasks": [{"task": "st", "ramp": 10}]}], "task st: ramp must be a mapping {objective: updates}, got 10"),
+    ([{"tasks": [{"task": "st", "parts": ["speech"]}]}], "task st: parts are for the FAT-MLM tasks fat and fat_text"),
+    ([{"tasks": [{"task": "fat_text", "objectives": {"fat_mlm": 1}, "parts": ["speech"]}]}],
+     "task fat_text: parts must be distinct names among src, tgt, got ['speech']"),
+    ([{"tasks": [{"task": "fat", "objectives": {"fat_mlm": 1}, "parts": ["src", "src"]}]}],
+     "task fat: parts must be distinct names among speech, src, tgt, got ['src', 'src']"),
+    ([{"tasks": [{"task": "fat", "objectives": {"fat_mlm": 1}, "parts": "speech"}]}],
+     "task fat: parts must be a list of names, got 'speech'"),
     ([{"tasks": []}], "tasks must be a non-empty list"),
     ([{"tasks": [{"task": "st"}, {"task": "st"}]}], "a task appears twice on the same data (st, st)"),
     ([{"tasks": [{"task": "st"}], "mix": "zip"}], "unknown mix 'zip'; expected one of together, sample"),

@@ -4,6 +4,7 @@ import torch
 from speechmt.data.dataset import Batch
 from speechmt.models import build_model, preset
 from speechmt.tasks import ObjectiveSettings, task_losses
+from speechmt.tasks.tasks import keep_parts
 from speechmt.tasks.losses import ctc_loss, strip_specials
 
 
@@ -23,3 +24,16 @@ def test_ctc_loss_is_on_the_acoustic_states_whatever_the_shrink(shrink):
         expected = ctc_loss(model.ctc_head(acoustic.x), acoustic.lengths, targets, target_lengths, 4)
     assert acoustic.lengths.tolist() == [16, 9]
     assert torch.allclose(losses["ctc"][0], expected)
+
+
+def test_keep_parts_leaves_out_the_parts_not_named():
+    batch = Batch(ids=["a", "b"], feats=torch.zeros(2, 7, 3), feat_lengths=torch.tensor([7, 5]),
+                  src=torch.ones(2, 4, dtype=torch.long), src_lengths=torch.tensor([4, 3]),
+                  tgt=torch.ones(2, 6, dtype=torch.long), tgt_lengths=torch.tensor([6, 2]))
+    assert keep_parts(batch, []) is batch
+    asr = keep_parts(batch, ["speech", "src"])
+    assert (asr.tgt, asr.tgt_lengths) == (None, None) and asr.feats is batch.feats and asr.src is batch.src
+    audio = keep_parts(batch, ["speech"])
+    assert audio.src is audio.tgt is audio.src_lengths is None and audio.feat_lengths.tolist() == [7, 5]
+    mono = keep_parts(batch, ["tgt"])
+    assert mono.feats is mono.feat_lengths is mono.src is None and mono.tgt is batch.tgt and mono.ids == ["a", "b"]
