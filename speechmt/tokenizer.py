@@ -16,15 +16,13 @@ import struct
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
-from speechmt.data.manifest import iter_manifest
 
 PAD, UNK, BOS, EOS, BLANK = "<pad>", "<unk>", "<s>", "</s>", "<blank>"
 SPECIAL_PIECES = (PAD, UNK, BOS, EOS, BLANK)
-TEXT_FIELDS = ("src_text", "tgt_text")
 _MAGIC = b"SMTTOK1\n"
 
 
@@ -223,22 +221,3 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
     warnings.warn(f"{len(corpus)} sentences cannot fill vocab_size {config.vocab_size}; the tokenizer has "
                   f"{size} pieces", stacklevel=2)
     return Tokenizer(proto, replace(config, vocab_size=size))
-
-
-def manifest_texts(paths: Sequence[str | os.PathLike], fields: Sequence[str]) -> Iterator[str]:
-    """The `fields` texts (src_text and/or tgt_text) of every record of every manifest, in file order."""
-    unknown = [f for f in fields if f not in TEXT_FIELDS]
-    if unknown or not fields:
-        raise ValueError(f"text fields must be among {TEXT_FIELDS}; got {tuple(fields)}")
-    for path in paths:
-        for record in iter_manifest(path):
-            for field in fields:
-                yield getattr(record, field)
-
-
-def train_from_manifests(
-    paths: Sequence[str | os.PathLike], fields: Sequence[str], config: TokenizerConfig
-) -> Tokenizer:
-    """Trains on manifest texts: ("tgt_text",) for a target vocabulary, ("src_text",) for ASR, both for
-    a joint one."""
-    return train_tokenizer(manifest_texts(paths, fields), config)

@@ -54,7 +54,8 @@ def tiny_data(tmp_path_factory) -> Path:
     """The committed MuST-C replica prepared, with a joint vocabulary (tags <en>, <de>) as spm.model."""
     from speechmt.data.mustc import prepare_mustc
     from speechmt.data.prepare import PrepareConfig
-    from speechmt.tokenizer import TokenizerConfig, train_from_manifests
+    from speechmt.data.vocab import train_from_manifests
+    from speechmt.tokenizer import TokenizerConfig
 
     out = tmp_path_factory.mktemp("tiny_data")
     prepare_mustc(ASSETS / "mustc", out, "de", cfg=PrepareConfig(jobs=1))

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Record:
 
 
 RECORD_FIELDS = tuple(f.name for f in fields(Record))
+TEXT_FIELDS = ("src_text", "tgt_text")
 
 
 class ManifestError(ValueError):
@@ -82,3 +83,14 @@ def read_split(data_dir: str | os.PathLike, split: str) -> list[Record]:
 def read_manifest(path: str | os.PathLike) -> list[Record]:
     """All records of a manifest, in file order."""
     return list(iter_manifest(path))
+
+
+def manifest_texts(paths: Sequence[str | os.PathLike], fields: Sequence[str]) -> Iterator[str]:
+    """The `fields` texts (src_text and/or tgt_text) of every record of every manifest, in file order."""
+    unknown = [f for f in fields if f not in TEXT_FIELDS]
+    if unknown or not fields:
+        raise ValueError(f"text fields must be among {TEXT_FIELDS}; got {tuple(fields)}")
+    for path in paths:
+        for record in iter_manifest(path):
+            for field in fields:
+                yield getattr(record, field)

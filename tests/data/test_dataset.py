@@ -7,7 +7,8 @@ from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import Example, SpeechDataset, TextDataset, collate, global_cmvn, load_split
 from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig
-from speechmt.tokenizer import TokenizerConfig, train_from_manifests
+from speechmt.data.vocab import train_from_manifests
+from speechmt.tokenizer import TokenizerConfig
 
 
 @pytest.fixture(scope="module")

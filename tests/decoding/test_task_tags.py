@@ -11,10 +11,11 @@ import speechmt.decoding.search as search_module
 from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from speechmt.cli import main
 from speechmt.data.manifest import read_manifest
+from speechmt.data.vocab import train_from_manifests
 from speechmt.decoding.translate import load_model
 from speechmt.pretrained import export_model
 from speechmt.tasks import Stage, TaskData
-from speechmt.tokenizer import Tokenizer, TokenizerConfig, train_from_manifests
+from speechmt.tokenizer import Tokenizer, TokenizerConfig
 from speechmt.training.builders import decoder_tags
 from speechmt.training.run import run_training
 from tests.conftest import ASSETS
