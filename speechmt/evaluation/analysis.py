@@ -215,3 +215,28 @@ def procrustes_test(x_fit, y_fit, x_test, y_test, rounds: int = 5, k: int = 10) 
     before = float((xt * yt).sum(1).mean()) if xt.shape[1] == yt.shape[1] else None
     return {"retrieval": retrieval(mapped, yt, k), "test_cosine": float((_unit(mapped) * yt).sum(1).mean()),
             "test_cosine_before": before, "n_fit": len(xf), "n_test": len(xt), "w": w}
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """1-based ranks of a (N,), ties given their mean rank."""
+    order = np.argsort(a, kind="stable")
+    ranks, sorted_a, i = np.empty(len(a)), a[order], 0
+    while i < len(a):
+        j = i
+        while j + 1 < len(a) and sorted_a[j + 1] == sorted_a[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation of two equally long sequences (the Pearson correlation of their ranks, ties
+    at their mean rank); nan when there are fewer than 3 pairs or either side is constant."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"spearman needs two sequences of one length, got {x.shape} and {y.shape}")
+    rx, ry = _ranks(x), _ranks(y)
+    if len(x) < 3 or rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])

@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from speechmt.evaluation.analysis import spearman
 from speechmt.evaluation.benchmark import Benchmark, BenchmarkError, SystemResult
 from speechmt.evaluation.plots import PlotError, plot_benchmark
 from speechmt.evaluation.report import table_cell, write_text_atomic
@@ -57,6 +58,30 @@ def _main_table(bench: Benchmark) -> list[str]:
     return lines
 
 
+def gap_correlations(bench: Benchmark) -> dict[str, float] | None:
+    """Spearman's rho between each analysis number (CKA top, P@1 cos, P@1 CSLS) and BLEU over the BLEU
+    systems that have them (issue 14's claim: a smaller speech-text gap, a better translation); None for
+    fewer than 3 such systems."""
+    rows = [r for r in bench.systems if r.analysis and "BLEU" in r.metrics]
+    if len(rows) < 3:
+        return None
+    bleu = [r.metrics["BLEU"].score for r in rows]
+    out = {"n": len(rows)}
+    for key, label in (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSLS")):
+        pairs = [(r.analysis[key], b) for r, b in zip(rows, bleu) if r.analysis.get(key) is not None]
+        out[label] = spearman(*zip(*pairs)) if len(pairs) >= 3 else float("nan")
+    return out
+
+
+def _gap_line(bench: Benchmark) -> list[str]:
+    c = gap_correlations(bench)
+    if c is None:
+        return []
+    rhos = ", ".join(f"{k} {_num(v, '+.2f') if v == v else 'n/a'}" for k, v in c.items() if k != "n")
+    return ["", f"Spearman's rho of each analysis number with BLEU over the {c['n']} analysed BLEU systems: {rhos} "
+                "(positive: the closer speech and text, the better the translation; few systems make it noisy)."]
+
+
 def _bucket_table(bench: Benchmark, metric: str) -> list[str]:
     rows = [r for r in bench.systems if r.main_metric == metric]
     if not rows:
@@ -83,7 +108,7 @@ def benchmark_markdown(bench: Benchmark) -> str:
                      "after the Procrustes map (tested on the second half of the analysed utterances; as they are "
                      "where the analysis has no map)")
     lines.append("")
-    lines += _main_table(bench) + _bucket_table(bench, "BLEU") + _bucket_table(bench, "WER")
+    lines += _main_table(bench) + _gap_line(bench) + _bucket_table(bench, "BLEU") + _bucket_table(bench, "WER")
     lines += ["", "## Signatures", ""]
     lines += [f"- {name}: `{sig}`" for name, sigs in bench.signatures().items() for sig in sigs]
     lines += ["", "## Systems", ""]

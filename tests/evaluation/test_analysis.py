@@ -1,6 +1,7 @@
 """Representation analysis: the measures on known answers, and `speechmt analyze` end to end on a tiny model."""
 
 import json
+import math
 from dataclasses import asdict
 
 import numpy as np
@@ -12,7 +13,7 @@ from speechmt.checkpoint import save_checkpoint
 from speechmt.cli import main
 from speechmt.evaluation.analysis import (anisotropy, csls_scores, intra_similarity, iterative_normalize, linear_cka,
                                           mean_pool, precision_at_1, procrustes, procrustes_test, pwcca, retrieval,
-                                          rsa, self_similarity, word_geometry)
+                                          rsa, self_similarity, spearman, word_geometry)
 from speechmt.evaluation.analyze import compare
 from speechmt.evaluation.representations import Layers, ctc_alignments, piece_words, word_pairs
 from speechmt.models import build_model, preset
@@ -300,3 +301,14 @@ def test_cli_analyze_bad_input_is_one_line(tiny_data, tmp_path, capsys):
     assert main([*args, "--split", "train", "--limit", "2"]) == 2
     assert "argument --limit: invalid value '2': expected an integer from 4 to" in capsys.readouterr().err
     assert not (tmp_path / "an").exists()
+
+
+def test_spearman_against_hand_computed_ranks():
+    # y's ranks with a tie: [1, 2, 3.5, 5, 3.5]; rho = 8 / sqrt(10 * 9.5)
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / math.sqrt(95), abs=1e-12)
+    assert spearman([0.1, 0.5, 0.3], [10, 30, 20]) == pytest.approx(1.0)
+    assert spearman([0.1, 0.5, 0.3], [-10, -30, -20]) == pytest.approx(-1.0)
+    assert spearman([1, 100, 1000, 5], [1, 2, 3, 1.5]) == pytest.approx(1.0)  # ranks only, not values
+    assert math.isnan(spearman([1, 2, 3], [4, 4, 4])) and math.isnan(spearman([1, 2], [1, 2]))
+    with pytest.raises(ValueError, match="spearman needs two sequences of one length"):
+        spearman([1, 2, 3], [1, 2])

@@ -1,5 +1,6 @@
 """`speechmt benchmark`: peers scored like models, length buckets, output files, --compare, one-line errors."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from speechmt.evaluation.benchmark import (
     load_benchmark,
     run_benchmark,
 )
-from speechmt.evaluation.benchmark_report import slug
+from speechmt.evaluation.benchmark_report import gap_correlations, slug
 from speechmt.training.run import run_training
 from tests.helpers import tiny_config
 
@@ -180,14 +181,14 @@ def test_compare_needs_the_same_utterances(tiny_data, tmp_path, capsys):
         "(use the same split and --limit)"
 
 
-def _write_analysis(folder: Path, cka: float | None, procrustes: bool = True) -> Path:
+def _write_analysis(folder: Path, cka: float | None, procrustes: bool = True, p1: float = 0.75) -> Path:
     """A crafted `speechmt analyze` output: the top layers' numbers only, distinct per retrieval block."""
     def block(s2t: float) -> dict:
         return {"cosine": {"speech_to_text": s2t, "text_to_speech": 0.0},
                 "csls": {"speech_to_text": s2t + 0.125, "text_to_speech": 0.0}}
 
     top = {"speech": "speech.out", "text": "text.out", "cka": cka, "rsa": 0.5, "pwcca": 0.9, "n": 8, "raw": block(0.25),
-           "procrustes": {"retrieval": block(0.75), "n_fit": 4, "n_test": 4} if procrustes else None}
+           "procrustes": {"retrieval": block(p1), "n_fit": 4, "n_test": 4} if procrustes else None}
     folder.mkdir()
     (folder / "analysis.json").write_text(json.dumps({"model": "m.safetensors", "split": "dev", "n": 8,
                                                       "sentence": {"top": top}}), encoding="utf-8")
@@ -225,6 +226,32 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     assert main(["benchmark", "--peer", str(peers[2]), "--data", str(tiny_data), "--split", SPLIT,
                  "--out", str(plain_run)]) == 0
     assert "| device | commit |\n|---" in (plain_run / "benchmark.md").read_text()  # no analysis: no columns
+
+
+def test_the_report_correlates_the_gap_with_bleu(tiny_data, tmp_path, capsys):
+    """Three systems whose BLEU falls as their CKA falls and their P@1 rises: rho +1 and -1; equal P@1 CSLS
+    (block's +0.125 keeps the order) would be n/a, so the CSLS order follows P@1."""
+    records = read_manifest(tiny_data / f"{SPLIT}.jsonl")
+    ids, refs = [r.id for r in records], [r.tgt_text for r in records]
+    hyps = {"A": refs, "B": refs[:3] + ["nichts"] * 3, "C": ["nichts"] * 6}
+    peers = [_write_peer(tmp_path / f"{n}.json", ids, h, system=n) for n, h in hyps.items()]
+    analyses = [_write_analysis(tmp_path / f"an_{n}", cka, p1=p1) for n, cka, p1 in (("A", 0.9, 0.1), ("B", 0.5, 0.2),
+                                                                                      ("C", 0.1, 0.3))]
+    out = tmp_path / "b"
+    assert main(["benchmark", *(a for p in peers for a in ("--peer", str(p))),
+                 *(a for n, d in zip("ABC", analyses) for a in ("--analysis", f"{n}={d}")),
+                 "--data", str(tiny_data), "--split", SPLIT, "--out", str(out)]) == 0
+    capsys.readouterr()
+    bench = load_benchmark(out)
+    assert [round(r.metrics["BLEU"].score, 1) for r in bench.systems][0] == 100.0
+    assert bench.systems[0].metrics["BLEU"].score > bench.systems[1].metrics["BLEU"].score > \
+        bench.systems[2].metrics["BLEU"].score
+    assert gap_correlations(bench) == {"n": 3, "CKA top": pytest.approx(1.0), "P@1 cos": pytest.approx(-1.0),
+                                       "P@1 CSLS": pytest.approx(-1.0)}
+    line = "Spearman's rho of each analysis number with BLEU over the 3 analysed BLEU systems: CKA top +1.00, " \
+           "P@1 cos -1.00, P@1 CSLS -1.00"
+    assert any(x.startswith(line) for x in (out / "benchmark.md").read_text().splitlines())
+    assert gap_correlations(dataclasses.replace(bench, systems=bench.systems[:2])) is None  # too few: no line
 
 
 def test_bad_analysis_is_one_line(tiny_data, tmp_path, capsys):
