@@ -27,9 +27,9 @@ def applied(monkeypatch):
     """The weights every training batch is run with."""
     seen, forward = [], UpdateRunner.forward
 
-    def recording(self, batch, task, weights, factors):
+    def recording(self, batch, task, weights, factors, parts=()):
         seen.append(dict(weights))
-        return forward(self, batch, task, weights, factors)
+        return forward(self, batch, task, weights, factors, parts)
 
     monkeypatch.setattr(UpdateRunner, "forward", recording)
     return seen
