@@ -67,11 +67,12 @@ def iter_manifest(path: str | os.PathLike) -> Iterator[Record]:
 def split_manifest(data_dir: str | os.PathLike, split: str) -> Path:
     """The manifest of a prepared split, data_dir/<split>.jsonl; ManifestError naming the prepared splits when
     it is missing (one line for the CLI, instead of the bare file error)."""
-    path = Path(data_dir) / f"{split}.jsonl"
+    folder = Path(data_dir)
+    path = folder / f"{split}.jsonl"
     if not path.is_file():
-        found = sorted(p.stem for p in Path(data_dir).glob("*.jsonl")) if Path(data_dir).is_dir() else []
-        where = str(data_dir) if Path(data_dir).is_dir() else f"{data_dir} (no such folder)"
-        raise ManifestError(f"{path}: no split {split!r} in {where}; prepared: {', '.join(found) or 'none'}")
+        found = ", ".join(sorted(p.stem for p in folder.glob("*.jsonl"))) or "none"
+        where = data_dir if folder.is_dir() else f"{data_dir} (no such folder)"
+        raise ManifestError(f"{path}: no split {split!r} in {where}; prepared: {found}")
     return path
 
 

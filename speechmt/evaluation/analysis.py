@@ -219,15 +219,10 @@ def procrustes_test(x_fit, y_fit, x_test, y_test, rounds: int = 5, k: int = 10) 
 
 def _ranks(a: np.ndarray) -> np.ndarray:
     """1-based ranks of a (N,), ties given their mean rank."""
-    order = np.argsort(a, kind="stable")
-    ranks, sorted_a, i = np.empty(len(a)), a[order], 0
-    while i < len(a):
-        j = i
-        while j + 1 < len(a) and sorted_a[j + 1] == sorted_a[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+    ranks = np.empty(len(a))
+    ranks[np.argsort(a, kind="stable")] = np.arange(1, len(a) + 1)
+    _, group = np.unique(a, return_inverse=True)
+    return (np.bincount(group, weights=ranks) / np.bincount(group))[group]
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

@@ -394,11 +394,6 @@ def _attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[st
         by_name[name].analysis = numbers
 
 
-def split_records(data: str | os.PathLike, split: str) -> list[Record]:
-    """The split's manifest records; a missing split raises BenchmarkError naming the prepared ones."""
-    return read_split(data, split)
-
-
 def machine_info(commit: str | None) -> dict[str, Any]:
     return {"cpu_count": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
@@ -431,7 +426,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     analyses = [(name, read_analysis(path)) for name, path in map(analysis_option, cfg.analyses)]
-    all_records = split_records(cfg.data, cfg.split)
+    all_records = read_split(cfg.data, cfg.split)  # a missing split: ManifestError naming the prepared ones
     records = all_records[:cfg.limit]
     split_ids, ids = [r.id for r in all_records], [r.id for r in records]
     commit = git_commit()
