@@ -242,7 +242,8 @@ def test_nested_model_yaml_round_trips_and_equals_its_flat_form(tmp_path):
     save_config(cfg, tmp_path / "saved.yaml")
     plain = yaml.safe_load((tmp_path / "saved.yaml").read_text())["model"]
     assert plain["encoder"]["conv_kernels"] == [3, 3] and plain["shrink"]["channels"] == 32
-    assert "encoder_layers" not in plain and plain["text_encoder"] == {"layers": 3, "shared": True, "embed_only": False}
+    assert "encoder_layers" not in plain and plain["text_encoder"] == {"layers": 3, "shared": True, "embed_only": False,
+                                                                  "embeddings": "learned", "freeze_embeddings": False}
     assert load_config(tmp_path / "saved.yaml") == cfg
 
 

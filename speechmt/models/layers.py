@@ -84,8 +84,8 @@ class LearnedPositionalEmbedding(nn.Module):
         """x (B, T, D) -> x + weight[p .. p + T - 1], p = position_offset + offset; ValueError past the table."""
         start = self.position_offset + offset
         if start + x.size(1) > self.weight.size(0):
-            raise ValueError(f"position {start + x.size(1) - 1} is beyond the decoder's {self.weight.size(0)} "
-                             "learned positions (lower the maximum output length)")
+            raise ValueError(f"position {start + x.size(1) - 1} is beyond the {self.weight.size(0)} learned "
+                             "positions (lower the maximum output length, or shorten the source text)")
         return x + self.weight[start: start + x.size(1)].to(x.dtype)
 
 

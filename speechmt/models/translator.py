@@ -11,6 +11,7 @@ default to what models did before them, so older checkpoints load unchanged.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = ["DecoderConfig", "EncoderConfig", "EncoderOutput", "LoraSettings", "M
 CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizer)
 ENCODERS = ("conv", "wav2vec2", "whisper")
 DECODERS = ("transformer", "whisper")
+TEXT_EMBEDDINGS = ("learned", "whisper")  # TextEncoderConfig.embeddings
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper")
 
 
@@ -93,15 +95,27 @@ class TextEncoderConfig:
     """The text path for MT input (it needs src_vocab_size > 0): `layers` > 0 builds a Transformer text
     encoder; `shared`: it runs the conv speech encoder's Transformer, which needs layers == encoder.layers;
     `embed_only`: token embeddings + positions alone, a plain embedder for a semantic layer that is itself
-    the shared encoder (XSTNet's shape)."""
+    the shared encoder (XSTNet's shape). `embeddings`: "learned" (a table over the SentencePiece source
+    vocabulary, random at first, scaled by sqrt(D), sinusoidal positions) or "whisper" (the source text in
+    Whisper's tokenizer, embedded as Whisper's decoder embeds its input: copies of its pretrained token and
+    position tables, unscaled; needs decoder 'whisper'); `freeze_embeddings` keeps Whisper's tables as they
+    are (they then come from the base model, not the checkpoint's delta)."""
 
     layers: int = 0
     shared: bool = False
     embed_only: bool = False
+    embeddings: str = "learned"
+    freeze_embeddings: bool = False
 
     def __post_init__(self):
-        if self.embed_only and (self.layers or self.shared):
-            raise ValueError("bad ModelConfig: text_encoder.embed_only excludes text_encoder.layers and .shared")
+        raise_problems("bad ModelConfig", [
+            self.embed_only and (self.layers or self.shared) and
+            "text_encoder.embed_only excludes text_encoder.layers and .shared",
+            self.embeddings not in TEXT_EMBEDDINGS and
+            f"unknown text_encoder.embeddings {self.embeddings!r}; expected one of {', '.join(TEXT_EMBEDDINGS)}",
+            self.freeze_embeddings and self.embeddings != "whisper" and
+            "text_encoder.freeze_embeddings needs text_encoder.embeddings whisper (learned ones start random)",
+        ])
 
     @property
     def enabled(self) -> bool:
@@ -186,6 +200,8 @@ class ModelConfig:
             self.position_offset < 0 and f"position_offset must be >= 0, got {self.position_offset}",
             text.shared and text.layers != enc.layers and
             f"text_encoder.shared needs text_encoder.layers == encoder.layers ({enc.layers}), got {text.layers}",
+            text.embeddings == "whisper" and dec.kind != "whisper" and
+            "text_encoder.embeddings whisper needs decoder 'whisper' (its tables are the decoder's)",
         ])
 
     def check_vocabularies(self) -> None:
@@ -300,17 +316,29 @@ def _merge(record: Record | None, prefix: str, sub: Record | None) -> None:
         record.update({prefix + k: v for k, v in sub.items()})
 
 
-def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None) -> TextEncoder | None:
-    """The source text's embedder (+ stack); its padding id is the SentencePiece one (cfg.pad_id is the
-    decoder's, Whisper's when the decoder is)."""
-    if not cfg.text_encoder.enabled:
+def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None,
+                  decoder: TransformerDecoder) -> TextEncoder | None:
+    """The source text's embedder (+ stack): a learned table over the SentencePiece vocabulary (its padding
+    id is SentencePiece's; cfg.pad_id is the decoder's), or copies of Whisper's decoder's input tables."""
+    t = cfg.text_encoder
+    if not t.enabled:
         return None
-    if cfg.text_encoder.embed_only:
-        return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), None, cfg.dropout,
-                           cfg.position_offset)
-    stack = shared if cfg.text_encoder.shared else config_stack(cfg, cfg.text_encoder.layers)
+    stack = None if t.embed_only else shared if t.shared else config_stack(cfg, t.layers)
+    if t.embeddings == "whisper":
+        return whisper_text_encoder(decoder, stack, cfg.dropout, t.freeze_embeddings)
     return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), stack, cfg.dropout,
                        cfg.position_offset)
+
+
+def whisper_text_encoder(decoder: TransformerDecoder, stack: TransformerEncoder | None, dropout: float,
+                         freeze: bool) -> TextEncoder:
+    """A text encoder whose input embedding is Whisper's decoder's: copies of its token table (V, D) and
+    learned positions, at its scale (1 for Whisper), so that source text in Whisper's tokenizer starts from
+    pretrained vectors; `freeze`: the copies are not trained."""
+    tokens, positions = copy.deepcopy(decoder.embed), copy.deepcopy(decoder.positions)
+    for p in (*tokens.parameters(), *positions.parameters()):
+        p.requires_grad_(not freeze)
+    return TextEncoder(tokens, stack, dropout, positions=positions, scale=decoder.scale)
 
 
 def _conv_encoder(cfg: ModelConfig) -> ConvEncoder:
@@ -386,7 +414,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     semantic = SEMANTICS[cfg.semantic.kind](cfg, **cfg.semantic.options)
     _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
-    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared), ctc_head, shrink, semantic)
+    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

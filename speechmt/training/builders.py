@@ -53,7 +53,8 @@ def decoder_side(cfg: ExperimentConfig) -> str:
 
 def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: str = "tgt") -> Tokenizers:
     """Reads the vocabularies a data config names (an empty path gives None). With a Whisper decoder, the
-    decoder's `side` ("src" for ASR-only runs, "tgt" otherwise) is Whisper's tokenizer, from its model folder."""
+    decoder's `side` ("src" for ASR-only runs, "tgt" otherwise) is Whisper's tokenizer, from its model folder;
+    so is the source side when the text encoder embeds with Whisper's tables (text_encoder.embeddings)."""
     toks = Tokenizers(Tokenizer.load(data.src_vocab) if data.src_vocab else None,
                       Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None)
     if model is None or model.decoder.kind != "whisper":
@@ -62,7 +63,9 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
 
     whisper = WhisperTokenizer.from_pretrained(resolve_pretrained(model.whisper_decoder_source),
                                                WhisperTokenizerConfig(data.whisper_task))
-    return Tokenizers(whisper, toks.tgt) if side == "src" else Tokenizers(toks.src, whisper)
+    if side == "src" or model.text_encoder.embeddings == "whisper":
+        return Tokenizers(whisper, whisper if side == "tgt" else toks.tgt)
+    return Tokenizers(toks.src, whisper)
 
 
 def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
@@ -201,6 +204,9 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
     text = any(TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs)
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
+    if ctc and toks.src is not None and toks.src.blank_id is None:
+        raise ConfigError("a CTC head writes the transcript in a SentencePiece source vocabulary with a blank "
+                          "(data.src_vocab); model.text_encoder.embeddings whisper puts Whisper's in its place")
     if cfg.model.shrink.kind == "ctc" and not ctc:
         raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
                           "(or a ctc objective) and data.src_vocab to train that head")
@@ -228,9 +234,15 @@ def with_teacher(model: ModelConfig, teacher) -> ModelConfig:
 
 
 def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> ObjectiveSettings:
+    """The objectives' token ids: the transcripts' first text id (0 in Whisper's vocabulary, whose special
+    tokens come after its text) and CTC blank, the decoder's padding and start ids."""
     dec = decoder_tokenizer(decoder_side(cfg), toks)
     src = toks.src if toks.src is not dec else None
-    return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing,
-                             first_text_id=src.first_text_id if src is not None else len(SPECIAL_PIECES),
-                             blank_id=src.blank_id if src is not None else Tokenizer.blank_id, pad_id=dec.pad_id,
-                             bos_id=dec.bos_id)
+    if isinstance(toks.src, WhisperTokenizer):
+        first_text_id, blank_id = 0, Tokenizer.blank_id  # no CTC on Whisper's vocabulary (model_config_for)
+    elif src is not None:
+        first_text_id, blank_id = src.first_text_id, src.blank_id
+    else:
+        first_text_id, blank_id = len(SPECIAL_PIECES), Tokenizer.blank_id
+    return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing, first_text_id=first_text_id,
+                             blank_id=blank_id, pad_id=dec.pad_id, bos_id=dec.bos_id)

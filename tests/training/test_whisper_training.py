@@ -110,3 +110,76 @@ def test_export_merge_writes_a_full_model_that_needs_no_base_and_decodes_the_sam
     delta, full = load_model(_last(save_dir)), load_model(tmp_path / "merged.safetensors")
     options = delta.decode_options(beam=2)
     assert decode_split(full, tiny_data, "train", options).hyps == decode_split(delta, tiny_data, "train", options).hyps
+
+
+def whisper_mt_config(data: Path, base: Path, save_dir: Path, **train) -> ExperimentConfig:
+    """Text MT on the Whisper backbone: source text in Whisper's tokenizer, embedded by frozen copies of
+    its decoder's tables, through a 1-layer XSTNet stack (identity start) into its decoder."""
+    cfg = whisper_config(data, base, save_dir, **{"task": "mt", **train})
+    cfg.model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
+                            decoder={"kind": "whisper"}, text_encoder={"embed_only": True, "embeddings": "whisper", "freeze_embeddings": True},
+                            semantic={"kind": "xstnet", "options": {"layers": 1, "init": "identity",
+                                                                     "audio_tag": False}}, dropout=0.0)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def trained_mt(tiny_data, whisper_dir, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("whisper_mt")
+    cfg = whisper_mt_config(tiny_data, whisper_dir, save_dir, max_updates=200)
+    run_training(cfg)
+    return cfg, save_dir
+
+
+def test_whisper_text_embeddings_are_the_base_decoders_tables_unscaled_and_frozen(trained_mt, whisper_dir):
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    from speechmt.sequence import lengths_to_padding_mask
+
+    base = WhisperForConditionalGeneration.from_pretrained(whisper_dir).model.decoder
+    lm = load_model(_last(trained_mt[1]))
+    text = lm.model.text_encoder
+    assert torch.equal(text.embedding.weight, base.embed_tokens.weight) and text.scale == 1.0
+    assert torch.equal(text.positions.weight, base.embed_positions.weight)
+    assert not any(p.requires_grad for p in text.parameters())
+    assert not torch.equal(lm.model.decoder.embed.weight, base.embed_tokens.weight)  # the decoder trained
+    tokens, lengths = torch.tensor([[5, 9, 7], [3, 4, 0]]), torch.tensor([3, 2])
+    out = text.eval()(tokens, lengths)
+    expected = base.embed_tokens(tokens) + base.embed_positions.weight[:3]
+    expected = expected.masked_fill(lengths_to_padding_mask(lengths, 3)[..., None], 0)
+    assert torch.allclose(out.x, expected) and out.lengths.tolist() == [3, 2]
+
+
+def test_whisper_mt_tokenizes_the_source_with_whisper_and_keeps_its_tables_out_of_the_delta(trained_mt):
+    ckpt = load_checkpoint(_last(trained_mt[1]))
+    assert ckpt["tokenizers"]["src"]["kind"] == "whisper"
+    assert not any(k.startswith("text_encoder.") for k in ckpt["model"])  # frozen copies: rebuilt from the base
+    assert any(k.startswith("decoder.") for k in ckpt["model"]) and any(k.startswith("semantic.") for k in ckpt["model"])
+
+
+def test_the_tiny_whisper_mt_model_learns_its_training_translations(trained_mt, tiny_data):
+    from speechmt.evaluation.evaluate import decode_split, references
+
+    lm = load_model(_last(trained_mt[1]))
+    assert lm.task == "mt"
+    decoded = decode_split(lm, tiny_data, "train", lm.decode_options(beam=2))
+    refs = references("mt", decoded.records)
+    exact = sum(h == r for h, r in zip(decoded.hyps, refs))
+    assert exact >= 4, list(zip(decoded.hyps, refs))
+
+
+def test_whisper_text_embeddings_are_checked(tiny_data, whisper_dir, tmp_path):
+    from speechmt.config import ConfigError
+    from speechmt.training.builders import load_tokenizers, model_config_for
+
+    with pytest.raises(ValueError, match="freeze_embeddings needs text_encoder.embeddings whisper"):
+        ModelConfig(text_encoder={"embed_only": True, "freeze_embeddings": True})
+    with pytest.raises(ValueError, match="unknown text_encoder.embeddings 'bert'"):
+        ModelConfig(text_encoder={"embed_only": True, "embeddings": "bert"})
+    with pytest.raises(ValueError, match="embeddings whisper needs decoder 'whisper'"):
+        ModelConfig(text_encoder={"embed_only": True, "embeddings": "whisper"})
+    cfg = whisper_mt_config(tiny_data, whisper_dir, tmp_path, task="st", ctc_weight=0.3)
+    cfg.data.src_vocab = str(tiny_data / "spm.model")
+    with pytest.raises(ConfigError, match="CTC head writes the transcript in a SentencePiece source vocabulary"):
+        model_config_for(cfg, load_tokenizers(cfg.data, cfg.model))

@@ -13,14 +13,16 @@ from speechmt.sequence import lengths_to_padding_mask
 
 
 class TextEncoder(nn.Module):
-    """embedding * sqrt(D) + positions -> dropout -> Transformer encoder (none: a plain embedder)."""
+    """embedding * scale + positions -> dropout -> Transformer encoder (none: a plain embedder). By default
+    scale sqrt(D) and sinusoidal positions; a pretrained embedder (Whisper's decoder's) brings its own."""
 
     def __init__(self, embedding: nn.Embedding, encoder: TransformerEncoder | None, dropout: float = 0.1,
-                 position_offset: int = 0):
+                 position_offset: int = 0, positions: nn.Module | None = None, scale: float | None = None):
         super().__init__()
         dim = embedding.embedding_dim
         self.embedding, self.encoder = embedding, encoder
-        self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)
+        self.positions = positions if positions is not None else SinusoidalPositionalEncoding(dim, position_offset)
+        self.scale = math.sqrt(dim) if scale is None else scale
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
