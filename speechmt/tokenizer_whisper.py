@@ -47,6 +47,7 @@ class WhisperTokenizer:
 
     kind = "whisper"
     blank_id = None  # no CTC blank: CTC heads use a SentencePiece source vocabulary
+    first_text_id = 0  # text ids come first; the special tokens start at <|endoftext|>
 
     def __init__(self, tokenizer_json: str, config: WhisperTokenizerConfig = WhisperTokenizerConfig()):
         self.config, self._json = config, tokenizer_json

@@ -63,9 +63,8 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
 
     whisper = WhisperTokenizer.from_pretrained(resolve_pretrained(model.whisper_decoder_source),
                                                WhisperTokenizerConfig(data.whisper_task))
-    if side == "src" or model.text_encoder.embeddings == "whisper":
-        return Tokenizers(whisper, whisper if side == "tgt" else toks.tgt)
-    return Tokenizers(toks.src, whisper)
+    whisper_src = side == "src" or model.text_encoder.embeddings == "whisper"
+    return Tokenizers(whisper if whisper_src else toks.src, whisper if side == "tgt" else toks.tgt)
 
 
 def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
@@ -237,12 +236,9 @@ def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> Objective
     """The objectives' token ids: the transcripts' first text id (0 in Whisper's vocabulary, whose special
     tokens come after its text) and CTC blank, the decoder's padding and start ids."""
     dec = decoder_tokenizer(decoder_side(cfg), toks)
-    src = toks.src if toks.src is not dec else None
-    if isinstance(toks.src, WhisperTokenizer):
-        first_text_id, blank_id = 0, Tokenizer.blank_id  # no CTC on Whisper's vocabulary (model_config_for)
-    elif src is not None:
-        first_text_id, blank_id = src.first_text_id, src.blank_id
-    else:
-        first_text_id, blank_id = len(SPECIAL_PIECES), Tokenizer.blank_id
+    src = toks.src if toks.src is not dec or isinstance(toks.src, WhisperTokenizer) else None
+    first_text_id = src.first_text_id if src is not None else len(SPECIAL_PIECES)
+    # Whisper's vocabulary has no blank (model_config_for refuses CTC on it): the SentencePiece one stands in
+    blank_id = src.blank_id if src is not None and src.blank_id is not None else Tokenizer.blank_id
     return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing, first_text_id=first_text_id,
                              blank_id=blank_id, pad_id=dec.pad_id, bos_id=dec.bos_id)
