@@ -53,21 +53,24 @@ def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:
 @torch.no_grad()
 def build_encoder_cache(states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
                         inputs: Callable[[int], torch.Tensor], sizes: list[int], ids: list[str],
-                        prefix: Path, dim: int, max_frames: int = 6000, progress: bool = True) -> FeatureStore:
+                        prefix: Path, dim: int, max_frames: int = 6000, progress: bool = True,
+                        device: torch.device | str = "cpu") -> FeatureStore:
     """Writes states_fn's output for every utterance (in batch order; read them by id) to the store `prefix`
     and opens it.
 
     `inputs(i)` gives utterance i's encoder input (T, F); `sizes` their lengths for batching (by length,
-    `max_frames` padded frames per batch); states_fn (B, T, F), (B,) -> (B, T', dim), (B,)."""
+    `max_frames` padded frames per batch); states_fn (B, T, F), (B,) -> (B, T', dim), (B,), run on `device`
+    (the encoder's: a model on a GPU gets its inputs there)."""
     from tqdm import tqdm
 
     with FeatureStoreWriter(prefix, dim, "float16") as writer:
         for batch in tqdm(list(BucketBatchSampler(sizes, max_frames, shuffle=False)), desc=f"encoder cache "
                           f"{prefix.name}", unit="batch", disable=not progress, mininterval=5.0):
             x, lengths = collate_sequences([inputs(i) for i in batch])
-            states, out_lengths = states_fn(x, lengths)
+            states, out_lengths = states_fn(x.to(device), lengths.to(device))
+            states, out_lengths = states.float().cpu(), out_lengths.cpu()
             for row, i in enumerate(batch):
-                writer.add(ids[i], states[row, : int(out_lengths[row])].float().numpy())
+                writer.add(ids[i], states[row, : int(out_lengths[row])].numpy())
     return FeatureStore(prefix)
 
 
@@ -83,7 +86,8 @@ def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, fr
         encoder.eval()
         try:
             return build_encoder_cache(encoder.states, inputs, [r.n_frames for r in records],
-                                       [r.id for r in records], prefix, encoder.hidden_size)
+                                       [r.id for r in records], prefix, encoder.hidden_size,
+                                       device=next(encoder.parameters()).device)
         finally:
             encoder.train(was_training)
 

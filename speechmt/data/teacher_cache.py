@@ -42,7 +42,7 @@ def cached_teacher_split(data_dir: str | os.PathLike, split: str, teacher, recor
             for start in range(0, len(records), batch_size):
                 chunk = records[start:start + batch_size]
                 for rec, states in zip(chunk, teacher.states([getattr(r, FIELD) for r in chunk])):
-                    writer.add(rec.id, states.float().numpy())
+                    writer.add(rec.id, states.float().cpu().numpy())
         return FeatureStore(prefix)
 
     return cached_store(Path(data_dir) / "teacher_cache" / key, split, description, records, build)

@@ -55,6 +55,9 @@ class TextTeacher(nn.Module):
         enc = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
                              return_special_tokens_mask=True)
         special = enc.pop("special_tokens_mask").bool()
+        device = next(self.model.parameters()).device  # the teacher may sit on a GPU with the model
+        enc = {k: v.to(device) for k, v in enc.items()}
+        special = special.to(device)
         out = self.model(**enc, output_hidden_states=True)
         both = torch.cat([out.hidden_states[0], out.hidden_states[-1]], dim=-1)  # (B, S, 2H)
         keep = enc["attention_mask"].bool() & ~special

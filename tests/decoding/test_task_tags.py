@@ -102,8 +102,8 @@ def test_asr_of_a_multi_task_model_decodes_with_the_decoders_tokenizer(multi, jo
     tokenizers = {"src": transcripts_only.state_dict(), "tgt": joint.state_dict()}
     path = _variant(multi, tmp_path / "c.safetensors", tokenizers=tokenizers)
     lm = load_model(path, task="asr")
-    assert (len(joint), len(transcripts_only)) == (140, 60)
-    assert lm.tokenizer.to_bytes() == joint.to_bytes() and len(lm.tokenizer) == 140
+    assert len(joint) > len(transcripts_only)  # the sizes differ (140 and 60 with sentencepiece 0.2.3)
+    assert lm.tokenizer.to_bytes() == joint.to_bytes() and len(lm.tokenizer) == len(joint)
     assert lm.source_tokenizer.to_bytes() == transcripts_only.to_bytes()
     assert lm.decode_options().prefix == (joint.tag_id("<en>"),)
 

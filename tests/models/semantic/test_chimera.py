@@ -98,7 +98,8 @@ def test_queries_do_not_attend_to_each_other():
         after = model.encode_speech(FEATS, LENGTHS).x, model.encode_text(TOKENS, TOKEN_LENGTHS).x
     others = [i for i in range(M) if i != j]
     for b, a in zip(before, after):
-        assert torch.equal(b[:, others], a[:, others]) and (b[:, j] - a[:, j]).abs().min() > 1e-3
+        # other slots unchanged up to float rounding (a GEMM need not give bit-equal rows when one row changes)
+        assert torch.allclose(b[:, others], a[:, others], rtol=0, atol=1e-5) and (b[:, j] - a[:, j]).abs().min() > 1e-3
 
 
 @pytest.mark.parametrize("shared_layers", [0, 1])
