@@ -52,12 +52,10 @@ class TextTeacher(nn.Module):
     @torch.no_grad()
     def states(self, texts: list[str]) -> list[torch.Tensor]:
         """texts -> per text (N_i, 2 * H): [input embeddings | last-layer states] of its N_i word pieces."""
-        enc = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
-                             return_special_tokens_mask=True)
-        special = enc.pop("special_tokens_mask").bool()
         device = next(self.model.parameters()).device  # the teacher may sit on a GPU with the model
-        enc = {k: v.to(device) for k, v in enc.items()}
-        special = special.to(device)
+        enc = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
+                             return_special_tokens_mask=True).to(device)
+        special = enc.pop("special_tokens_mask").bool()
         out = self.model(**enc, output_hidden_states=True)
         both = torch.cat([out.hidden_states[0], out.hidden_states[-1]], dim=-1)  # (B, S, 2H)
         keep = enc["attention_mask"].bool() & ~special
