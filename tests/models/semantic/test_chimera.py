@@ -99,7 +99,9 @@ def test_queries_do_not_attend_to_each_other():
     others = [i for i in range(M) if i != j]
     for b, a in zip(before, after):
         # other slots unchanged up to float rounding (a GEMM need not give bit-equal rows when one row changes)
-        assert torch.allclose(b[:, others], a[:, others], rtol=0, atol=1e-5) and (b[:, j] - a[:, j]).abs().min() > 1e-3
+        # and slot j moved in every item (a row norm: one element of a moved row may change by little)
+        assert torch.allclose(b[:, others], a[:, others], rtol=0, atol=1e-5)
+        assert (b[:, j] - a[:, j]).norm(dim=-1).min() > 0.1
 
 
 @pytest.mark.parametrize("shared_layers", [0, 1])
