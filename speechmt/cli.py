@@ -54,6 +54,18 @@ def cmd_synth_mt(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synth_tts(args: argparse.Namespace) -> int:
+    import json
+
+    from speechmt.data.synth.mt_text import default_out
+    from speechmt.data.synth.voiced_text import voice_text_pairs
+
+    text = Path(args.text) if args.text else default_out("mustc", Path(args.root)) / "train.jsonl"
+    summary = voice_text_pairs(Path(args.root), text, args.split, args.limit, args.seed, args.jobs)
+    print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_vocab(args: argparse.Namespace) -> int:
     from speechmt.data.vocab import train_from_manifests
     from speechmt.tokenizer import TokenizerConfig
@@ -277,7 +289,7 @@ def cmd_import_whisper(args: argparse.Namespace) -> int:
 
 HANDLERS = {
     "prepare_mustc": cmd_prepare_mustc, "prepare_covost2": cmd_prepare_covost2, "synth": cmd_synth,
-    "synth_mt": cmd_synth_mt, "vocab": cmd_vocab, "train": cmd_train, "pretrain_audio": cmd_pretrain_audio,
+    "synth_mt": cmd_synth_mt, "synth_tts": cmd_synth_tts, "vocab": cmd_vocab, "train": cmd_train, "pretrain_audio": cmd_pretrain_audio,
     "average": cmd_average, "translate": cmd_translate, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
     "analyze": cmd_analyze, "export": cmd_export, "convert": cmd_convert, "import_hf": cmd_import_hf,
     "import_whisper": cmd_import_whisper,

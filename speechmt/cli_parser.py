@@ -106,7 +106,7 @@ def _prepare(sub, handlers: Handlers) -> None:
 
 
 def _synth(sub, handlers: Handlers) -> None:
-    """`synth` and `synth-mt`."""
+    """`synth`, `synth-mt` and `synth-tts`."""
     synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
     synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
@@ -120,6 +120,17 @@ def _synth(sub, handlers: Handlers) -> None:
     mt.add_argument("--lang", default="de", choices=("de", "es"), help="covost2: the source language")
     mt.add_argument("--out", help="default: beside the corpus, ROOT/<pair>/mt-text (mustc) or ROOT/<lang>/mt-text")
     mt.set_defaults(func=handlers["synth_mt"])
+    tts = sub.add_parser("synth-tts", help="voice the English side of MT pairs into a new MuST-C split (MT data "
+                                           "as synthetic ST data)")
+    tts.add_argument("--root", required=True, help="the MuST-C layout corpus (holds en-de/data/)")
+    tts.add_argument("--text", help="a manifest of text pairs (default: ROOT/en-de/mt-text/train.jsonl, "
+                                    "what synth-mt writes)")
+    tts.add_argument("--split", default="train-tts", help="the new split's name (a train* name trains)")
+    tts.add_argument("--limit", type=opt.integer(0, 10**9), default=0,
+                     help="voice a seeded sample of this many pairs (default 0: all)")
+    tts.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
+    tts.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
+    tts.set_defaults(func=handlers["synth_tts"])
 
 
 def _vocab(sub, handlers: Handlers) -> None:

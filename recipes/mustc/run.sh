@@ -19,6 +19,9 @@
 #      conf/fat_mlm_whisper_base.yaml on Whisper's) on the ST triples and the extra MT text, then FAT-ST
 #      (conf/st_fat_mini.yaml, conf/st_fat_whisper_base.yaml) initialised from it, averaged, BLEU on $test_sets;
 #      in $exp/<config name>
+#  14  with --tts-conf (conf/st_whisper_base_enc_lora_tts.yaml): the extra MT text voiced into $root's split
+#      train-tts (`speechmt synth-tts`: synthetic speech for text-only pairs) and prepared, then ST on the
+#      corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,7 +29,7 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=13
+stop_stage=14
 corpus=mustc
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
@@ -45,6 +48,7 @@ lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stag
 chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
 fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_{mini,whisper_base}.yaml): stage 13, with fat_st_conf
 fat_st_conf=""              # a FAT-ST config (conf/st_fat_{mini,whisper_base}.yaml): stage 13, from FAT-MLM
+tts_conf=""                 # a config training on the voiced extra text (conf/st_whisper_base_enc_lora_tts.yaml): stage 14
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
@@ -56,7 +60,7 @@ usage() {
     echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
-    echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF]"
+    echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF] [--tts-conf CONF]"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"

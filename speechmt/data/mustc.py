@@ -101,15 +101,22 @@ def read_mustc_split(root: str | os.PathLike, tgt_lang: str, split: str) -> Iter
                          speaker=items[i].get("speaker_id", stem), src_lang="en", tgt_lang=tgt_lang)
 
 
+def present_splits(data_dir: Path) -> tuple[str, ...]:
+    """The split folders (with a txt/ folder) under `data_dir`: the released ones (train, dev, tst-COMMON,
+    tst-HE) first, then any other, such as `speechmt synth-tts`'s train-tts, in name order."""
+    names = sorted(d.parent.name for d in data_dir.glob("*/txt") if d.is_dir() and not d.parent.name.startswith("."))
+    return tuple([s for s in MUSTC_SPLITS if s in names] + [s for s in names if s not in MUSTC_SPLITS])
+
+
 def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str,
                   splits: tuple[str, ...] | None = None, cfg: PrepareConfig = PrepareConfig()) -> dict:
     """Prepares MuST-C en-<tgt_lang>: manifests, fbank stores, global CMVN and a summary under `out`.
 
-    `splits` defaults to those present among train, dev, tst-COMMON, tst-HE. Returns the summary dict.
+    `splits` defaults to every split folder present (`present_splits`). Returns the summary dict.
     """
     pair = _pair_dir(Path(root), tgt_lang)
     if splits is None:
-        splits = tuple(s for s in MUSTC_SPLITS if (pair / "data" / s / "txt").is_dir())
+        splits = present_splits(pair / "data")
         if not splits:
             raise PrepareError(f"{pair / 'data'}: no split folders ({', '.join(MUSTC_SPLITS)})")
     readers = {s: read_mustc_split(root, tgt_lang, s) for s in splits}

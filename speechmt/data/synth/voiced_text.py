@@ -1,0 +1,123 @@
+"""Speech for text-only MT pairs: the source side of a parallel text voiced by the mini corpora's synthetic
+speakers into a new MuST-C split, so that MT data becomes ST data (synthetic source speech, real target
+text), as Jia et al. (ICASSP 2019, "Leveraging weakly supervised data to improve end-to-end speech-to-text
+translation") do with a TTS model.
+
+`voice_text_pairs(root, text, split="train-tts")` reads pairs from a manifest (e.g. `speechmt synth-mt`'s
+`train.jsonl`, whose audio fields are empty), drops every pair either side of which is a sentence of the
+corpus (any split: no dev or test sentence reaches training through the back door), and writes
+
+```
+root/en-de/data/<split>/wav/ted_<N>.wav            talks of 10-40 segments, one speaker each (N after the corpus')
+root/en-de/data/<split>/txt/<split>.{yaml,en,de}   as every MuST-C split
+root/en-de/data/<split>/voiced_text_summary.json   pairs read, excluded, voiced, failed (with reasons), hours
+```
+
+which `speechmt prepare mustc` prepares like the released splits (a `train*` name counts as training). Only
+English-source corpora (the MuST-C layout) are voiced here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from speechmt.data.manifest import iter_manifest
+from speechmt.data.synth.common import SynthError, publish, run_parallel, staging_dir
+from speechmt.data.synth.mt_text import key, mustc_sentences
+from speechmt.data.synth.mustc import TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_talk, write_split
+from speechmt.data.synth.text import Pair
+from speechmt.data.synth.voices import check_voices, draw_speaker
+
+PAIR = "en-de"
+VOICED_STREAM = 7  # the seed stream of the voiced text (the corpus builders use 0 and 1)
+_TALK = re.compile(r"ted_(\d+)\.wav")
+
+
+def read_pairs(text: Path) -> list[Pair]:
+    """(source, target) pairs of a manifest, in file order."""
+    if not Path(text).is_file():
+        raise SynthError(f"{text}: no such manifest (make one with `speechmt synth-mt`)")
+    return [Pair(r.src_text, r.tgt_text) for r in iter_manifest(text)]
+
+
+def choose(pairs: list[Pair], used: set[str], limit: int, seed: int) -> tuple[list[Pair], dict[str, int]]:
+    """The pairs to voice: those with both sides non-empty and neither side a corpus sentence (keys of
+    `used`), then a seeded sample of `limit` of them (0: all) in file order; and the counts dropped by reason."""
+    dropped: Counter = Counter()
+    kept = []
+    for p in pairs:
+        if not p.src.strip() or not p.tgt.strip():
+            dropped["empty side"] += 1
+        elif key(p.src) in used or key(p.tgt) in used:
+            dropped["a corpus sentence"] += 1
+        else:
+            kept.append(p)
+    if limit and len(kept) > limit:
+        chosen = np.sort(np.random.default_rng([seed, VOICED_STREAM]).choice(len(kept), limit, replace=False))
+        dropped["beyond the limit"] += len(kept) - limit
+        kept = [kept[i] for i in chosen]
+    return kept, dict(dropped)
+
+
+def next_talk_id(data_dir: Path) -> int:
+    """One more than the largest ted_<N>.wav of every split under `data_dir`, so talk names stay unique."""
+    numbers = [int(m.group(1)) for p in data_dir.glob("*/wav/ted_*.wav") if (m := _TALK.fullmatch(p.name))]
+    return max(numbers, default=0) + 1
+
+
+def plan(pairs: list[Pair], first_talk: int, wav_dir: Path, seed: int) -> list[TalkJob]:
+    """Groups the pairs into talks of 10-40 segments, numbered from `first_talk`, each with a seeded speaker."""
+    rng = np.random.default_rng([seed, VOICED_STREAM, 1])
+    jobs, start = [], 0
+    for i, n in enumerate(talk_sizes(len(pairs), *TALK_SEGMENTS["full"], rng)):
+        talk = first_talk + i
+        jobs.append(TalkJob(talk, draw_speaker("en", rng), tuple(pairs[start:start + n]),
+                            wav_dir / f"ted_{talk}.wav", seed))
+        start += n
+    return jobs
+
+
+def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: int = 0, seed: int = 0,
+                     jobs: int = 2) -> dict:
+    """Voices the English side of the pairs in manifest `text` into split `split` of the MuST-C-layout corpus
+    at `root` (see the module docstring) and returns the summary, also written beside the split's txt/.
+    Raises SynthError when the corpus is missing, the split exists, or no voice is installed."""
+    data_dir = Path(root) / PAIR / "data"
+    if not data_dir.is_dir():
+        raise SynthError(f"{root}: no {PAIR}/data folder (build the corpus with `speechmt synth` first)")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", split):
+        raise SynthError(f"split name {split!r}: use letters, digits, '.', '_' and '-' only")
+    final = data_dir / split
+    start = time.perf_counter()
+    read = read_pairs(text)
+    staging = staging_dir(final)  # before reading the corpus: a partial earlier build's sentences are not its
+    pairs, dropped = choose(read, mustc_sentences(root), limit, seed)
+    if not pairs:
+        shutil.rmtree(staging)
+        raise SynthError(f"{text}: no pair left to voice ({dropped or 'the manifest is empty'})")
+    with tempfile.TemporaryDirectory(prefix="synth-check-") as workdir:
+        check_voices("en", Path(workdir))
+    (staging / "wav").mkdir()
+    (staging / "txt").mkdir()
+    talks = plan(pairs, next_talk_id(data_dir), staging / "wav", seed)
+    results = run_parallel(voice_talk, talks, jobs)
+    write_split(staging / "txt", split, results)
+    failures = [f for r in results for f in r.failures]
+    summary = {"corpus": "mustc", "pair": PAIR, "split": split, "text": str(text), "seed": seed, "limit": limit,
+               "pairs_read": len(pairs) + sum(dropped.values()), "dropped": dropped, **split_summary(results),
+               "voices": dict(sorted(Counter(r.speaker for r in results for _ in r.items).items())),
+               "failures": failures, "failure_reasons": dict(Counter(f["reason"] for f in failures))}
+    summary["speech_hours"] = round(summary["speech_seconds"] / 3600, 4)
+    summary["seconds"] = round(time.perf_counter() - start, 2)
+    (staging / "voiced_text_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
+                                                      encoding="utf-8")
+    publish(staging, final)
+    return summary
