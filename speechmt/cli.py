@@ -61,7 +61,8 @@ def cmd_synth_tts(args: argparse.Namespace) -> int:
     from speechmt.data.synth.voiced_text import voice_text_pairs
 
     text = Path(args.text) if args.text else default_out("mustc", Path(args.root)) / "train.jsonl"
-    summary = voice_text_pairs(Path(args.root), text, args.split, args.limit, args.seed, args.jobs)
+    summary = voice_text_pairs(Path(args.root), text, args.split, args.limit, args.seed, args.jobs, args.min_words,
+                               args.sentences)
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1, ensure_ascii=False))
     return 0
 

@@ -128,6 +128,10 @@ def _synth(sub, handlers: Handlers) -> None:
     tts.add_argument("--split", default="train-tts", help="the new split's name (a train* name trains)")
     tts.add_argument("--limit", type=opt.integer(0, 10**9), default=0,
                      help="voice a seeded sample of this many pairs (default 0: all)")
+    tts.add_argument("--min-words", type=opt.integer(0, 1000), default=0, help="voice pairs of at least this "
+                     "many source words only")
+    tts.add_argument("--sentences", action="store_true", help="voice whole sentences only (both sides end in "
+                     ". ! or ?), not dictionary phrases")
     tts.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     tts.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
     tts.set_defaults(func=handlers["synth_tts"])

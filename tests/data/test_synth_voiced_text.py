@@ -1,4 +1,4 @@
-"""MT pairs voiced into a new MuST-C split: exclusion of corpus sentences, seeded sampling, the layout,
+"""MT pairs voiced into a new MuST-C split: exclusion of dev and test sentences, seeded sampling, the layout,
 unique talk names, failures counted, and preparation with the released splits.
 
 The pairs written here are this file's own sentences; the corpus is MuST-C-mini tiny, built at run time.
@@ -68,7 +68,7 @@ def test_corpus_sentences_and_empty_sides_are_left_out_and_counted(voiced):
     root, summary = voiced
     txt = root / "en-de" / "data" / "train-tts" / "txt"
     assert sorted(zip(_lines(txt / "train-tts.en"), _lines(txt / "train-tts.de"))) == sorted(OWN_PAIRS)
-    assert summary["dropped"] == {"a corpus sentence": 2, "empty side": 1}
+    assert summary["dropped"] == {"a dev or test sentence": 2, "empty side": 1}
     assert summary["pairs_read"] == 8 and summary["sentences"] == 5 and summary["failed"] == 0
     saved = json.loads((root / "en-de" / "data" / "train-tts" / "voiced_text_summary.json").read_text())
     assert saved["dropped"] == summary["dropped"] and saved["speech_seconds"] == summary["speech_seconds"] > 0
@@ -113,7 +113,7 @@ def test_a_seeded_sample_keeps_file_order():
     assert choose(pairs, {"sentence 3", "satz 7"}, limit=10, seed=4)[0] == a
     assert len(a) == 10 and a == sorted(a, key=lambda p: int(p.src.split()[1]))
     assert not {"sentence 3", "sentence 7"} & {p.src for p in a}
-    assert dropped == {"a corpus sentence": 2, "beyond the limit": 38}
+    assert dropped == {"a dev or test sentence": 2, "beyond the limit": 38}
     assert choose(pairs, set(), limit=10, seed=5)[0] != a
     assert choose(pairs, set(), limit=0, seed=0) == (pairs, {})
 
@@ -150,5 +150,19 @@ def test_bad_input_gets_one_line(corpus, tmp_path, capsys):
     assert "split name '../up'" in capsys.readouterr().err
     assert main(["synth-tts", "--root", str(root), "--text", str(text), "--split", "train-one"]) == 0
     assert json.loads(capsys.readouterr().out)["sentences"] == 1
+    assert voice_text_pairs(root, text, "train-two", jobs=1)["sentences"] == 1  # training splits may share pairs
+    test_pair = Pair(_lines(root / "en-de" / "data" / "dev" / "txt" / "dev.en")[0], "Ein Satz.")
     with pytest.raises(SynthError, match="no pair left to voice"):
-        voice_text_pairs(root, _manifest(tmp_path / "q.jsonl", OWN_PAIRS[:1]), "train-two")
+        voice_text_pairs(root, _manifest(tmp_path / "q.jsonl", [test_pair]), "train-three")
+    assert not (root / "en-de" / "data" / "train-three").exists()
+
+
+def test_phrases_and_short_pairs_can_be_left_out():
+    from speechmt.data.synth.voiced_text import is_sentence
+
+    assert is_sentence("Where is it?") and is_sentence('He said "go!"') and is_sentence("Er sagte „Nein.“")
+    assert not is_sentence("the old station") and not is_sentence("to be or not to be;")
+    kept, dropped = choose(OWN_PAIRS + [Pair("a very long phrase without an end", "eine lange Wendung")], set(),
+                           limit=0, seed=0, min_words=4, sentences=True)
+    assert kept == [p for p in OWN_PAIRS if p.src != "good morning"]
+    assert dropped == {"fewer than 4 words": 1, "not a sentence": 1}

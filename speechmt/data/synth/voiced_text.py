@@ -4,8 +4,9 @@ text), as Jia et al. (ICASSP 2019, "Leveraging weakly supervised data to improve
 translation") do with a TTS model.
 
 `voice_text_pairs(root, text, split="train-tts")` reads pairs from a manifest (e.g. `speechmt synth-mt`'s
-`train.jsonl`, whose audio fields are empty), drops every pair either side of which is a sentence of the
-corpus (any split: no dev or test sentence reaches training through the back door), and writes
+`train.jsonl`, whose audio fields are empty), drops every pair either side of which is a sentence of one of
+the corpus' dev or test splits (every split not named `train*`: none reaches training through the back
+door), and writes
 
 ```
 root/en-de/data/<split>/wav/ted_<N>.wav            talks of 10-40 segments, one speaker each (N after the corpus')
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from speechmt.data.manifest import iter_manifest
-from speechmt.data.synth.common import SynthError, publish, run_parallel, staging_dir
-from speechmt.data.synth.mt_text import key, mustc_sentences
+from speechmt.data.synth.common import SynthError, ensure_free, publish, run_parallel, staging_dir
+from speechmt.data.synth.mt_text import key
 from speechmt.data.synth.mustc import TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_talk, write_split
 from speechmt.data.synth.text import Pair
 from speechmt.data.synth.voices import check_voices, draw_speaker
@@ -48,16 +48,35 @@ def read_pairs(text: Path) -> list[Pair]:
     return [Pair(r.src_text, r.tgt_text) for r in iter_manifest(text)]
 
 
-def choose(pairs: list[Pair], used: set[str], limit: int, seed: int) -> tuple[list[Pair], dict[str, int]]:
-    """The pairs to voice: those with both sides non-empty and neither side a corpus sentence (keys of
-    `used`), then a seeded sample of `limit` of them (0: all) in file order; and the counts dropped by reason."""
+def is_sentence(text: str) -> bool:
+    """Ends as a sentence does (. ! or ?, before closing quotes), unlike a dictionary phrase."""
+    return text.rstrip().rstrip("\"'»«“”„’").endswith((".", "!", "?"))
+
+
+def held_out_sentences(data_dir: Path) -> set[str]:
+    """Keys of every English and German sentence of the splits under `data_dir` not named train*."""
+    return {key(line) for path in sorted(data_dir.glob("*/txt/*.[a-z][a-z]"))
+            if not path.parent.parent.name.startswith(("train", "."))
+            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def choose(pairs: list[Pair], held_out: set[str], limit: int, seed: int, min_words: int = 0,
+           sentences: bool = False) -> tuple[list[Pair], dict[str, int]]:
+    """The pairs to voice: those with both sides non-empty, neither side a dev or test sentence (keys of
+    `held_out`),
+    at least `min_words` source words and, with `sentences`, both sides whole sentences; then a seeded sample
+    of `limit` of them (0: all) in file order. Also returns the counts dropped, by reason."""
     dropped: Counter = Counter()
     kept = []
     for p in pairs:
         if not p.src.strip() or not p.tgt.strip():
             dropped["empty side"] += 1
-        elif key(p.src) in used or key(p.tgt) in used:
-            dropped["a corpus sentence"] += 1
+        elif key(p.src) in held_out or key(p.tgt) in held_out:
+            dropped["a dev or test sentence"] += 1
+        elif len(p.src.split()) < min_words:
+            dropped[f"fewer than {min_words} words"] += 1
+        elif sentences and not (is_sentence(p.src) and is_sentence(p.tgt)):
+            dropped["not a sentence"] += 1
         else:
             kept.append(p)
     if limit and len(kept) > limit:
@@ -86,25 +105,29 @@ def plan(pairs: list[Pair], first_talk: int, wav_dir: Path, seed: int) -> list[T
 
 
 def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: int = 0, seed: int = 0,
-                     jobs: int = 2) -> dict:
+                     jobs: int = 2, min_words: int = 0, sentences: bool = False) -> dict:
     """Voices the English side of the pairs in manifest `text` into split `split` of the MuST-C-layout corpus
     at `root` (see the module docstring) and returns the summary, also written beside the split's txt/.
-    Raises SynthError when the corpus is missing, the split exists, or no voice is installed."""
+    `limit`, `min_words` and `sentences` choose the pairs as `choose` says. Raises SynthError when the corpus
+    is missing, the split exists, or no voice is installed."""
     data_dir = Path(root) / PAIR / "data"
     if not data_dir.is_dir():
         raise SynthError(f"{root}: no {PAIR}/data folder (build the corpus with `speechmt synth` first)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", split):
         raise SynthError(f"split name {split!r}: use letters, digits, '.', '_' and '-' only")
     final = data_dir / split
+    ensure_free(final)
     start = time.perf_counter()
     read = read_pairs(text)
-    staging = staging_dir(final)  # before reading the corpus: a partial earlier build's sentences are not its
-    pairs, dropped = choose(read, mustc_sentences(root), limit, seed)
+    held_out = held_out_sentences(data_dir)
+    if not held_out:
+        raise SynthError(f"{data_dir}: no dev or test split (<split>/txt/<split>.<lang>) to keep out of training")
+    pairs, dropped = choose(read, held_out, limit, seed, min_words, sentences)
     if not pairs:
-        shutil.rmtree(staging)
         raise SynthError(f"{text}: no pair left to voice ({dropped or 'the manifest is empty'})")
     with tempfile.TemporaryDirectory(prefix="synth-check-") as workdir:
         check_voices("en", Path(workdir))
+    staging = staging_dir(final)
     (staging / "wav").mkdir()
     (staging / "txt").mkdir()
     talks = plan(pairs, next_talk_id(data_dir), staging / "wav", seed)
@@ -112,6 +135,7 @@ def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: in
     write_split(staging / "txt", split, results)
     failures = [f for r in results for f in r.failures]
     summary = {"corpus": "mustc", "pair": PAIR, "split": split, "text": str(text), "seed": seed, "limit": limit,
+               "min_words": min_words, "sentences_only": sentences,
                "pairs_read": len(pairs) + sum(dropped.values()), "dropped": dropped, **split_summary(results),
                "voices": dict(sorted(Counter(r.speaker for r in results for _ in r.items).items())),
                "failures": failures, "failure_reasons": dict(Counter(f["reason"] for f in failures))}
