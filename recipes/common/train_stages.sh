@@ -4,8 +4,8 @@
 # 10 (extra MT text, then progressive MT -> ST+ASR+MT; scored as ST, ASR, MT and its own cascade), with a
 # LUT config stage 11 and with a Chimera config stage 12 (the same extra text, MT -> ST+MT+contrastive; scored
 # as ST and MT), with FAT configs stage 13 (FAT-MLM pretraining on the triples and the extra text, then FAT-ST
-# from it; scored as ST), with a voiced-text config stage 14 (MuST-C layout only: the extra MT text voiced
-# into the corpus' split train-tts and prepared, then ST on the corpus and it). Reads: stage stop_stage corpus
+# from it; scored as ST), with a voiced-text config stage 14 (MuST-C layout only: the extra MT text's whole
+# sentences voiced into the corpus' split train-tts-sent and prepared, then ST on the corpus and it). Reads: stage stop_stage corpus
 # root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf st_conf mt_conf whisper_conf
 # xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf jobs avg beam test_sets name.
 vocab_stage() {
@@ -135,15 +135,16 @@ train_stages() {
     fi
 
     if [ -n "${tts_conf:-}" ] && [ "$stage" -le 14 ] && [ "$stop_stage" -ge 14 ]; then
-        log "stage 14: the extra MT text voiced into $root's split train-tts, prepared; ST ($tts_conf) -> $exp/st_tts"
+        log "stage 14: the extra MT text's sentences voiced into $root's split train-tts-sent, prepared; ST ($tts_conf) -> $exp/st_tts"
         if [ "$corpus" != mustc ]; then
             echo "stage 14: voicing text into a split needs the MuST-C layout (corpus $corpus)" >&2; exit 2
         fi
         if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stages 10, 12 and 13 make it too
             "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text"
         fi
-        if [ ! -d "$root/en-$tgt_lang/data/train-tts" ]; then
-            "$SPEECHMT" synth-tts --root "$root" --text "$data/mt-text/train.jsonl" --split train-tts --jobs "$jobs"
+        if [ ! -d "$root/en-$tgt_lang/data/train-tts-sent" ]; then  # whole sentences of 4+ words, no phrases
+            "$SPEECHMT" synth-tts --root "$root" --text "$data/mt-text/train.jsonl" --split train-tts-sent \
+                --sentences --min-words 4 --jobs "$jobs"
         fi
         "$SPEECHMT" prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"  # the new split
         "$SPEECHMT" train --config "$tts_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \

@@ -19,9 +19,9 @@
 #      conf/fat_mlm_whisper_base.yaml on Whisper's) on the ST triples and the extra MT text, then FAT-ST
 #      (conf/st_fat_mini.yaml, conf/st_fat_whisper_base.yaml) initialised from it, averaged, BLEU on $test_sets;
 #      in $exp/<config name>
-#  14  with --tts-conf (conf/st_whisper_base_enc_lora_tts.yaml): the extra MT text voiced into $root's split
-#      train-tts (`speechmt synth-tts`: synthetic speech for text-only pairs) and prepared, then ST on the
-#      corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
+#  14  with --tts-conf (conf/st_whisper_base_enc_lora_tts_sent.yaml): the extra MT text's whole sentences
+#      voiced into $root's split train-tts-sent (`speechmt synth-tts`: synthetic speech for text-only pairs)
+#      and prepared, then ST on the corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -48,7 +48,7 @@ lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stag
 chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
 fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_{mini,whisper_base}.yaml): stage 13, with fat_st_conf
 fat_st_conf=""              # a FAT-ST config (conf/st_fat_{mini,whisper_base}.yaml): stage 13, from FAT-MLM
-tts_conf=""                 # a config training on the voiced extra text (conf/st_whisper_base_enc_lora_tts.yaml): stage 14
+tts_conf=""                 # ST on the corpus + the voiced extra text (conf/st_whisper_base_enc_lora_tts_sent.yaml): stage 14
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
