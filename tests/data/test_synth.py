@@ -347,3 +347,15 @@ def test_synth_mt_command_writes_beside_the_corpus(mustc, tmp_path, capsys):
     assert printed["out"] == str(root / "en-de" / "mt-text") and (root / "en-de" / "mt-text" / "train.jsonl").is_file()
     assert main(["synth-mt", "--corpus", "mustc", "--root", str(tmp_path / "none")]) == 2
     assert "no MuST-C en-de/data/<split>/txt/<split>.<lang> files to exclude" in capsys.readouterr().err
+
+
+def test_voice_counts_add_up_over_talks_of_one_speaker():
+    """Several talks share a speaker label in a full corpus; each talk's segments count (the summary once kept
+    only one talk's count per label)."""
+    from speechmt.data.synth.mustc import TalkResult, voice_counts
+
+    pair = Pair("One.", "Eins.")
+    results = [TalkResult(1, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 3),
+               TalkResult(2, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 2),
+               TalkResult(3, "espeak-ng:en-us:s155:p50", items=[(0.5, 1.0, pair)])]
+    assert voice_counts(results) == {"pico2wave:en-US:r100": 5, "espeak-ng:en-us:s155:p50": 1}

@@ -125,6 +125,14 @@ def write_split(txt_dir: Path, name: str, results: list[TalkResult]) -> None:
     write_lines(txt_dir / f"{name}.de", (p.tgt for *_, p in items))
 
 
+def voice_counts(results: list[TalkResult]) -> Counter:
+    """Voiced segments per speaker label, summed over talks (several talks can share a label)."""
+    counts: Counter = Counter()
+    for r in results:
+        counts[r.speaker] += len(r.items)
+    return counts
+
+
 def split_summary(results: list[TalkResult]) -> dict[str, float]:
     """Counts of one split: talks, segments, failed segments, audio and speech seconds."""
     return {"talks": sum(1 for r in results if r.items), "sentences": sum(len(r.items) for r in results),
@@ -153,7 +161,7 @@ def build_mustc(out: Path, size: str, seed: int, jobs: int) -> dict:
         write_split(split_dir / "txt", SPLIT_DIRS[split], results)
         summary["splits"][SPLIT_DIRS[split]] = split_summary(results)
         summary["failures"] += [dict(f, split=SPLIT_DIRS[split]) for r in results for f in r.failures]
-        summary["voices"].update({r.speaker: len(r.items) for r in results})
+        summary["voices"].update(voice_counts(results))
     (root / "text-only").mkdir()
     write_lines(root / "text-only" / "train.en", (p.src for p in text_only))
     write_lines(root / "text-only" / "train.de", (p.tgt for p in text_only))

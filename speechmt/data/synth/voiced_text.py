@@ -32,7 +32,8 @@ import numpy as np
 from speechmt.data.manifest import iter_manifest
 from speechmt.data.synth.common import SynthError, ensure_free, publish, run_parallel, staging_dir
 from speechmt.data.synth.mt_text import key
-from speechmt.data.synth.mustc import TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_talk, write_split
+from speechmt.data.synth.mustc import (TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_counts, voice_talk,
+                                      write_split)
 from speechmt.data.synth.text import Pair
 from speechmt.data.synth.voices import check_voices, draw_speaker
 
@@ -63,9 +64,8 @@ def held_out_sentences(data_dir: Path) -> set[str]:
 def choose(pairs: list[Pair], held_out: set[str], limit: int, seed: int, min_words: int = 0,
            sentences: bool = False) -> tuple[list[Pair], dict[str, int]]:
     """The pairs to voice: those with both sides non-empty, neither side a dev or test sentence (keys of
-    `held_out`),
-    at least `min_words` source words and, with `sentences`, both sides whole sentences; then a seeded sample
-    of `limit` of them (0: all) in file order. Also returns the counts dropped, by reason."""
+    `held_out`), at least `min_words` source words and, with `sentences`, both sides whole sentences; then a
+    seeded sample of `limit` of them (0: all) in file order. Also returns the counts dropped, by reason."""
     dropped: Counter = Counter()
     kept = []
     for p in pairs:
@@ -137,7 +137,7 @@ def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: in
     summary = {"corpus": "mustc", "pair": PAIR, "split": split, "text": str(text), "seed": seed, "limit": limit,
                "min_words": min_words, "sentences_only": sentences,
                "pairs_read": len(pairs) + sum(dropped.values()), "dropped": dropped, **split_summary(results),
-               "voices": dict(sorted(Counter(r.speaker for r in results for _ in r.items).items())),
+               "voices": dict(sorted(voice_counts(results).items())),
                "failures": failures, "failure_reasons": dict(Counter(f["reason"] for f in failures))}
     summary["speech_hours"] = round(summary["speech_seconds"] / 3600, 4)
     summary["seconds"] = round(time.perf_counter() - start, 2)
