@@ -5,9 +5,10 @@
 # LUT config stage 11 and with a Chimera config stage 12 (the same extra text, MT -> ST+MT+contrastive; scored
 # as ST and MT), with FAT configs stage 13 (FAT-MLM pretraining on the triples and the extra text, then FAT-ST
 # from it; scored as ST), with a voiced-text config stage 14 (MuST-C layout only: the extra MT text's whole
-# sentences voiced into the corpus' split train-tts-sent and prepared, then ST on the corpus and it). Reads: stage stop_stage corpus
-# root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf st_conf mt_conf whisper_conf
-# xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf jobs avg beam test_sets name.
+# sentences voiced into the corpus' split train-tts-sent and prepared, then ST on the corpus and it).
+# Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf
+# st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf jobs avg beam
+# test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
@@ -26,6 +27,15 @@ average_and_score() {
         "$SPEECHMT" evaluate --model "$exp/$1/checkpoint_avg.safetensors" --data "$data" --split "$split" \
             --beam "$beam" --out "$exp/$1/eval_$split" --results RESULTS.md --name "$2 $name (avg $avg)"
     done
+}
+
+# The extra text-only MT pairs of `speechmt synth-mt` in $data/mt-text (stages 10, 12, 13 and 14 read them);
+# made once unless "always" is given (stage 10 rebuilds them).
+extra_mt_text() {
+    if [ "${1:-}" = always ] || [ ! -f "$data/mt-text/train.jsonl" ]; then
+        "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
+            $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
+    fi
 }
 
 train_stages() {
@@ -79,8 +89,7 @@ train_stages() {
     if [ -n "$xstnet_conf" ] && [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
         log "stage 10: XSTNet ($xstnet_conf): extra MT text -> $data/mt-text, training -> $exp/xstnet"
         # text-only pairs from the Ding dictionary, every corpus sentence excluded (the conf reads mt-text)
-        "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
-            $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
+        extra_mt_text always
         "$SPEECHMT" train --config "$xstnet_conf" data.dir="$data" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/xstnet"
         average_and_score xstnet "XSTNet"
@@ -103,10 +112,7 @@ train_stages() {
 
     if [ -n "$chimera_conf" ] && [ "$stage" -le 12 ] && [ "$stop_stage" -ge 12 ]; then
         log "stage 12: Chimera ($chimera_conf): extra MT text in $data/mt-text, training -> $exp/chimera"
-        if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stage 10 makes it too
-            "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
-                $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
-        fi
+        extra_mt_text
         "$SPEECHMT" train --config "$chimera_conf" data.dir="$data" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/chimera"
         average_and_score chimera "Chimera"
@@ -122,10 +128,7 @@ train_stages() {
         local mlm st
         mlm=$(basename "$fat_conf" .yaml) st=$(basename "$fat_st_conf" .yaml)
         log "stage 13: FAT-MLM ($fat_conf) -> $exp/$mlm, then FAT-ST ($fat_st_conf) from it -> $exp/$st"
-        if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stages 10 and 12 make it too
-            "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
-                $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
-        fi
+        extra_mt_text
         "$SPEECHMT" train --config "$fat_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/$mlm"
         "$SPEECHMT" train --config "$fat_st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
@@ -135,13 +138,12 @@ train_stages() {
     fi
 
     if [ -n "${tts_conf:-}" ] && [ "$stage" -le 14 ] && [ "$stop_stage" -ge 14 ]; then
-        log "stage 14: the extra MT text's sentences voiced into $root's split train-tts-sent, prepared; ST ($tts_conf) -> $exp/st_tts"
+        log "stage 14: the extra MT text's sentences voiced into $root's split train-tts-sent, prepared;" \
+            "ST ($tts_conf) -> $exp/st_tts"
         if [ "$corpus" != mustc ]; then
             echo "stage 14: voicing text into a split needs the MuST-C layout (corpus $corpus)" >&2; exit 2
         fi
-        if [ ! -f "$data/mt-text/train.jsonl" ]; then  # stages 10, 12 and 13 make it too
-            "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text"
-        fi
+        extra_mt_text
         if [ ! -d "$root/en-$tgt_lang/data/train-tts-sent" ]; then  # whole sentences of 4+ words, no phrases
             "$SPEECHMT" synth-tts --root "$root" --text "$data/mt-text/train.jsonl" --split train-tts-sent \
                 --sentences --min-words 4 --jobs "$jobs"
