@@ -1,5 +1,6 @@
-"""Cached encoder states: the outputs of a frozen pretrained acoustic encoder, computed once per split into a
-memory-mapped float16 feature store beside the fbank store, so that an epoch costs only the trained parts.
+"""Cached encoder states: the outputs of a frozen pretrained acoustic encoder (or of its frozen bottom layers,
+`encoder.frozen_layers`), computed once per split into a memory-mapped float16 feature store beside the fbank
+store, so that an epoch costs only the trained parts.
 
 Layout: `<data_dir>/encoder_cache/<key>/<split>.bin|.index.npz` and `meta.json`. The key is a hash of
 everything the states depend on: the encoder's weights (a checksum of its tensors), its class and HF
@@ -40,12 +41,16 @@ def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:
     config = getattr(getattr(encoder, "model", None), "config", None)
     hf_config = None if config is None else \
         {k: v for k, v in config.to_diff_dict().items() if k not in GENERATION_FIELDS}
+    states_part = getattr(encoder, "states_part", None)  # the weights its `states` computes with
+    weights = states_part() if states_part else getattr(encoder, "model", encoder).state_dict()
     description = {
         "encoder": type(encoder).__name__,
-        "weights_sha256": state_checksum(getattr(encoder, "model", encoder).state_dict()),
+        "weights_sha256": state_checksum(weights),
         "hf_config": hf_config,
         "frontend": asdict(frontend_settings) if is_dataclass(frontend_settings) else frontend_settings,
     }
+    if getattr(encoder, "splits_inside", False):  # the states after layer `split`, not the final ones
+        description["layers"] = encoder.split
     text = json.dumps(description, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16], description
 
@@ -79,7 +84,7 @@ def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, fr
     """The cached states of a split for this encoder and front end: read when present, else computed."""
     data_dir = Path(data_dir)
     records = records if records is not None else read_manifest(data_dir / f"{split}.jsonl")
-    key, description = cache_key(encoder, frontend_settings)
+    key, description = cache_key(encoder, frontend_settings)  # `encoder.states` is what is cached
 
     def build(prefix: Path) -> FeatureStore:
         was_training = encoder.training

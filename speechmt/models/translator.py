@@ -62,6 +62,10 @@ class EncoderConfig:
     # projections train) or lora (adapters with ModelConfig.lora, the rest frozen)
     finetune: str = "full"
     layerdrop: float = 0.0  # wav2vec2, whisper: probability of skipping each layer in training
+    # whisper: the convolutions and the first N layers stay frozen whatever `finetune` says, which then
+    # applies to the layers above (and the final LayerNorm); their input, the states after layer N, is
+    # cached when data.cache_encoder is on, so an update runs only the layers above
+    frozen_layers: int = 0
     freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
     mask_time_prob: float = 0.0  # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
     mask_time_length: int = 10  # wav2vec2: frames per masked span
@@ -80,6 +84,10 @@ class EncoderConfig:
             self.kind != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
             self.finetune not in FINETUNE_MODES and
             f"unknown encoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+            self.frozen_layers < 0 and f"encoder.frozen_layers must be >= 0, got {self.frozen_layers}",
+            self.frozen_layers and self.kind != "whisper" and "encoder.frozen_layers: an option of encoder 'whisper' only",
+            self.frozen_layers and self.finetune == "frozen" and
+            "encoder.frozen_layers needs encoder.finetune full, lna or lora (frozen freezes every layer)",
             not 0 <= self.layerdrop <= 1 and f"encoder.layerdrop must be in [0, 1], got {self.layerdrop}",
             not 0 <= self.mask_time_prob < 1 and
             f"encoder.mask_time_prob must be in [0, 1), got {self.mask_time_prob}",
@@ -256,7 +264,7 @@ class Translator(nn.Module):
         `record`: see `states`."""
         sub = None if record is None else {}
         if precomputed:
-            note(sub, "out", feats, lengths)
+            note(sub, self.speech_encoder.states_name, feats, lengths)
             out = self.speech_encoder.project(feats, lengths, sub)
         else:
             out = self.speech_encoder(feats, lengths, sub)
@@ -371,9 +379,17 @@ def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[Transformer
 
 
 def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:
-    """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both)."""
-    if cfg.encoder.kind == "whisper" or cfg.encoder.finetune == "lora":
-        set_finetuning(speech.model, cfg.encoder.finetune, cfg.lora)
+    """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both); with
+    encoder.frozen_layers N (whisper), to the layers above N and the final LayerNorm only."""
+    e = cfg.encoder
+    if e.frozen_layers:
+        speech.model.requires_grad_(False)
+        for layer in speech.model.layers[e.frozen_layers:]:
+            layer.requires_grad_(True)
+            set_finetuning(layer, e.finetune, cfg.lora)
+        speech.model.layer_norm.requires_grad_(e.finetune in ("full", "lna"))
+    elif e.kind == "whisper" or e.finetune == "lora":
+        set_finetuning(speech.model, e.finetune, cfg.lora)
 
 
 def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
@@ -397,7 +413,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     elif cfg.encoder.kind == "whisper":
         from speechmt.models.whisper import hf_config_dict, whisper_encoder_from_hf
 
-        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop)
+        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers)
         cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
     else:
         speech = _conv_encoder(cfg)

@@ -104,9 +104,15 @@ def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float =
     return decoder
 
 
-def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0) -> WhisperEncoder:
-    """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed."""
-    return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop))
+def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0,
+                            frozen_layers: int = 0) -> WhisperEncoder:
+    """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed;
+    `frozen_layers` > 0: its cacheable part stops after that many layers."""
+    n_layers = len(hf_model.model.encoder.layers)
+    if frozen_layers >= n_layers:
+        raise ValueError(f"encoder.frozen_layers {frozen_layers} leaves none of the Whisper encoder's {n_layers} "
+                         f"layers to train; use encoder.finetune frozen")
+    return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop), frozen_layers or None)
 
 
 def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:

@@ -154,8 +154,8 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConf
     """The dataset of one split for a data stream; SpecAugment only when `train`. Every example carries its
     decoder target as tgt and, for text input or objectives that read it, the transcript as src. A wav2vec2
     model reads waveforms (`waveform`, by default its feature extractor's settings), a Whisper encoder
-    log-mel features (`mel`), or, when it is frozen and data.cache_encoder is on, its cached states
-    (`encoder` computes them once)."""
+    log-mel features (`mel`), or, when it is frozen (or its bottom layers are: encoder.frozen_layers) and
+    data.cache_encoder is on, its cached states (`encoder` computes them once)."""
     data = dataclasses.replace(cfg.data, dir=stream_dir(cfg, spec))
     sides = _sides(cfg, toks, spec)
     if TASK_INPUTS[spec.task] == "text" or spec.task == "fat_text":
@@ -186,7 +186,7 @@ def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: di
     from speechmt.data.whisper_mel import whisper_log_mel
 
     frontend = lambda wave: whisper_log_mel(wave, mel)  # noqa: E731
-    if encoder is None or not cfg.data.cache_encoder or any(p.requires_grad for p in encoder.parameters()):
+    if encoder is None or not cfg.data.cache_encoder or not encoder.states_frozen():
         return WaveformDataset.from_split(data_dir, split, WaveformConfig(), frontend=frontend, **sides)
     records = read_split(data_dir, split)
     store = cached_split(data_dir, split, encoder, mel, lambda i: frontend(record_audio(records[i], data_dir)),

@@ -63,3 +63,45 @@ def test_key_ignores_generation_settings(encoder):
         config.encoder_layerdrop = 0.0
         for k, v in saved.items():
             setattr(config, k, v)
+
+
+@pytest.fixture(scope="module")
+def split_encoder(tmp_path_factory):
+    """The same tiny Whisper with layer 0 frozen and LoRA in layer 1: `states` stops after layer 0."""
+    folder = tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_cache_split"))
+    return build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(folder), "finetune": "lora",
+                                            "frozen_layers": 1},
+                                   decoder={"kind": "whisper"}, lora={"rank": 4})).speech_encoder
+
+
+def test_a_split_encoder_caches_its_frozen_bottom_layers(tiny_data, split_encoder, encoder):
+    records = read_manifest(tiny_data / "dev.jsonl")
+    mel = WhisperMelConfig()
+    inputs = lambda i: whisper_log_mel(record_audio(records[i], tiny_data), mel)  # noqa: E731
+    store = cached_split(tiny_data, "dev", split_encoder, mel, inputs, records)
+    split_encoder.eval()
+    with torch.no_grad():
+        for i, r in enumerate(records[:4]):
+            x = inputs(i)
+            record = {}
+            split_encoder.states(x[None], torch.tensor([len(x)]), record)
+            assert set(record) == {"conv", "layer.0"}  # layer 1 and the LayerNorm are not cached
+            torch.testing.assert_close(torch.from_numpy(store[r.id]), record["layer.0"][0][0], atol=2e-3, rtol=1e-3)
+    key, description = cache_key(split_encoder, mel)
+    assert description["layers"] == 1 and key != cache_key(encoder, mel)[0]
+
+
+def test_the_split_key_follows_the_frozen_layers_only(split_encoder):
+    key = cache_key(split_encoder, WhisperMelConfig())[0]
+    layers = split_encoder.model.layers
+    with torch.no_grad():
+        layers[1].fc1.lora_A.default.weight.add_(1.0)  # the trained adapter: not in the key
+        layers[1].fc1.base_layer.bias.add_(1.0)  # nor layer 1 itself, which runs above the cache
+        assert cache_key(split_encoder, WhisperMelConfig())[0] == key
+        layers[0].fc1.bias.add_(1e-3)
+        try:
+            assert cache_key(split_encoder, WhisperMelConfig())[0] != key
+        finally:
+            layers[0].fc1.bias.sub_(1e-3)
+            layers[1].fc1.base_layer.bias.sub_(1.0)
+            layers[1].fc1.lora_A.default.weight.sub_(1.0)

@@ -84,3 +84,56 @@ def test_bad_lora_settings_and_unknown_mode_fail_clearly():
         set_finetuning(torch.nn.Linear(2, 2), "most")
     with pytest.raises(ValueError, match="no Linear layer"):
         set_finetuning(torch.nn.Sequential(torch.nn.Linear(2, 2)), "lora", LoraSettings(targets=("q_proj",)))
+
+
+def _split_model(whisper_dir, mode: str, frozen_layers: int = 1):
+    return build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": mode,
+                                            "frozen_layers": frozen_layers},
+                                   decoder={"kind": "whisper", "finetune": "frozen"}, dropout=0.0, lora={"rank": 4}))
+
+
+@pytest.mark.parametrize("mode, trained", [
+    ("lora", lambda k: ".layers.1." in k and ".lora_" in k),
+    ("lna", lambda k: (".layers.1." in k and ("norm" in k or "_proj." in k)) or "_encoder.model.layer_norm." in k),
+    ("full", lambda k: ".layers.1." in k or "_encoder.model.layer_norm." in k),
+])
+def test_frozen_layers_train_only_the_layers_above_and_keep_the_rest_bit_identical(whisper_dir, mode, trained):
+    """encoder.frozen_layers 1 of the tiny Whisper's 2: the convolutions, positions and layer 0 never move."""
+    model = _split_model(whisper_dir, mode)
+    names = {k for k, p in model.named_parameters() if p.requires_grad}
+    assert names and names == {k for k, _ in model.named_parameters() if k.startswith("speech_encoder.") and trained(k)}
+    assert model.speech_encoder.split == 1 and model.speech_encoder.states_frozen()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _train_steps(model)
+    changed = _changed(before, model)
+    assert changed and changed <= names
+    assert not any(".layers.0." in k or ".conv" in k or "embed_positions" in k for k in changed)
+
+
+@torch.no_grad()
+def test_split_encoder_runs_the_same_computation_as_the_whole_one(whisper_dir):
+    """states (conv + layer 0) then project (layer 1 + LayerNorm) == the unsplit encoder, batch and padding
+    included; LoRA's B starts at zero, so both equal the base encoder."""
+    split, whole = _split_model(whisper_dir, "lora").eval(), _split_model(whisper_dir, "lora", 0).eval()
+    assert whole.speech_encoder.split == 2 and split.speech_encoder.states_name == "layer.0"
+    mels, lengths = torch.randn(2, 40, 80), torch.tensor([40, 26])
+    states, n = split.speech_encoder.states(mels, lengths)
+    record = {}
+    whole.speech_encoder.states(mels, lengths, record)
+    torch.testing.assert_close(states[1, : int(n[1])], record["layer.0"][0][1, :13])
+    assert torch.equal(n, torch.tensor([20, 13])) and not states[1, 13:].any()
+    out = split.speech_encoder.project(states, n)
+    ref = whole.speech_encoder(mels, lengths)
+    torch.testing.assert_close(out.x, ref.x, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(split.speech_encoder(mels, lengths).x, ref.x, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_frozen_layers_fail_clearly(whisper_dir):
+    with pytest.raises(ValueError, match="frozen_layers must be >= 0"):
+        ModelConfig(encoder={"kind": "whisper", "frozen_layers": -1})
+    with pytest.raises(ValueError, match="option of encoder 'whisper' only"):
+        ModelConfig(encoder={"kind": "wav2vec2", "frozen_layers": 2})
+    with pytest.raises(ValueError, match="needs encoder.finetune full, lna or lora"):
+        ModelConfig(encoder={"kind": "whisper", "finetune": "frozen", "frozen_layers": 2})
+    with pytest.raises(ValueError, match="frozen_layers 2 leaves none of the Whisper encoder's 2 layers"):
+        _split_model(whisper_dir, "lora", 2)

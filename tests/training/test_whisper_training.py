@@ -183,3 +183,42 @@ def test_whisper_text_embeddings_are_checked(tiny_data, whisper_dir, tmp_path):
     cfg.data.src_vocab = str(tiny_data / "spm.model")
     with pytest.raises(ConfigError, match="CTC head writes the transcript in a SentencePiece source vocabulary"):
         model_config_for(cfg, load_tokenizers(cfg.data, cfg.model))
+
+
+def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_above(tiny_data, whisper_dir,
+                                                                                   tmp_path):
+    """encoder.frozen_layers 1 with LoRA: the states after layer 0 are cached (keyed by that layer), the
+    run trains layer 1's adapters from them, and the model it saves encodes live audio as it trained."""
+    import json
+
+    import torch
+
+    from speechmt.data.encoder_cache import cache_key
+    from speechmt.data.features import FeatureStore
+    from speechmt.data.manifest import read_manifest
+    from speechmt.data.waveform import record_audio
+    from speechmt.data.whisper_mel import whisper_log_mel
+
+    cfg = whisper_config(tiny_data, whisper_dir, tmp_path, max_updates=20, save_interval_updates=20,
+                         validate_interval_updates=20)
+    cfg.model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "lora",
+                                     "frozen_layers": 1}, decoder={"kind": "whisper", "finetune": "lora"},
+                            dropout=0.0, lora={"rank": 4})
+    run_training(cfg)
+    ckpt = load_checkpoint(_last(tmp_path))
+    encoder_keys = {k for k in ckpt["model"] if k.startswith("speech_encoder.")}
+    assert encoder_keys and all(".layers.1." in k and ".lora_" in k for k in encoder_keys)
+    assert all(".lora_" in k for k in ckpt["model"])
+    lm = load_model(_last(tmp_path))
+    key, _ = cache_key(lm.model.speech_encoder, lm.mel)
+    folder = tiny_data / "encoder_cache" / key
+    assert json.loads((folder / "meta.json").read_text())["layers"] == 1
+    assert sorted(p.name for p in folder.glob("*.index.npz")) == ["dev.index.npz", "train.index.npz"]
+    store, rec = FeatureStore(folder / "train"), read_manifest(tiny_data / "train.jsonl")[0]
+    mels = whisper_log_mel(record_audio(rec, tiny_data), lm.mel)[None]
+    with torch.no_grad():
+        live = lm.model.encode_speech(mels, torch.tensor([mels.size(1)]))
+        cached = torch.from_numpy(store[rec.id])[None].float()
+        from_cache = lm.model.encode_speech(cached, torch.tensor([cached.size(1)]), precomputed=True)
+    assert from_cache.x.shape == live.x.shape
+    torch.testing.assert_close(from_cache.x, live.x, atol=2e-2, rtol=1e-2)  # float16 storage

@@ -10,6 +10,11 @@ utterance encoded alone. A 3 s clip costs 150 frames instead of 1500. The states
 Whisper's padded 30 s input (there, every frame also attends to the padding); feed 30 s-padded features
 (`WhisperMelConfig(pad_to_30s=True)`) to get those exactly. README ("Whisper backbones") gives the
 measured cost and quality of each.
+
+The encoder runs in two parts: `states` (the convolutions, positions and the first `split` layers; with
+`split` = all layers, the final LayerNorm too) and `project` (the layers above, the final LayerNorm, the
+projection). When the first part is frozen its output can be cached (speechmt.data.encoder_cache): all of it for
+a frozen encoder, or the bottom layers only, with the layers above adapted (`encoder.frozen_layers`).
 """
 
 from __future__ import annotations
@@ -38,12 +43,17 @@ def whisper_output_lengths(lengths: Tensor) -> Tensor:
 
 class WhisperEncoder(nn.Module):
     """transformers' WhisperEncoder run at the input's length -> Linear to the model dimension when the
-    widths differ. `states` is the frozen part (cacheable); `project` what follows it."""
+    widths differ. `states` runs the convolutions and the first `split` layers (None: all of them and the
+    final LayerNorm), the part that can be frozen and cached; `project` what follows it."""
 
-    def __init__(self, model: nn.Module, dim: int, options: WhisperEncoderOptions = WhisperEncoderOptions()):
+    def __init__(self, model: nn.Module, dim: int, options: WhisperEncoderOptions = WhisperEncoderOptions(),
+                 split: int | None = None):
         super().__init__()
         self.model, self.options = model, options
-        hidden = model.config.d_model
+        hidden, n_layers = model.config.d_model, len(model.layers)
+        self.split = n_layers if split is None else split
+        if not 0 <= self.split <= n_layers:
+            raise ValueError(f"the Whisper encoder has {n_layers} layers; cannot split it after layer {self.split}")
         self.proj = nn.Linear(hidden, dim) if hidden != dim else nn.Identity()
         self.n_mels, self.max_frames = model.config.num_mel_bins, model.config.max_source_positions
 
@@ -51,9 +61,49 @@ class WhisperEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.model.config.d_model
 
+    @property
+    def splits_inside(self) -> bool:
+        """True when `states` stops below the top layer (some layers run in `project`)."""
+        return self.split < len(self.model.layers)
+
+    @property
+    def states_name(self) -> str:
+        """The record name of what `states` returns: "out", "layer.<split - 1>" or "conv"."""
+        return "out" if not self.splits_inside else f"layer.{self.split - 1}" if self.split else "conv"
+
+    def states_part(self) -> dict[str, Tensor]:
+        """The tensors `states` computes with (the cache key's weights): the whole Whisper encoder when it
+        runs all layers, else its convolutions, positions and first `split` layers."""
+        state = self.model.state_dict()
+        if not self.splits_inside:
+            return state
+        keep = ("conv1.", "conv2.", "embed_positions.") + tuple(f"layers.{i}." for i in range(self.split))
+        return {k: v for k, v in state.items() if k.startswith(keep)}
+
+    def states_frozen(self) -> bool:
+        """True when nothing `states` runs is trained (its output is then cacheable)."""
+        prefixes = ("conv1.", "conv2.", "embed_positions.") + tuple(f"layers.{i}." for i in range(self.split)) + \
+            (() if self.splits_inside else ("layers.", "layer_norm."))
+        return not any(p.requires_grad for k, p in self.model.named_parameters() if k.startswith(prefixes))
+
+    def _mask(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(frame padding (B, T'), the layers' additive attention mask (B, 1, 1, T'))."""
+        frame_pad = lengths_to_padding_mask(lengths, x.size(1))
+        mask = torch.zeros(frame_pad.shape, dtype=x.dtype, device=x.device)
+        return frame_pad, mask.masked_fill(frame_pad, torch.finfo(x.dtype).min)[:, None, None, :]
+
+    def _layers(self, x: Tensor, mask: Tensor, lengths: Tensor, indices: range, record: Record | None) -> Tensor:
+        for i in indices:
+            if self.training and self.options.layerdrop > 0 and float(torch.rand([])) < self.options.layerdrop:
+                continue
+            x = self.model.layers[i](x, mask)
+            note(record, f"layer.{i}", x, lengths)
+        return x
+
     def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
-        """mels (B, T, n_mels) zero-padded, lengths (B,) -> Whisper's final states (B, ceil(T/2), H) with
-        padded frames zero, and their lengths (B,); a `record` gets "conv", "layer.<i>" and "out"."""
+        """mels (B, T, n_mels) zero-padded, lengths (B,) -> the states after the first `split` layers (all
+        of them: Whisper's final states) (B, ceil(T/2), H) with padded frames zero, and their lengths (B,);
+        a `record` gets "conv", "layer.<i>" and, after the last layer, "out"."""
         enc = self.model
         if mels.size(-1) != self.n_mels:
             raise ValueError(f"Whisper encoder expects {self.n_mels} mel bins, got {mels.size(-1)}")
@@ -67,21 +117,23 @@ class WhisperEncoder(nn.Module):
         x = x + enc.embed_positions.weight[: x.size(1)].to(x.dtype)
         x = F.dropout(x, enc.dropout, self.training)
         note(record, "conv", x, out_lengths)
-        frame_pad = lengths_to_padding_mask(out_lengths, x.size(1))  # (B, T')
-        mask = torch.zeros(frame_pad.shape, dtype=x.dtype, device=x.device)
-        mask = mask.masked_fill(frame_pad, torch.finfo(x.dtype).min)[:, None, None, :]  # (B, 1, 1, T')
-        for i, layer in enumerate(enc.layers):
-            if self.training and self.options.layerdrop > 0 and float(torch.rand([])) < self.options.layerdrop:
-                continue
-            x = layer(x, mask)
-            note(record, f"layer.{i}", x, out_lengths)
+        frame_pad, mask = self._mask(x, out_lengths)
+        x = self._layers(x, mask, out_lengths, range(self.split), record)
+        if self.splits_inside:
+            return x.masked_fill(frame_pad[..., None], 0.0), out_lengths
         x = enc.layer_norm(x).masked_fill(frame_pad[..., None], 0.0)
         note(record, "out", x, out_lengths)
         return x, out_lengths
 
     def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
-        """Whisper states (B, T', H) -> EncoderOutput x (B, T', D), padded frames zero; a `record` gets
+        """`states`' output (B, T', H) -> the layers above `split` and the final LayerNorm when `states` stopped
+        below them -> EncoderOutput x (B, T', D), padded frames zero; a `record` gets those layers, "out" and
         "projected" when the widths differ."""
+        if self.splits_inside:
+            frame_pad, mask = self._mask(states, lengths)
+            x = self._layers(states, mask, lengths, range(self.split, len(self.model.layers)), record)
+            states = self.model.layer_norm(x).masked_fill(frame_pad[..., None], 0.0)
+            note(record, "out", states, lengths)
         x = self.proj(states)
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
         if not isinstance(self.proj, nn.Identity):
