@@ -35,7 +35,7 @@ def test_default_model_is_bundled_small_and_loads_as_float32():
     assert lm.task == "st" and lm.tag == "<|de|>" and lm.mel is not None and lm.mel.n_mels == 80
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())
     assert count_parameters(lm.model, trainable_only=True) == \
-        sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 4_325_376
+        sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 3_440_640
     assert 72_000_000 < count_parameters(lm.model) < 78_000_000  # Whisper base + the adapters
     assert state["provenance"]["data"].startswith("MuST-C-mini full")
 
@@ -47,19 +47,22 @@ def test_default_model_translates_the_examples_as_recorded():
     assert {Path(r.source).name: r.text for r in results} == expected
 
 
-def test_the_default_model_adapts_whispers_encoder_and_decoder_with_lora():
-    """LoRA rank 32 in every attention and feed-forward projection of Whisper base's 6 encoder and 6 decoder
-    layers: 1,769,472 encoder and 2,555,904 decoder parameters; the encoder is not frozen, so no cache."""
+def test_the_default_model_adapts_whispers_top_encoder_layers_and_decoder_with_lora():
+    """LoRA rank 32 in every attention and feed-forward projection of Whisper base's top 3 encoder layers
+    (its convolutions and first 3 layers frozen, encoder.frozen_layers 3) and 6 decoder layers: 884,736 encoder
+    and 2,555,904 decoder parameters."""
     state = load_checkpoint(default_model_path())
     cfg = ModelConfig.from_dict(state["model_config"])
-    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune) == ("whisper", "whisper-base", "lora")
+    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune, cfg.encoder.frozen_layers) == \
+        ("whisper", "whisper-base", "lora", 3)
     assert (cfg.decoder.kind, cfg.decoder.finetune, cfg.lora.rank, cfg.lora.alpha, cfg.lora.dropout) == \
         ("whisper", "lora", 32, 64, 0.05)
+    assert not any(f".layers.{i}." in k for k in state["model"] if k.startswith("speech_encoder.") for i in range(3))
     sizes = {part: sum(v.numel() for k, v in state["model"].items() if k.startswith(part))
              for part in ("speech_encoder.", "decoder.")}
-    assert sizes == {"speech_encoder.": 6 * (4 * 2 * 512 * 32 + 2 * (512 + 2048) * 32),
+    assert sizes == {"speech_encoder.": 3 * (4 * 2 * 512 * 32 + 2 * (512 + 2048) * 32),
                      "decoder.": 6 * (8 * 2 * 512 * 32 + 2 * (512 + 2048) * 32)} == \
-        {"speech_encoder.": 1_769_472, "decoder.": 2_555_904}
+        {"speech_encoder.": 884_736, "decoder.": 2_555_904}
 
 
 def test_cli_translate_uses_the_default_model(capsys):
