@@ -71,20 +71,21 @@ class WhisperEncoder(nn.Module):
         """The record name of what `states` returns: "out", "layer.<split - 1>" or "conv"."""
         return "out" if not self.splits_inside else f"layer.{self.split - 1}" if self.split else "conv"
 
+    def _states_prefixes(self) -> tuple[str, ...]:
+        """Names (prefixes in the Whisper encoder's state dict) of the tensors `states` computes with."""
+        top = () if self.splits_inside else ("layer_norm.",)
+        return ("conv1.", "conv2.", "embed_positions.") + tuple(f"layers.{i}." for i in range(self.split)) + top
+
     def states_part(self) -> dict[str, Tensor]:
         """The tensors `states` computes with (the cache key's weights): the whole Whisper encoder when it
         runs all layers, else its convolutions, positions and first `split` layers."""
-        state = self.model.state_dict()
-        if not self.splits_inside:
-            return state
-        keep = ("conv1.", "conv2.", "embed_positions.") + tuple(f"layers.{i}." for i in range(self.split))
-        return {k: v for k, v in state.items() if k.startswith(keep)}
+        keep = self._states_prefixes()
+        return {k: v for k, v in self.model.state_dict().items() if k.startswith(keep)}
 
     def states_frozen(self) -> bool:
         """True when nothing `states` runs is trained (its output is then cacheable)."""
-        prefixes = ("conv1.", "conv2.", "embed_positions.") + tuple(f"layers.{i}." for i in range(self.split)) + \
-            (() if self.splits_inside else ("layers.", "layer_norm."))
-        return not any(p.requires_grad for k, p in self.model.named_parameters() if k.startswith(prefixes))
+        keep = self._states_prefixes()
+        return not any(p.requires_grad for k, p in self.model.named_parameters() if k.startswith(keep))
 
     def _mask(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """(frame padding (B, T'), the layers' additive attention mask (B, 1, 1, T'))."""
