@@ -185,8 +185,23 @@ def test_whisper_text_embeddings_are_checked(tiny_data, whisper_dir, tmp_path):
         model_config_for(cfg, load_tokenizers(cfg.data, cfg.model))
 
 
-def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_above(tiny_data, whisper_dir,
-                                                                                   tmp_path):
+def top_layer_encoder(base: Path) -> dict:
+    return {"kind": "whisper", "name_or_path": str(base), "finetune": "lora", "frozen_layers": 1}
+
+
+@pytest.fixture(scope="module")
+def trained_top(tiny_data, whisper_dir, tmp_path_factory):
+    """20 ST updates with layer 0 frozen and cached, LoRA (rank 4) in layer 1 and the decoder."""
+    save_dir = tmp_path_factory.mktemp("whisper_top")
+    cfg = whisper_config(tiny_data, whisper_dir, save_dir, max_updates=20, save_interval_updates=20,
+                         validate_interval_updates=20)
+    cfg.model = ModelConfig(encoder=top_layer_encoder(whisper_dir), decoder={"kind": "whisper", "finetune": "lora"},
+                            dropout=0.0, lora={"rank": 4})
+    run_training(cfg)
+    return cfg, save_dir
+
+
+def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_above(trained_top, tiny_data):
     """encoder.frozen_layers 1 with LoRA: the states after layer 0 are cached (keyed by that layer), the
     run trains layer 1's adapters from them, and the model it saves encodes live audio as it trained."""
     import json
@@ -199,12 +214,7 @@ def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_ab
     from speechmt.data.waveform import record_audio
     from speechmt.data.whisper_mel import whisper_log_mel
 
-    cfg = whisper_config(tiny_data, whisper_dir, tmp_path, max_updates=20, save_interval_updates=20,
-                         validate_interval_updates=20)
-    cfg.model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "lora",
-                                     "frozen_layers": 1}, decoder={"kind": "whisper", "finetune": "lora"},
-                            dropout=0.0, lora={"rank": 4})
-    run_training(cfg)
+    _, tmp_path = trained_top
     ckpt = load_checkpoint(_last(tmp_path))
     encoder_keys = {k for k in ckpt["model"] if k.startswith("speech_encoder.")}
     assert encoder_keys and all(".layers.1." in k and ".lora_" in k for k in encoder_keys)
@@ -222,3 +232,38 @@ def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_ab
         from_cache = lm.model.encode_speech(cached, torch.tensor([cached.size(1)]), precomputed=True)
     assert from_cache.x.shape == live.x.shape
     torch.testing.assert_close(from_cache.x, live.x, atol=2e-2, rtol=1e-2)  # float16 storage
+
+
+def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(trained_top, tiny_data, whisper_dir):
+    """init_encoder_from with prefixes speech_encoder. and decoder. (conf/st_xstnet_whisper_base_top3_from_st.yaml):
+    every adapter of the ST run is copied into XSTNet, whose identity-start stack then hands the decoder the same
+    states, so its translation log-probabilities equal the ST model's."""
+    import torch
+
+    from speechmt.data.manifest import read_manifest
+    from speechmt.data.waveform import record_audio
+    from speechmt.data.whisper_mel import whisper_log_mel
+    from speechmt.models import build_model
+    from speechmt.training.run import init_encoder_from, load_tokenizers, model_config_for
+
+    _, save_dir = trained_top
+    st = load_model(_last(save_dir))
+    cfg = whisper_config(tiny_data, whisper_dir, save_dir / "unused", task="mt")  # a text task: the text path is built
+    cfg.model = ModelConfig(encoder=top_layer_encoder(whisper_dir), decoder={"kind": "whisper", "finetune": "lora"},
+                            text_encoder={"embed_only": True, "embeddings": "whisper", "freeze_embeddings": True},
+                            semantic={"kind": "xstnet", "options": {"layers": 1, "init": "identity",
+                                                                     "audio_tag": False}}, dropout=0.0,
+                            lora={"rank": 4})
+    xstnet = build_model(model_config_for(cfg, load_tokenizers(cfg.data, cfg.model)))
+    copied = init_encoder_from(xstnet, str(_last(save_dir)), ("speech_encoder.", "decoder."))
+    assert copied == len(load_checkpoint(_last(save_dir))["model"]) > 0  # every trained adapter, nothing else
+    rec = read_manifest(tiny_data / "train.jsonl")[0]
+    mels = whisper_log_mel(record_audio(rec, tiny_data), st.mel)[None]
+    vocab = len(st.tokenizer)
+    lengths, prefix = torch.tensor([mels.size(1)]), torch.tensor([[vocab - 4, vocab - 3, 3, 7, 11]])
+    outputs = []
+    for model in (st.model.eval(), xstnet.eval()):
+        with torch.no_grad():
+            outputs.append(model.decode(prefix, model.encode_speech(mels, lengths)))
+    assert outputs[0].shape == outputs[1].shape and outputs[0].size(-1) == vocab
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-5, rtol=1e-5)
