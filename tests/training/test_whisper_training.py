@@ -238,6 +238,8 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
     """init_encoder_from with prefixes speech_encoder. and decoder. (conf/st_xstnet_whisper_base_top3_from_st.yaml):
     every adapter of the ST run is copied into XSTNet, whose identity-start stack then hands the decoder the same
     states, so its translation log-probabilities equal the ST model's."""
+    import dataclasses
+
     import torch
 
     from speechmt.data.manifest import read_manifest
@@ -248,12 +250,9 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
 
     _, save_dir = trained_top
     st = load_model(_last(save_dir))
-    cfg = whisper_config(tiny_data, whisper_dir, save_dir / "unused", task="mt")  # a text task: the text path is built
-    cfg.model = ModelConfig(encoder=top_layer_encoder(whisper_dir), decoder={"kind": "whisper", "finetune": "lora"},
-                            text_encoder={"embed_only": True, "embeddings": "whisper", "freeze_embeddings": True},
-                            semantic={"kind": "xstnet", "options": {"layers": 1, "init": "identity",
-                                                                     "audio_tag": False}}, dropout=0.0,
-                            lora={"rank": 4})
+    cfg = whisper_mt_config(tiny_data, whisper_dir, save_dir / "unused")  # a text task: the text path is built
+    cfg.model = dataclasses.replace(cfg.model, encoder=top_layer_encoder(whisper_dir), lora={"rank": 4},
+                                    decoder={"kind": "whisper", "finetune": "lora"})
     xstnet = build_model(model_config_for(cfg, load_tokenizers(cfg.data, cfg.model)))
     copied = init_encoder_from(xstnet, str(_last(save_dir)), ("speech_encoder.", "decoder."))
     assert copied == len(load_checkpoint(_last(save_dir))["model"]) > 0  # every trained adapter, nothing else
