@@ -1,14 +1,16 @@
 """The tokenizers of a model: the source side (transcripts) and the target side (what the decoder writes),
-each SentencePiece (speechmt.tokenizer) or Whisper's (speechmt.tokenizer_whisper), and their saved form."""
+each SentencePiece (speechmt.tokenizer), Whisper's (speechmt.tokenizer_whisper) or a language model's
+(speechmt.tokenizer_lm), and their saved form."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizer_lm import LMTokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer
 
-AnyTokenizer = Tokenizer | WhisperTokenizer
+AnyTokenizer = Tokenizer | WhisperTokenizer | LMTokenizer
 
 
 @dataclass
@@ -27,5 +29,6 @@ class Tokenizers:
 
 
 def tokenizer_from_state(state: dict) -> AnyTokenizer:
-    """A SentencePiece or Whisper tokenizer from its state_dict."""
-    return WhisperTokenizer.from_state_dict(state) if state.get("kind") == "whisper" else Tokenizer.from_state_dict(state)
+    """A SentencePiece, Whisper or language-model tokenizer from its state_dict."""
+    kinds = {"whisper": WhisperTokenizer, "lm": LMTokenizer}
+    return kinds.get(state.get("kind"), Tokenizer).from_state_dict(state)

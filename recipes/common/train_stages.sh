@@ -5,9 +5,11 @@
 # LUT config stage 11 and with a Chimera config stage 12 (the same extra text, MT -> ST+MT+contrastive; scored
 # as ST and MT), with FAT configs stage 13 (FAT-MLM pretraining on the triples and the extra text, then FAT-ST
 # from it; scored as ST), with a voiced-text config stage 14 (MuST-C layout only: the extra MT text's whole
-# sentences voiced into the corpus' split train-tts-sent and prepared, then ST on the corpus and it).
+# sentences voiced into the corpus' split train-tts-sent and prepared, then ST on the corpus and it), with LM
+# configs stage 15 (a pretrained language model as the decoder: text MT into it, then ST from its adapters).
 # Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf
-# st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf jobs avg beam
+# st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf lm_mt_conf lm_st_conf
+# jobs avg beam
 # test_sets name.
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
@@ -152,5 +154,24 @@ train_stages() {
         "$SPEECHMT" train --config "$tts_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
             train.save_dir="$exp/st_tts"
         average_and_score st_tts "ST + voiced text"
+    fi
+
+    if [ -n "${lm_st_conf:-}" ] && [ "$stage" -le 15 ] && [ "$stop_stage" -ge 15 ]; then
+        log "stage 15: a language model as the decoder: MT ($lm_mt_conf) -> $exp/lm_mt, then ST ($lm_st_conf)" \
+            "from its adapters -> $exp/lm_st; scored as MT, ST and its own ASR -> MT cascade"
+        extra_mt_text
+        "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
+            train.save_dir="$exp/lm_mt"
+        "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
+        "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
+            train.save_dir="$exp/lm_st" train.init_encoder_from="$exp/lm_mt/checkpoint_avg.safetensors"
+        "$SPEECHMT" average "$exp/lm_st" --last 2 --out "$exp/lm_st/checkpoint_avg.safetensors"
+        for split in $test_sets; do
+            "$SPEECHMT" evaluate --model "$exp/lm_mt/checkpoint_avg.safetensors" --task mt --data "$data" \
+                --split "$split" --beam "$beam" --out "$exp/lm_mt/eval_${split}" --results RESULTS.md \
+                --name "LM MT $name (avg 2)"
+            "$SPEECHMT" evaluate --model "$exp/lm_st/checkpoint_avg.safetensors" --data "$data" --split "$split" \
+                --beam "$beam" --out "$exp/lm_st/eval_${split}" --results RESULTS.md --name "LM ST $name (avg 2)"
+        done
     fi
 }

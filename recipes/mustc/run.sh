@@ -22,6 +22,8 @@
 #  14  with --tts-conf (conf/st_whisper_base_enc_lora_tts_sent.yaml): the extra MT text's whole sentences
 #      voiced into $root's split train-tts-sent (`speechmt synth-tts`: synthetic speech for text-only pairs)
 #      and prepared, then ST on the corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
+#  15  with --lm-st-conf (conf/st_lm_gemma.yaml): Gemma 3 270M as the decoder: text MT ($lm_mt_conf) -> $exp/lm_mt,
+#      then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as MT and ST
 # Stages run unchanged on the released corpus and on the mini corpus.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -29,7 +31,7 @@ source ../common/env.sh
 source ../common/train_stages.sh
 
 stage=1
-stop_stage=14
+stop_stage=15
 corpus=mustc
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
@@ -49,6 +51,8 @@ chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yam
 fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_{mini,whisper_base}.yaml): stage 13, with fat_st_conf
 fat_st_conf=""              # a FAT-ST config (conf/st_fat_{mini,whisper_base}.yaml): stage 13, from FAT-MLM
 tts_conf=""                 # ST on the corpus + the voiced extra text (conf/st_whisper_base_enc_lora_tts_sent.yaml): stage 14
+lm_mt_conf=conf/mt_lm_gemma.yaml  # text MT into a pretrained LM (Gemma 3 270M): stage 15, with lm_st_conf
+lm_st_conf=""               # ST into that LM from the MT adapters (conf/st_lm_gemma.yaml): stage 15
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
 beam=5
@@ -61,6 +65,7 @@ usage() {
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
     echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF] [--tts-conf CONF]"
+    echo "          [--lm-st-conf conf/st_lm_gemma.yaml [--lm-mt-conf conf/mt_lm_gemma.yaml]]"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"

@@ -99,7 +99,7 @@ def max_lengths(model: Translator, enc: EncoderOutput, options: DecodeOptions) -
     """(B,) maximum generated tokens: the options', within a decoder's learned positions (Whisper: 448),
     which also hold the start token and the prefix."""
     lengths = options.max_lengths(enc.lengths)
-    table = getattr(model.decoder.positions, "weight", None)
+    table = getattr(getattr(model.decoder, "positions", None), "weight", None)  # an LM decoder has none
     if table is not None:
         lengths = lengths.clamp(max=table.size(0) - 1 - len(options.prefix))
     return lengths

@@ -11,6 +11,7 @@ a full checkpoint that needs no base (LoRA folded into the weights).
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 from torch import Tensor, nn
 
@@ -19,17 +20,20 @@ from speechmt.checkpoint import CheckpointError, state_checksum
 
 
 def base_sources(cfg: ModelConfig) -> list[str]:
-    """The pretrained folders or hub ids a model's frozen weights come from (Whisper parts only)."""
+    """The pretrained folders or hub ids a model's frozen weights come from (Whisper parts, an LM decoder)."""
     enc = cfg.encoder
     sources = [enc.name_or_path] if enc.kind == "whisper" and enc.name_or_path else []
     if cfg.decoder.kind == "whisper" and cfg.whisper_decoder_source and cfg.whisper_decoder_source not in sources:
         sources.append(cfg.whisper_decoder_source)
+    if cfg.decoder.kind == "lm" and cfg.decoder.name_or_path:
+        sources.append(cfg.decoder.name_or_path)
     return sources
 
 
-def trained_keys(model: nn.Module) -> set[str]:
-    """State-dict keys of the parameters that train (requires_grad), tied aliases included."""
-    trained = {id(p) for p in model.parameters() if p.requires_grad}
+def trained_keys(model: nn.Module, names: Collection[str] | None = None) -> set[str]:
+    """State-dict keys of the parameters that train (requires_grad, or the parameters `names`), tied aliases
+    included."""
+    trained = {id(p) for n, p in model.named_parameters() if (p.requires_grad if names is None else n in names)}
     return {k for k, p in model.named_parameters(remove_duplicate=False) if id(p) in trained}
 
 
@@ -47,12 +51,13 @@ def base_reference(model: Translator) -> dict | None:
     return {"sources": sources, "sha256": frozen_checksum(model)}
 
 
-def model_state(model: nn.Module, base: dict | None) -> dict[str, Tensor]:
-    """What a checkpoint stores of the model: the trained tensors when it has a base, else everything."""
+def model_state(model: nn.Module, base: dict | None, names: Collection[str] | None = None) -> dict[str, Tensor]:
+    """What a checkpoint stores of the model: the trained tensors when it has a base (those that train, or the
+    parameters `names`: a run's trainable ones, whatever a stage freezes for a while), else everything."""
     state = model.state_dict()
     if base is None:
         return state
-    keys = trained_keys(model)
+    keys = trained_keys(model, names)
     return {k: v for k, v in state.items() if k in keys}
 
 

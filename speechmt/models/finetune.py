@@ -36,14 +36,21 @@ class LoraSettings:
                              f"{self.dropout} (in [0, 1)), targets {self.targets} (not empty)")
 
 
+def _is_norm(m: nn.Module) -> bool:
+    """A LayerNorm or an RMSNorm (torch's, or a model's own class such as Gemma3RMSNorm)."""
+    return isinstance(m, nn.LayerNorm) or type(m).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
 def lna_(module: nn.Module) -> None:
-    """Freezes `module` but for its LayerNorms and the q/k/v/out projections of its attention layers."""
+    """Freezes `module` but for its LayerNorms (or RMSNorms) and the q/k/v/output projections of its attention
+    layers (output named out_proj, as Whisper's, or o_proj, as a Llama-family LM's)."""
     module.requires_grad_(False)
     for m in module.modules():
-        if isinstance(m, nn.LayerNorm):
+        if _is_norm(m):
             m.requires_grad_(True)
-        if all(hasattr(m, name) for name in ATTENTION_PROJECTIONS):
-            for name in ATTENTION_PROJECTIONS:
+        out = next((name for name in ("out_proj", "o_proj") if hasattr(m, name)), None)
+        if out and all(hasattr(m, name) for name in ATTENTION_PROJECTIONS[:3]):
+            for name in (*ATTENTION_PROJECTIONS[:3], out):
                 getattr(m, name).requires_grad_(True)
 
 

@@ -34,8 +34,8 @@ __all__ = ["DecoderConfig", "EncoderConfig", "EncoderOutput", "LoraSettings", "M
 
 CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizer)
 ENCODERS = ("conv", "wav2vec2", "whisper")
-DECODERS = ("transformer", "whisper")
-TEXT_EMBEDDINGS = ("learned", "whisper")  # TextEncoderConfig.embeddings
+DECODERS = ("transformer", "whisper", "lm")
+TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper")
 
 
@@ -106,8 +106,10 @@ class TextEncoderConfig:
     the shared encoder (XSTNet's shape). `embeddings`: "learned" (a table over the SentencePiece source
     vocabulary, random at first, scaled by sqrt(D), sinusoidal positions) or "whisper" (the source text in
     Whisper's tokenizer, embedded as Whisper's decoder embeds its input: copies of its pretrained token and
-    position tables, unscaled; needs decoder 'whisper'); `freeze_embeddings` keeps Whisper's tables as they
-    are (they then come from the base model, not the checkpoint's delta)."""
+    position tables, unscaled; needs decoder 'whisper') or "lm" (the source text in a language model's
+    tokenizer, embedded by that LM decoder's own input table, shared with it, no positions of its own: the LM
+    adds them; needs decoder 'lm' and embed_only); `freeze_embeddings` keeps Whisper's tables as they are
+    (they then come from the base model, not the checkpoint's delta)."""
 
     layers: int = 0
     shared: bool = False
@@ -121,6 +123,8 @@ class TextEncoderConfig:
             "text_encoder.embed_only excludes text_encoder.layers and .shared",
             self.embeddings not in TEXT_EMBEDDINGS and
             f"unknown text_encoder.embeddings {self.embeddings!r}; expected one of {', '.join(TEXT_EMBEDDINGS)}",
+            self.embeddings == "lm" and not self.embed_only and
+            "text_encoder.embeddings lm needs text_encoder.embed_only (the LM decoder is the text's stack)",
             self.freeze_embeddings and self.embeddings != "whisper" and
             "text_encoder.freeze_embeddings needs text_encoder.embeddings whisper (learned ones start random)",
         ])
@@ -132,9 +136,12 @@ class TextEncoderConfig:
 
 @dataclass
 class DecoderConfig:
-    """The decoder: "transformer" (`layers` of the shared dimensions) or "whisper" (a Whisper model's
+    """The decoder: "transformer" (`layers` of the shared dimensions), "whisper" (a Whisper model's
     pretrained decoder, from name_or_path or else encoder.name_or_path; d_model, layers, heads, vocabulary and
-    positions are Whisper's, and targets use Whisper's tokenizer and language tokens)."""
+    positions are Whisper's, and targets use Whisper's tokenizer and language tokens) or "lm" (a pretrained
+    causal language model from name_or_path, reading [prompt | source | target]: speechmt.models.lm_decoder;
+    d_model is its width; `vocab`: the LM ids of its trimmed output vocabulary and `prompt`: the LM ids read
+    before the source, both filled in from the LM's tokenizer and the training targets when a run starts)."""
 
     kind: str = "transformer"
     layers: int = 6
@@ -143,9 +150,11 @@ class DecoderConfig:
     finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (ModelConfig.lora adapters)
     tie_embeddings: bool = True  # decoder input embedding == output projection
     output_bias: bool = False  # a bias on the output projection (imported models)
+    vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizer_lm)
+    prompt: tuple[int, ...] = ()  # lm: the LM ids before the source ("<bos>English:")
 
     def __post_init__(self):
-        self.hf_config = dict(self.hf_config)
+        self.hf_config, self.vocab, self.prompt = dict(self.hf_config), tuple(self.vocab), tuple(self.prompt)
         raise_problems("bad ModelConfig", [
             self.kind not in DECODERS and f"unknown decoder {self.kind!r}; expected one of {', '.join(DECODERS)}",
             self.finetune not in FINETUNE_MODES and
@@ -210,6 +219,10 @@ class ModelConfig:
             f"text_encoder.shared needs text_encoder.layers == encoder.layers ({enc.layers}), got {text.layers}",
             text.embeddings == "whisper" and dec.kind != "whisper" and
             "text_encoder.embeddings whisper needs decoder 'whisper' (its tables are the decoder's)",
+            text.embeddings == "lm" and dec.kind != "lm" and
+            "text_encoder.embeddings lm needs decoder 'lm' (its table is the language model's)",
+            dec.kind == "lm" and not (dec.name_or_path or dec.hf_config) and
+            "decoder 'lm' needs decoder.name_or_path (e.g. gemma-3-270m) or decoder.hf_config",
         ])
 
     def check_vocabularies(self) -> None:
@@ -334,6 +347,8 @@ def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None,
     stack = None if t.embed_only else shared if t.shared else config_stack(cfg, t.layers)
     if t.embeddings == "whisper":
         return whisper_text_encoder(decoder, stack, cfg.dropout, t.freeze_embeddings)
+    if t.embeddings == "lm":  # the LM's own table, shared (not copied: 262k x 640 for Gemma 3); it adds positions
+        return TextEncoder(decoder.embed, None, cfg.dropout, positions=nn.Identity(), scale=1.0)
     return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), stack, cfg.dropout,
                        cfg.position_offset)
 
@@ -378,6 +393,17 @@ def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[Transformer
                                    cfg.activation_dropout), cfg
 
 
+def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelConfig]:
+    """A causal LM as the decoder, and `cfg` with its width as d_model, its trimmed vocabulary's size and its
+    complete HF config filled in."""
+    from speechmt.models.lm_decoder import lm_config_dict, lm_decoder, load_causal_lm
+
+    d = cfg.decoder
+    decoder = lm_decoder(load_causal_lm(d.name_or_path, d.hf_config, pretrained), d.vocab, d.prompt)
+    return decoder, replace(cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab),
+                            decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
+
+
 def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:
     """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both); with
     encoder.frozen_layers N (whisper), to the layers above N and the final LayerNorm only."""
@@ -406,6 +432,8 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     decoder = None
     if hf_dec is not None:
         decoder, cfg = _whisper_decoder(cfg, hf_dec)
+    elif cfg.decoder.kind == "lm":
+        decoder, cfg = _lm_decoder(cfg, pretrained)
     cfg.check_vocabularies()
     shared = None
     if cfg.encoder.kind == "wav2vec2":

@@ -13,15 +13,14 @@ the keys adds the same number to every score of a query).
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
 import re
-from pathlib import Path
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from speechmt.models.decoder import TransformerDecoder, transformer_decoder
+from speechmt.hub import resolve_pretrained, speechmt_home  # noqa: F401 (re-exported: older imports)
 from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
 
 _LAYER = re.compile(r"layers\.(\d+)\.(\w+)\.(.+)")
@@ -31,20 +30,6 @@ _LAYER_NAMES = {"self_attn": "self_attn", "self_attn_layer_norm": "self_norm", "
 _META_KEYS = ("model_type", "transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
 _MODULES = {"embed_tokens.weight": "embed.weight", "embed_positions.weight": "positions.weight",
             "layer_norm.weight": "norm.weight", "layer_norm.bias": "norm.bias"}
-
-
-def speechmt_home() -> Path:
-    """Where set-up puts converted pretrained models: $SPEECHMT_HOME, by default ~/.cache/speechmt."""
-    return Path(os.environ.get("SPEECHMT_HOME") or Path.home() / ".cache" / "speechmt")
-
-
-def resolve_pretrained(name_or_path: str) -> str:
-    """A local folder as it is; a name that set-up converted ($SPEECHMT_HOME/<name>) as that folder; anything
-    else (a hub id) unchanged, for from_pretrained."""
-    if Path(name_or_path).is_dir():
-        return name_or_path
-    local = speechmt_home() / name_or_path
-    return str(local) if local.is_dir() else name_or_path
 
 
 def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True) -> nn.Module:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Iterator
 
 from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig
 import torch
@@ -45,9 +46,9 @@ def decoder_side(cfg: ExperimentConfig) -> str:
     tasks = {t.task for t in run_tasks(cfg)}
     if tasks == {"asr"}:
         return "src"
-    if "asr" in tasks and cfg.model.decoder.kind != "whisper" and cfg.data.src_vocab != cfg.data.tgt_vocab:
+    if "asr" in tasks and cfg.model.decoder.kind == "transformer" and cfg.data.src_vocab != cfg.data.tgt_vocab:
         raise ConfigError("asr together with st or mt shares one decoder: give data.src_vocab and data.tgt_vocab "
-                          "the same joint SentencePiece model (or use model.decoder.kind whisper)")
+                          "the same joint SentencePiece model (or use model.decoder.kind whisper or lm)")
     return "tgt"
 
 
@@ -65,6 +66,33 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
                                                WhisperTokenizerConfig(data.whisper_task))
     whisper_src = side == "src" or model.text_encoder.embeddings == "whisper"
     return Tokenizers(whisper if whisper_src else toks.src, whisper if side == "tgt" else toks.tgt)
+
+
+def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
+    """The tokenizers of a run: load_tokenizers, or with an LM decoder (model.decoder.kind lm) the LM's
+    tokenizer trimmed to the tokens of the run's training targets (lm_target_texts) and task prefixes, and on
+    the source side the LM's whole tokenizer when a task reads text (else data.src_vocab, for a CTC head)."""
+    if cfg.model.decoder.kind != "lm":
+        return load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
+    from speechmt.tokenizer_lm import LMTokenizer
+
+    name = cfg.model.decoder.name_or_path
+    tags = [t for t in decoder_tags(cfg).values() if t]
+    if not tags:
+        raise ConfigError("an LM decoder needs data.lang_tag: true (the target language's name starts each target)")
+    tgt = LMTokenizer.trimmed(name, lm_target_texts(cfg), tags)
+    if any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
+        return Tokenizers(LMTokenizer.from_pretrained(name, role="source"), tgt)
+    return Tokenizers(Tokenizer.load(cfg.data.src_vocab) if cfg.data.src_vocab else None, tgt)
+
+
+def lm_target_texts(cfg: ExperimentConfig) -> Iterator[str]:
+    """The decoder targets of every training stream of a run (transcripts for asr): an LM decoder's output
+    vocabulary is the tokens they use."""
+    for spec in run_tasks(cfg):
+        if spec.task in DECODING_TASKS:
+            field = "src_text" if spec.task == "asr" else "tgt_text"
+            yield from (getattr(r, field) for r in read_split(stream_dir(cfg, spec), spec.split or cfg.data.train_split))
 
 
 def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
@@ -209,8 +237,12 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     if cfg.model.shrink.kind == "ctc" and not ctc:
         raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
                           "(or a ctc objective) and data.src_vocab to train that head")
-    return dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
-                               ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id)
+    model = dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
+                                ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id)
+    if model.decoder.kind == "lm":  # its trimmed output vocabulary and the prompt before the source, in LM ids
+        decoder = dataclasses.replace(model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(cfg.data.src_lang))
+        model = dataclasses.replace(model, decoder=decoder)
+    return model
 
 
 def teacher_for(cfg: ExperimentConfig):

@@ -22,8 +22,8 @@ from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.tasks import TaskData
 from speechmt.tokenizers import Tokenizers
 from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
-                                        feature_settings, load_tokenizers, main_task, mel_settings_for,
-                                        model_config_for, objective_settings_for, stream_dir, teacher_for,
+                                        feature_settings, main_task, mel_settings_for,
+                                        model_config_for, objective_settings_for, stream_dir, teacher_for, tokenizers_for,
                                         waveform_settings, with_teacher)
 from speechmt.models.delta import base_reference
 from speechmt.data.whisper_mel import WhisperMelConfig
@@ -102,7 +102,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     device = pick_device(cfg.train.device)
     dist.init(device)
     seed_everything(cfg.train.seed)
-    toks = load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
+    toks = tokenizers_for(cfg)
     fbank, cmvn = feature_settings(cfg)
     waveform = waveform_settings(cfg)  # None unless the encoder reads waveforms
     mel = mel_settings_for(cfg)  # None unless the encoder is Whisper's

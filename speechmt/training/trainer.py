@@ -347,8 +347,13 @@ class Trainer:
             self.save(BEST)
         return result
 
+    def _trainable_names(self) -> set[str]:
+        """The parameters the run trains, including those its current stage freezes for a while."""
+        return {name for name, trains in self.trainable.items() if trains}
+
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"model_config": asdict(self.model.config), "model": model_state(self.model, self.extras.get("base")),
+        base = self.extras.get("base")
+        return {"model_config": asdict(self.model.config), "model": model_state(self.model, base, self._trainable_names()),
                 "train_config": self.cfg.to_dict(), **self.extras,
                 "train_state": {"state": asdict(self.state), "optimizer": self.optimizer.state_dict(),
                                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),

@@ -1,0 +1,151 @@
+"""Training-update time of speech translation into a language-model decoder (conf/st_lm_gemma.yaml: frozen Whisper
+base encoder, cached, -> conv bridge -> Gemma 3 270M with LoRA, output layer trimmed to the targets' tokens),
+against the top-3 Whisper recipe (conf/st_whisper_base_top3_lora.yaml, the default model's), on the same real
+batches in one process; and the LM with its whole 262k-row output layer, to show what the trimming saves.
+
+Each setting's encoder input is prepared once outside the timing, as training reads it from the cache: the
+states after Whisper's layer 3 (top-3 recipe) or after its last layer (LM). A timed update is forward,
+label-smoothed cross entropy, backward and an Adam step. Settings alternate within each repeat; the report gives
+each one's median seconds per update and its ratio to the first setting's median.
+
+    python benchmarks/bench_lm_decoder.py --manifest DATA/train.jsonl [--whisper whisper-base] \
+        [--lm gemma-3-270m] [--settings top3 lm lm-fullhead] [--seconds 40] [--batches 3] [--repeats 3] \
+        [--threads 2] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from speechmt.data.batching import collate_sequences
+from speechmt.data.manifest import read_manifest
+from speechmt.data.waveform import record_audio
+from speechmt.data.whisper_mel import mel_settings, whisper_log_mel
+from speechmt.hub import resolve_pretrained
+from speechmt.models.translator import ModelConfig, build_model
+from speechmt.tokenizer_lm import LMTokenizer
+from speechmt.tokenizer_whisper import WhisperTokenizer
+
+LM_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05,
+           "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+def batches(records, folder: Path, seconds: float, count: int, mel) -> list[list]:
+    """`count` batches of consecutive records, each up to `seconds` of audio: [(mel (T, 80), text)]."""
+    out, current, total = [], [], 0.0
+    for r in records:
+        if total + r.n_frames / 100 > seconds and current:
+            out.append(current)
+            current, total = [], 0.0
+            if len(out) == count:
+                break
+        current.append((whisper_log_mel(record_audio(r, folder), mel), r.tgt_text))
+        total += r.n_frames / 100
+    return out
+
+
+def targets(tok, texts: list[str], tag: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(decoder input (B, U), gold next tokens (B, U), padded with -100), as training builds them."""
+    rows = [torch.tensor([tok.bos_id, *tok.encode(t, lang_tag=tag)]) for t in texts]
+    width = max(len(r) for r in rows) - 1
+    inp = torch.full((len(rows), width), tok.pad_id)
+    gold = torch.full((len(rows), width), -100)
+    for i, r in enumerate(rows):
+        inp[i, : len(r) - 1], gold[i, : len(r) - 1] = r[:-1], r[1:]
+    return inp, gold
+
+
+def build(name: str, whisper: str, lm: str, texts: list[str]):
+    """(model, tokenizer, tag, frozen encoder layers) of a setting."""
+    torch.manual_seed(0)
+    if name == "top3":
+        tok = WhisperTokenizer.from_pretrained(resolve_pretrained(whisper))
+        cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "lora", "frozen_layers": 3},
+                          decoder={"kind": "whisper", "finetune": "lora"}, lora={"rank": 32, "alpha": 64, "dropout": 0.05},
+                          dropout=0.1, pad_id=tok.pad_id)
+        return build_model(cfg), tok, "<|de|>", 3
+    tok = LMTokenizer.trimmed(lm, texts, ["<de>"])
+    vocab = tok.config.vocab
+    if name == "lm-fullhead":  # the same model with every row of the LM's output layer
+        full = LMTokenizer.from_pretrained(lm, role="source")
+        vocab = vocab + tuple(i for i in range(len(full)) if i not in set(vocab))
+    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "frozen"},
+                      shrink={"kind": "conv", "layers": 2, "channels": 1024},
+                      decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora", "vocab": vocab,
+                               "prompt": tok.prompt_ids("en")}, lora=LM_LORA, dropout=0.1, pad_id=tok.pad_id)
+    return build_model(cfg), tok, "<de>", None
+
+
+def inputs(model, batch, frozen: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The encoder input training reads from the cache: the states after layer `frozen` (None: the last)."""
+    x, lengths = collate_sequences([m for m, _ in batch])
+    with torch.no_grad():
+        model.speech_encoder.eval()
+        x, lengths = model.speech_encoder.states(x, lengths)
+        model.speech_encoder.train()
+    return x, lengths
+
+
+def update(model, opt, x, lengths, inp, gold) -> float:
+    start = time.perf_counter()
+    logits = model.decode(inp, model.encode_speech(x, lengths, precomputed=True))
+    loss = F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=0.1)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--whisper", default="whisper-base")
+    p.add_argument("--lm", default="gemma-3-270m")
+    p.add_argument("--settings", nargs="+", default=["top3", "lm", "lm-fullhead"],
+                   choices=["top3", "lm", "lm-fullhead"])
+    p.add_argument("--seconds", type=float, default=40.0, help="audio per batch (conf/st_lm_gemma.yaml's max_tokens)")
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    manifest = Path(args.manifest)
+    records = read_manifest(manifest)
+    data = batches(records, manifest.parent, args.seconds, args.batches, mel_settings(resolve_pretrained(args.whisper)))
+    texts = [r.tgt_text for r in records]
+    runs = {}
+    for name in args.settings:
+        model, tok, tag, frozen = build(name, args.whisper, args.lm, texts)
+        opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=1e-4)
+        runs[name] = (model.train(), opt, [(*inputs(model, b, frozen), *targets(tok, [t for _, t in b], tag))
+                                           for b in data])
+    times: dict[str, list[float]] = {n: [] for n in args.settings}
+    for _ in range(args.repeats):
+        for name, (model, opt, prepared) in runs.items():
+            times[name] += [update(model, opt, *b) for b in prepared]
+    ref = statistics.median(times[args.settings[0]])
+    report = {"whisper": args.whisper, "lm": args.lm, "threads": args.threads, "batches": len(data),
+              "seconds_of_audio_per_batch": args.seconds, "repeats": args.repeats,
+              "utterances_per_batch": statistics.mean(len(b) for b in data), "seconds_per_update": {}}
+    print(f"{len(data)} batches of ~{args.seconds:.0f} s ({report['utterances_per_batch']:.1f} utterances), "
+          f"{args.repeats} repeats, {args.threads} threads; ratio to {args.settings[0]}")
+    for name in args.settings:
+        med = statistics.median(times[name])
+        trainable = sum(q.numel() for q in runs[name][0].parameters() if q.requires_grad)
+        report["seconds_per_update"][name] = {"median": med, "ratio": med / ref, "trainable": trainable,
+                                              "all": times[name]}
+        print(f"{name}: median {med:.2f} s per update ({med / ref:.2f}x), {trainable:,} trained parameters")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Training with a causal LM as the decoder: MT through the LM's own embeddings, ST through a frozen (cached)
+Whisper encoder and a bridge, LoRA delta checkpoints that load from their bases, and one checkpoint decoding
+several tasks by prompt. A tiny random Gemma 3 and a tiny random Whisper, both in local folders."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from speechmt.checkpoint import load_checkpoint
+from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
+from speechmt.decoding.translate import load_model
+from speechmt.evaluation.evaluate import decode_split, references
+from speechmt.models.translator import ModelConfig
+from speechmt.training.run import run_training
+from tests.lm_helpers import tiny_lm_dir
+from tests.whisper_helpers import tiny_whisper_dir
+
+LORA = {"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm_train"), hidden=64)
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    return tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_lm"), d_model=32)
+
+
+def lm_config(data: Path, lm: Path, save_dir: Path, model: dict, **train) -> ExperimentConfig:
+    defaults = dict(task="st", lr=3e-3, warmup_updates=5, max_updates=120, save_dir=str(save_dir),
+                    save_interval_updates=60, validate_interval_updates=60, log_interval=50, seed=1,
+                    label_smoothing=0.0, keep_last=2, valid_decode=False)
+    base = {"decoder": {"kind": "lm", "name_or_path": str(lm), "finetune": "full"}, "dropout": 0.0,
+            "attention_dropout": 0.0, "activation_dropout": 0.0, "n_heads": 2}
+    return ExperimentConfig(model=ModelConfig(**{**base, **model}),
+                            data=DataConfig(dir=str(data), spec_augment="", max_tokens=4000, max_sentences=6,
+                                            src_lang="en", tgt_lang="de", lang_tag=True),
+                            train=TrainConfig(**{**defaults, **train}))
+
+
+def _last(save_dir: Path) -> Path:
+    return save_dir / "checkpoint_last.safetensors"
+
+
+def _exact(lm, data, split, task):
+    decoded = decode_split(lm, data, split, lm.decode_options(beam=2))
+    refs = references(task, decoded.records)
+    return sum(h == r for h, r in zip(decoded.hyps, refs)), list(zip(decoded.hyps, refs))
+
+
+@pytest.fixture(scope="module")
+def trained_mt(tiny_data, lm_dir, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("lm_mt")
+    cfg = lm_config(tiny_data, lm_dir, save_dir, {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
+                    task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80)
+    run_training(cfg)
+    return cfg, save_dir
+
+
+def test_lm_mt_learns_its_training_translations_and_stores_the_lm_by_reference(trained_mt, tiny_data, lm_dir):
+    _, save_dir = trained_mt
+    ckpt = load_checkpoint(_last(save_dir))
+    assert ckpt["tokenizers"]["tgt"]["kind"] == "lm" and ckpt["tokenizers"]["src"]["config"]["role"] == "source"
+    assert "tokenizer_json" not in ckpt["tokenizers"]["tgt"] and len(ckpt["tokenizers"]["tgt"]["config"]["sha256"]) == 64
+    assert "base" not in ckpt  # every weight trains (finetune full): a whole checkpoint
+    lm = load_model(_last(save_dir))
+    assert lm.task == "mt" and lm.tokenizer.kind == "lm"
+    exact, pairs = _exact(lm, tiny_data, "train", "mt")
+    assert exact >= 5, pairs
+
+
+@pytest.fixture(scope="module")
+def trained_st(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
+    """ST + ASR on a frozen tiny Whisper (cached), conv-shrunk 4x, into the LM with LoRA."""
+    save_dir = tmp_path_factory.mktemp("lm_st")
+    model = {"encoder": {"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+             "shrink": {"kind": "conv", "channels": 64}, "lora": LORA,
+             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"}}
+    stages = [{"name": "bridge", "updates": 30, "freeze": ["decoder."], "tasks": [{"task": "st"}]},
+              {"name": "st+asr", "tasks": [{"task": "st"}, {"task": "asr"}]}]
+    cfg = lm_config(tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=5e-3,
+                    save_interval_updates=30)
+    run_training(cfg)
+    return cfg, save_dir
+
+
+def test_lm_st_delta_checkpoint_holds_the_bridge_and_adapters_and_reloads_exactly(trained_st, tiny_data, lm_dir,
+                                                                                   whisper_dir):
+    _, save_dir = trained_st
+    ckpt = load_checkpoint(_last(save_dir))
+    assert ckpt["base"]["sources"] == [str(whisper_dir), str(lm_dir)]
+    keys = set(ckpt["model"])
+    assert keys and all(k.startswith(("speech_encoder.proj", "shrink.")) or ".lora_" in k for k in keys), sorted(keys)[:5]
+    assert any(".lora_" in k for k in keys) and any(k.startswith("shrink.") for k in keys)
+    assert ckpt["model_config"]["d_model"] == 64 and len(ckpt["model_config"]["decoder"]["vocab"]) == ckpt["model_config"]["tgt_vocab_size"]
+    a, b = load_model(_last(save_dir)), load_model(_last(save_dir))
+    options = a.decode_options(beam=2)
+    assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
+    state = {k: v for k, v in a.model.state_dict().items() if k in keys}
+    assert all(torch.equal(state[k], ckpt["model"][k].to(state[k].dtype)) for k in keys)
+
+
+def test_one_lm_checkpoint_decodes_each_task_by_its_prompt(trained_st):
+    _, save_dir = trained_st
+    st, asr = load_model(_last(save_dir)), load_model(_last(save_dir), task="asr")
+    tok = st.tokenizer
+    assert tok.to_lm_ids(st.decode_options().prefix) == tok.text_ids("German:")
+    assert tok.to_lm_ids(asr.decode_options().prefix) == tok.text_ids("English:")
+    assert st.decode_options().bos_id == tok.bos_id == 2 and tok.to_lm_ids([tok.bos_id]) == tok.text_ids("\n")
+
+
+def test_a_stage_that_freezes_the_lm_still_saves_its_adapters(trained_st):
+    _, save_dir = trained_st
+    during = load_checkpoint(save_dir / "checkpoint_30.safetensors")  # the end of the bridge stage
+    after = load_checkpoint(_last(save_dir))
+    assert set(during["model"]) == set(after["model"])
+    lora_b = [k for k in during["model"] if ".lora_B." in k]
+    assert lora_b and all(during["model"][k].abs().max() == 0 for k in lora_b)  # peft starts B at zero: untouched
+    assert all(after["model"][k].abs().max() > 0 for k in lora_b)  # they train in stage 2
