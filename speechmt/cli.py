@@ -288,13 +288,21 @@ def cmd_import_whisper(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_gguf(args: argparse.Namespace) -> int:
+    from speechmt.interop.gguf import import_gguf
+
+    out = import_gguf(args.gguf_file, args.out, dtype=args.dtype)
+    print(f"{out}: Hugging Face causal LM of {args.gguf_file} ({args.dtype})")
+    return 0
+
+
 HANDLERS = {
     "prepare_mustc": cmd_prepare_mustc, "prepare_covost2": cmd_prepare_covost2, "synth": cmd_synth,
     "synth_mt": cmd_synth_mt, "synth_tts": cmd_synth_tts, "vocab": cmd_vocab, "train": cmd_train,
     "pretrain_audio": cmd_pretrain_audio,
     "average": cmd_average, "translate": cmd_translate, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
     "analyze": cmd_analyze, "export": cmd_export, "convert": cmd_convert, "import_hf": cmd_import_hf,
-    "import_whisper": cmd_import_whisper,
+    "import_whisper": cmd_import_whisper, "import_gguf": cmd_import_gguf,
 }
 """The subcommands' handlers by the names speechmt.cli_parser calls them."""
 

@@ -313,8 +313,23 @@ def _import_whisper(sub, handlers: Handlers) -> None:
     imw.set_defaults(func=handlers["import_whisper"])
 
 
+def _import_gguf(sub, handlers: Handlers) -> None:
+    img = sub.add_parser("import-gguf", help="convert a causal language model in GGUF format (llama.cpp's file, "
+                         "e.g. Gemma 3) into a Hugging Face folder",
+                         description="Reads FILE with transformers (any GGUF causal LM it reads; needs the gguf and "
+                         "accelerate packages), dequantised, and writes a folder that "
+                         "AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained load offline: "
+                         "config.json, generation_config.json, model.safetensors, tokenizer files. The folder "
+                         "appears complete or not at all (written under a temporary name, then renamed).")
+    img.add_argument("gguf_file", metavar="FILE", help="GGUF model file")
+    img.add_argument("--out", required=True, metavar="DIR", help="output folder (replaced if it exists)")
+    img.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                     help="weights as stored (default: float32, exact to the dequantised values)")
+    img.set_defaults(func=handlers["import_gguf"])
+
+
 SUBCOMMANDS = (_prepare, _synth, _vocab, _train, _pretrain_audio, _average, _translate, _evaluate, _benchmark,
-               _analyze, _export, _convert, _import_hf, _import_whisper)
+               _analyze, _export, _convert, _import_hf, _import_whisper, _import_gguf)
 
 
 def build_parser(handlers: Handlers) -> argparse.ArgumentParser:
