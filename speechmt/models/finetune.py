@@ -37,8 +37,10 @@ class LoraSettings:
 
 
 def _is_norm(m: nn.Module) -> bool:
-    """A LayerNorm or an RMSNorm (torch's, or a model's own class such as Gemma3RMSNorm)."""
-    return isinstance(m, nn.LayerNorm) or type(m).__name__.endswith(("RMSNorm", "LayerNorm"))
+    """A LayerNorm or an RMSNorm (torch's, or a model's own class such as Gemma3RMSNorm; a leaf module, not a
+    layer class named after its norm such as Wav2Vec2EncoderLayerStableLayerNorm)."""
+    named = type(m).__name__.endswith(("RMSNorm", "LayerNorm")) and next(m.children(), None) is None
+    return isinstance(m, nn.LayerNorm) or named
 
 
 def lna_(module: nn.Module) -> None:
