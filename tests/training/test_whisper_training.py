@@ -246,7 +246,8 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
     from speechmt.data.waveform import record_audio
     from speechmt.data.whisper_mel import whisper_log_mel
     from speechmt.models import build_model
-    from speechmt.training.run import init_encoder_from, load_tokenizers, model_config_for
+    from speechmt.training.builders import load_tokenizers, model_config_for
+    from speechmt.training.run import init_encoder_from
 
     _, save_dir = trained_top
     st = load_model(_last(save_dir))
