@@ -45,9 +45,9 @@ def batches(records, folder: Path, seconds: float, count: int, mel) -> list[list
     return out
 
 
-def targets(tok: WhisperTokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+def targets(tok: WhisperTokenizer, texts: list[str], tag: str = "<|de|>") -> tuple[torch.Tensor, torch.Tensor]:
     """(decoder input (B, U), gold next tokens (B, U), padded with -100), as training builds them."""
-    rows = [torch.tensor([tok.bos_id, *tok.encode(t, lang_tag="<|de|>")]) for t in texts]
+    rows = [torch.tensor([tok.bos_id, *tok.encode(t, lang_tag=tag)]) for t in texts]
     width = max(len(r) for r in rows) - 1
     inp = torch.full((len(rows), width), tok.pad_id)
     gold = torch.full((len(rows), width), -100)

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench_frozen_layers import batches, targets  # the same batches and targets as that benchmark
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest
-from speechmt.data.waveform import record_audio
-from speechmt.data.whisper_mel import mel_settings, whisper_log_mel
+from speechmt.data.whisper_mel import mel_settings
 from speechmt.hub import resolve_pretrained
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.tokenizer_lm import LMTokenizer
@@ -35,31 +35,6 @@ from speechmt.tokenizer_whisper import WhisperTokenizer
 
 LM_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05,
            "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
-
-
-def batches(records, folder: Path, seconds: float, count: int, mel) -> list[list]:
-    """`count` batches of consecutive records, each up to `seconds` of audio: [(mel (T, 80), text)]."""
-    out, current, total = [], [], 0.0
-    for r in records:
-        if total + r.n_frames / 100 > seconds and current:
-            out.append(current)
-            current, total = [], 0.0
-            if len(out) == count:
-                break
-        current.append((whisper_log_mel(record_audio(r, folder), mel), r.tgt_text))
-        total += r.n_frames / 100
-    return out
-
-
-def targets(tok, texts: list[str], tag: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(decoder input (B, U), gold next tokens (B, U), padded with -100), as training builds them."""
-    rows = [torch.tensor([tok.bos_id, *tok.encode(t, lang_tag=tag)]) for t in texts]
-    width = max(len(r) for r in rows) - 1
-    inp = torch.full((len(rows), width), tok.pad_id)
-    gold = torch.full((len(rows), width), -100)
-    for i, r in enumerate(rows):
-        inp[i, : len(r) - 1], gold[i, : len(r) - 1] = r[:-1], r[1:]
-    return inp, gold
 
 
 def build(name: str, whisper: str, lm: str, texts: list[str]):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -109,6 +109,7 @@ class LMTokenizer:
 
     def __init__(self, tokenizer_json: str, folder: Path, config: LMTokenizerConfig):
         self.config, self._tok = config, HFTokenizer.from_str(tokenizer_json)
+        self._json, self._folder = tokenizer_json, folder
         self.lm = read_special_ids(folder, self._tok)
         self._full_size = self._tok.get_vocab_size(with_added_tokens=True)
         if config.role == "target":
@@ -143,7 +144,7 @@ class LMTokenizer:
             vocab.update(dict.fromkeys(full.text_ids(language_name(tag) + ":")))
         for text in texts:
             vocab.update(dict.fromkeys(full.text_ids(" " + text.strip())))
-        return cls.from_pretrained(name_or_path, role="target", vocab=list(vocab))
+        return cls(full._json, full._folder, replace(full.config, role="target", vocab=tuple(vocab)))
 
     def __len__(self) -> int:
         return len(self.config.vocab) if self.config.role == "target" else self._full_size

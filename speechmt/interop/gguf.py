@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import struct
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import BinaryIO, Callable, TypeVar
 import torch
 
 from speechmt.interop import HFImportError
-from speechmt.interop.whisper_ct2 import _default_permissions
+from speechmt.interop.folders import write_folder
 
 __all__ = ["DTYPES", "GGUFHeader", "import_gguf", "load_gguf", "read_gguf_header", "untied_state_dict"]
 
@@ -259,15 +257,4 @@ def import_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike, dtype:
     _check_readable(gguf_file, header)
     model, tokenizer = load_gguf(gguf_file, header, DTYPES[dtype])
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        _write_folder(model, tokenizer, tmp)
-        _default_permissions(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return write_folder(out_dir, lambda tmp: _write_folder(model, tokenizer, tmp))

@@ -27,9 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import numpy as np
 import torch
 
 from speechmt.interop import HFImportError
+from speechmt.interop.folders import write_folder
 
 __all__ = ["CT2Model", "generation_config", "hf_state_dict", "import_whisper", "read_ct2_model",
            "whisper_config"]
@@ -337,15 +336,6 @@ def _model(config, state: dict[str, torch.Tensor], path: Path):
     return model.eval()
 
 
-def _default_permissions(folder: Path) -> None:
-    """The modes a plain mkdir/open would give under the current umask (mkdtemp and some writers use 0700/0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for f in folder.iterdir():
-        f.chmod(0o666 & ~umask)
-
-
 def import_whisper(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Converts a CTranslate2 Whisper folder (model.bin, config.json, tokenizer.json) into a Hugging Face
     folder at `out_dir`: config.json, generation_config.json, model.safetensors (the source's float16 kept),
@@ -368,17 +358,9 @@ def import_whisper(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     model = _model(config, hf_state_dict(ct2, model_bin), model_bin)
     model.generation_config = generation_config(config, ct2_config, tokenizer_json)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         _tokenizer(ct2_dir / "tokenizer.json", tokenizer_json).save_pretrained(tmp)
         WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(tmp)
-        _default_permissions(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+
+    return write_folder(out_dir, write)

@@ -27,7 +27,6 @@ import torch
 from torch import Tensor, nn
 
 from speechmt.hub import resolve_pretrained
-from speechmt.sequence import lengths_to_padding_mask
 
 _META_KEYS = ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "quantization_config")
 
@@ -132,10 +131,20 @@ class LMDecoder(nn.Module):
         except TypeError:  # transformers 4.x
             return DynamicCache()
 
+    def head_weight(self) -> Tensor:
+        """The LM's output rows `vocab` (V', D). Gathered once and reused while the LM's output layer is unchanged
+        (frozen, LoRA, decoding): a copy of V' x D values per step saved; gathered afresh where it trains."""
+        weight = self.lm.get_output_embeddings().weight
+        if weight.requires_grad and torch.is_grad_enabled():
+            return weight.index_select(0, self.vocab)
+        key = (weight.data_ptr(), weight._version, weight.device, self.vocab.data_ptr())
+        if getattr(self, "_head_key", None) != key:
+            self._head, self._head_key = weight.detach().index_select(0, self.vocab), key
+        return self._head
+
     def logits(self, hidden: Tensor) -> Tensor:
         """hidden (..., D) -> logits (..., V') over the trimmed vocabulary: the LM's output rows `vocab`."""
-        weight = self.lm.get_output_embeddings().weight.index_select(0, self.vocab)  # (V', D)
-        logits = hidden @ weight.to(hidden.dtype).t()
+        logits = hidden @ self.head_weight().to(hidden.dtype).t()
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

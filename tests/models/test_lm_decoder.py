@@ -166,3 +166,13 @@ def test_lna_trains_the_lms_norms_and_attention_projections(lm_dir, tok):
     assert trained and all(n.endswith("norm.weight") or ".self_attn." in n for n in trained), sorted(trained)
     assert any(".self_attn.o_proj." in n for n in trained) and any("input_layernorm" in n for n in trained)
     assert not any("mlp" in n or "embed" in n for n in trained)
+
+
+def test_the_trimmed_head_is_gathered_once_and_again_after_the_weights_change(lm_dir, tok):
+    model = lm_model(lm_dir, tok, finetune="lora", lora=dict(rank=4, targets=["q_proj"]))
+    dec = model.decoder
+    first = dec.head_weight()
+    assert dec.head_weight() is first  # the LM's table is frozen: reused
+    with torch.no_grad():
+        dec.lm.get_output_embeddings().weight.mul_(2.0)  # in place, as an optimiser or load_state_dict writes
+    assert torch.allclose(dec.head_weight(), 2 * first)
