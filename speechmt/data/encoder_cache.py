@@ -66,16 +66,17 @@ def build_encoder_cache(states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[
     `inputs(i)` gives utterance i's encoder input (T, F); `sizes` their lengths for batching (by length,
     `max_frames` padded frames per batch); states_fn (B, T, F), (B,) -> (B, T', dim), (B,), run on `device`
     (the encoder's: a model on a GPU gets its inputs there)."""
-    from tqdm import tqdm
+    from speechmt.progress import Progress
 
-    with FeatureStoreWriter(prefix, dim, "float16") as writer:
-        for batch in tqdm(list(BucketBatchSampler(sizes, max_frames, shuffle=False)), desc=f"encoder cache "
-                          f"{prefix.name}", unit="batch", disable=not progress, mininterval=5.0):
+    with FeatureStoreWriter(prefix, dim, "float16") as writer, \
+            Progress(len(ids), f"encoder cache {prefix.name}", "utt", enabled=progress) as bar:
+        for batch in BucketBatchSampler(sizes, max_frames, shuffle=False):
             x, lengths = collate_sequences([inputs(i) for i in batch])
             states, out_lengths = states_fn(x.to(device), lengths.to(device))
             states, out_lengths = states.float().cpu(), out_lengths.cpu()
             for row, i in enumerate(batch):
                 writer.add(ids[i], states[row, : int(out_lengths[row])].numpy())
+            bar.update(len(batch))
     return FeatureStore(prefix)
 
 

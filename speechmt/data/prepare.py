@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
-from tqdm import tqdm
 
 from speechmt.audio import SAMPLE_RATE, AudioError, CMVNStats, FbankConfig, fbank, read_audio
 from speechmt.data.features import FeatureStoreWriter
 from speechmt.data.manifest import Record, write_manifest
+from speechmt.progress import progress
 
 
 class PrepareError(RuntimeError):
@@ -121,8 +121,8 @@ def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: Pr
     kept: list[Record] = []
     with FeatureStoreWriter(out / f"fbank{cfg.fbank.num_mel_bins}" / split, cfg.fbank.num_mel_bins,
                             cfg.store_dtype) as store:
-        for rec, (feats, seconds, skip) in tqdm(_extracted(records, cfg, pool), total=len(records),
-                                                desc=f"{split}: features", unit="utt", leave=False, disable=None):
+        for rec, (feats, seconds, skip) in progress(_extracted(records, cfg, pool), f"prepare {split}: features",
+                                                    "utt", total=len(records)):
             skip = replace(skip, id=rec.id) if skip else _length_skip(rec, feats.shape[0], cfg, is_train)
             if skip:
                 skips.append(skip)

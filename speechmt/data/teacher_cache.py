@@ -21,6 +21,7 @@ import torch
 from speechmt.data.encoder_cache import cached_store
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.data.manifest import Record
+from speechmt.progress import batch_starts
 
 FIELD = "src_text"  # the teacher reads the transcript
 
@@ -39,7 +40,7 @@ def cached_teacher_split(data_dir: str | os.PathLike, split: str, teacher, recor
 
     def build(prefix: Path) -> FeatureStore:
         with FeatureStoreWriter(prefix, 2 * teacher.hidden_size, "float16") as writer:
-            for start in range(0, len(records), batch_size):
+            for start in batch_starts(len(records), batch_size, f"teacher cache {split}", "utt"):
                 chunk = records[start:start + batch_size]
                 for rec, states in zip(chunk, teacher.states([getattr(r, FIELD) for r in chunk])):
                     writer.add(rec.id, states.float().cpu().numpy())

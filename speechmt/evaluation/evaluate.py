@@ -33,6 +33,7 @@ from speechmt.decoding.translate import LoadedModel, encode_audio, encode_inputs
 from speechmt.evaluation.metrics import bleu, cer, chrf, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.checkpoint import CheckpointError
+from speechmt.progress import Progress, progress
 
 
 def _check_features(lm: LoadedModel, data_dir: Path) -> None:
@@ -73,10 +74,12 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     records = [all_records[i] for i in keep]
     hyps, memory = [""] * len(records), [0] * len(records)
     start = time.perf_counter()
-    for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
-        enc = _encode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir)
-        for j, nbest, length in zip(idx, search(lm.model, enc, options), enc.lengths.tolist()):
-            hyps[j], memory[j] = lm.tokenizer.decode(nbest[0]), length
+    with Progress(len(records), f"decode {split} with {Path(lm.path).name}", "utt") as bar:
+        for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
+            enc = _encode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir)
+            for j, nbest, length in zip(idx, search(lm.model, enc, options), enc.lengths.tolist()):
+                hyps[j], memory[j] = lm.tokenizer.decode(nbest[0]), length
+            bar.update(len(idx))
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
 
 
@@ -86,7 +89,7 @@ def unreadable_audio(lm: LoadedModel, data_dir: str | os.PathLike, records: list
     if lm.task == "mt" or not lm.reads_audio:
         return []
     bad = []
-    for r in records:
+    for r in progress(records, "read audio", "utt"):
         try:
             record_audio(r, data_dir)
         except AudioError as e:

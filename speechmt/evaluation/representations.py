@@ -43,6 +43,7 @@ from speechmt.evaluation.analysis import mean_pool
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.shrink import ctc_segments
 from speechmt.models.translator import CTC_BLANK_ID
+from speechmt.progress import batch_starts
 
 States = dict[str, tuple[Tensor, Tensor]]  # {layer name: (x (B, T, D), lengths (B,))}, as Translator.states
 Spans = list[list[tuple[str, list[int]]]]  # per utterance: (word label, the positions of its states)
@@ -167,7 +168,7 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
     collector, skipped = _Collector(per_utterance, seed), []
     tok = lm.source_tokenizer
     ctc = lm.model.ctc_head is not None and tok is not None
-    for start in range(0, len(records), batch_size):
+    for start in batch_starts(len(records), batch_size, "analyze: speech path", "utt"):
         chunk = records[start:start + batch_size]
         x, lengths = collate_sequences([frontend(lm, record_audio(r, data_dir)) for r in chunk])
         states: States = {}
@@ -192,7 +193,7 @@ def own_text_layers(lm: LoadedModel, texts: Sequence[str], batch_size: int = 8, 
     """Every text stage's states of the model's own text encoder (sources end with </s>, as in training),
     with word units of the SentencePiece pieces (</s> in no word)."""
     collector, tok = _Collector(per_utterance, seed), lm.source_tokenizer
-    for start in range(0, len(texts), batch_size):
+    for start in batch_starts(len(texts), batch_size, "analyze: text path", "utt"):
         ids = [tok.encode(t) for t in texts[start:start + batch_size]]
         x, lengths = collate_sequences([torch.tensor(i) for i in ids], tok.pad_id)
         states = lm.model.states(x.to(lm.device), lengths.to(lm.device), "text")
@@ -231,7 +232,7 @@ def hf_text_layers(model: torch.nn.Module, tokenizer, texts: Sequence[str], devi
     texts' tokens, special tokens left out; word units from a fast tokenizer's word_ids."""
     collector, fast = _Collector(per_utterance, seed), bool(getattr(tokenizer, "is_fast", False))
     model = model.to(device).eval()
-    for start in range(0, len(texts), batch_size):
+    for start in batch_starts(len(texts), batch_size, "analyze: text path", "utt"):
         chunk = list(texts[start:start + batch_size])
         enc = tokenizer(chunk, padding=True, truncation=True, return_tensors="pt", return_special_tokens_mask=True,
                         return_offsets_mapping=fast)

@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from speechmt.progress import progress
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -103,12 +105,14 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\"))
 
 
-def run_parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
-    """`[fn(x) for x in items]` over `jobs` worker processes, results in input order."""
+def run_parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int, desc: str = "synth",
+                 unit: str = "it") -> list[R]:
+    """`[fn(x) for x in items]` over `jobs` worker processes, results in input order, with progress
+    (speechmt.progress) under `desc`, counting `unit`s."""
     if jobs <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
+        return [fn(x) for x in progress(items, desc, unit)]
     with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
-        return list(pool.map(fn, items))
+        return list(progress(pool.map(fn, items), desc, unit, total=len(items)))
 
 
 def low_noise(rng: np.random.Generator, seconds: float, sample_rate: int) -> np.ndarray:

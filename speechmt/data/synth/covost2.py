@@ -150,7 +150,8 @@ def build_direction(out: Path, lang: str, size: str, seed: int, jobs: int) -> di
     clips = plan_clips(lang, splits, seed)
     batches = [ClipJob(tuple(clips[i:i + CLIPS_PER_JOB]), root / "clips", seed)
                for i in range(0, len(clips), CLIPS_PER_JOB)]
-    results = [r for batch in run_parallel(voice_clips, batches, jobs) for r in batch]
+    desc = f"synth covost2 {lang}: batches of {CLIPS_PER_JOB} clips"
+    results = [r for batch in run_parallel(voice_clips, batches, jobs, desc, "batch") for r in batch]
     write_tables(root, lang, results, text_only)
     publish(root, final)
     return finish_summary(direction_summary(lang, len(pairs), results), len(text_only))

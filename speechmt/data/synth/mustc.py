@@ -157,7 +157,7 @@ def build_mustc(out: Path, size: str, seed: int, jobs: int) -> dict:
         split_dir = root / "data" / SPLIT_DIRS[split]
         (split_dir / "wav").mkdir(parents=True)
         (split_dir / "txt").mkdir()
-        results = run_parallel(voice_talk, jobs_of_split, jobs)
+        results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {SPLIT_DIRS[split]}", "talk")
         write_split(split_dir / "txt", SPLIT_DIRS[split], results)
         summary["splits"][SPLIT_DIRS[split]] = split_summary(results)
         summary["failures"] += [dict(f, split=SPLIT_DIRS[split]) for r in results for f in r.failures]

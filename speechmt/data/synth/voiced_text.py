@@ -131,7 +131,7 @@ def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: in
     (staging / "wav").mkdir()
     (staging / "txt").mkdir()
     talks = plan(pairs, next_talk_id(data_dir), staging / "wav", seed)
-    results = run_parallel(voice_talk, talks, jobs)
+    results = run_parallel(voice_talk, talks, jobs, f"synth-tts {split}", "talk")
     write_split(staging / "txt", split, results)
     failures = [f for r in results for f in r.failures]
     summary = {"corpus": "mustc", "pair": PAIR, "split": split, "text": str(text), "seed": seed, "limit": limit,
