@@ -1,24 +1,20 @@
 """speechmt: end-to-end speech-to-text translation.
 
     import speechmt
-    model = speechmt.load_model("exp/st/checkpoint_avg.safetensors")
+    model = speechmt.load_model()  # the bundled English -> German model; or a checkpoint path
     for result in speechmt.translate(model, ["talk.wav", "clip.flac"], beam=5):
         print(result.source, result.text)
+
+`help(speechmt.translate)` lists its options; they are `speechmt translate`'s, checked by the same rules.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
 
+from speechmt.api import OptionError, load_model, translate
 
-def load_model(path, device="cpu", task=None):
-    """Rebuilds a model from one checkpoint file, for `task` (None: its own; "asr" transcribes with a
-    multi-task model); see speechmt.decoding.translate.load_model."""
-    from speechmt.decoding.translate import load_model as _load
+try:
+    __version__ = version("speechmt")  # the installed package's metadata: pyproject.toml's version
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
-    return _load(path, device, task)
-
-
-def translate(model, inputs, **options):
-    """Translates audio files or 16 kHz arrays; see speechmt.decoding.translate.translate."""
-    from speechmt.decoding.translate import translate as _translate
-
-    return _translate(model, inputs, **options)
+__all__ = ["OptionError", "__version__", "load_model", "translate"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from speechmt import __version__
 from speechmt import cli_options as opt
 
 Handlers = dict[str, Callable[[argparse.Namespace], int]]
@@ -335,6 +336,8 @@ SUBCOMMANDS = (_prepare, _synth, _vocab, _train, _pretrain_audio, _average, _tra
 def build_parser(handlers: Handlers) -> argparse.ArgumentParser:
     """The parser of every subcommand, each calling its handler (`handlers[name]`) with the parsed options."""
     parser = OneLineParser(prog="speechmt", description="End-to-end speech-to-text translation.")
+    parser.add_argument("--version", action="version", version=f"speechmt {__version__}",
+                        help="print the version (the installed package's) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(sub, handlers)
