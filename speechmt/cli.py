@@ -120,7 +120,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from speechmt.decoding.segment import SegmentConfig
     from speechmt.decoding.translate import load_model, translate
 
-    segment = SegmentConfig(max_seconds=args.max_chunk_seconds)
+    cut_pauses = args.cut_pauses if args.cut_pauses is not None else 300.0 if args.format in ("srt", "vtt") else 0
+    segment = SegmentConfig(max_seconds=args.max_chunk_seconds, pause_cut_ms=cut_pauses)
     kwargs = dict(beam=args.beam, batch_size=args.batch_size, segment=segment, errors="keep", **_decode_kwargs(args))
     if args.cascade:
         from speechmt.decoding.cascade import cascade_translate, load_cascade
@@ -138,16 +139,44 @@ def cmd_translate(args: argparse.Namespace) -> int:
         if args.timing:
             return _translate_timed(lm, args.audio, nbest=args.nbest, **kwargs)
         results = translate(lm, args.audio, nbest=args.nbest, **kwargs)
+    if args.format in ("srt", "vtt"):
+        return _write_subtitles(results, args.format, args.output_dir)
+    from speechmt.decoding.subtitles import make_cues
+
     for r in results:
         if r.error:
             print(f"speechmt: error: {r.error}", file=sys.stderr)
         if args.format == "json":
             notes = {k: v for k, v in (("error", r.error), ("warning", r.warning)) if v}
+            cues = [{"start": c.start, "end": c.end, "text": c.text, "lines": list(c.lines)}
+                    for c in make_cues(r.timed_texts(), r.audio_seconds)]
             print(json.dumps({"file": r.source, "text": r.text, "nbest": r.nbest, "chunks": r.chunks,
-                              "chunk_texts": r.chunk_texts, "transcript": r.transcript,
+                              "chunk_texts": r.chunk_texts, "segments": cues, "transcript": r.transcript,
                               "audio_seconds": round(r.audio_seconds, 3), **notes}, ensure_ascii=False))
         elif not r.error:
             print(r.text if len(results) == 1 else f"{r.source}\t{r.text}")
+    return 1 if any(r.error for r in results) else 0
+
+
+def _write_subtitles(results, fmt: str, output_dir: str | None) -> int:
+    """Each translated file's subtitles (speechmt.decoding.subtitles) to standard output, or to
+    output_dir/<stem>.<fmt>; an unreadable file gets one stderr line and no subtitles (exit status 1)."""
+    from speechmt.decoding.subtitles import make_cues, to_srt, to_vtt
+
+    write = to_srt if fmt == "srt" else to_vtt
+    if output_dir:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+    for r in results:
+        if r.error:
+            print(f"speechmt: error: {r.error}", file=sys.stderr)
+            continue
+        text = write(make_cues(r.timed_texts(), r.audio_seconds))
+        if output_dir:
+            out = Path(output_dir) / f"{Path(r.source).stem}.{fmt}"
+            out.write_text(text, encoding="utf-8")
+            print(f"{r.source}: {out}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
     return 1 if any(r.error for r in results) else 0
 
 
@@ -201,14 +230,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         asr, mt = load_cascade(*args.cascade, args.device)
         report = evaluate_cascade(asr, mt, args.data, args.split, args.beam, out, args.max_tokens, args.name,
-                                  skip_bad_audio=args.skip_bad_audio, **_decode_kwargs(args))
+                                  skip_bad_audio=args.skip_bad_audio, comet_model=args.comet, **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     else:
         lm = load_model(args.model, args.device, args.task)
         report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
-                          args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio)
+                          args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio, comet_model=args.comet)
     for score in report.metrics.values():
         print(f"{score.name} = {score.score:.2f}  ({score.signature})")
+    if report.extra.get("comet_skipped"):
+        print(report.extra["comet_skipped"])
     if "memory" in report.extra:
         m = report.extra["memory"]
         print(f"decoder memory: {m['mean_memory_length']} vectors for {m['mean_target_tokens']} target tokens "

@@ -57,6 +57,10 @@ def _check_translate(args: argparse.Namespace) -> str | None:
         return f"argument --nbest: invalid value '{args.nbest}': expected an integer from 1 to --beam ({args.beam})"
     if args.model and args.cascade:
         return "translate takes --model M or --cascade ASR MT, not both"
+    if args.output_dir and args.format not in ("srt", "vtt"):
+        return f"argument --output-dir: only with --format srt or vtt, not {args.format}"
+    if args.format in ("srt", "vtt") and len(args.audio) > 1 and not args.output_dir:
+        return f"--format {args.format} with {len(args.audio)} files needs --output-dir (one subtitle file each)"
     return _check_task(args)
 
 
@@ -193,7 +197,15 @@ def _translate(sub, handlers: Handlers) -> None:
     tr.add_argument("--max-chunk-seconds", type=opt.number(1, opt.MAX_CHUNK_SECONDS, lo_open=True), default=20.0,
                     help="long audio is cut at pauses into chunks of at most this many seconds: more than 1, at most "
                     f"{opt.MAX_CHUNK_SECONDS:g} and what the model takes at once (Whisper: 30) (default: 20)")
-    tr.add_argument("--format", default="text", choices=("text", "json"))
+    tr.add_argument("--format", default="text", choices=("text", "json", "srt", "vtt"),
+                    help="text: the translation (file<TAB>translation for several files); json: one object per "
+                    "file, with subtitle cues in \"segments\"; srt, vtt: subtitles (docs/subtitles.md)")
+    tr.add_argument("--cut-pauses", type=opt.number(0, 10000), metavar="MS",
+                    help="also cut the audio at every pause of at least MS milliseconds, about one sentence per "
+                    "chunk; 0: only where a chunk would pass --max-chunk-seconds (default: 300 with --format srt "
+                    "or vtt, else 0)")
+    tr.add_argument("--output-dir", help="srt, vtt: write <file stem>.srt or .vtt per file into this folder "
+                    "(needed for several files; default: standard output)")
     tr.add_argument("--timing", action="store_true",
                     help="one file at a time; print file, translation and seconds taken (text format)")
     tr.set_defaults(func=handlers["translate"], check=_check_translate, parser=tr)
@@ -212,6 +224,9 @@ def _evaluate(sub, handlers: Handlers) -> None:
     ev.add_argument("--skip-bad-audio", action="store_true",
                     help="score the utterances whose audio can be read and count the others in the report "
                     "(default: stop, naming them)")
+    ev.add_argument("--comet", metavar="MODEL", help="also score translations with COMET (needs the unbabel-comet "
+                    "package, pip install 'speechmt[comet]'): a checkpoint file, a model folder, or a name to "
+                    "download such as Unbabel/wmt22-comet-da; without it a line says COMET was skipped")
     ev.set_defaults(func=handlers["evaluate"], check=_check_task, parser=ev)
 
 

@@ -67,12 +67,15 @@ def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | 
     """Transcribes audio files or 16 kHz arrays with `asr`, then translates each chunk's transcript with `mt`.
 
     Returns one Translation per input: `text` the joined chunk translations, `transcript` the joined
-    transcripts, `chunks` the chunk boundaries (seconds). `errors` as in `translate`: "keep" gives an
+    transcripts, `chunks` the chunk boundaries (seconds), `chunk_texts` their translations. `errors` as in `translate`: "keep" gives an
     unreadable file an empty Translation with its `error`.
     """
     check_cascade(asr, mt)
     heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, errors=errors, **options)
     pieces = [t for r in heard for t in r.chunk_texts]
     translated = iter(translate_texts(mt, pieces, mt.decode_options(beam, **options)))
-    return [replace(r, text=" ".join(next(translated) for _ in r.chunk_texts).strip(), transcript=r.text,
-                    nbest=[]) for r in heard]
+    out = []
+    for r in heard:
+        texts = [next(translated) for _ in r.chunk_texts]  # each chunk's translation, as for an end-to-end model
+        out.append(replace(r, text=" ".join(texts).strip(), chunk_texts=texts, transcript=r.text, nbest=[]))
+    return out

@@ -15,6 +15,11 @@ stretch is dropped, silence included. A cut is made only where a segment would o
 4. The rest of the file after the last cut, when at most `max_seconds`, is the last segment; it (like a
    short file) may be shorter than `min_seconds`.
 
+With `pause_cut_ms` > 0 (subtitles: one sentence or so per segment), a segment also ends at the first pause of
+at least `pause_cut_ms` that begins once it is `min_seconds` long and whose lowest-energy frame keeps it within
+`max_seconds` and leaves at least `min_seconds` after it; the cut is at that frame. Without such a pause, rule 3
+applies.
+
 A file that is mostly silence puts the reference percentile in the silence, so that nothing counts as
 quiet and every cut is a hard one.
 """
@@ -44,6 +49,8 @@ class SegmentConfig:
     threshold_db: float = -35.0
     reference_percentile: float = 95.0
     min_pause_ms: float = 200.0
+    speech_floor_db: float = -60.0  # voiced_span: quieter frames are never speech
+    pause_cut_ms: float = 0.0  # > 0: cut at every pause this long (module docstring)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_seconds < self.max_seconds:
@@ -151,10 +158,34 @@ def _segments_from_energy(
     min_len = max(1, round(cfg.min_seconds * sample_rate))
     pauses = _pauses(energy_db, cfg)
     bounds = [0]
-    while n_samples - bounds[-1] > max_len:
-        bounds.append(_next_cut(bounds[-1], energy_db, pauses, frame, hop, min_len, max_len))
+    while True:
+        cut = _pause_cut(bounds[-1], energy_db, pauses, frame, hop, min_len, max_len, n_samples, cfg)
+        if cut is None and n_samples - bounds[-1] <= max_len:
+            break
+        if cut is None:
+            cut = _next_cut(bounds[-1], energy_db, pauses, frame, hop, min_len, max_len)
+        bounds.append(cut)
     bounds.append(n_samples)
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _pause_cut(
+    start: int, energy_db: np.ndarray, pauses: tuple[np.ndarray, np.ndarray], frame: int, hop: int,
+    min_len: int, max_len: int, n_samples: int, cfg: SegmentConfig,
+) -> int | None:
+    """The sample of the `pause_cut_ms` cut after `start` (module docstring); None when there is none."""
+    if cfg.pause_cut_ms <= 0:
+        return None
+    half = frame // 2
+    long_enough = max(1, math.ceil((cfg.pause_cut_ms - cfg.frame_ms) / cfg.hop_ms) + 1)
+    starts, ends = pauses
+    for i in range(int(np.searchsorted(starts, (start + min_len - half) / hop, side="left")), len(starts)):
+        a, b = int(starts[i]), int(ends[i])
+        if b - a < long_enough:
+            continue
+        cut = (a + int(np.argmin(energy_db[a:b]))) * hop + half
+        return None if cut - start > max_len or n_samples - cut < min_len else cut
+    return None
 
 
 def find_segments(wave: np.ndarray, sample_rate: int, cfg: SegmentConfig = SegmentConfig()) -> list[tuple[int, int]]:
@@ -167,6 +198,21 @@ def find_segments(wave: np.ndarray, sample_rate: int, cfg: SegmentConfig = Segme
     if wave.ndim != 1:
         raise ValueError(f"expected a mono wave of shape (num_samples,); got shape {wave.shape}")
     return _segments_from_energy(frame_energy_db(wave, sample_rate, cfg), len(wave), sample_rate, cfg)
+
+
+def voiced_span(wave: np.ndarray, sample_rate: int, cfg: SegmentConfig = SegmentConfig()) -> tuple[int, int] | None:
+    """Samples [start, end) from the first to the last voiced frame of a mono wave (num_samples,); None when
+    no frame is voiced. A frame is voiced when its energy is at least `speech_floor_db` and not quiet by
+    the module's rule 2 (taken over this wave)."""
+    energy = frame_energy_db(wave, sample_rate, cfg)
+    if len(energy) == 0:
+        return None
+    threshold = max(np.percentile(energy, cfg.reference_percentile) + cfg.threshold_db, cfg.speech_floor_db)
+    voiced = np.flatnonzero(energy >= threshold)
+    if len(voiced) == 0:
+        return None
+    frame, hop = _frame_shape(sample_rate, cfg)
+    return int(voiced[0]) * hop, min(len(wave), int(voiced[-1]) * hop + frame)
 
 
 def iter_file_segments(path: str | os.PathLike, cfg: SegmentConfig = SegmentConfig()) -> Iterator[AudioSegment]:

@@ -26,7 +26,7 @@ from speechmt.data.batching import collate_sequences
 from speechmt.data.waveform import WaveformConfig, waveform_input
 from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.decoding.search import DecodeOptions, search
-from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments
+from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
 from speechmt.models.translator import EncoderOutput, ModelConfig, Translator, build_model
 from speechmt.tokenizer import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
@@ -141,6 +141,13 @@ class Translation:
     transcript: str = ""  # the cascade's ASR output (empty for end-to-end models)
     error: str | None = None  # why the input could not be read (translate(errors="keep")); text is then empty
     warning: str | None = None  # why the text is empty though the input was read: too short to translate
+    voiced: list[tuple[float, float]] = field(default_factory=list)  # each chunk less its edge silence (s)
+
+    def timed_texts(self) -> list[tuple[float, float, str]]:
+        """(start s, end s, text) of each chunk with text and voiced frames: its voiced span, when subtitles
+        show it (a chunk without voiced frames is silence, whose text a model made up)."""
+        spans = self.voiced or self.chunks
+        return [(s, e, t) for (s, e), t in zip(spans, self.chunk_texts) if t.strip() and e > s]
 
 
 def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterator[tuple[float, float, np.ndarray]]:
@@ -213,12 +220,15 @@ def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptio
 def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int, results: list[Translation],
             errors: str) -> Iterator[tuple[int, int, float, float, np.ndarray]]:
     """(input index, chunk index, start s, end s, wave) of every decodable chunk, input by input. An
-    unreadable input raises AudioError, or with errors="keep" has its reason in results[n].error."""
+    unreadable input raises AudioError, or with errors="keep" has its reason in results[n].error. Each
+    chunk's voiced span goes into results[n].voiced."""
     for n, item in enumerate(inputs):
         try:
             for k, (start, end, wave) in enumerate(_chunks(item, segment)):
                 results[n].audio_seconds += end - start
                 if len(wave) >= min_samples:
+                    span = voiced_span(wave, SAMPLE_RATE, segment) or (0, 0)  # (0, 0): silence
+                    results[n].voiced.append((start + span[0] / SAMPLE_RATE, start + span[1] / SAMPLE_RATE))
                     yield n, k, start, end, wave
         except AudioError as e:
             if errors == "raise":
@@ -265,6 +275,7 @@ def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
     flush()
     for (n, _), (start, end, nbest) in sorted(done.items()):
         if results[n].error:  # chunks read before the file turned out unreadable further on
+            results[n].voiced = []
             continue
         results[n].chunks.append((start, end))
         results[n].chunk_texts.append(nbest[0])

@@ -45,11 +45,11 @@ def _main_table(bench: Benchmark) -> list[str]:
     """One row per system; with the columns of `speechmt analyze` when a system has its numbers."""
     extra = any(r.analysis for r in bench.systems)
     heads, rule = (" CKA top | P@1 cos | P@1 CSLS |", "---:|" * 3) if extra else ("", "")
-    lines = ["| system | task | params | n | BLEU | chrF | WER | CER | RTF | utt/s | audio s/s | beam | threads "
-             "| device | commit |" + heads,
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule]
+    lines = ["| system | task | params | n | BLEU | chrF | chrF++ | WER | CER | RTF | utt/s | audio s/s | beam "
+             "| threads | device | commit |" + heads,
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule]
     for r in bench.systems:
-        scores = [_metric(r, m) for m in ("BLEU", "chrF", "WER", "CER")]
+        scores = [_metric(r, m) for m in ("BLEU", "chrF", "chrF++", "WER", "CER")]
         cells = [table_cell(r.name), r.task, _params(r.params), str(r.n), *scores,
                  _num(r.rtf, ".4f"), _num(r.utterances_per_second, ".2f"), _num(r.audio_seconds_per_second, ".1f"),
                  _num(r.beam, "d"), _num(r.threads, "d"), table_cell(r.device or MISSING),

@@ -30,7 +30,7 @@ from speechmt.data.waveform import record_audio
 from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.translate import LoadedModel, encode_audio, encode_inputs, encode_texts
-from speechmt.evaluation.metrics import bleu, cer, chrf, wer
+from speechmt.evaluation.metrics import cer, optional_comet, translation_scores, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.checkpoint import CheckpointError
 from speechmt.progress import Progress, progress
@@ -134,8 +134,8 @@ def memory_per_target(lm: LoadedModel, refs: list[str], memory_lengths: list[int
 
 
 def score(task: str, hyps: list[str], refs: list[str]) -> dict:
-    """BLEU and chrF for translation tasks, WER and CER for ASR: {name: Score}."""
-    scores = (wer(hyps, refs), cer(hyps, refs)) if task == "asr" else (bleu(hyps, refs), chrf(hyps, refs))
+    """BLEU, chrF and chrF++ for translation tasks, WER and CER for ASR: {name: Score}."""
+    scores = (wer(hyps, refs), cer(hyps, refs)) if task == "asr" else translation_scores(hyps, refs)
     return {s.name: s for s in scores}
 
 
@@ -145,20 +145,25 @@ def references(task: str, records) -> list[str]:
 
 def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
              out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-             skip_bad_audio: bool = False) -> EvalReport:
+             skip_bad_audio: bool = False, comet_model: str | None = None) -> EvalReport:
     """Decodes and scores a split; writes the report files to `out_dir` when given. `name` labels the
     model in reports (default: the checkpoint path). Utterances with unreadable audio (for a model that reads
-    audio) raise AudioError naming them, or with `skip_bad_audio` are left out and counted in `extra`."""
+    audio) raise AudioError naming them, or with `skip_bad_audio` are left out and counted in `extra`.
+    A translation is also scored with COMET where `unbabel-comet` and `comet_model` are at hand; otherwise
+    `extra["comet_skipped"]` says why."""
     bad = _bad_audio(lm, data_dir, split, skip_bad_audio)
     records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens,
                                                   exclude={r.id for r in bad})
     refs = references(lm.task, records)
     metrics = score(lm.task, hyps, refs)
+    srcs = [r.src_text for r in records]
+    comet, skipped = (None, None) if lm.task == "asr" else optional_comet(hyps, refs, srcs, comet_model)
+    metrics.update({comet.name: comet} if comet else {})
     audio = sum(r.duration for r in records)
     extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
              "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
              "memory": memory_per_target(lm, refs, memory), "commit": git_commit(), "device": str(lm.device),
-             "checkpoint": lm.path, **_skipped(bad)}
+             "checkpoint": lm.path, **_skipped(bad), **({"comet_skipped": skipped} if skipped else {})}
     report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
@@ -167,11 +172,12 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
 
 def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathLike, split: str, beam: int = 5,
                      out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-                     skip_bad_audio: bool = False, **decode) -> EvalReport:
+                     skip_bad_audio: bool = False, comet_model: str | None = None, **decode) -> EvalReport:
     """Scores the cascade on a split: `asr` transcribes the stored features, `mt` translates the transcripts.
 
     BLEU and chrF against the translations; the transcripts' WER is kept in `extra` beside the timing of
-    both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts."""
+    both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts. COMET (against the
+    gold source texts) as in `evaluate`."""
     check_cascade(asr, mt)
     asr_options, mt_options = asr.decode_options(beam, **decode), mt.decode_options(beam, **decode)
     bad = _bad_audio(asr, data_dir, split, skip_bad_audio)
@@ -188,8 +194,12 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
              "decode_seconds": round(asr_seconds + mt_seconds, 3), "audio_seconds": round(audio, 3),
              "rtf": round((asr_seconds + mt_seconds) / audio, 5) if audio else None, "commit": git_commit(),
              "device": str(asr.device), "checkpoint": f"{asr.path} -> {mt.path}", **_skipped(bad)}
+    metrics = score("st", hyps, refs)
+    comet, skipped = optional_comet(hyps, refs, [r.src_text for r in records], comet_model)
+    metrics.update({comet.name: comet} if comet else {})
+    extra.update({"comet_skipped": skipped} if skipped else {})
     report = EvalReport(model=name or f"{asr.path} -> {mt.path}", data=str(data_dir), split=split, n=len(records),
-                        metrics=score("st", hyps, refs), extra=extra)
+                        metrics=metrics, extra=extra)
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], transcripts)
     return report

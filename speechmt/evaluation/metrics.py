@@ -1,4 +1,5 @@
-"""Corpus metrics for translation (sacreBLEU BLEU and chrF) and recognition (WER and CER with jiwer).
+"""Corpus metrics for translation (sacreBLEU BLEU, chrF and chrF++; COMET where `unbabel-comet` and a model are
+at hand) and recognition (WER and CER with jiwer).
 
 Every metric returns a `Score` carrying sacreBLEU's signature string (or one in the same style for WER and
 CER), so that a number is never reported without the settings that produced it.
@@ -68,6 +69,72 @@ def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
     result = metric.corpus_score(list(hyps), [list(refs)])
     details = {"beta": metric.beta, "char_order": metric.char_order, "word_order": metric.word_order}
     return Score("chrF", float(result.score), str(metric.get_signature()), details)
+
+
+def chrf_pp(hyps: Sequence[str], refs: Sequence[str]) -> Score:
+    """Corpus chrF++ (sacreBLEU's CHRF(word_order=2): character 6-grams and word 1-2-grams, beta 2)."""
+    _check_pairs(hyps, refs)
+    metric = CHRF(word_order=2)
+    result = metric.corpus_score(list(hyps), [list(refs)])
+    details = {"beta": metric.beta, "char_order": metric.char_order, "word_order": metric.word_order}
+    return Score("chrF++", float(result.score), str(metric.get_signature()), details)
+
+
+def translation_scores(hyps: Sequence[str], refs: Sequence[str]) -> tuple[Score, Score, Score]:
+    """BLEU, chrF and chrF++: what every translation report prints."""
+    return bleu(hyps, refs), chrf(hyps, refs), chrf_pp(hyps, refs)
+
+
+class CometUnavailable(Exception):
+    """Why COMET was not computed (the package or the model is missing): one line for the report."""
+
+
+def comet(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], model: str | None,
+          batch_size: int = 8) -> Score:
+    """Corpus COMET (the mean of the segment scores, times 100) with Unbabel's `unbabel-comet` package and a
+    model: a checkpoint file (.ckpt), a model folder holding checkpoints/model.ckpt, or a name the package can
+    download. Raises CometUnavailable, with the reason, when the package or the model is missing; never a
+    number otherwise."""
+    _check_pairs(hyps, refs)
+    if len(srcs) != len(hyps):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(srcs)} sources: the lists must be parallel")
+    if not model:
+        raise CometUnavailable("no COMET model given (--comet MODEL: a checkpoint, or a name to download)")
+    try:
+        import comet as comet_package
+    except ImportError:
+        raise CometUnavailable("the unbabel-comet package is not installed (pip install 'speechmt[comet]')") from None
+    try:
+        path = _comet_checkpoint(model) or comet_package.download_model(model)
+        scorer = comet_package.load_from_checkpoint(path)
+        data = [{"src": s, "mt": h, "ref": r} for s, h, r in zip(srcs, hyps, refs)]
+        out = scorer.predict(data, batch_size=batch_size, gpus=0, progress_bar=False)
+    except Exception as e:  # the package's own errors: no network, a bad checkpoint, ...
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CometUnavailable(f"COMET model {model!r} could not be used ({why})") from None
+    version = importlib.metadata.version("unbabel-comet")
+    segments = [float(x) for x in out.scores]
+    return Score("COMET", 100.0 * sum(segments) / len(segments), f"nrefs:1|model:{model}|comet:{version}",
+                 {"model": model, "segments": len(segments)})
+
+
+def optional_comet(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str],
+                   model: str | None) -> tuple[Score | None, str | None]:
+    """(COMET Score, None), or (None, the one line that says why COMET was skipped)."""
+    try:
+        return comet(hyps, refs, srcs, model), None
+    except CometUnavailable as e:
+        return None, f"COMET skipped: {e}"
+
+
+def _comet_checkpoint(model: str) -> str | None:
+    """A local COMET checkpoint: the file itself, or a folder's checkpoints/model.ckpt; None for a name."""
+    import os
+
+    if os.path.isfile(model):
+        return model
+    inside = os.path.join(model, "checkpoints", "model.ckpt")
+    return inside if os.path.isfile(inside) else None
 
 
 def _is_punctuation_token(token: str) -> bool:

@@ -192,7 +192,7 @@ def test_one_multi_task_checkpoint_is_st_asr_mt_and_a_cascade_in_one_benchmark(m
     assert [(r["name"], r["task"], r["n"]) for r in rows] == [("st", "st", 2), ("asr", "asr", 2), ("mt", "mt", 2),
                                                             (f"cascade {multi.parent.name}/{multi.stem} -> "
                                                              f"{multi.parent.name}/{multi.stem}", "st", 2)]
-    assert set(rows[1]["metrics"]) == {"WER", "CER"} and set(rows[2]["metrics"]) == {"BLEU", "chrF"}
+    assert set(rows[1]["metrics"]) == {"WER", "CER"} and set(rows[2]["metrics"]) == {"BLEU", "chrF", "chrF++"}
     assert main(["evaluate", "--model", str(multi), "--task", "mt", "--data", str(tiny_data), "--split", "dev",
                  "--out", str(tmp_path / "ev"), *QUICK]) == 0
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["extra"]["task"] == "mt"

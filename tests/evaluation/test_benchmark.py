@@ -75,7 +75,7 @@ def test_peer_equal_to_references_scores_bleu_100_and_wer_0(tiny_data, tmp_path)
     st_row, asr_row = bench.systems
     assert st_row.metrics["BLEU"].score == pytest.approx(100.0) and st_row.metrics["chrF"].score == pytest.approx(100.0)
     assert asr_row.metrics["WER"].score == 0.0 and asr_row.metrics["CER"].score == 0.0
-    assert set(asr_row.metrics) == {"WER", "CER"} and set(st_row.metrics) == {"BLEU", "chrF"}
+    assert set(asr_row.metrics) == {"WER", "CER"} and set(st_row.metrics) == {"BLEU", "chrF", "chrF++"}
     assert bench.n == 6 and bench.bucket_counts == [4, 2, 0, 0, 0]
     assert [b.n for b in st_row.buckets] == [4, 2, 0, 0, 0]
     assert st_row.rtf == 0.25 and st_row.utterances_per_second == 3.0 and st_row.audio_seconds_per_second == 4.0
