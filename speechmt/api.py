@@ -76,7 +76,7 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
 def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Sequence[Audio], *,
               task: Literal["st", "asr"] | None = None, device: str | None = None, beam: int = 5, nbest: int = 1,
               len_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
-              batch_size: int = 16, max_chunk_seconds: float = 20.0,
+              batch_size: int = 16, max_chunk_seconds: float = 20.0, cut_pauses: float = 0.0,
               errors: Literal["raise", "keep"] = "raise") -> list[Translation]:
     """Translates (or, for an ASR model or task="asr", transcribes) audio files or 16 kHz arrays, in order.
 
@@ -100,11 +100,14 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
         batch_size: chunks decoded at once, 1 to 4096.
         max_chunk_seconds: audio is cut at pauses into chunks of at most this many seconds: more than 1, at
             most 3600 and what the model takes at once (Whisper: 30).
+        cut_pauses: also cut at every pause of at least this many milliseconds, about one sentence per chunk
+            (what `--format srt` does with 300); 0 to 10000; 0: only where a chunk would pass max_chunk_seconds.
         errors: "raise": an unreadable file raises speechmt.audio.AudioError (one line naming it); "keep":
             it gets an empty result with the reason in `error`, and the others are translated.
 
     Returns one speechmt.decoding.translate.Translation per input: `source`, `text`, `nbest`, `chunks`
-    (start, end seconds) and `chunk_texts`, `audio_seconds`, `error`, `warning` (audio too short to
+    (start, end seconds) and `chunk_texts`, `voiced` (each chunk less its edge silence; `timed_texts()` pairs
+    them with the texts, as subtitles show them), `audio_seconds`, `error`, `warning` (audio too short to
     translate: an empty text and a warning, also issued through `warnings`).
     """
     beam = _checked("beam", opt.integer(1, opt.MAX_BEAM), beam)
@@ -117,6 +120,7 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
               "min_len": _checked("min_len", opt.integer(0, opt.MAX_OUTPUT_TOKENS), min_len)}
     batch_size = _checked("batch_size", opt.integer(1, opt.MAX_BATCH), batch_size)
     seconds = _checked("max_chunk_seconds", opt.number(1, opt.MAX_CHUNK_SECONDS, lo_open=True), max_chunk_seconds)
+    pause_ms = _checked("cut_pauses", opt.number(0, 10000), cut_pauses)
     if errors not in ("raise", "keep"):
         raise OptionError(f"errors: invalid value {str(errors)!r}: expected raise or keep")
     task = _task(task, TRANSLATE_TASKS)
@@ -129,7 +133,7 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
     from speechmt.decoding.translate import translate as _translate
 
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) or hasattr(inputs, "dtype") else list(inputs)
-    return _translate(lm, items, beam=beam, batch_size=batch_size, segment=SegmentConfig(max_seconds=seconds),
+    return _translate(lm, items, beam=beam, batch_size=batch_size, segment=SegmentConfig(max_seconds=seconds, pause_cut_ms=pause_ms),
                       errors=errors, nbest=nbest, **decode)
 
 

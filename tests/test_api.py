@@ -24,7 +24,7 @@ from speechmt.pretrained import DEFAULT_MODEL
 
 ROOT = Path(__file__).parents[1]
 OPTIONS = {"task", "device", "beam", "nbest", "len_penalty", "max_len_a", "max_len_b", "min_len", "batch_size",
-           "max_chunk_seconds", "errors"}
+           "max_chunk_seconds", "cut_pauses", "errors"}
 
 
 def test_version_is_the_package_metadata(capsys):
@@ -72,7 +72,8 @@ BAD = [({"beam": 0}, ["--beam", "0"]), ({"beam": 2.5}, ["--beam", "2.5"]), ({"be
        ({"max_len_a": -1}, ["--max-len-a", "-1"]), ({"max_len_b": -1}, ["--max-len-b", "-1"]),
        ({"max_len_b": 2.5}, ["--max-len-b", "2.5"]), ({"batch_size": 0}, ["--batch-size", "0"]),
        ({"max_chunk_seconds": 1}, ["--max-chunk-seconds", "1"]),
-       ({"max_chunk_seconds": float("inf")}, ["--max-chunk-seconds", "inf"])]
+       ({"max_chunk_seconds": float("inf")}, ["--max-chunk-seconds", "inf"]),
+       ({"cut_pauses": -1}, ["--cut-pauses", "-1"]), ({"cut_pauses": 2e4}, ["--cut-pauses", "20000.0"])]
 
 
 @pytest.mark.parametrize("kwargs,argv", BAD, ids=[next(iter(k)) + "=" + a[1] for k, a in BAD])
