@@ -134,6 +134,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         from speechmt.pretrained import default_model_path
 
         lm = load_model(args.model or default_model_path(), args.device, args.task)
+        if args.simultaneous:
+            return _translate_simultaneous(lm, args)
         if (problem := _chunk_limit_problem(args, lm)) is not None:
             return problem
         if args.timing:
@@ -156,6 +158,57 @@ def cmd_translate(args: argparse.Namespace) -> int:
         elif not r.error:
             print(r.text if len(results) == 1 else f"{r.source}\t{r.text}")
     return 1 if any(r.error for r in results) else 0
+
+
+def _translate_simultaneous(lm, args: argparse.Namespace) -> int:
+    """Streams each input (a file, or raw 16-bit 16 kHz mono PCM on standard input for "-") through the policy,
+    writing each commit as it is made: text appended to the line (json: one object per commit, then one per
+    input with the word delays and latency)."""
+    import json
+
+    from speechmt.audio import read_audio
+    from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
+    from speechmt.evaluation.latency import corpus_latency, Delays, word_delays
+
+    cfg = SimultaneousConfig(args.simultaneous, args.k or 3, args.step_ms, min(args.max_chunk_seconds, 30.0))
+    failed = False
+    for path in args.audio:
+        try:
+            blocks = _stdin_blocks(cfg.step_samples) if path == "-" else [read_audio(path)]
+        except AudioError as e:
+            print(f"speechmt: error: {e}", file=sys.stderr)
+            failed = True
+            continue
+        name = "stdin" if path == "-" else path
+        if args.format == "text" and len(args.audio) > 1:
+            print(f"{name}\t", end="", flush=True)
+
+        def show(commit) -> None:
+            if args.format == "json":
+                print(json.dumps({"file": name, "text": commit.text, "delay_ms": round(commit.delay_ms, 1),
+                                  "elapsed_ms": round(commit.elapsed_ms, 1)}, ensure_ascii=False), flush=True)
+            else:
+                print(commit.text, end="", flush=True)
+
+        result = translate_stream(lm, blocks, cfg, lm.decode_options(1, **_decode_kwargs(args)), show)
+        delays, elapsed = word_delays(result.events())
+        if args.format == "json":
+            latency = corpus_latency([Delays(tuple(delays), tuple(elapsed), result.source_ms)])
+            print(json.dumps({"file": name, "text": result.text, "source_ms": round(result.source_ms, 1),
+                              "word_delays_ms": delays, "word_elapsed_ms": [round(e, 1) for e in elapsed],
+                              "latency_ms": {k: latency[k] for k in ("AL", "LAAL", "AL_CA", "LAAL_CA")}},
+                             ensure_ascii=False), flush=True)
+        else:
+            print(flush=True)
+    return 1 if failed else 0
+
+
+def _stdin_blocks(samples: int):
+    """Raw 16-bit little-endian 16 kHz mono PCM from standard input, one decision step at a time."""
+    import numpy as np
+
+    while chunk := sys.stdin.buffer.read(2 * samples):
+        yield np.frombuffer(chunk[: len(chunk) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
 
 
 def _write_subtitles(results, fmt: str, output_dir: str | None) -> int:
@@ -224,6 +277,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # under the current directory, never beside a model (the bundled one lives inside the package)
     task = f"_{args.task}" if args.task else ""  # one model's st and asr reports side by side
     out = args.out or str(Path("eval") / f"{Path(args.model or args.cascade[1]).stem}_{args.split}{task}")
+    if args.simultaneous:
+        return _evaluate_simultaneous(args, out)
     if args.cascade:
         from speechmt.decoding.cascade import load_cascade
         from speechmt.evaluation.evaluate import evaluate_cascade
@@ -249,6 +304,35 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"RTF {report.extra['rtf']}; report in {out}")
     if args.results:
         append_results_row(args.results, report)
+    return 0
+
+
+def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
+    """Streams the split through the policy for each --k; prints scores and latency per k, and with several k
+    writes the quality-latency table (quality_latency.md) into the report folder, one subfolder per k."""
+    from speechmt.decoding.simultaneous import SimultaneousConfig
+    from speechmt.decoding.translate import load_model
+    from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, latency_line, quality_latency_table,
+                                                       write_quality_latency)
+
+    lm = load_model(args.model, args.device, args.task)
+    ks = args.k or [3]
+    rows = []
+    for k in ks:
+        cfg = SimultaneousConfig(args.simultaneous, k, args.step_ms)
+        folder = out if len(ks) == 1 else str(Path(out) / f"{args.simultaneous}-k{k}")
+        report = evaluate_simultaneous(lm, args.data, args.split, cfg, folder, args.name, args.limit,
+                                       lm.decode_options(1, **_decode_kwargs(args)))
+        rows.append((cfg, report))
+        scores = ", ".join(f"{s.name} = {s.score:.2f}" for s in report.metrics.values())
+        print(f"{args.simultaneous} k={k} step {args.step_ms:g} ms: {scores}; {latency_line(report.extra['latency'])}; "
+              f"RTF {report.extra['rtf']}")
+    if len(ks) > 1:
+        path = write_quality_latency(out, quality_latency_table(rows), f"Quality and latency: {Path(lm.path).name} "
+                                     f"on {args.split}, {args.simultaneous}")
+        print(f"quality-latency table in {path}")
+    else:
+        print(f"report in {out}")
     return 0
 
 
@@ -350,8 +434,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.evaluation.benchmark import BenchmarkError
     from speechmt.interop import HFImportError
 
+    from speechmt.decoding.simultaneous import SimultaneousError
+
     errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError,
-                                         BenchmarkError, AnalysisError]
+                                         BenchmarkError, AnalysisError, SimultaneousError]
     try:
         from speechmt.config import ConfigError
         from speechmt.checkpoint import CheckpointError

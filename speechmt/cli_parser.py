@@ -33,6 +33,27 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
                    + " (default: the model's own task)")
 
 
+def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None:
+    p.add_argument("--simultaneous", choices=("wait-k", "alignatt"),
+                   help="translate as the audio arrives (docs/subtitles.md): wait-k writes a token per step after k "
+                   "steps; alignatt writes while the attention is not on the last k encoder frames")
+    p.add_argument("--k", type=opt.integer(1, 1000), nargs="+" if several else None,
+                   help="wait-k: steps read before the first token; alignatt: encoder frames (Whisper: 20 ms) "
+                   + ("(several: a quality-latency table) " if several else "") + "(default: 3)")
+    p.add_argument("--step-ms", type=opt.number(25, 10000), default=400.0,
+                   help="the decision step in milliseconds of audio, 25 to 10000 (default: 400)")
+
+
+def _check_simultaneous(args: argparse.Namespace) -> str | None:
+    if args.simultaneous is None:
+        if args.k is not None:
+            return "argument --k: only with --simultaneous"
+        return None
+    if args.cascade:
+        return "--simultaneous takes a --model, not a --cascade"
+    return None
+
+
 def _add_prepare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder for manifests, features and the summary")
     p.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2, help="feature extraction processes")
@@ -61,7 +82,15 @@ def _check_translate(args: argparse.Namespace) -> str | None:
         return f"argument --output-dir: only with --format srt or vtt, not {args.format}"
     if args.format in ("srt", "vtt") and len(args.audio) > 1 and not args.output_dir:
         return f"--format {args.format} with {len(args.audio)} files needs --output-dir (one subtitle file each)"
-    return _check_task(args)
+    if args.simultaneous and args.format not in ("text", "json"):
+        return f"--simultaneous writes text or json, not {args.format}"
+    if "-" in args.audio and not args.simultaneous:
+        return "audio '-' (standard input) needs --simultaneous"
+    return _check_simultaneous(args) or _check_task(args)
+
+
+def _check_evaluate(args: argparse.Namespace) -> str | None:
+    return _check_simultaneous(args) or _check_task(args)
 
 
 def _check_task(args: argparse.Namespace) -> str | None:
@@ -188,7 +217,8 @@ def _translate(sub, handlers: Handlers) -> None:
                         description="Translates each audio file. An unreadable file is named in one line on stderr "
                         "(and has an \"error\" in --format json) while the others are translated, and the exit "
                         "status is then 1; audio too short to translate gives a warning line and an empty text.")
-    tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3)")
+    tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3); with --simultaneous, - reads raw "
+                    "16-bit 16 kHz mono PCM from standard input")
     _add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
     tr.add_argument("--nbest", type=opt.integer(1, opt.MAX_BEAM), default=1,
                     help="hypotheses kept in JSON output, 1 to --beam (default: 1)")
@@ -208,6 +238,7 @@ def _translate(sub, handlers: Handlers) -> None:
                     "(needed for several files; default: standard output)")
     tr.add_argument("--timing", action="store_true",
                     help="one file at a time; print file, translation and seconds taken (text format)")
+    _add_simultaneous_options(tr, several=False)
     tr.set_defaults(func=handlers["translate"], check=_check_translate, parser=tr)
 
 
@@ -227,7 +258,10 @@ def _evaluate(sub, handlers: Handlers) -> None:
     ev.add_argument("--comet", metavar="MODEL", help="also score translations with COMET (needs the unbabel-comet "
                     "package, pip install 'speechmt[comet]'): a checkpoint file, a model folder, or a name to "
                     "download such as Unbabel/wmt22-comet-da; without it a line says COMET was skipped")
-    ev.set_defaults(func=handlers["evaluate"], check=_check_task, parser=ev)
+    _add_simultaneous_options(ev, several=True)
+    ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="with --simultaneous: only the first N "
+                    "utterances of the split")
+    ev.set_defaults(func=handlers["evaluate"], check=_check_evaluate, parser=ev)
 
 
 def _benchmark(sub, handlers: Handlers) -> None:

@@ -1,0 +1,146 @@
+"""Simultaneous translation: wait-k's commit schedule and delays, windows that bound the encoder's input,
+equivalence with offline greedy search when the policy waits to the end, AlignAtt's need for cross-attention,
+and the command line (a file, standard input, evaluate --simultaneous with a quality-latency table)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import speechmt.decoding.simultaneous as simultaneous
+from speechmt.audio import read_audio
+from speechmt.cli import main
+from speechmt.config import save_config
+from speechmt.decoding.search import search
+from speechmt.decoding.simultaneous import (SimultaneousConfig, SimultaneousError, _blocks_of, _CrossAttention,
+                                            simultaneous_translate, translate_stream)
+from speechmt.decoding.translate import encode_audio, load_model
+from speechmt.evaluation.simultaneous_eval import evaluate_simultaneous
+from tests.conftest import ASSETS
+from tests.helpers import tiny_config
+
+WAV = ASSETS / "mustc/en-de/data/dev/wav/ted_3.wav"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_data, tmp_path_factory) -> str:
+    """A tiny ST model after 2 updates (it has a cross-attention decoder)."""
+    exp = tmp_path_factory.mktemp("simul_exp")
+    save_config(tiny_config(tiny_data, exp, max_updates=2, save_interval_updates=2, valid_decode=False),
+                exp / "conf.yaml")
+    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
+    return str(exp / "checkpoint_last.safetensors")
+
+
+@pytest.fixture(scope="module")
+def lm(checkpoint):
+    return load_model(checkpoint)
+
+
+def _exactly(lm, n: int):
+    """Greedy options that write exactly n tokens (no EOS before, EOS forced at n)."""
+    return lm.decode_options(1, min_len=n, max_len_b=n)
+
+
+def test_blocks_are_reblocked_into_steps_and_the_last_is_flagged():
+    out = list(_blocks_of([np.ones(5), np.ones(7), np.ones(1)], 4))
+    assert [(len(b), last) for b, last in out] == [(4, False), (4, False), (4, False), (1, True)]
+    assert [(len(b), last) for b, last in _blocks_of([np.ones(8)], 4)] == [(4, False), (4, True)]
+
+
+def test_wait_k_writes_one_token_per_step_after_k_steps(lm):
+    wave = np.random.default_rng(0).normal(0, 0.1, 16000).astype(np.float32)  # 1 s: 10 steps of 100 ms
+    cfg = SimultaneousConfig("wait-k", k=2, step_ms=100)
+    commits = list(simultaneous_translate(lm, [wave], cfg, _exactly(lm, 6)))
+    assert [len(c.tokens) for c in commits] == [1] * 6
+    assert [c.delay_ms for c in commits] == [200.0, 300.0, 400.0, 500.0, 600.0, 700.0]
+    assert all(c.elapsed_ms > c.delay_ms for c in commits)
+    late = list(simultaneous_translate(lm, [wave], SimultaneousConfig("wait-k", k=8, step_ms=100), _exactly(lm, 6)))
+    assert [(len(c.tokens), c.delay_ms) for c in late] == [(1, 800.0), (1, 900.0), (4, 1000.0)]  # the rest at the end
+
+
+def test_windows_bound_the_encoder_input(lm, monkeypatch):
+    seen = []
+    encode = simultaneous.encode_audio
+    monkeypatch.setattr(simultaneous, "encode_audio", lambda m, waves: seen.append(len(waves[0])) or encode(m, waves))
+    wave = np.random.default_rng(1).normal(0, 0.1, 19200).astype(np.float32)  # 1.2 s
+    cfg = SimultaneousConfig("wait-k", k=1, step_ms=100, max_seconds=0.5)
+    commits = list(simultaneous_translate(lm, [wave], cfg, _exactly(lm, 3)))
+    assert max(seen) <= 8000 and seen.count(1600) == 3  # never more than the 0.5 s window; three windows
+    assert sum(len(c.tokens) for c in commits) == 9  # three windows of 3 tokens: [0, 0.5), [0.5, 1.0), [1.0, 1.2)
+    firsts = [c for c in commits if c.text.startswith(" ")]
+    assert [c.delay_ms for c in commits][:3] == [100.0, 200.0, 300.0] and [c.delay_ms for c in firsts][-2:] == [600.0, 1100.0]
+
+
+@pytest.mark.parametrize("cfg", [SimultaneousConfig("wait-k", k=100, step_ms=200),
+                                 SimultaneousConfig("alignatt", k=10000, step_ms=200)])
+def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
+    wave = read_audio(WAV)
+    options = lm.decode_options(1, max_len_b=12)
+    with torch.no_grad():
+        offline = lm.tokenizer.decode(search(lm.model, encode_audio(lm, [wave]), options)[0][0])
+    result = translate_stream(lm, wave, cfg, options)
+    assert result.text == offline.strip() and result.source_ms == pytest.approx(len(wave) / 16)
+    assert all(c.delay_ms == pytest.approx(len(wave) / 16) for c in result.commits)
+
+
+def test_alignatt_writes_before_the_end_and_restores_the_decoder(lm):
+    wave = read_audio(WAV)
+    result = translate_stream(lm, wave, SimultaneousConfig("alignatt", k=1, step_ms=200), _exactly(lm, 8))
+    assert sum(len(c.tokens) for c in result.commits) == 8
+    assert all("attend" not in vars(layer.cross_attn) for layer in lm.model.decoder.layers)
+
+
+def test_alignatt_needs_cross_attention_and_settings_are_checked():
+    with pytest.raises(SimultaneousError, match="alignatt needs a decoder with cross-attention.*use --simultaneous wait-k"):
+        _CrossAttention(torch.nn.Linear(2, 2))
+    with pytest.raises(SimultaneousError, match="unknown policy 'wait-x'"):
+        SimultaneousConfig("wait-x")
+    with pytest.raises(SimultaneousError, match="step_ms must be at least 25 ms"):
+        SimultaneousConfig(step_ms=10)
+
+
+def test_cli_streams_a_file_and_standard_input(checkpoint, capsys, monkeypatch):
+    fast = ["--model", checkpoint, "--max-len-b", "6", "--simultaneous", "wait-k", "--k", "2", "--step-ms", "200"]
+    assert main(["translate", str(WAV), *fast, "--format", "json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    final = lines[-1]
+    assert "".join(x["text"] for x in lines[:-1]).strip() == final["text"]
+    assert lines[0]["delay_ms"] == 400.0 and len(final["word_delays_ms"]) == len(final["text"].split())
+    assert set(final["latency_ms"]) == {"AL", "LAAL", "AL_CA", "LAAL_CA"}
+    pcm = (read_audio(WAV) * 32767).astype("<i2").tobytes()
+
+    class Stdin:
+        buffer = __import__("io").BytesIO(pcm)
+
+    monkeypatch.setattr("sys.stdin", Stdin)
+    assert main(["translate", "-", *fast]) == 0
+    assert capsys.readouterr().out.strip() == final["text"]
+
+
+def test_cli_checks_simultaneous_options(checkpoint, capsys):
+    assert main(["translate", "-", "--model", checkpoint]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt translate: error: audio '-' (standard input) needs --simultaneous"
+    assert main(["translate", str(WAV), "--k", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt translate: error: argument --k: only with --simultaneous"
+    assert main(["translate", str(WAV), "--simultaneous", "wait-k", "--format", "srt"]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt translate: error: --simultaneous writes text or json, not srt"
+
+
+def test_evaluate_simultaneous_reports_latency_and_a_quality_latency_table(checkpoint, lm, tiny_data, tmp_path,
+                                                                           capsys):
+    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--max-len-b", "6",
+                 "--simultaneous", "wait-k", "--k", "1", "4", "--step-ms", "200", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("wait-k k=1 step 200 ms: BLEU = ") and "chrF++ = " in out[0] and "LAAL = " in out[0]
+    table = (tmp_path / "quality_latency.md").read_text().splitlines()
+    assert table[2].startswith("| policy | k | step ms | BLEU | chrF++ | AL s | LAAL s |")
+    assert table[4].startswith("| wait-k | 1 | 200 | ") and table[5].startswith("| wait-k | 4 | 200 | ")
+    assert json.loads((tmp_path / "wait-k-k4" / "report.json").read_text())["extra"]["decode"]["max_len_b"] == 6
+    reports = [evaluate_simultaneous(lm, tiny_data, "dev", SimultaneousConfig("wait-k", k, 200), limit=2,
+                                     options=_exactly(lm, 5)) for k in (1, 4)]
+    laal = [r.extra["latency"]["LAAL"] for r in reports]
+    assert 0 < laal[0] < laal[1]  # waiting longer lags more
+    assert all(r.extra["latency"]["LAAL_CA"] > r.extra["latency"]["LAAL"] for r in reports)
+    assert reports[0].n == 2 and set(reports[0].metrics) == {"BLEU", "chrF", "chrF++"}
