@@ -75,10 +75,16 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads (0: torch's default, OMP_NUM_THREADS); 1 per job when jobs share cores
     init_encoder_from: str = ""  # a checkpoint (e.g. ASR) whose tensors under init_prefixes initialise this model
     init_prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")  # e.g. add "decoder." from an MT model
+    # more checkpoints to initialise parts from, after init_encoder_from, each "PATH:prefix,prefix" (as ESPnet's
+    # --init_param), e.g. ["exp/lm_mt/checkpoint_avg.safetensors:decoder.", "exp/ctc/last.safetensors:speech_encoder.,ctc_head."]
+    init_from: tuple[str, ...] = ()
     valid_decode: bool = True  # also decode the dev split greedily at validation: BLEU (st, mt) or WER (asr)
 
     def __post_init__(self):
         self.adam_betas = tuple(self.adam_betas)
+        self.init_from = (self.init_from,) if isinstance(self.init_from, str) else tuple(self.init_from)
+        for item in self.init_from:
+            init_source(item)  # ConfigError (one line) for a malformed item
         self.stages = parse_stages(self.stages or [])
         if self.stages and self.ctc_weight:
             raise ConfigError("train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
@@ -87,6 +93,16 @@ class TrainConfig:
             raise ConfigError(f"unknown task {self.task!r}; expected st, asr or mt")
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ConfigError(f"unknown precision {self.precision!r}; expected fp32, bf16 or fp16")
+
+
+def init_source(item: str) -> tuple[str, tuple[str, ...]]:
+    """"PATH:prefix,prefix" (an item of train.init_from) -> (PATH, prefixes); each prefix ends with a dot."""
+    path, _, tail = str(item).rpartition(":")
+    prefixes = tuple(p.strip() for p in tail.split(",") if p.strip())
+    if not path or not prefixes or not all(p.endswith(".") for p in prefixes):
+        raise ConfigError(f"train.init_from item {item!r}: expected CHECKPOINT:prefix.[,prefix.] "
+                          "(e.g. exp/mt/checkpoint_avg.safetensors:decoder.)")
+    return path, prefixes
 
 
 @dataclass

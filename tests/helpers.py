@@ -18,11 +18,14 @@ def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
 
 
+AFTER_NESTING = ("ctc_vocab",)  # shared fields added after the nesting: no flat checkpoint has them
+
+
 def flat_model_config(cfg: ModelConfig) -> dict:
     """`cfg` as the flat dict of a checkpoint written before the nesting (speechmt.models.migrate in reverse):
     the shared fields, every old flat name, and the encoder's three fine-tuning flags."""
     nested = asdict(cfg)
-    flat = {k: v for k, v in nested.items() if not isinstance(v, dict)}
+    flat = {k: v for k, v in nested.items() if not isinstance(v, dict) and k not in AFTER_NESTING}
     flat.update({old: nested[group][name] for old, (group, name) in FLAT_NAMES.items()})
     flat.update({flag: cfg.encoder.finetune == mode for flag, mode in FINETUNE_FLAGS.items()})
     return flat

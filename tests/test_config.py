@@ -54,7 +54,8 @@ def test_yaml_round_trip(tmp_path):
     # the file is plain YAML: lists for tuples, nothing Python-specific
     plain = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert plain["train"]["adam_betas"] == [0.9, 0.999] and plain["model"]["encoder"]["conv_kernels"] == [3, 3, 3]
-    assert plain["model"]["shrink"] == {"kind": "conv", "channels": 1024, "kernel": 3, "mode": "mean", "layers": 2}
+    assert plain["model"]["shrink"] == {"kind": "conv", "channels": 1024, "kernel": 3, "mode": "mean", "layers": 2,
+                                     "embed": "states"}
     assert plain["train"]["stages"][1]["tasks"][0]["objectives"] == {"ce": 0.7, "ctc": 0.3}
     assert "!!python" not in (tmp_path / "c.yaml").read_text()
     # and a second round gives the same text

@@ -9,6 +9,7 @@
 # configs stage 15 (a pretrained language model as the decoder: text MT into it, then ST from its adapters).
 # Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf
 # st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf lm_mt_conf lm_st_conf
+# lm_ctc_conf
 # jobs avg beam
 # test_sets name.
 vocab_stage() {
@@ -160,11 +161,27 @@ train_stages() {
         log "stage 15: a language model as the decoder: MT ($lm_mt_conf) -> $exp/lm_mt, then ST ($lm_st_conf)" \
             "from its adapters -> $exp/lm_st; scored as MT, ST and its own ASR -> MT cascade"
         extra_mt_text
-        "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
-            train.save_dir="$exp/lm_mt"
-        "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
-        "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
-            train.save_dir="$exp/lm_st" train.init_encoder_from="$exp/lm_mt/checkpoint_avg.safetensors"
+        if [ -n "$lm_ctc_conf" ]; then  # the CTC bridge trains beside the MT run (one thread each when jobs > 1)
+            threads=$([ "$jobs" -gt 1 ] && echo 1 || echo 0)
+            "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
+                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_mt" train.threads="$threads" &
+            mt_job=$!
+            if [ "$jobs" -le 1 ]; then wait "$mt_job"; fi
+            "$SPEECHMT" train --config "$lm_ctc_conf" data.dir="$data" data.src_lang="$src_lang" \
+                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_ctc" train.threads="$threads"
+            if [ "$jobs" -gt 1 ]; then wait "$mt_job"; fi
+            "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
+            "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
+                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_st" \
+                train.init_from="[\"$exp/lm_mt/checkpoint_avg.safetensors:decoder.\", \"$exp/lm_ctc/checkpoint_last.safetensors:speech_encoder.,ctc_head.\"]"
+        else
+            "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
+                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_mt"
+            "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
+            "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
+                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_st" \
+                train.init_encoder_from="$exp/lm_mt/checkpoint_avg.safetensors"
+        fi
         "$SPEECHMT" average "$exp/lm_st" --last 2 --out "$exp/lm_st/checkpoint_avg.safetensors"
         for split in $test_sets; do
             "$SPEECHMT" evaluate --model "$exp/lm_mt/checkpoint_avg.safetensors" --task mt --data "$data" \

@@ -52,6 +52,8 @@ fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_{mini,whisper_base}
 fat_st_conf=""              # a FAT-ST config (conf/st_fat_{mini,whisper_base}.yaml): stage 13, from FAT-MLM
 tts_conf=""                 # ST on the corpus + the voiced extra text (conf/st_whisper_base_enc_lora_tts_sent.yaml): stage 14
 lm_mt_conf=conf/mt_lm_gemma.yaml  # text MT into a pretrained LM (Gemma 3 270M): stage 15, with lm_st_conf
+lm_ctc_conf=""              # the CTC bridge into that LM (conf/ctc_lm_gemma.yaml): stage 15, with
+                            # lm_st_conf conf/st_lm_gemma_ctc.yaml, which starts from it and the MT run
 lm_st_conf=""               # ST into that LM from the MT adapters (conf/st_lm_gemma.yaml): stage 15
 exp=""                      # default: exp/en-$tgt_lang
 avg=10
@@ -66,6 +68,7 @@ usage() {
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
     echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF] [--tts-conf CONF]"
     echo "          [--lm-st-conf conf/st_lm_gemma.yaml [--lm-mt-conf conf/mt_lm_gemma.yaml]]"
+    echo "          [--lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml]"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"

@@ -8,6 +8,13 @@ the length of its text before the decoder or a semantic layer reads it.
   every frame; blank frames are dropped; each run of one non-blank label becomes one vector (its first frame,
   or the mean of its frames). An utterance with no non-blank frame keeps one vector (its first frame, or the
   mean of all its frames). Vectorised over batch and time; the CTC loss on the transcript trains the head.
+  With `embed: lm` (a language-model decoder, whose tokens the CTC head writes) a segment is not the mean of
+  its acoustic states but of its frames' soft token embeddings: the CTC posteriors over the text labels times
+  the LM's own input embeddings of those labels, so that the LM reads speech as it reads the transcript's
+  text (its MT) and the ST loss still reaches the head through the posteriors. This is the CTC compressor of
+  decoder-only speech LMs (Wu et al. 2023, "On decoder-only architecture for speech-to-text and large language
+  model integration") with the soft embeddings of the modality-gap work (e.g. Gaido et al. 2021's CTC
+  compression, Liu et al. 2020's "Bridging the modality gap").
 
 Both map an EncoderOutput to an EncoderOutput with new x and lengths, keeping the CTC logits and their
 (acoustic) lengths for the CTC loss.
@@ -29,6 +36,7 @@ from speechmt.sequence import lengths_to_padding_mask
 
 SHRINKS = ("none", "conv", "ctc")
 SHRINK_MODES = ("mean", "first")
+SHRINK_EMBEDS = ("states", "lm")
 
 
 @dataclass
@@ -42,9 +50,15 @@ class ShrinkConfig:
     kernel: int = 5
     mode: str = "mean"
     layers: int = 2  # conv: stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
+    # ctc: what a segment becomes: "states" (its acoustic states, merged by `mode`) or "lm" (the mean of its
+    # frames' soft LM token embeddings: needs decoder 'lm', whose tokenizer the CTC head then writes)
+    embed: str = "states"
 
     def __post_init__(self):
         raise_problems("bad ModelConfig", [
+            self.embed not in SHRINK_EMBEDS and
+            f"unknown shrink.embed {self.embed!r}; expected one of {', '.join(SHRINK_EMBEDS)}",
+            self.embed == "lm" and self.kind != "ctc" and "shrink.embed lm needs shrink.kind ctc",
             self.kind not in SHRINKS and f"unknown shrink {self.kind!r}; expected one of {', '.join(SHRINKS)}",
             self.mode not in SHRINK_MODES and
             f"unknown shrink.mode {self.mode!r}; expected one of {', '.join(SHRINK_MODES)}",
@@ -126,28 +140,51 @@ def merge_segments(x: Tensor, segments: Tensor, counts: Tensor, lengths: Tensor,
 
 
 class CTCShrink(nn.Module):
-    """CTC-guided merging of acoustic states (COSTT / LUT); needs the model's CTC logits. No parameters."""
+    """CTC-guided merging of acoustic states (COSTT / LUT); needs the model's CTC logits. No parameters.
 
-    def __init__(self, blank_id: int = 4, mode: str = "mean"):
+    `table` (optional, not a registered module): () -> (V - first_label, D) the input embeddings of the CTC
+    labels first_label.. (a language model's, already scaled as it scales its input); given, each kept
+    frame becomes softmax(its logits) over those labels (renormalised) @ table, and segments the mean of
+    their frames' vectors, whatever `mode`."""
+
+    def __init__(self, blank_id: int = 4, mode: str = "mean", table=None, first_label: int = 5):
         super().__init__()
         if mode not in SHRINK_MODES:
             raise ValueError(f"unknown shrink mode {mode!r}; expected one of {', '.join(SHRINK_MODES)}")
-        self.blank_id, self.mode = blank_id, mode
+        self.blank_id, self.mode, self.first_label = blank_id, mode, first_label
+        self._table = (table,) if table is not None else None  # a tuple: the LM's table is not our submodule
 
     def forward(self, enc: EncoderOutput) -> EncoderOutput:
         """x (B, T, D), lengths, ctc_logits (B, T, V) -> x (B, S, D) one vector per CTC segment, lengths (B,)."""
         if enc.ctc_logits is None:
             raise ValueError("the ctc shrink needs CTC logits: build the model with ctc=True")
         segments, counts = ctc_segments(enc.ctc_logits, enc.lengths, self.blank_id)
-        return _shrunk(enc, *merge_segments(enc.x, segments, counts, enc.lengths, self.mode))
+        if self._table is None:
+            return _shrunk(enc, *merge_segments(enc.x, segments, counts, enc.lengths, self.mode))
+        x = soft_embeddings(enc.ctc_logits, segments >= 0, self._table[0](), self.first_label)
+        return _shrunk(enc, *merge_segments(x, segments, counts, enc.lengths, "mean"))
 
 
-def build_shrink(cfg: ShrinkConfig, dim: int, blank_id: int) -> Shrink | None:
-    """The shrink a model config names: "none" (None), "conv" or "ctc" (one of SHRINKS)."""
+def soft_embeddings(ctc_logits: Tensor, kept: Tensor, table: Tensor, first_label: int) -> Tensor:
+    """Each kept frame's expected label embedding: ctc_logits (B, T, V), kept (B, T) bool, table (V - first_label,
+    D) -> (B, T, D): softmax over labels first_label.. (blank and specials left out) @ table at the kept frames,
+    the plain mean of the table's rows elsewhere (what an all-blank utterance's single segment reads)."""
+    out = table.mean(0).to(ctc_logits.dtype).expand(*kept.shape, table.size(1)).clone()
+    if kept.any():
+        probs = torch.softmax(ctc_logits[kept][:, first_label:].float(), dim=-1)  # (N, V')
+        out[kept] = (probs @ table.float()).to(out.dtype)
+    return out
+
+
+def build_shrink(cfg: ShrinkConfig, dim: int, blank_id: int, table=None, first_label: int = 5) -> Shrink | None:
+    """The shrink a model config names: "none" (None), "conv" or "ctc" (one of SHRINKS); with embed "lm",
+    `table` gives the CTC labels' input embeddings (CTCShrink)."""
     if cfg.kind == "none":
         return None
     if cfg.kind == "conv":
         return ConvShrink(dim, cfg.channels, (cfg.kernel,) * cfg.layers)
     if cfg.kind == "ctc":
-        return CTCShrink(blank_id, cfg.mode)
+        if cfg.embed == "lm" and table is None:
+            raise ValueError("shrink.embed lm needs the language model's embeddings of the CTC labels (decoder 'lm')")
+        return CTCShrink(blank_id, cfg.mode, table if cfg.embed == "lm" else None, first_label)
     raise ValueError(f"unknown shrink {cfg.kind!r}; expected one of {', '.join(SHRINKS)}")

@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from speechmt.config_check import raise_problems
+from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
@@ -181,6 +182,9 @@ class ModelConfig:
     attention_dropout: float = 0.1
     activation_dropout: float = 0.1
     ctc: bool = False  # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout)
+    # the LM ids of the CTC head's text labels 5.. when it writes a language-model decoder's tokens
+    # (speechmt.models.ctc_head; filled in from the training transcripts when a run starts), else empty
+    ctc_vocab: tuple[int, ...] = ()
     pad_id: int = 0
     position_offset: int = 0  # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -208,7 +212,10 @@ class ModelConfig:
                 raise ValueError(f"bad ModelConfig: {name} must be given as {cls.__name__}(...) or a mapping of its "
                                  f"fields, got {value!r} (a flat config: ModelConfig.from_dict)")
         enc, dec, text = self.encoder, self.decoder, self.text_encoder
+        self.ctc_vocab = tuple(int(i) for i in self.ctc_vocab)
         raise_problems("bad ModelConfig", [
+            self.shrink.embed == "lm" and dec.kind != "lm" and
+            "shrink.embed lm needs decoder 'lm' (the segments become that LM's token embeddings)",
             dec.kind == "whisper" and not (self.whisper_decoder_source or dec.hf_config) and
             "decoder 'whisper' needs decoder.name_or_path (or encoder.name_or_path) or decoder.hf_config",
             enc.kind != "conv" and text.shared and
@@ -453,12 +460,33 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
         decoder = transformer_decoder(cfg.tgt_vocab_size, d.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim,
                                       cfg.dropout, cfg.attention_dropout, cfg.activation_dropout, d.tie_embeddings,
                                       cfg.pad_id, cfg.position_offset, d.output_bias)
-    ctc_head = nn.Linear(cfg.d_model, cfg.src_vocab_size) if cfg.ctc else None
-    shrink = build_shrink(cfg.shrink, cfg.d_model, CTC_BLANK_ID)
+    ctc_head = CTCHead(cfg.d_model, cfg.src_vocab_size, cfg.ctc_vocab) if cfg.ctc else None
+    shrink = build_shrink(cfg.shrink, cfg.d_model, CTC_BLANK_ID, _label_embeddings(cfg, ctc_head, decoder), FIRST_LABEL)
     semantic = SEMANTICS[cfg.semantic.kind](cfg, **cfg.semantic.options)
     _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
     return Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic)
+
+
+class LabelEmbeddings:
+    """() -> (V', D): an LM decoder's input embeddings (scaled as it scales them) of a CTC head's text labels,
+    read at each call (they follow the LM's table and device). Held by the CTC shrink outside its modules."""
+
+    def __init__(self, head: CTCHead, decoder: nn.Module):
+        self.head, self.decoder = head, decoder
+
+    def __call__(self) -> Tensor:
+        return self.decoder.embed(self.head.vocab)
+
+
+def _label_embeddings(cfg: ModelConfig, head: CTCHead | None, decoder: nn.Module) -> LabelEmbeddings | None:
+    """The table of shrink.embed lm (its CTC head must write the LM's tokens: ctc_vocab), else None."""
+    if cfg.shrink.embed != "lm":
+        return None
+    if head is None or not cfg.ctc_vocab:
+        raise ValueError("shrink.embed lm needs a CTC head over the LM's tokens (model.ctc_vocab, filled in from "
+                         "the transcripts when a run starts; train a ctc objective)")
+    return LabelEmbeddings(head, decoder)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

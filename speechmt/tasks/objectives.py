@@ -77,6 +77,7 @@ def ctc(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSetting
     if enc.ctc_logits is None or batch.src is None:
         raise ValueError("the ctc objective needs a model with a CTC head and batches with transcripts")
     targets, target_lengths = strip_specials(batch.src, batch.src_lengths, s.first_text_id)
+    targets = model.ctc_head.labels(targets)  # a head over an LM's tokens has labels of its own
     return ctc_loss(enc.ctc_logits, enc.ctc_lengths, targets, target_lengths, s.blank_id), {}
 
 

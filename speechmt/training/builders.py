@@ -14,6 +14,7 @@ from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, TextDataset, global_cmvn, load_split
 from speechmt.data.manifest import read_split
 from speechmt.data.waveform import WaveformConfig, WaveformDataset
+from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.translator import ModelConfig
 from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
@@ -71,7 +72,8 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
 def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     """The tokenizers of a run: load_tokenizers, or with an LM decoder (model.decoder.kind lm) the LM's
     tokenizer trimmed to the tokens of the run's training targets (lm_target_texts) and task prefixes, and on
-    the source side the LM's whole tokenizer when a task reads text (else data.src_vocab, for a CTC head)."""
+    the source side the LM's whole tokenizer when a task reads text or the CTC head writes the LM's tokens
+    (shrink.embed lm), else data.src_vocab (for a CTC head)."""
     if cfg.model.decoder.kind != "lm":
         return load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
     from speechmt.tokenizer_lm import LMTokenizer
@@ -81,7 +83,8 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     if not tags:
         raise ConfigError("an LM decoder needs data.lang_tag: true (the target language's name starts each target)")
     tgt = LMTokenizer.trimmed(name, lm_target_texts(cfg), tags)
-    if any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
+    reads_lm_tokens = cfg.model.shrink.embed == "lm"  # its CTC head writes the LM's tokens
+    if reads_lm_tokens or any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
         return Tokenizers(LMTokenizer.from_pretrained(name, role="source"), tgt)
     return Tokenizers(Tokenizer.load(cfg.data.src_vocab) if cfg.data.src_vocab else None, tgt)
 
@@ -231,18 +234,37 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
     text = any(TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs)
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
-    if ctc and toks.src is not None and toks.src.blank_id is None:
+    ctc_vocab = lm_ctc_vocab(cfg, toks.src) if ctc and cfg.model.shrink.embed == "lm" else ()
+    if ctc_vocab:
+        src_size = FIRST_LABEL + len(ctc_vocab)
+    elif ctc and toks.src is not None and toks.src.blank_id is None:
         raise ConfigError("a CTC head writes the transcript in a SentencePiece source vocabulary with a blank "
                           "(data.src_vocab); model.text_encoder.embeddings whisper puts Whisper's in its place")
     if cfg.model.shrink.kind == "ctc" and not ctc:
         raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
                           "(or a ctc objective) and data.src_vocab to train that head")
     model = dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
-                                ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id)
+                                ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id, ctc_vocab=ctc_vocab)
     if model.decoder.kind == "lm":  # its trimmed output vocabulary and the prompt before the source, in LM ids
         decoder = dataclasses.replace(model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(cfg.data.src_lang))
         model = dataclasses.replace(model, decoder=decoder)
     return model
+
+
+def lm_ctc_vocab(cfg: ExperimentConfig, src: AnyTokenizer) -> tuple[int, ...]:
+    """The LM ids a CTC head over an LM's tokens writes: every token of the transcripts of the run's training
+    streams that train it (a ctc objective), as the LM's source-side tokenizer encodes them, in order of first
+    appearance."""
+    if getattr(src, "kind", "") != "lm":
+        raise ConfigError("shrink.embed lm needs the LM's own tokenizer on the source side (decoder 'lm')")
+    vocab: dict[int, None] = {}
+    for spec in run_tasks(cfg):
+        if "ctc" in spec.weights:
+            for r in read_split(stream_dir(cfg, spec), spec.split or cfg.data.train_split):
+                vocab.update(dict.fromkeys(src.encode(r.src_text)))
+    if not vocab:
+        raise ConfigError("shrink.embed lm: no transcript tokens in the ctc streams' training splits")
+    return tuple(vocab)
 
 
 def teacher_for(cfg: ExperimentConfig):

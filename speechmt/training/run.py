@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from speechmt.config import ExperimentConfig, save_config
+from speechmt.config import ExperimentConfig, init_source, save_config
 from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
 from speechmt.audio import CMVNConfig, FbankConfig
@@ -60,6 +60,10 @@ def init_encoder_from(model: torch.nn.Module, path: str,
         source = translator_state(source)
     own = model.state_dict()
     copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
+    theirs = tuple((checkpoint.get("model_config") or {}).get("ctc_vocab") or ())
+    if "ctc_head.weight" in copied and theirs != tuple(getattr(model.config, "ctc_vocab", ())):
+        raise CheckpointError(f"{path}: its CTC head writes other LM tokens (ctc_vocab) than this model's; "
+                              "train both on the same transcripts, or leave ctc_head. out of the prefixes")
     if not any(k.startswith(prefixes[0]) for k in copied):
         raise CheckpointError(f"{path}: no {prefixes[0].rstrip('.')} weights of matching shapes to initialise from")
     model.load_state_dict(copied, strict=False)
@@ -110,6 +114,8 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     model = build_model(with_teacher(model_config_for(cfg, toks), teacher))
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
+    for item in cfg.train.init_from:
+        init_encoder_from(model, *init_source(item))
     frozen_encoder = model.speech_encoder if cfg.model.encoder.kind == "whisper" else None  # cached when frozen
 
 

@@ -71,7 +71,7 @@ def test_a_nested_config_passes_through_and_round_trips():
     assert migrate_model_config(d) == d
     assert ModelConfig(**d) == ModelConfig.from_dict(d) == cfg
     assert set(d) == {"tgt_vocab_size", "src_vocab_size", "d_model", "n_heads", "ffn_dim", "dropout",
-                      "attention_dropout", "activation_dropout", "ctc", "pad_id", "position_offset", "encoder",
+                      "attention_dropout", "activation_dropout", "ctc", "ctc_vocab", "pad_id", "position_offset", "encoder",
                       "shrink", "text_encoder", "semantic", "decoder", "lora"}
 
 

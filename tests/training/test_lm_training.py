@@ -2,6 +2,7 @@
 Whisper encoder and a bridge, LoRA delta checkpoints that load from their bases, and one checkpoint decoding
 several tasks by prompt. A tiny random Gemma 3 and a tiny random Whisper, both in local folders."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,39 @@ def test_a_stage_that_freezes_the_lm_still_saves_its_adapters(trained_st):
     lora_b = [k for k in during["model"] if ".lora_B." in k]
     assert lora_b and all(during["model"][k].abs().max() == 0 for k in lora_b)  # peft starts B at zero: untouched
     assert all(after["model"][k].abs().max() > 0 for k in lora_b)  # they train in stage 2
+
+
+@pytest.fixture(scope="module")
+def trained_ctc_bridge(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
+    """The CTC bridge (shrink.embed lm): a CTC stage over the LM's tokens with the LM frozen, then ST + CTC."""
+    save_dir = tmp_path_factory.mktemp("lm_ctc")
+    model = {"encoder": {"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+             "shrink": {"kind": "ctc", "embed": "lm"}, "lora": LORA,
+             "text_encoder": {"embed_only": True, "embeddings": "lm"},
+             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"}}
+    stages = [{"name": "ctc", "updates": 40, "freeze": ["decoder."], "tasks": [{"task": "st", "objectives": {"ctc": 1.0}}]},
+              {"name": "st", "tasks": [{"task": "st", "objectives": {"ce": 1.0, "ctc": 0.3}}]}]
+    cfg = lm_config(tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=5e-3,
+                    save_interval_updates=20, validate_interval_updates=20, log_interval=10)
+    run_training(cfg)
+    return cfg, save_dir
+
+
+def test_the_ctc_bridge_learns_the_transcripts_in_lm_tokens_and_reloads_exactly(trained_ctc_bridge, tiny_data, lm_dir):
+    from speechmt.data.manifest import read_split
+    from speechmt.tokenizer_lm import LMTokenizer
+
+    _, save_dir = trained_ctc_bridge
+    ckpt = load_checkpoint(_last(save_dir))
+    src = LMTokenizer.from_pretrained(str(lm_dir), role="source")
+    transcripts = [r.src_text for r in read_split(str(tiny_data), "train")]
+    vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
+    config = ckpt["model_config"]
+    assert tuple(config["ctc_vocab"]) == vocab and config["src_vocab_size"] == 5 + len(vocab)
+    assert ckpt["model"]["ctc_head.weight"].shape[0] == 5 + len(vocab)
+    log = [json.loads(line) for line in (save_dir / "train_log.jsonl").read_text().splitlines()]
+    ctc = [(r["step"], r["ctc"]) for r in log if r["type"] == "train" and r["step"] <= 40]
+    assert [s for s, _ in ctc] == [10, 20, 30, 40] and ctc[-1][1] < 0.7 * ctc[0][1], ctc  # the CTC over LM tokens learns
+    a, b = load_model(_last(save_dir)), load_model(_last(save_dir))
+    options = a.decode_options(beam=2)
+    assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps

@@ -214,3 +214,28 @@ def test_train_threads_sets_torchs_cpu_threads(tiny_data, tmp_path, capsys):
         torch.set_num_threads(before)
     assert main(["train", "--config", str(tmp_path / "config.yaml"), "train.threads=-1"]) == 2
     assert "invalid value '-1' for train.threads: expected an integer >= 0" in capsys.readouterr().err
+
+
+def test_init_from_takes_parts_from_several_checkpoints_in_order(tiny_data, tmp_path):
+    """train.init_from (ESPnet's --init_param): each PATH:prefixes item copies its tensors, later items last."""
+    run_training(tiny_config(tiny_data, tmp_path / "a", max_updates=2, task="asr"))
+    run_training(tiny_config(tiny_data, tmp_path / "b", max_updates=2, task="asr", seed=7))
+    a, b = (_params(tmp_path / f"{x}/checkpoint_last.safetensors") for x in "ab")
+    items = [f"{tmp_path}/a/checkpoint_last.safetensors:speech_encoder.,decoder.",
+             f"{tmp_path}/b/checkpoint_last.safetensors:decoder."]
+    cfg = tiny_config(tiny_data, tmp_path / "c", max_updates=1, task="asr", init_from=items, lr=1e-12)
+    assert cfg.train.init_from == tuple(items)
+    run_training(cfg)
+    c = _params(tmp_path / "c/checkpoint_last.safetensors")
+    enc = [k for k in a if k.startswith("speech_encoder.") and "weight" in k]
+    dec = [k for k in a if k.startswith("decoder.") and "weight" in k]
+    assert all(torch.allclose(c[k], a[k], atol=1e-6) for k in enc)  # lr 1e-12: one update moves nothing visible
+    assert all(torch.allclose(c[k], b[k], atol=1e-6) for k in dec) and not all(torch.equal(a[k], b[k]) for k in dec)
+
+
+@pytest.mark.parametrize("item", ["exp/a.safetensors", "exp/a.safetensors:decoder", ":decoder."])
+def test_a_malformed_init_from_item_is_one_config_error(item):
+    from speechmt.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError, match="train.init_from item .*expected CHECKPOINT:prefix"):
+        TrainConfig(init_from=[item])
