@@ -49,8 +49,12 @@ def cmd_synth_mt(args: argparse.Namespace) -> int:
     from speechmt.data.synth.mt_text import build_mt_text, default_out
 
     out = Path(args.out) if args.out else default_out(args.corpus, Path(args.root), args.lang)
-    summary = build_mt_text(args.corpus, Path(args.root), out, args.lang)
-    print(json.dumps({"out": str(out), **summary}, indent=1, ensure_ascii=False))
+    sources = None if not args.sources else "all" if "all" in args.sources else tuple(args.sources)
+    summary = build_mt_text(args.corpus, Path(args.root), out, args.lang, sources)
+    shown = {k: v for k, v in summary.items() if k != "sources"}
+    shown["sources"] = {n: {k: v for k, v in e.items() if k != "catalog_packages"}
+                        for n, e in summary["sources"].items()}  # each catalog's package: in the summary file
+    print(json.dumps({"out": str(out), **shown}, indent=1, ensure_ascii=False))
     return 0
 
 

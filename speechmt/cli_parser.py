@@ -153,6 +153,10 @@ def _synth(sub, handlers: Handlers) -> None:
     mt.add_argument("--root", required=True, help="the corpus folder (as `synth --out` made it)")
     mt.add_argument("--lang", default="de", choices=("de", "es"), help="covost2: the source language")
     mt.add_argument("--out", help="default: beside the corpus, ROOT/<pair>/mt-text (mustc) or ROOT/<lang>/mt-text")
+    mt.add_argument("--sources", nargs="+", metavar="SOURCE",
+                    choices=("all", "ding", "gettext", "debian-reference", "gnome-help", "sword"),
+                    help="parallel text to gather: all, or some of ding (de), gettext (de, es), debian-reference (de), "
+                    "gnome-help (de, es), sword (es) (default: ding for de, sword for es)")
     mt.set_defaults(func=handlers["synth_mt"])
     tts = sub.add_parser("synth-tts", help="voice the English side of MT pairs into a new MuST-C split (MT data "
                                            "as synthetic ST data)")

@@ -1,26 +1,33 @@
-"""Extra text-only MT pairs for the mini corpora, built at run time from installed packages: every aligned
-phrase and sentence of the Ding dictionary (`trans-de-en`, GPL-2+: read from /usr/share/trans/de-en, never
-committed) for en-de and de-en, and the Bible verse pairs for es-en, minus every sentence a corpus uses
-(any split, either side, compared case-folded and whitespace-normalised) so that no dev or test sentence
-reaches training through the back door.
+"""Extra text-only MT pairs for the mini corpora, built at run time from installed Debian packages (none of
+their text is in this repository): the sources of speechmt.data.synth.mt_sources (Ding dictionary, gettext
+catalogs, Debian Reference, GNOME help, SWORD Bible verses), each through the shared filters of
+speechmt.data.synth.mt_filters, minus every sentence a corpus uses (any split, either side, compared
+case-folded and whitespace-normalised) so that no dev or test sentence reaches training through the back door.
 
-`build_mt_text(corpus, root, out)` writes `out/train.jsonl` (manifest records with empty audio, n_frames 0:
-what `TextDataset` and the stages' `data_dir` read) and `out/mt_text_summary.json` (size, sources, what was
-excluded and why).
+`build_mt_text(corpus, root, out, lang, sources)` writes `out/train.jsonl` (manifest records with empty audio,
+n_frames 0, ids `<source>_<n>`: what `TextDataset` and the stages' `data_dir` read) and
+`out/mt_text_summary.json` (pairs per source, each source's licence, status, counts and drops by reason).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
+from collections import Counter
 from pathlib import Path
-from typing import Iterable
 
 from speechmt.data.manifest import Record, write_manifest
 from speechmt.data.synth.common import SynthError
-from speechmt.data.synth.text import (DING_PATH, Pair, _DICT_ABBREVIATIONS, bible_pairs, dedupe, ding_alternatives,
-                                      ding_pairs, looks_swapped, normalise_space)
+from speechmt.data.synth.mt_filters import PairFilter, key
+from speechmt.data.synth.mt_sources import SOURCES, SourceMissing, SourcePaths, read_source, sources_for
+from speechmt.data.synth.text import DING_PATH, Pair, _DICT_ABBREVIATIONS, dedupe, ding_alternatives, looks_swapped, normalise_space
 
+FILTERS = {"length ratio": "characters + 10, at most 2:1", "duplicates": "either side seen before (case-folded)",
+           "language check": "no side with more function words of the other language",
+           "placeholders": "format codes, markup, escapes, options, paths dropped",
+           "corpus sentences": "every sentence of the corpus (any split) on either side dropped",
+           "words": "each source's English word range (sources.<name>.english_words)"}
 _NOTES = re.compile(r"\{[^}]*\}|\[[^\]]*\]|\([^)]*\)")  # {n} gender, [Br.] labels, (explanations)
 _LEFTOVER = re.compile(r"[\[\]{}()<>/\\|~=+*#_@…]|\.\.\.")
 PHRASE_WORDS = (2, 30)
@@ -47,22 +54,6 @@ def ding_phrase_pairs(path: Path = DING_PATH) -> tuple[Pair, ...]:
         if de and en and not looks_swapped(en, de):
             pairs.append(Pair(src=en, tgt=de))
     return tuple(dedupe(pairs))
-
-
-def key(text: str) -> str:
-    """How sentences are compared for exclusion: case-folded, whitespace-normalised."""
-    return normalise_space(text).casefold()
-
-
-def exclude(pairs: Iterable[Pair], used: set[str]) -> tuple[list[Pair], int]:
-    """The pairs neither side of which is in `used` (keys), and how many were dropped."""
-    kept, dropped = [], 0
-    for p in pairs:
-        if key(p.src) in used or key(p.tgt) in used:
-            dropped += 1
-        else:
-            kept.append(p)
-    return kept, dropped
 
 
 def mustc_sentences(root: Path, pair: str = "en-de") -> set[str]:
@@ -95,33 +86,73 @@ def default_out(corpus: str, root: Path, lang: str = "de") -> Path:
     return Path(root) / ("en-de" if corpus == "mustc" else lang) / "mt-text"
 
 
-def _records(pairs: list[Pair], src_lang: str, tgt_lang: str) -> list[Record]:
-    return [Record(id=f"mt_{i}", audio="", offset=0.0, duration=0.0, n_frames=0, src_text=p.src, tgt_text=p.tgt,
-                   speaker="", src_lang=src_lang, tgt_lang=tgt_lang) for i, p in enumerate(pairs)]
+def _records(pairs: list[tuple[str, Pair]], src_lang: str, tgt_lang: str) -> list[Record]:
+    """Manifest records of (source name, pair), numbered per source: ding_0, gettext_0, ..."""
+    counts: Counter = Counter()
+    records = []
+    for name, p in pairs:
+        records.append(Record(id=f"{name}_{counts[name]}", audio="", offset=0.0, duration=0.0, n_frames=0,
+                              src_text=p.src, tgt_text=p.tgt, speaker="", src_lang=src_lang, tgt_lang=tgt_lang))
+        counts[name] += 1
+    return records
 
 
-def build_mt_text(corpus: str, root: Path, out: Path, lang: str = "de") -> dict:
-    """Writes the extra MT pairs of a mini corpus into `out` (train.jsonl + mt_text_summary.json); returns
-    the summary. corpus "mustc": en-de from Ding; "covost2": <lang>-en, from Ding (de) or the Bible (es)."""
+def direction(corpus: str, root: Path, lang: str) -> tuple[str, str, set[str]]:
+    """(source language, target language, keys of every corpus sentence) of a mini corpus' extra MT text."""
     if corpus == "mustc":
-        src_lang, tgt_lang, used = "en", "de", mustc_sentences(root)
-        sources = {"ding phrases and sentences (trans-de-en)": ding_phrase_pairs()}
-    elif corpus == "covost2" and lang in ("de", "es"):
-        src_lang, tgt_lang, used = lang, "en", covost_sentences(root, lang)
-        pool = ding_phrase_pairs() if lang == "de" else bible_pairs()
-        flipped = tuple(Pair(p.tgt, p.src) for p in pool) if lang == "de" else tuple(pool)
-        sources = {"ding phrases and sentences (trans-de-en)" if lang == "de" else "bible verses (sword)": flipped}
-    else:
-        raise SynthError(f"no extra MT text for corpus {corpus!r} ({lang}); expected mustc, or covost2 with de or es")
-    if corpus == "mustc":  # whole Ding sentences too (the corpus was drawn from them): only the unused ones stay
-        sources["ding sentences (trans-de-en)"] = ding_pairs()
-    pairs, dropped = exclude(dedupe([p for ps in sources.values() for p in ps]), used)
+        return "en", "de", mustc_sentences(root)
+    if corpus == "covost2" and lang in ("de", "es"):
+        return lang, "en", covost_sentences(root, lang)
+    raise SynthError(f"no extra MT text for corpus {corpus!r} ({lang}); expected mustc, or covost2 with de or es")
+
+
+def gather(names: tuple[str, ...], src_lang: str, tgt_lang: str, used: set[str],
+           paths: SourcePaths) -> tuple[list[tuple[str, Pair]], dict]:
+    """Every named source read and filtered in turn (earlier sources win duplicates): (source name, pair) in
+    order, and each source's summary entry (status, licence, packages, read, kept, dropped by reason)."""
+    lang = src_lang if tgt_lang == "en" else tgt_lang
+    keep = PairFilter(src_lang, tgt_lang, corpus=used)
+    pairs, entries = [], {}
+    for name in names:
+        source = SOURCES[name]
+        entry = {"description": source.description, "packages": source.packages, "licence": source.licence,
+                 "english_words": list(source.words)}
+        try:
+            english_pairs, counts = read_source(name, lang, paths)
+        except SourceMissing as e:
+            entries[name] = {"status": f"not installed: {e}", **entry}
+            print(f"speechmt: synth-mt: {name}: not installed: {e}", file=sys.stderr)
+            continue
+        oriented = [Pair(en, other) if src_lang == "en" else Pair(other, en) for en, other in english_pairs]
+        kept, dropped = keep.keep(oriented, source.words)
+        pairs += [(name, p) for p in kept]
+        entries[name] = {"status": "read", **entry, "read": len(oriented), "kept": len(kept),
+                         "dropped": dict(sorted(dropped.items())), **counts}
+    return pairs, entries
+
+
+def build_mt_text(corpus: str, root: Path, out: Path, lang: str = "de", sources: str | tuple[str, ...] | None = None,
+                  paths: SourcePaths | None = None) -> dict:
+    """Writes the extra MT pairs of a mini corpus into `out` (train.jsonl + mt_text_summary.json); returns
+    the summary. corpus "mustc": en-de; "covost2": <lang>-en. `sources`: source names (speechmt.data.synth.
+    mt_sources.SOURCES), "all" for every one with the language, None for Ding (de) or the Bible (es) only.
+    `paths`: where the sources are (None: where Debian installs them). A source that is not installed is a line
+    in the summary (and on stderr); SynthError when no source gave a pair."""
+    src_lang, tgt_lang, used = direction(corpus, root, lang)
+    names = sources_for(src_lang if tgt_lang == "en" else tgt_lang, sources)
+    pairs, entries = gather(names, src_lang, tgt_lang, used, paths or SourcePaths())
+    if not pairs:
+        raise SynthError(f"no MT text from {', '.join(names)}: " + "; ".join(
+            f"{n}: {e['status'] if e['status'] != 'read' else 'no pair passed the filters'}" for n, e in entries.items()))
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out / "train.jsonl", _records(pairs, src_lang, tgt_lang))
     summary = {"corpus": corpus, "pair": f"{src_lang}-{tgt_lang}", "pairs": len(pairs),
-               "sources": {name: len(ps) for name, ps in sources.items()},
-               "excluded_as_corpus_sentences": dropped, "corpus_sentences": len(used),
-               "words": {src_lang: sum(len(p.src.split()) for p in pairs),
-                         tgt_lang: sum(len(p.tgt.split()) for p in pairs)}}
+               "per_source": dict(Counter(name for name, _ in pairs)), "sources": entries,
+               "excluded_as_corpus_sentences": sum(e.get("dropped", {}).get("a corpus sentence", 0)
+                                                   for e in entries.values()),
+               "corpus_sentences": len(used),
+               "words": {src_lang: sum(len(p.src.split()) for _, p in pairs),
+                         tgt_lang: sum(len(p.tgt.split()) for _, p in pairs)},
+               "filters": FILTERS}
     (out / "mt_text_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
     return summary

@@ -1,0 +1,120 @@
+"""The filters every parallel text source of `speechmt synth-mt` goes through, each drop counted by reason:
+
+- `empty`: a side without text;
+- `placeholder or markup`: printf/Python/shell format codes (`%s`, `%(name)d`, `{0}`, `${VAR}`), tags,
+  entities, escapes, command-line options (software messages are full of them, and none can be spoken);
+- `too few words` / `too many words`: the source's word range on the English side (and 1..range on the other);
+- `length ratio`: one side more than twice as long as the other in characters (+10 each: short phrases may
+  differ more), a sign of a misalignment or a partial translation;
+- `untranslated`: both sides the same text;
+- `wrong language`: a side with more function words of the other language than of its own (a German
+  catalog entry left in English, a swapped dictionary entry);
+- `a corpus sentence`: either side is a sentence of the mini corpus (any split), so that no dev or test
+  sentence reaches training;
+- `duplicate`: a source or target text seen before (case-folded), in this or an earlier source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from speechmt.data.synth.text import Pair, normalise_space
+
+LENGTH_RATIO = 2.0
+LENGTH_SMOOTHING = 10
+FUNCTION_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset("the and is are were of to that you he she we they not have has with for this what my your our "
+                    "their who does did would can could will from".split()),
+    "de": frozenset("der das und ist sind waren nicht ein eine einen dem den des zu mit für auf ich du er sie wir "
+                    "ihr sich haben wird werden kann auch noch schon nach oder wenn".split()),
+    "es": frozenset("el la los las del que y en un una es son por para con se su sus al lo como más pero le ya "
+                    "este esta estos hay muy sin sobre también".split()),
+}
+_PLACEHOLDER = re.compile(
+    r"%(?:\(\w+\))?[-+#0']*(?:\d+\$)?\*?\d*(?:\.\d+)?(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGaAcspnmS%]"
+    r"|%\d|%[A-Z]\w*%"  # %1, %NAME%
+    r"|\{[\w.:!]*\}"  # {0}, {name}
+    r"|\$\{?\w+"  # $VAR, ${VAR}
+    r"|<[^<>]*>|&[#\w]+;"  # tags, entities
+    r"|@\w+@|\\[ntr\\]|[\n\t\r]"  # @VAR@, escapes, layout
+    r"|(?:^|\s)--?[a-zA-Z][\w-]*"  # command-line options
+    r"|\w+\(\)|[\w-]+/[\w./-]+|\bhttps?:|`"  # calls, paths, addresses, code quotes
+)
+
+
+def has_placeholder(text: str) -> bool:
+    """Whether a text holds a format code, markup, an escape, an option, a path or code (see _PLACEHOLDER)."""
+    return _PLACEHOLDER.search(text) is not None
+
+
+def language_votes(text: str) -> Counter:
+    """{language: function words of it in `text`} for English, German and Spanish."""
+    words = re.findall(r"[a-zäöüßáéíóúñ]+", text.lower())
+    return Counter({lang: sum(w in vocab for w in words) for lang, vocab in FUNCTION_WORDS.items()})
+
+
+def wrong_language(text: str, lang: str, other: str) -> bool:
+    """True when `text`, meant to be `lang`, holds more function words of `other` than of `lang`."""
+    votes = language_votes(text)
+    return votes[other] > votes[lang]
+
+
+def key(text: str) -> str:
+    """How texts are compared for duplicates and exclusion: case-folded, whitespace-normalised."""
+    return normalise_space(text).casefold()
+
+
+@dataclass
+class PairFilter:
+    """The shared filters for pairs of `src_lang` -> `tgt_lang`, with the texts seen so far (duplicates across
+    sources) and the keys of the corpus' sentences to keep out. Call `keep` on each source's pairs in turn."""
+
+    src_lang: str
+    tgt_lang: str
+    corpus: set[str] = field(default_factory=set)
+    seen_src: set[str] = field(default_factory=set)
+    seen_tgt: set[str] = field(default_factory=set)
+
+    def reason(self, pair: Pair, words: tuple[int, int]) -> str | None:
+        """Why a pair is dropped (a reason of the module docstring), or None to keep it; `words`: the source's
+        range of English words."""
+        if not pair.src.strip() or not pair.tgt.strip():
+            return "empty"
+        if has_placeholder(pair.src) or has_placeholder(pair.tgt):  # before layout (newlines, tabs) is normalised
+            return "placeholder or markup"
+        src, tgt = normalise_space(pair.src), normalise_space(pair.tgt)
+        english = src if self.src_lang == "en" else tgt
+        n = len(english.split())
+        if n < words[0]:
+            return "too few words"
+        if n > words[1] or max(len(src.split()), len(tgt.split())) > 2 * words[1]:
+            return "too many words"
+        ratio = (len(src) + LENGTH_SMOOTHING) / (len(tgt) + LENGTH_SMOOTHING)
+        if not 1 / LENGTH_RATIO <= ratio <= LENGTH_RATIO:
+            return "length ratio"
+        s, t = key(src), key(tgt)
+        if s == t:
+            return "untranslated"
+        if wrong_language(src, self.src_lang, self.tgt_lang) or wrong_language(tgt, self.tgt_lang, self.src_lang):
+            return "wrong language"
+        if s in self.corpus or t in self.corpus:
+            return "a corpus sentence"
+        if s in self.seen_src or t in self.seen_tgt:
+            return "duplicate"
+        return None
+
+    def keep(self, pairs: list[Pair], words: tuple[int, int]) -> tuple[list[Pair], Counter]:
+        """The pairs that pass, in order (each one's texts then count as seen), and the drops by reason."""
+        kept, dropped = [], Counter()
+        for pair in pairs:
+            why = self.reason(pair, words)
+            if why is not None:
+                dropped[why] += 1
+                continue
+            pair = Pair(normalise_space(pair.src), normalise_space(pair.tgt))
+            self.seen_src.add(key(pair.src))
+            self.seen_tgt.add(key(pair.tgt))
+            kept.append(pair)
+        return kept, dropped
