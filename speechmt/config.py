@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from speechmt.config_check import ConfigError, check_config
+from speechmt.config_check import ConfigError, check_config, raise_problems
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.schedule import Stage, parse_stages
@@ -46,6 +46,26 @@ class DataConfig:
     max_tokens: int = 40000  # padded frames (audio) or tokens (text) per batch
     max_sentences: int = 0  # 0: no limit
     num_workers: int = 0
+    # on-the-fly augmentation of the training audio (speechmt.data.augment; wav2vec2 and whisper encoders, not
+    # cached frozen-encoder states): the probability of each (0: off), then its settings
+    augment_reverb: float = 0.0
+    augment_rir_dir: str = ""  # room impulse responses (wav/flac/ogg); "": synthetic exponential decays
+    augment_rt60: tuple[float, float] = (0.2, 0.8)  # seconds, for the synthetic ones
+    augment_noise: float = 0.0
+    augment_noise_snr: tuple[float, float] = (5.0, 20.0)  # dB, drawn uniformly per utterance
+    augment_noise_dir: str = ""  # noise recordings; "": white Gaussian noise
+    augment_telephone: float = 0.0  # 8 kHz, 300-3400 Hz, mu-law
+
+    def __post_init__(self):
+        self.augment_rt60, self.augment_noise_snr = tuple(self.augment_rt60), tuple(self.augment_noise_snr)
+        probabilities = {"augment_reverb": self.augment_reverb, "augment_noise": self.augment_noise,
+                         "augment_telephone": self.augment_telephone}
+        raise_problems("data", [
+            *(not 0 <= v <= 1 and f"{k} must be a probability from 0 to 1, got {v}" for k, v in probabilities.items()),
+            not (len(self.augment_rt60) == 2 and 0 < self.augment_rt60[0] <= self.augment_rt60[1] <= 2) and
+            f"augment_rt60 must be [low, high] seconds with 0 < low <= high <= 2, got {list(self.augment_rt60)}",
+            not (len(self.augment_noise_snr) == 2 and self.augment_noise_snr[0] <= self.augment_noise_snr[1]) and
+            f"augment_noise_snr must be [low, high] dB with low <= high, got {list(self.augment_noise_snr)}"])
 
 
 @dataclass
@@ -110,6 +130,13 @@ class ExperimentConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self):
+        from speechmt.data.augment import augment_problem
+
+        problem = augment_problem(self.data, self.model)  # waveform augmentation on a model that reads no audio
+        if problem:
+            raise ConfigError(problem)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

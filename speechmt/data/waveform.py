@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ from speechmt.audio import SAMPLE_RATE, read_audio
 from speechmt.data.dataset import Example, encode_texts
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from speechmt.data.augment import Augmenter
 
 
 @dataclass(frozen=True)
@@ -60,16 +63,22 @@ class WaveformDataset(Dataset):
     """Utterances of a prepared split as encoder-ready waveforms (T,) (or, with a `frontend`, what it makes of
     each 16 kHz wave, e.g. Whisper's log-mel (T, n_mels)) with the transcript and/or translation encoded by
     the given tokenizers. Sizes are the records' 10 ms frame counts, so that `max_tokens` means
-    the same amount of audio for fbank and waveform models."""
+    the same amount of audio for fbank and waveform models. An `augment` (speechmt.data.augment.Augmenter,
+    for a training split) alters each 16 kHz wave before the front end."""
 
     def __init__(self, records: list[Record], cfg: WaveformConfig, base_dir: str | os.PathLike,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
                  src_tag: str | None = None, tgt_tag: str | None = None,
-                 frontend: Callable[[np.ndarray], torch.Tensor] | None = None, tgt_field: str = "tgt_text"):
+                 frontend: Callable[[np.ndarray], torch.Tensor] | None = None, tgt_field: str = "tgt_text",
+                 augment: "Augmenter | None" = None, seed: int = 0):
         self.records, self.cfg, self.base_dir = records, cfg, Path(base_dir)
         self.frontend = frontend or (lambda wave: waveform_input(wave, cfg))
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag, self.tgt_field = src_tag, tgt_tag, tgt_field
+        self.augment, self.seed, self.epoch = augment, seed, 0  # augment: training splits only
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     @classmethod
     def from_split(cls, data_dir: str | os.PathLike, split: str, cfg: WaveformConfig, **kwargs) -> "WaveformDataset":
@@ -85,5 +94,7 @@ class WaveformDataset(Dataset):
 
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
-        wave = self.frontend(record_audio(rec, self.base_dir))
-        return Example(i, rec.id, wave, *encode_texts(self, rec))
+        wave = record_audio(rec, self.base_dir)
+        if self.augment is not None:  # a function of (seed, epoch, index): a resumed run hears the same audio
+            wave = self.augment(wave, np.random.default_rng([self.seed, self.epoch, i]))
+        return Example(i, rec.id, self.frontend(wave), *encode_texts(self, rec))

@@ -28,8 +28,8 @@ YAML_LINE = re.compile(r"^- \{duration: \d+\.\d{6}, offset: \d+\.\d{6}, rW: \d+,
 VALIDATED_HEADER = ["client_id", "path", "sentence", "up_votes", "down_votes", "age", "gender", "accent"]
 COVOST_HEADER = ["path", "sentence", "translation", "client_id", "split"]
 NEEDS = {
-    "mustc": [("espeak-ng", "espeak-ng"), ("pico2wave", "libttspico-utils"), ("mbrola", "mbrola")],
-    "covost2": [("espeak-ng", "espeak-ng"), ("pico2wave", "libttspico-utils"), ("mbrola", "mbrola"),
+    "mustc": [("espeak-ng", "espeak-ng"), ("pico2wave", "libttspico-utils"), ("mbrola", "mbrola"), ("flite", "flite")],
+    "covost2": [("espeak-ng", "espeak-ng"), ("pico2wave", "libttspico-utils"), ("mbrola", "mbrola"), ("flite", "flite"),
                 ("diatheke", "diatheke")],
 }
 

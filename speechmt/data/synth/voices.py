@@ -1,4 +1,4 @@
-"""Speech synthesis back ends for the mini corpora: espeak-ng, pico2wave (SVOX Pico) and MBROLA voices.
+"""Speech synthesis back ends for the mini corpora: espeak-ng, pico2wave (SVOX Pico), MBROLA and flite voices.
 
 A `Speaker` is one voice with one speed and pitch setting; `synthesize` turns a sentence into a trimmed,
 peak-normalised float32 waveform at the requested sample rate, or raises TTSError with the reason.
@@ -26,6 +26,9 @@ MIN_PEAK = 1e-3  # an output quieter than this is silence, not speech
 ESPEAK_SPEEDS = (140, 155, 170)  # words per minute
 ESPEAK_PITCHES = (35, 50, 65)  # 0-99
 PICO_RATES = (92, 100, 108)  # percent of the normal rate, applied by resampling (pitch moves with it)
+FLITE_RATES = (90, 100, 110)  # percent of the normal rate (flite's duration_stretch is its inverse)
+FLITE_PITCHES = (88, 100, 114)  # percent of the voice's mean F0 (FLITE_F0)
+FLITE_F0 = {"kal": 105, "kal16": 105, "awb": 110, "rms": 100, "slt": 170}  # Hz, about each voice's own mean
 
 
 class TTSError(RuntimeError):
@@ -34,7 +37,7 @@ class TTSError(RuntimeError):
 
 @dataclass(frozen=True)
 class Voice:
-    """A synthesis voice: `engine` is espeak-ng, pico2wave or mbrola (run through espeak-ng)."""
+    """A synthesis voice: `engine` is espeak-ng, pico2wave, mbrola (run through espeak-ng) or flite."""
 
     engine: str
     name: str
@@ -44,7 +47,8 @@ class Voice:
 
 @dataclass(frozen=True)
 class Speaker:
-    """One synthetic speaker: a voice with a speed (wpm, or percent for pico) and a pitch (0-99)."""
+    """One synthetic speaker: a voice with a speed (wpm, or percent for pico and flite) and a pitch (0-99, or
+    percent of the voice's mean F0 for flite)."""
 
     voice: Voice
     speed: int
@@ -55,6 +59,8 @@ class Speaker:
         """A readable name, e.g. `espeak-ng:en-us+f3:s155:p50` or `pico2wave:en-US:r108`."""
         if self.voice.engine == "pico2wave":
             return f"pico2wave:{self.voice.name}:r{self.speed}"
+        if self.voice.engine == "flite":
+            return f"flite:{self.voice.name}:r{self.speed}:p{self.pitch}"
         return f"{self.voice.engine}:{self.voice.name}:s{self.speed}:p{self.pitch}"
 
     @property
@@ -78,11 +84,18 @@ def _mbrola(name: str, gender: str) -> Voice:
     return Voice("mbrola", f"mb-{name}", gender, f"mbrola-{name}")
 
 
+def _flite(name: str, gender: str) -> Voice:
+    """A voice built into Debian's flite (kal: 8 kHz diphones; kal16, awb, rms, slt: 16 kHz)."""
+    return Voice("flite", name, gender, "flite")
+
+
 VOICES: dict[str, tuple[Voice, ...]] = {
     "en": (_espeak("en-us", "male"), _espeak("en-gb", "male"), _espeak("en-us+f3", "female"),
            _espeak("en-gb+m3", "male"), _espeak("en-us+m7", "male"), _espeak("en-us+f4", "female"),
            _espeak("en-gb-x-rp+f2", "female"), _pico("en-US"), _pico("en-GB"),
-           _mbrola("us1", "female"), _mbrola("us2", "male"), _mbrola("us3", "male")),
+           _mbrola("us1", "female"), _mbrola("us2", "male"), _mbrola("us3", "male"),
+           _flite("kal", "male"), _flite("kal16", "male"), _flite("awb", "male"), _flite("rms", "male"),
+           _flite("slt", "female")),
     "de": (_pico("de-DE"), _mbrola("de2", "male"), _mbrola("de6", "male"), _espeak("de", "male"),
            _espeak("de+f2", "female"), _espeak("de+m3", "male"), _espeak("de+f4", "female")),
     "es": (_pico("es-ES"), _espeak("es", "male"), _espeak("es+f3", "female"), _espeak("es-419", "male"),
@@ -95,6 +108,8 @@ def draw_speaker(lang: str, rng: np.random.Generator) -> Speaker:
     voice = VOICES[lang][rng.integers(len(VOICES[lang]))]
     if voice.engine == "pico2wave":
         return Speaker(voice, speed=int(rng.choice(PICO_RATES)), pitch=0)
+    if voice.engine == "flite":
+        return Speaker(voice, speed=int(rng.choice(FLITE_RATES)), pitch=int(rng.choice(FLITE_PITCHES)))
     return Speaker(voice, speed=int(rng.choice(ESPEAK_SPEEDS)), pitch=int(rng.choice(ESPEAK_PITCHES)))
 
 
@@ -102,6 +117,10 @@ def _command(speaker: Speaker, text: str, wav: Path) -> tuple[list[str], str | N
     """The command line and its stdin text for one synthesis into `wav`."""
     if speaker.voice.engine == "pico2wave":
         return ["pico2wave", "-l", speaker.voice.name, "-w", str(wav), "--", text], None
+    if speaker.voice.engine == "flite":
+        f0 = FLITE_F0.get(speaker.voice.name, 110) * speaker.pitch / 100
+        return ["flite", "-voice", speaker.voice.name, "--setf", f"duration_stretch={100 / speaker.speed:.3f}",
+                "--setf", f"int_f0_target_mean={f0:.0f}", "-o", str(wav), "-t", text], None
     return ["espeak-ng", "-v", speaker.voice.name, "-s", str(speaker.speed), "-p", str(speaker.pitch),
             "-w", str(wav), "--stdin"], text
 
@@ -150,6 +169,8 @@ def _tools(voice: Voice) -> list[tuple[str, str]]:
         return [("pico2wave", "libttspico-utils")]
     if voice.engine == "mbrola":
         return [("espeak-ng", "espeak-ng"), ("mbrola", "mbrola")]
+    if voice.engine == "flite":
+        return [("flite", "flite")]
     return [("espeak-ng", "espeak-ng")]
 
 
@@ -160,6 +181,7 @@ def check_voices(lang: str, workdir: Path) -> None:
             if shutil.which(tool) is None:
                 raise SynthError(f"{tool} not found: install the Debian package {package}")
         probe = Speaker(voice, speed=100, pitch=0) if voice.engine == "pico2wave" else \
+            Speaker(voice, speed=100, pitch=100) if voice.engine == "flite" else \
             Speaker(voice, speed=ESPEAK_SPEEDS[1], pitch=ESPEAK_PITCHES[1])
         try:
             synthesize(probe, "Hello.", 16000, workdir)
