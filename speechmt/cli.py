@@ -71,6 +71,29 @@ def cmd_synth_tts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backtranslate(args: argparse.Namespace) -> int:
+    """`speechmt backtranslate` (mode back) and `speechmt distill` (mode distill)."""
+    import json
+
+    from speechmt.data.backtranslate import (BacktranslateConfig, generate_pairs, load_generator,
+                                             round_trip_generator)
+    from speechmt.data.text_generators import GeneratorError
+
+    cfg = BacktranslateConfig(args.input, args.out, args.src_lang, args.tgt_lang, args.mode, args.field,
+                              args.batch_size, args.limit, args.min_score)
+    try:
+        gen, name = load_generator(args.model, args.lm, cfg.input_lang, cfg.output_lang, args.device, args.beam,
+                                   args.max_new_tokens, args.task)
+        back, back_name = round_trip_generator(args.round_trip, cfg, args.lm, args.device, args.beam,
+                                               args.max_new_tokens)
+    except GeneratorError as e:
+        print(f"speechmt: error: {e}", file=sys.stderr)
+        return 2
+    summary = generate_pairs(cfg, gen, back, {"generator": name, "round_trip_generator": back_name})
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_vocab(args: argparse.Namespace) -> int:
     from speechmt.data.vocab import train_from_manifests
     from speechmt.tokenizer import TokenizerConfig
@@ -417,7 +440,8 @@ def cmd_import_gguf(args: argparse.Namespace) -> int:
 
 HANDLERS = {
     "prepare_mustc": cmd_prepare_mustc, "prepare_covost2": cmd_prepare_covost2, "synth": cmd_synth,
-    "synth_mt": cmd_synth_mt, "synth_tts": cmd_synth_tts, "vocab": cmd_vocab, "train": cmd_train,
+    "synth_mt": cmd_synth_mt, "synth_tts": cmd_synth_tts, "backtranslate": cmd_backtranslate, "vocab": cmd_vocab,
+    "train": cmd_train,
     "pretrain_audio": cmd_pretrain_audio,
     "average": cmd_average, "translate": cmd_translate, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
     "analyze": cmd_analyze, "export": cmd_export, "convert": cmd_convert, "import_hf": cmd_import_hf,
@@ -440,8 +464,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
     from speechmt.decoding.simultaneous import SimultaneousError
 
+    from speechmt.data.backtranslate import BacktranslateError
+
     errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError,
-                                         BenchmarkError, AnalysisError, SimultaneousError]
+                                         BenchmarkError, AnalysisError, SimultaneousError, BacktranslateError]
     try:
         from speechmt.config import ConfigError
         from speechmt.checkpoint import CheckpointError

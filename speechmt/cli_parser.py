@@ -140,7 +140,7 @@ def _prepare(sub, handlers: Handlers) -> None:
 
 
 def _synth(sub, handlers: Handlers) -> None:
-    """`synth`, `synth-mt` and `synth-tts`."""
+    """`synth`, `synth-mt`, `synth-tts`, `backtranslate` and `distill`."""
     synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
     synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
@@ -173,6 +173,33 @@ def _synth(sub, handlers: Handlers) -> None:
     tts.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     tts.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
     tts.set_defaults(func=handlers["synth_tts"])
+    for name, mode, what in (("backtranslate", "back", "target-side text into the source language (pairs: "
+                              "machine source -> human target)"),
+                             ("distill", "distill", "source-side text into the target language with a teacher "
+                              "(pairs: human source -> machine target)")):
+        p = sub.add_parser(name, help=f"a prepared MT folder from monolingual text: {what}")
+        p.add_argument("--input", required=True, help="one text per line, or a manifest (.jsonl) and its --field")
+        p.add_argument("--field", default="tgt_text" if mode == "back" else "src_text", choices=("src_text", "tgt_text"),
+                       help="a manifest input's text (default: %(default)s)")
+        p.add_argument("--out", required=True, help="the MT folder: train.jsonl, generated.jsonl, the summary; a "
+                       "rerun resumes it")
+        p.add_argument("--src-lang", required=True, help="the MT data's source language (en, de, es)")
+        p.add_argument("--tgt-lang", required=True, help="the MT data's target language")
+        p.add_argument("--model", help="a speechmt MT checkpoint translating the input")
+        p.add_argument("--task", choices=("mt",), help="a multi-task --model's text translation")
+        p.add_argument("--lm", help="instead of --model: a causal LM (folder, or a name under $SPEECHMT_HOME such "
+                       "as gemma-3-270m) with a 3-shot prompt")
+        p.add_argument("--round-trip", nargs="?", const="same", metavar="MODEL",
+                       help="score each pair by the chrF of its output translated back against the input: the "
+                       "--lm prompted the other way (no value), or a reverse checkpoint or LM folder")
+        p.add_argument("--min-score", type=opt.number(0, 100), default=0.0,
+                       help="keep pairs whose round-trip chrF is at least this, 0 to 100 (default: 0)")
+        p.add_argument("--batch-size", type=opt.integer(1, opt.MAX_BATCH), default=16)
+        p.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=1, help="--model's beam (default: 1)")
+        p.add_argument("--max-new-tokens", type=opt.integer(1, opt.MAX_OUTPUT_TOKENS), default=128)
+        p.add_argument("--limit", type=opt.integer(0, 10**9), default=0, help="translate the first N texts (0: all)")
+        p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+        p.set_defaults(func=handlers["backtranslate"], mode=mode)
 
 
 def _vocab(sub, handlers: Handlers) -> None:
