@@ -45,8 +45,10 @@ RANGES: dict[str, tuple] = {
     **{f"data.{k}": _AT_LEAST_1 for k in ("max_tokens",)},
     **{f"data.{k}": _AT_LEAST_0 for k in ("max_sentences", "num_workers")},
     "train.threads": _AT_LEAST_0,
-    **{f"train.{k}": _AT_LEAST_1 for k in ("max_updates", "update_freq", "log_interval")},
-    **{f"train.{k}": _AT_LEAST_0 for k in ("warmup_updates", "max_epochs", "save_interval_updates", "keep_last",
+    **{f"train.{k}": _AT_LEAST_1 for k in ("update_freq", "log_interval")},
+    # max_updates 0 writes the model as built and initialised (a pretrained model as it is, parts composed
+    # by train.init_from) without training it
+    **{f"train.{k}": _AT_LEAST_0 for k in ("max_updates", "warmup_updates", "max_epochs", "save_interval_updates", "keep_last",
                                            "validate_interval_updates", "seed", "clip_norm", "weight_decay")},
     "train.lr": _POSITIVE,
     "train.label_smoothing": _PROBABILITY,

@@ -67,7 +67,7 @@ CASES = [
                                       "expected at most --max-frames (10)"))],
     (["train", "train.lr=abc"], "train.lr", "invalid value 'abc' for train.lr: expected a finite number"),
     (["train", "data.max_tokens=0"], "data.max_tokens", "invalid value '0' for data.max_tokens: expected an integer >= 1"),
-    (["train", "train.max_updates=-5"], "train.max_updates", "expected an integer >= 1"),
+    (["train", "train.max_updates=-5"], "train.max_updates", "expected an integer >= 0"),
     (["train", "train.max_updates=2.5"], "train.max_updates", "expected an integer"),
     (["train", "train.lr=nan"], "train.lr", "expected a finite number"),
     (["train", "train.lr=-1"], "train.lr", "expected a number > 0"),

@@ -15,6 +15,8 @@ def build_optimizer(model: torch.nn.Module, lr: float, betas: tuple[float, float
         if p.requires_grad:
             (no_decay if p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if not decay and not no_decay:  # nothing trains (train.max_updates 0 over a frozen model): a placeholder
+        groups[1]["params"] = [torch.zeros(0, requires_grad=True)]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8)
 
 

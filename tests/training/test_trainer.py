@@ -239,3 +239,13 @@ def test_a_malformed_init_from_item_is_one_config_error(item):
 
     with pytest.raises(ConfigError, match="train.init_from item .*expected CHECKPOINT:prefix"):
         TrainConfig(init_from=[item])
+
+
+def test_max_updates_0_writes_the_initialised_model_untrained(tiny_data, tmp_path):
+    """train.max_updates 0 saves the model as built and initialised (e.g. parts composed by init_from)."""
+    run_training(tiny_config(tiny_data, tmp_path / "a", max_updates=2))
+    source = f"{tmp_path}/a/checkpoint_last.safetensors"
+    state = run_training(tiny_config(tiny_data, tmp_path / "b", max_updates=0, init_from=[f"{source}:speech_encoder.,decoder."]))
+    assert state.step == 0
+    a, b = _params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors")
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a if k.startswith(("speech_encoder.", "decoder.")))
