@@ -193,9 +193,10 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConf
         records = read_split(data.dir, split)
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
     if cfg.model.encoder.kind == "wav2vec2":
-        return WaveformDataset.from_split(data.dir, split, waveform or waveform_settings(cfg), **sides)
+        return WaveformDataset.from_split(data.dir, split, waveform or waveform_settings(cfg), **sides,
+                                          **_augmentation(cfg, train))
     if cfg.model.encoder.kind == "whisper":
-        return _whisper_dataset(cfg, data.dir, split, sides, mel or mel_settings_for(cfg), encoder)
+        return _whisper_dataset(cfg, data.dir, split, sides, mel or mel_settings_for(cfg), encoder, train)
     records, store = load_split(data.dir, split)
     augment = SpecAugmentConfig.policy(data.spec_augment) if train and data.spec_augment else None
     return SpeechDataset(records, store, cmvn, spec_augment=augment, seed=cfg.train.seed, **sides)
@@ -209,8 +210,16 @@ def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
                 tgt_field="src_text" if spec.task == "asr" else "tgt_text")
 
 
+def _augmentation(cfg: ExperimentConfig, train: bool) -> dict:
+    """A training split's waveform augmentation (data.augment_*; speechmt.data.augment) as dataset arguments."""
+    from speechmt.data.augment import Augmenter, augment_config
+
+    settings = augment_config(cfg.data) if train else None
+    return {} if settings is None else {"augment": Augmenter(settings), "seed": cfg.train.seed}
+
+
 def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: dict, mel: WhisperMelConfig,
-                     encoder: "torch.nn.Module | None"):
+                     encoder: "torch.nn.Module | None", train: bool = False):
     """Log-mel features read from the audio, or a frozen encoder's cached states of them."""
     from speechmt.data.encoder_cache import CachedStatesDataset, cached_split
     from speechmt.data.waveform import record_audio
@@ -218,7 +227,11 @@ def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: di
 
     frontend = lambda wave: whisper_log_mel(wave, mel)  # noqa: E731
     if encoder is None or not cfg.data.cache_encoder or not encoder.states_frozen():
-        return WaveformDataset.from_split(data_dir, split, WaveformConfig(), frontend=frontend, **sides)
+        return WaveformDataset.from_split(data_dir, split, WaveformConfig(), frontend=frontend, **sides,
+                                          **_augmentation(cfg, train))
+    if train and _augmentation(cfg, train):  # frozen by a stage: states cached from clean audio
+        raise ConfigError("data.augment_*: this stage's frozen Whisper encoder reads cached states of clean audio "
+                          "(data.cache_encoder); set data.cache_encoder false to augment")
     records = read_split(data_dir, split)
     store = cached_split(data_dir, split, encoder, mel, lambda i: frontend(record_audio(records[i], data_dir)),
                          records)

@@ -78,3 +78,16 @@ def test_build_dataset_gives_waveforms_for_a_wav2vec2_model(tiny_data, tmp_path)
     # asr: the decoder target (tgt) is the tagged transcript; CTC reads the untagged transcript (src)
     assert ds.cfg.do_normalize is False and ds[0].tgt_ids[0] == toks.src.tag_id("<en>")
     assert ds[0].src_ids.tolist() == ds[0].tgt_ids[1:].tolist()
+
+
+def test_the_training_builder_augments_the_training_split_only(tiny_data, tmp_path):
+    """data.augment_noise reaches the training split's waveforms through build_dataset; dev stays clean."""
+    cfg = tiny_config(tiny_data, tmp_path, ctc_weight=0.3)
+    cfg.model = dataclasses.replace(cfg.model, encoder={"kind": "wav2vec2", "hf_config": {"hidden_size": 64}})
+    cfg.data = dataclasses.replace(cfg.data, augment_noise=1.0, augment_noise_snr=(10.0, 10.0))
+    toks, plain = load_tokenizers(cfg.data), WaveformConfig(do_normalize=False)
+    clean = build_dataset(cfg, "dev", toks, None, train=False, waveform=plain)[0].feats
+    noisy = build_dataset(cfg, "dev", toks, None, train=True, waveform=plain)[0].feats
+    assert noisy.shape == clean.shape and not torch.equal(noisy, clean)
+    snr = 10 * torch.log10(clean.pow(2).sum() / (noisy - clean).pow(2).sum())
+    assert abs(float(snr) - 10.0) < 0.5
