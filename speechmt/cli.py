@@ -75,9 +75,9 @@ def cmd_backtranslate(args: argparse.Namespace) -> int:
     """`speechmt backtranslate` (mode back) and `speechmt distill` (mode distill)."""
     import json
 
-    from speechmt.data.backtranslate import (BacktranslateConfig, generate_pairs, load_generator,
+    from speechmt.decoding.backtranslate import (BacktranslateConfig, generate_pairs, load_generator,
                                              round_trip_generator)
-    from speechmt.data.text_generators import GeneratorError
+    from speechmt.decoding.text_generators import GeneratorError
 
     cfg = BacktranslateConfig(args.input, args.out, args.src_lang, args.tgt_lang, args.mode, args.field,
                               args.batch_size, args.limit, args.min_score)
@@ -464,7 +464,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
     from speechmt.decoding.simultaneous import SimultaneousError
 
-    from speechmt.data.backtranslate import BacktranslateError
+    from speechmt.decoding.backtranslate import BacktranslateError
 
     errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError,
                                          BenchmarkError, AnalysisError, SimultaneousError, BacktranslateError]

@@ -16,7 +16,7 @@ from pathlib import Path
 from speechmt.data.synth.catalogs import LOCALE_DIR, catalog_pairs, licences
 from speechmt.data.synth.common import SynthError
 from speechmt.data.synth.manuals import DEBIAN_REFERENCE_DIR, debian_reference_pairs, gnome_help_pairs
-from speechmt.data.synth.text import DING_PATH, Pair, bible_pairs, ding_pairs
+from speechmt.data.synth.text import DING_PATH, Pair, bible_pairs, ding_pairs, ding_phrase_pairs
 
 
 class SourceMissing(SynthError):
@@ -76,8 +76,6 @@ def sources_for(lang: str, names: str | tuple[str, ...] | None) -> tuple[str, ..
 
 
 def _ding(lang: str, paths: SourcePaths) -> tuple[list[Pair], dict]:
-    from speechmt.data.synth.mt_text import ding_phrase_pairs
-
     if not Path(paths.ding).is_file():
         raise SourceMissing(f"{paths.ding} not found: install the Debian package trans-de-en")
     return list(ding_phrase_pairs(paths.ding)) + list(ding_pairs(paths.ding)), {}

@@ -21,41 +21,13 @@ from speechmt.data.manifest import Record, write_manifest
 from speechmt.data.synth.common import SynthError
 from speechmt.data.synth.mt_filters import PairFilter, key
 from speechmt.data.synth.mt_sources import SOURCES, SourceMissing, SourcePaths, read_source, sources_for
-from speechmt.data.synth.text import DING_PATH, Pair, _DICT_ABBREVIATIONS, dedupe, ding_alternatives, looks_swapped, normalise_space
+from speechmt.data.synth.text import DING_PATH, Pair, clean_phrase, ding_phrase_pairs  # noqa: F401 (their old home)
 
 FILTERS = {"length ratio": "characters + 10, at most 2:1", "duplicates": "either side seen before (case-folded)",
            "language check": "no side with more function words of the other language",
            "placeholders": "format codes, markup, escapes, options, paths dropped",
            "corpus sentences": "every sentence of the corpus (any split) on either side dropped",
            "words": "each source's English word range (sources.<name>.english_words)"}
-_NOTES = re.compile(r"\{[^}]*\}|\[[^\]]*\]|\([^)]*\)")  # {n} gender, [Br.] labels, (explanations)
-_LEFTOVER = re.compile(r"[\[\]{}()<>/\\|~=+*#_@…]|\.\.\.")
-PHRASE_WORDS = (2, 30)
-
-
-def clean_phrase(text: str) -> str:
-    """A Ding alternative's first synonym without grammatical notes and labels; "" when unusable."""
-    first = text.split("; ")[0]
-    phrase = normalise_space(_NOTES.sub(" ", first))
-    words = phrase.split()
-    if not PHRASE_WORDS[0] <= len(words) <= PHRASE_WORDS[1] or _LEFTOVER.search(phrase):
-        return ""
-    if any(w in _DICT_ABBREVIATIONS or w.startswith(("jdn", "jdm", "jds", "sb.", "sth.")) for w in words):
-        return ""  # placeholders (jdn., sth.) are not text
-    return phrase
-
-
-def ding_phrase_pairs(path: Path = DING_PATH) -> tuple[Pair, ...]:
-    """(English, German) pairs of every aligned Ding alternative of 2-30 words on both sides (phrases and
-    sentences), notes removed, swapped entries left out, deduplicated on each side, in file order."""
-    pairs = []
-    for de, en in ding_alternatives(path):
-        de, en = clean_phrase(de), clean_phrase(en)
-        if de and en and not looks_swapped(en, de):
-            pairs.append(Pair(src=en, tgt=de))
-    return tuple(dedupe(pairs))
-
-
 def mustc_sentences(root: Path, pair: str = "en-de") -> set[str]:
     """Keys of every English and German sentence of a MuST-C layout corpus (all splits under data/)."""
     found = sorted((Path(root) / pair / "data").glob("*/txt/*.[a-z][a-z]"))

@@ -251,3 +251,31 @@ def bible_pairs(key: str = BIBLE_KEYS["all"]) -> tuple[Pair, ...]:
         if is_usable_verse_pair(pair.src, pair.tgt):
             pairs.append(pair)
     return tuple(dedupe(pairs))
+
+
+_NOTES = re.compile(r"\{[^}]*\}|\[[^\]]*\]|\([^)]*\)")  # {n} gender, [Br.] labels, (explanations)
+_LEFTOVER = re.compile(r"[\[\]{}()<>/\\|~=+*#_@…]|\.\.\.")
+PHRASE_WORDS = (2, 30)
+
+
+def clean_phrase(text: str) -> str:
+    """A Ding alternative's first synonym without grammatical notes and labels; "" when unusable."""
+    first = text.split("; ")[0]
+    phrase = normalise_space(_NOTES.sub(" ", first))
+    words = phrase.split()
+    if not PHRASE_WORDS[0] <= len(words) <= PHRASE_WORDS[1] or _LEFTOVER.search(phrase):
+        return ""
+    if any(w in _DICT_ABBREVIATIONS or w.startswith(("jdn", "jdm", "jds", "sb.", "sth.")) for w in words):
+        return ""  # placeholders (jdn., sth.) are not text
+    return phrase
+
+
+def ding_phrase_pairs(path: Path = DING_PATH) -> tuple[Pair, ...]:
+    """(English, German) pairs of every aligned Ding alternative of 2-30 words on both sides (phrases and
+    sentences), notes removed, swapped entries left out, deduplicated on each side, in file order."""
+    pairs = []
+    for de, en in ding_alternatives(path):
+        de, en = clean_phrase(de), clean_phrase(en)
+        if de and en and not looks_swapped(en, de):
+            pairs.append(Pair(src=en, tgt=de))
+    return tuple(dedupe(pairs))

@@ -187,7 +187,7 @@ def load_generator(model: str | None, lm: str | None, from_lang: str, to_lang: s
                    beam: int = 1, max_new_tokens: int = 128, task: str | None = None) -> tuple[Generator, str]:
     """A generator from `from_lang` to `to_lang`: a speechmt checkpoint (`model`) or a causal LM (`lm`) with
     a few-shot prompt; and its name for the summary."""
-    from speechmt.data.text_generators import CheckpointGenerator, FewShotLM
+    from speechmt.decoding.text_generators import CheckpointGenerator, FewShotLM
 
     if (model is None) == (lm is None):
         raise BacktranslateError("give --model CHECKPOINT or --lm NAME_OR_FOLDER (one of them)")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from speechmt.cli import main
-from speechmt.data.backtranslate import BacktranslateConfig, BacktranslateError, generate_pairs, read_done
+from speechmt.decoding.backtranslate import BacktranslateConfig, BacktranslateError, generate_pairs, read_done
 from speechmt.data.manifest import read_manifest
-from speechmt.data.text_generators import FewShotLM, GeneratorError, few_shot_prompt
+from speechmt.decoding.text_generators import FewShotLM, GeneratorError, few_shot_prompt
 from tests.lm_helpers import tiny_lm_dir
 
 GERMAN = ["Das ist ein Haus.", "", "Wir gehen heute nach Hause.", "das ist ein haus.", "Ich lese ein Buch.",
