@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import soundfile as sf
@@ -40,27 +43,21 @@ def read_audio(
     Raises AudioError for a missing, empty, undecodable or non-finite file, or a slice past its end.
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise AudioError(f"{path}: file not found", "missing audio")
-    if os.path.getsize(path) == 0:
-        raise AudioError(f"{path}: empty file", "empty audio")
-    try:
-        with sf.SoundFile(path) as f:
-            sr = f.samplerate
-            start = int(round(offset * sr))
-            if f.frames == 0:
-                raise AudioError(f"{path}: no samples", "empty audio")
-            if start >= f.frames:
-                raise AudioError(f"{path}: offset {offset:.3f}s is past the end ({f.frames / sr:.3f}s)",
-                                 "segment outside audio")
-            n = -1 if duration is None else int(round(duration * sr))
+    with open_audio(path) as f, quiet_decoder():
+        sr = f.samplerate
+        start = int(round(offset * sr))
+        if f.frames == 0:
+            raise AudioError(f"{path}: no samples", "empty audio")
+        if start >= f.frames:
+            raise AudioError(f"{path}: offset {offset:.3f}s is past the end ({f.frames / sr:.3f}s)",
+                             "segment outside audio")
+        n = -1 if duration is None else int(round(duration * sr))
+        try:
             if start:
                 f.seek(start)
             wave = f.read(frames=n, dtype="float32", always_2d=True)
-    except AudioError:
-        raise
-    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
-        raise AudioError(f"{path}: cannot decode audio ({e})") from None
+        except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+            raise decode_error(path, e) from None
     if duration is not None and wave.shape[0] < int(round(duration * sr)) - 1:
         got = wave.shape[0] / sr
         raise AudioError(f"{path}: slice {offset:.3f}+{duration:.3f}s runs past the end of the file "
@@ -81,12 +78,57 @@ def resample(wave: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
 
 
 def audio_info(path: str | os.PathLike) -> tuple[int, int, int]:
-    """(sample_rate, num_frames, channels) of a file, without reading its samples."""
+    """(sample_rate, num_frames, channels) of a file, without reading its samples; AudioError as read_audio."""
+    with open_audio(path) as f:
+        return f.samplerate, f.frames, f.channels
+
+
+@contextmanager
+def quiet_decoder() -> Iterator[None]:
+    """Silences what the C decoders under libsndfile print on file descriptor 2 while a file is opened or read
+    (libmpg123's "Note: Illegal Audio-MPEG-Header ... Trying to resync..." of a damaged mp3): the reason a
+    file cannot be read is said once, by AudioError. Other threads' stderr is silenced for that moment too."""
     try:
-        info = sf.info(os.fspath(path))
-    except (sf.LibsndfileError, RuntimeError) as e:
-        raise AudioError(f"{path}: cannot decode audio ({e})") from None
-    return info.samplerate, info.frames, info.channels
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no file descriptor 2 to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def decode_error(path: str | os.PathLike, e: Exception) -> AudioError:
+    """The one-line AudioError of a file libsndfile could not decode. libsndfile says "File does not exist or
+    is not a regular file" of an existing file whose decoder gave up (a damaged mp3): that becomes what it is."""
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if os.path.isfile(path) and "does not exist" in reason:
+        reason = "not audio in a format libsndfile reads, or damaged"
+    return AudioError(f"{path}: cannot decode audio ({reason})")
+
+
+@contextmanager
+def open_audio(path: str | os.PathLike) -> Iterator[sf.SoundFile]:
+    """An audio file opened for reading (libsndfile, its decoders silenced), closed on exit. AudioError (one
+    line naming the file) for a missing, empty or undecodable file."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise AudioError(f"{path}: file not found", "missing audio")
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise AudioError(f"{path}: empty file", "empty audio")
+    try:
+        with quiet_decoder():
+            f = sf.SoundFile(path)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+        raise decode_error(path, e) from None
+    with f:
+        yield f
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from speechmt.config_check import ConfigError, check_config, raise_problems
+from speechmt.config_check import ConfigError, check_config, raise_problems, read_yaml_mapping
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.schedule import Stage, parse_stages
@@ -243,20 +243,16 @@ _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 def yaml_value(text: str) -> Any:
     """A YAML scalar, with numbers such as 1e-3 read as floats (YAML 1.1 wants a dot: 1.0e-3)."""
-    value = yaml.safe_load(text)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"value {text!r} is not a YAML value ({getattr(e, 'problem', None) or 'malformed'})") from None
     return float(value) if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) else value
 
 
 def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> ExperimentConfig:
     """Reads a YAML experiment config (or starts from defaults when path is None) and applies overrides."""
-    d: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: config file not found")
-        d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(d, dict):
-            raise ConfigError(f"{path}: expected a mapping with model, data and train sections")
+    d = read_yaml_mapping(path, "with model, data and train sections") if path is not None else {}
     d = apply_overrides(d, list(overrides))
     try:  # a bad value is named with the file it was read from (or overridden over)
         cfg = ExperimentConfig.from_dict(d)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,12 +29,63 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; one line naming the option or file."""
 
 
-def raise_problems(what: str, checklist: list) -> None:
-    """ValueError "<what>: <problem>; <problem>" for the entries of `checklist` that are messages (a check
-    that passed leaves False or None there); nothing when all passed. For dataclass __post_init__ checks."""
+def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """A YAML file's top-level mapping ({} for an empty file). FileNotFoundError for a missing file;
+    ConfigError, one line, for a file that is not YAML ("conf.yaml:2:1: not valid YAML: expected the node
+    content, but found '<stream end>'", line and column 1-based) or whose top level is not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: config file not found")
+    try:
+        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+    if d is None:
+        return {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a mapping {what}")
+    return d
+
+
+def raise_problems(what: str, checklist: list, subject: str = "") -> None:
+    """ValueError "<what>: [<subject> ]<problem>; <problem>" for the entries of `checklist` that are messages (a check
+    that passed leaves False or None there); nothing when all passed. The one way a config dataclass checks
+    itself in __post_init__ (model sections, variant options, stages), its entries written with the
+    helpers below so that every message says the same thing the same way."""
     problems = [p for p in checklist if p]
     if problems:
-        raise ValueError(f"{what}: " + "; ".join(problems))
+        raise ValueError(f"{what}: {subject + ' ' if subject else ''}" + "; ".join(problems))
+
+
+def count_problem(name: str, value: Any, least: int, note: str = "") -> str | None:
+    """"<name> must be an integer >= <least>, got <value>" unless value is one (a bool is not); `note` is added
+    in parentheses."""
+    if not isinstance(value, bool) and isinstance(value, int) and value >= least:
+        return None
+    return f"{name} must be an integer >= {least}{f' ({note})' if note else ''}, got {value!r}"
+
+
+def number_problem(name: str, value: Any, lo: float = 0, lo_in: bool = True, hi: float | None = None,
+                   hi_in: bool = True) -> str | None:
+    """"<name> must be a finite number > 0, got <value>" (the range as describe_range says it) unless value is
+    a finite number (not a bool) in it."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > lo or (lo_in and value == lo)) and (hi is None or value < hi or (hi_in and value == hi))
+    return None if ok else f"{name} must be a finite number {describe_range(lo, hi, lo_in, hi_in)}, got {value!r}"
+
+
+def choice_problem(name: str, value: Any, choices: tuple) -> str | None:
+    """"<name> must be one of a, b, got <value>" unless value is one of `choices`."""
+    return None if value in choices else f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}"
+
+
+def bool_problem(name: str, value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
 
 
 # (lowest, highest, lowest allowed itself, highest allowed itself); None: unbounded

@@ -224,3 +224,23 @@ def test_slice_past_end_is_an_error(tmp_path):
     assert info.value.reason == "segment outside audio"
     with pytest.raises(AudioError, match="past the end"):
         read_audio(tmp_path / "a.wav", offset=2.0, duration=0.5)
+
+
+def test_a_damaged_mp3_is_one_line_naming_the_file_without_decoder_chatter(tmp_path, capfd):
+    """libmpg123 prints "Note: ... resync" on stderr and libsndfile then says "File does not exist" of the
+    file: the error says what it is, once, and nothing else reaches stderr."""
+    from speechmt.audio import audio_info
+    from speechmt.cli import main
+    from speechmt.decoding.segment import iter_file_segments
+
+    path = tmp_path / "talk.mp3"
+    path.write_bytes(b"ID3\x04\x00\x00\x00\x00\x00\x00" + bytes(5000))  # a tag and no MPEG frames
+    expected = f"{path}: cannot decode audio (not audio in a format libsndfile reads, or damaged)"
+    for read in (read_audio, audio_info, lambda p: next(iter_file_segments(p))):
+        with pytest.raises(AudioError) as e:
+            read(path)
+        assert str(e.value) == expected
+    assert capfd.readouterr().err == ""
+    assert main(["translate", str(path)]) == 1
+    captured = capfd.readouterr()
+    assert captured.err == f"speechmt: error: {expected}\n" and captured.out == ""

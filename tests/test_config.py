@@ -323,3 +323,27 @@ def test_a_bad_model_value_in_a_file_names_the_file(tmp_path):
         load_config(tmp_path / "c.yaml")
     assert str(e.value) == (f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: semantic lut init must be one of random, "
                             "identity, got 'zero'")
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    ("model: [\n", "2:1", "expected the node content, but found '<stream end>'"),
+    ("train:\n  lr: 1\n   seed: 2\n", "3:8", "mapping values are not allowed here"),
+    ("data: {dir: x\n", "2:1", "expected ',' or '}', but got '<stream end>'"),
+])
+def test_malformed_yaml_is_one_line_naming_file_line_and_column(tmp_path, capfd, text, where, problem):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}:{where}: not valid YAML: {problem}"
+    from speechmt.cli import main
+
+    for command in (["train", "--config", str(path)], ["pretrain-audio", "--config", str(path)]):
+        assert main(command) == 2
+        err = capfd.readouterr().err
+        assert err == f"speechmt: error: {path}:{where}: not valid YAML: {problem}\n"
+
+
+def test_an_override_that_is_not_yaml_is_one_line():
+    with pytest.raises(ConfigError, match=r"^value '\[' is not a YAML value"):
+        load_config(None, ["data.dir=["])

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import soundfile as sf
 
+from speechmt.audio import decode_error, open_audio, quiet_decoder
+
 _FLOOR_DB = -100.0
 _BLOCK_FRAMES = 4096  # frames whose energies are computed at once, bounding the temporary memory
 
@@ -222,12 +224,17 @@ def iter_file_segments(path: str | os.PathLike, cfg: SegmentConfig = SegmentConf
     yielded, so memory stays bounded by a segment whatever the file's length. Channels are averaged to
     mono; samples are at the file's own rate (resample before feature extraction when it is not 16 kHz).
     """
-    with sf.SoundFile(os.fspath(path)) as f:
+    with open_audio(path) as f:
         sample_rate, n_samples = f.samplerate, f.frames
 
         def read(start: int, stop: int) -> np.ndarray:
-            f.seek(start)
-            return f.read(stop - start, dtype="float32", always_2d=True).mean(axis=1, dtype=np.float32)
+            try:
+                with quiet_decoder():
+                    f.seek(start)
+                    wave = f.read(stop - start, dtype="float32", always_2d=True)
+            except (sf.LibsndfileError, RuntimeError) as e:
+                raise decode_error(path, e) from None
+            return wave.mean(axis=1, dtype=np.float32)
 
         frame, hop = _frame_shape(sample_rate, cfg)
         energy_db = _energy_db(read, n_samples, frame, hop)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import numpy as np
-import soundfile as sf
 import torch
 
-from speechmt.audio import SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, apply_cmvn, fbank, read_audio, resample
+from speechmt.audio import (SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, apply_cmvn, audio_info, fbank, read_audio,
+                            resample)
 from speechmt.data.batching import collate_sequences
 from speechmt.data.waveform import WaveformConfig, waveform_input
 from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
@@ -169,15 +169,8 @@ def _chunks(item: str | os.PathLike | np.ndarray, seg: SegmentConfig) -> Iterato
 
 
 def _duration(path: str) -> float:
-    if os.path.isfile(path) and os.path.getsize(path) == 0:
-        raise AudioError(f"{path}: empty file", "empty audio")
-    try:
-        info = sf.info(path)
-    except (sf.LibsndfileError, RuntimeError) as e:
-        if not os.path.exists(path):
-            raise AudioError(f"{path}: file not found", "missing audio") from None
-        raise AudioError(f"{path}: cannot decode audio ({e})") from None
-    return info.frames / info.samplerate
+    sample_rate, frames, _ = audio_info(path)
+    return frames / sample_rate
 
 
 def frontend(lm: LoadedModel, wave: np.ndarray) -> torch.Tensor:

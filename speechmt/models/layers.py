@@ -218,17 +218,6 @@ STACK_INITS = ("random", "identity")
 """A semantic stack's `init` option: fairseq's random initialisation, or the identity (config_stack)."""
 
 
-def is_count(value: object, least: int) -> bool:
-    """Whether an option is an integer (not a bool) >= `least`: layer, slot and head counts."""
-    return not isinstance(value, bool) and isinstance(value, int) and value >= least
-
-
-def check_init(kind: str, init: object) -> None:
-    """ValueError "bad ModelConfig: semantic <kind> init ..." unless `init` is one of STACK_INITS."""
-    if init not in STACK_INITS:
-        raise ValueError(f"bad ModelConfig: semantic {kind} init must be one of {', '.join(STACK_INITS)}, got {init!r}")
-
-
 def config_stack(cfg, n_layers: int, identity: bool = False) -> TransformerEncoder:
     """`n_layers` encoder layers at a ModelConfig's shared sizes and dropouts; `identity`: no final norm and
     zeroed residual branches, so the stack starts as the identity (zero_residual_branches)."""

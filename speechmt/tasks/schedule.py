@@ -17,8 +17,9 @@ A config without `stages` is one stage of `train.task` with CE (and CTC when tra
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from speechmt.config_check import count_problem, number_problem, raise_problems
 
 MIXES = ("together", "sample")
 
@@ -53,38 +54,32 @@ class TaskData:
 
         if self.task not in TASK_INPUTS:
             raise ValueError(f"unknown task {self.task!r}; expected one of {', '.join(TASK_INPUTS)}")
+        what = f"task {self.task}"
         if not isinstance(self.objectives, dict) or not self.objectives:
-            raise ValueError(f"task {self.task}: objectives must be a mapping {{name: weight}}, got {self.objectives!r}")
-        for name, w in self.objectives.items():
-            if name not in OBJECTIVES:
-                raise ValueError(f"task {self.task}: unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}")
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-                raise ValueError(f"task {self.task}: objective {name} weight must be a finite number >= 0, got {w!r}")
-        for key in ("max_tokens", "max_sentences"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"task {self.task}: {key} must be an integer >= 0 (0: the data section's), got {v!r}")
-        if not (isinstance(self.ratio, (int, float)) and math.isfinite(self.ratio) and self.ratio > 0):
-            raise ValueError(f"task {self.task}: ratio must be a finite number > 0, got {self.ratio!r}")
+            raise ValueError(f"{what}: objectives must be a mapping {{name: weight}}, got {self.objectives!r}")
         if not isinstance(self.ramp, dict):
-            raise ValueError(f"task {self.task}: ramp must be a mapping {{objective: updates}}, got {self.ramp!r}")
-        for name, n in self.ramp.items():
-            if name not in self.objectives:
-                raise ValueError(f"task {self.task}: ramp names {name!r}, not one of its objectives")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"task {self.task}: ramp of {name} must be an integer >= 1 (updates), got {n!r}")
+            raise ValueError(f"{what}: ramp must be a mapping {{objective: updates}}, got {self.ramp!r}")
+        raise_problems(what, [
+            *(f"unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}"
+              for name in self.objectives if name not in OBJECTIVES),
+            *(number_problem(f"objective {name} weight", w) for name, w in self.objectives.items()),
+            *(count_problem(key, getattr(self, key), 0, "0: the data section's") for key in ("max_tokens", "max_sentences")),
+            number_problem("ratio", self.ratio, 0, lo_in=False),
+            *(f"ramp names {name!r}, not one of its objectives" for name in self.ramp if name not in self.objectives),
+            *(count_problem(f"ramp of {name}", n, 1, "updates") for name, n in self.ramp.items()),
+        ])
         self._check_parts(FAT_PARTS.get(self.task))
 
     def _check_parts(self, allowed: tuple[str, ...] | None) -> None:
         if not isinstance(self.parts, (list, tuple)) or not all(isinstance(p, str) for p in self.parts):
             raise ValueError(f"task {self.task}: parts must be a list of names, got {self.parts!r}")
         self.parts = list(self.parts)
-        if self.parts and allowed is None:
-            raise ValueError(f"task {self.task}: parts are for the FAT-MLM tasks fat and fat_text")
         bad = [p for p in self.parts if p not in (allowed or ())]
-        if bad or len(set(self.parts)) != len(self.parts):
-            raise ValueError(f"task {self.task}: parts must be distinct names among {', '.join(allowed)}, "
-                             f"got {self.parts!r}")
+        raise_problems(f"task {self.task}", [
+            self.parts and allowed is None and "parts are for the FAT-MLM tasks fat and fat_text",
+            allowed is not None and (bad or len(set(self.parts)) != len(self.parts)) and
+            f"parts must be distinct names among {', '.join(allowed)}, got {self.parts!r}",
+        ])
 
     @property
     def weights(self) -> dict[str, float]:
@@ -125,12 +120,11 @@ class Stage:
         keys = [t.key for t in self.tasks]
         if len(set(keys)) != len(keys):
             raise ValueError(f"stage {self.name!r}: a task appears twice on the same data ({', '.join(keys)})")
-        if self.mix not in MIXES:
-            raise ValueError(f"stage {self.name!r}: unknown mix {self.mix!r}; expected one of {', '.join(MIXES)}")
-        for key in ("updates", "epochs"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"stage {self.name!r}: {key} must be an integer >= 0, got {v!r}")
+        raise_problems(f"stage {self.name!r}", [
+            self.mix not in MIXES and f"unknown mix {self.mix!r}; expected one of {', '.join(MIXES)}",
+            count_problem("updates", self.updates, 0),
+            count_problem("epochs", self.epochs, 0),
+        ])
         self.freeze = list(self.freeze or [])
 
 

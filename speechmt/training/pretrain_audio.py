@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-import yaml
 
 from speechmt.checkpoint import CheckpointError
-from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig
+from speechmt.config_check import read_yaml_mapping
+from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig, yaml_value
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.waveform import WaveformConfig, WaveformDataset
 from speechmt.models.wav2vec2_pretraining import PretrainingSettings, Wav2Vec2Pretraining
@@ -101,13 +101,7 @@ def load_pretrain_config(path: str | os.PathLike | None, overrides: Sequence[str
                          **fields) -> PretrainAudioConfig:
     """A YAML mapping of PretrainAudioConfig fields (or the defaults), then `fields` that are not None,
     then `key=value` overrides (YAML scalars; `hf_config.key=value` for a model field)."""
-    d: dict[str, Any] = {}
-    if path is not None:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{path}: config file not found")
-        d = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(d, dict):
-            raise ConfigError(f"{path}: expected a mapping of pretrain-audio options")
+    d = read_yaml_mapping(path, "of pretrain-audio options") if path is not None else {}
     d.update({k: v for k, v in fields.items() if v is not None})
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -115,9 +109,9 @@ def load_pretrain_config(path: str | os.PathLike | None, overrides: Sequence[str
             raise ConfigError(f"override {item!r}: expected key=value, e.g. max_updates=2000")
         section, _, sub = key.partition(".")
         if sub and section == "hf_config":
-            d["hf_config"] = {**d.get("hf_config", SMALL_CONFIG), sub: yaml.safe_load(value)}
+            d["hf_config"] = {**d.get("hf_config", SMALL_CONFIG), sub: yaml_value(value)}
         else:
-            d[key] = yaml.safe_load(value)
+            d[key] = yaml_value(value)
     known = {f.name for f in dataclasses.fields(PretrainAudioConfig)}
     if set(d) - known:
         raise ConfigError(f"unknown pretrain-audio option(s): {', '.join(sorted(set(d) - known))}")

@@ -275,7 +275,7 @@ def test_fat_mlm_pretrains_on_whatever_data_there_is(tiny_data, tmp_path):
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match="speech_loss must be l1 or l2"):
+    with pytest.raises(ValueError, match="speech_loss must be one of l1, l2"):
         _fat(speech_loss="l3")
     with pytest.raises(ValueError, match="needs the conv encoder"):
         from speechmt.models.fat_mlm import fat_mlm

@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.fat_mlm.masking import FatMasks, TokenMask, reconstruction_frames, span_mask, token_mask
-from speechmt.models.layers import check_init, config_stack, embedding, is_count
+from speechmt.config_check import choice_problem, count_problem, number_problem, raise_problems
+from speechmt.models.layers import STACK_INITS, config_stack, embedding
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
 SPEECH, SOURCE, TARGET = 0, 1, 2  # segment ids
@@ -45,20 +46,15 @@ class FatMLMOptions:
     init: str = "random"
 
     def __post_init__(self):
-        check_init("fat_mlm", self.init)
-        problems = [
-            not 0 <= self.speech_mask < 1 and f"speech_mask must be in [0, 1), got {self.speech_mask!r}",
-            not (isinstance(self.speech_span, int) and self.speech_span >= 1) and
-            f"speech_span must be an integer >= 1, got {self.speech_span!r}",
-            self.speech_loss not in ("l1", "l2") and f"speech_loss must be l1 or l2, got {self.speech_loss!r}",
-            not 0 <= self.speech_weight < float("inf") and f"speech_weight must be >= 0, got {self.speech_weight!r}",
-            not 0 <= self.token_mask < 1 and f"token_mask must be in [0, 1), got {self.token_mask!r}",
-            self.layers is not None and not is_count(self.layers, 1)
-            and f"layers must be an integer >= 1, got {self.layers!r}",
-        ]
-        problems = [p for p in problems if p]
-        if problems:
-            raise ValueError(f"bad ModelConfig: semantic fat_mlm {problems[0]}")
+        raise_problems("bad ModelConfig", [
+            choice_problem("init", self.init, STACK_INITS),
+            number_problem("speech_mask", self.speech_mask, 0, hi=1, hi_in=False),
+            count_problem("speech_span", self.speech_span, 1),
+            choice_problem("speech_loss", self.speech_loss, ("l1", "l2")),
+            number_problem("speech_weight", self.speech_weight, 0),
+            number_problem("token_mask", self.token_mask, 0, hi=1, hi_in=False),
+            self.layers is not None and count_problem("layers", self.layers, 1),
+        ], "semantic fat_mlm")
 
 
 @dataclass

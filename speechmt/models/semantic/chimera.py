@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
+from speechmt.config_check import count_problem, number_problem, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    config_stack, is_count, key_padding_mask
+    config_stack, key_padding_mask
 from speechmt.models.semantic.options import parse_options
 
 
@@ -34,20 +35,13 @@ class ChimeraOptions:
     temperature: float = 0.1
 
     def __post_init__(self):
-        problems = [
-            not is_count(self.memory, 1) and f"memory must be an integer >= 1, got {self.memory!r}",
-            not is_count(self.layers, 1) and f"layers must be an integer >= 1, got {self.layers!r}",
-            not is_count(self.shared_layers, 0)
-            and f"shared_layers must be an integer >= 0, got {self.shared_layers!r}",
-            self.heads is not None and not is_count(self.heads, 1) and
-            f"heads must be an integer >= 1 or null, got {self.heads!r}",
-            not (isinstance(self.temperature, (int, float)) and not isinstance(self.temperature, bool)
-                 and 0 < self.temperature < float("inf")) and
-            f"temperature must be a finite number > 0, got {self.temperature!r}",
-        ]
-        problems = [p for p in problems if p]
-        if problems:
-            raise ValueError(f"bad ModelConfig: semantic chimera {problems[0]}")
+        raise_problems("bad ModelConfig", [
+            count_problem("memory", self.memory, 1),
+            count_problem("layers", self.layers, 1),
+            count_problem("shared_layers", self.shared_layers, 0),
+            self.heads is not None and count_problem("heads", self.heads, 1, "or null"),
+            number_problem("temperature", self.temperature, 0, lo_in=False),
+        ], "semantic chimera")
 
 
 class MemoryLayer(nn.Module):

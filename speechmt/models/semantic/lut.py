@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor, nn
 
+from speechmt.config_check import choice_problem, count_problem, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    check_init, config_stack, is_count, key_padding_mask
+    STACK_INITS, config_stack, key_padding_mask
 from speechmt.models.semantic.options import parse_options
 
 DISTANCES = ("mse", "cosine")
@@ -39,17 +40,13 @@ class LUTOptions:
     init: str = "random"
 
     def __post_init__(self):
-        problems = [
-            not is_count(self.layers, 1) and f"layers must be an integer >= 1, got {self.layers!r}",
-            not is_count(self.teacher_dim, 1) and f"teacher_dim must be an integer >= 1, got {self.teacher_dim!r}",
-            self.distance not in DISTANCES and f"distance must be one of {', '.join(DISTANCES)}, got {self.distance!r}",
-            not (isinstance(self.teacher, str) and self.teacher)
-            and f"teacher must be a name or path, got {self.teacher!r}",
-        ]
-        problems = [p for p in problems if p]
-        if problems:
-            raise ValueError(f"bad ModelConfig: semantic lut {problems[0]}")
-        check_init("lut", self.init)
+        raise_problems("bad ModelConfig", [
+            count_problem("layers", self.layers, 1),
+            count_problem("teacher_dim", self.teacher_dim, 1),
+            choice_problem("distance", self.distance, DISTANCES),
+            not (isinstance(self.teacher, str) and self.teacher) and f"teacher must be a name or path, got {self.teacher!r}",
+            choice_problem("init", self.init, STACK_INITS),
+        ], "semantic lut")
 
 
 class LUTSemanticEncoder(nn.Module):

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, check_init, config_stack, \
-    is_count
+from speechmt.config_check import bool_problem, choice_problem, count_problem, raise_problems
+from speechmt.models.layers import STACK_INITS, SinusoidalPositionalEncoding, TransformerEncoder, config_stack
 from speechmt.models.semantic.options import parse_options
 
 
@@ -40,11 +40,11 @@ class XSTNetOptions:
     segments: bool = False
 
     def __post_init__(self):
-        if not is_count(self.layers, 1):
-            raise ValueError(f"bad ModelConfig: semantic xstnet layers must be an integer >= 1, got {self.layers!r}")
-        if not isinstance(self.segments, bool):
-            raise ValueError(f"bad ModelConfig: semantic xstnet segments must be true or false, got {self.segments!r}")
-        check_init("xstnet", self.init)
+        raise_problems("bad ModelConfig", [
+            count_problem("layers", self.layers, 1),
+            bool_problem("segments", self.segments),
+            choice_problem("init", self.init, STACK_INITS),
+        ], "semantic xstnet")
 
 
 class XSTNetEncoder(nn.Module):
