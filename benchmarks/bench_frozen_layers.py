@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest
-from speechmt.data.waveform import record_audio
-from speechmt.data.whisper_mel import mel_settings, whisper_log_mel
+from speechmt.data.manifest import record_audio
+from speechmt.frontend.whisper_mel import mel_settings, whisper_log_mel
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.models.whisper import resolve_pretrained
 from speechmt.tokenizer_whisper import WhisperTokenizer

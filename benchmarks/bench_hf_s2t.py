@@ -48,7 +48,6 @@ from torch import Tensor
 from transformers import (GenerationConfig, Speech2TextConfig, Speech2TextFeatureExtractor,
                           Speech2TextForConditionalGeneration, Speech2TextTokenizer)
 
-from speechmt.audio import apply_cmvn
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import read_manifest
@@ -174,7 +173,7 @@ def load_features(data: Path, split: str, limit: int, lm: LoadedModel) -> list[T
     """The split's stored fbank (T, 80) with the model's CMVN, float32, in manifest order."""
     store = FeatureStore(data / "fbank80" / split)
     records = read_manifest(data / f"{split}.jsonl")[:limit]
-    return [apply_cmvn(torch.from_numpy(store[r.id]), lm.cmvn) for r in records]
+    return [lm.frontend.normalise(store[r.id]) for r in records]
 
 
 def length_batches(feats: list[Tensor], size: int) -> list[list[int]]:

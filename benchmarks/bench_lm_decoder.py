@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from bench_frozen_layers import batches, targets  # the same batches and targets as that benchmark
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest
-from speechmt.data.whisper_mel import mel_settings
+from speechmt.frontend.whisper_mel import mel_settings
 from speechmt.hub import resolve_pretrained
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.tokenizer_lm import LMTokenizer

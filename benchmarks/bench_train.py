@@ -17,7 +17,7 @@ import torch
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.models.translator import build_model, count_parameters, preset
-from speechmt.training.builders import build_dataset, feature_settings, load_tokenizers, model_config_for, objective_settings_for
+from speechmt.training.builders import build_dataset, frontend_for, load_tokenizers, model_config_for, objective_settings_for
 from speechmt.training.trainer import Meter, Trainer, fixed_data
 
 
@@ -29,8 +29,8 @@ def measure(name: str, args) -> dict:
                            train=TrainConfig(max_updates=10**9, save_dir="/tmp/speechmt-bench", log_interval=10**9,
                                              validate_interval_updates=0, save_interval_updates=0, warmup_updates=100))
     toks = load_tokenizers(cfg.data)
-    _, cmvn = feature_settings(cfg)
-    data = build_dataset(cfg, "train", toks, cmvn, train=True)
+    frontend = frontend_for(cfg)
+    data = build_dataset(cfg, "train", toks, frontend, train=True)
     model = build_model(model_config_for(cfg, toks))
     trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), fixed_data(data), {}, torch.device(args.device))
     batches = trainer._batches()

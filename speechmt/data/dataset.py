@@ -1,20 +1,32 @@
-"""Datasets over prepared splits: speech (features + texts) and text-only pairs, and their batches."""
+"""Datasets over prepared splits: speech (an input source + texts) and text-only pairs, and their batches.
+
+A speech dataset reads its encoder input from one source, as lhotse's input strategies: the feature store
+preparation wrote (fbank, normalised by the front end's CMVN), each record's audio through a front end
+(waveform, Whisper's log-mel), or a frozen encoder's cached states."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import Dataset
 
-from speechmt.audio import CMVNConfig, SpecAugmentConfig, apply_cmvn, spec_augment
+from speechmt.audio import CMVNConfig, SpecAugmentConfig, spec_augment
+from speechmt.config_check import ConfigError
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
-from speechmt.data.manifest import ManifestError, Record, read_split
+from speechmt.data.manifest import ManifestError, Record, read_split, record_audio
+from speechmt.data.encoder_cache import cached_split
+from speechmt.frontend import FbankFrontend, Frontend
 from speechmt.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from speechmt.data.augment import Augmenter
 
 
 def global_cmvn(data_dir: str | os.PathLike) -> CMVNConfig:
@@ -105,22 +117,107 @@ def encode_texts(ds, rec: Record) -> tuple[torch.Tensor | None, torch.Tensor | N
             encode_ids(ds.tgt_tokenizer, getattr(rec, ds.tgt_field), ds.tgt_tag))
 
 
-class SpeechDataset(Dataset):
-    """Utterances of a prepared split: normalised (and, when `spec_augment` is set, augmented) features
-    with the transcript (src) and/or decoder target (tgt: the translation, or with tgt_field "src_text" the
-    transcript) encoded by the given tokenizers.
+class StoredFeatures:
+    """Input from a feature store that preparation wrote (fbank), normalised by the front end (CMVN)."""
 
-    Augmentation is a function of (seed, epoch, index), so a resumed run sees the same masks.
+    precomputed = False
+
+    def __init__(self, store: FeatureStore, frontend: FbankFrontend):
+        self.store, self.frontend = store, frontend
+
+    draws = False
+
+    def __call__(self, i: int, record: Record, rng: np.random.Generator | None = None) -> torch.Tensor:
+        return self.frontend.normalise(self.store.get(i))
+
+
+class AudioInput:
+    """Input made from each record's audio by a front end (the waveform, Whisper's log-mel); with an `augment`
+    (speechmt.data.augment.Augmenter, for a training split) each 16 kHz wave is altered before the front end,
+    drawing from the generator the dataset seeds by (seed, epoch, index), so a resumed run hears the same audio."""
+
+    precomputed = False
+
+    def __init__(self, base_dir: str | os.PathLike, frontend: Callable[[np.ndarray], torch.Tensor],
+                 augment: "Augmenter | None" = None):
+        self.base_dir, self.frontend, self.augment = Path(base_dir), frontend, augment
+
+    @property
+    def draws(self) -> bool:
+        return self.augment is not None
+
+    def __call__(self, i: int, record: Record, rng: np.random.Generator | None = None) -> torch.Tensor:
+        wave = record_audio(record, self.base_dir)
+        if self.augment is not None:
+            wave = self.augment(wave, rng)
+        return self.frontend(wave)
+
+
+class CachedStates:
+    """A frozen encoder's states of each record, cached in a store (speechmt.data.encoder_cache): batches of
+    them are `precomputed`, so the model skips that encoder."""
+
+    precomputed = True
+
+    def __init__(self, store: FeatureStore):
+        self.store = store
+
+    draws = False
+
+    def __call__(self, i: int, record: Record, rng: np.random.Generator | None = None) -> torch.Tensor:
+        return torch.from_numpy(self.store[record.id])
+
+
+InputSource = StoredFeatures | AudioInput | CachedStates
+
+
+def speech_source(data_dir: str | os.PathLike, split: str, frontend: Frontend, encoder: nn.Module | None = None,
+                  augment: "Augmenter | None" = None) -> tuple[list[Record], InputSource]:
+    """A split's records and where their encoder input comes from: the feature store preparation wrote (a
+    front end whose features are `prepared`: fbank), else the audio through the front end, or, when
+    `encoder`'s states are frozen (a frozen Whisper encoder, or its frozen bottom layers), its states of that
+    input, computed once per split and cached (speechmt.data.encoder_cache). `augment` alters the audio a front
+    end reads (a training split's); ConfigError where the input is cached states of clean audio."""
+    if frontend.prepared:
+        records, store = load_split(data_dir, split)
+        return records, StoredFeatures(store, frontend)
+    records = read_split(data_dir, split)
+    audio = AudioInput(data_dir, frontend, augment)
+    if encoder is None or not encoder.states_frozen():
+        return records, audio
+    if augment is not None:  # frozen by a stage: its states are cached from clean audio
+        raise ConfigError("data.augment_*: this stage's frozen Whisper encoder reads cached states of clean audio "
+                          "(data.cache_encoder); set data.cache_encoder false to augment")
+    audio = AudioInput(data_dir, frontend)
+    return records, CachedStates(cached_split(data_dir, split, encoder, frontend.settings,
+                                              lambda i: audio(i, records[i]), records))
+
+
+class SpeechDataset(Dataset):
+    """Utterances of a prepared split: the encoder's input from `source` (stored features, audio through a
+    front end, or cached encoder states), augmented with SpecAugment when `spec_augment` is set, with the
+    transcript (src) and/or decoder target (tgt: the translation, or with tgt_field "src_text" the
+    transcript) encoded by the given tokenizers. Sizes are the records' 10 ms frame counts, so that
+    `max_tokens` means the same amount of audio whatever the input.
+
+    Augmentation (SpecAugment of stored features, or the audio source's waveform augmentation) is a function of
+    (seed, epoch, index), so a resumed run sees the same masks and hears the same audio.
     """
 
-    def __init__(self, records: list[Record], store: FeatureStore, cmvn: CMVNConfig,
+    def __init__(self, records: list[Record], source: InputSource,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
                  src_tag: str | None = None, tgt_tag: str | None = None,
                  spec_augment: SpecAugmentConfig | None = None, seed: int = 0, tgt_field: str = "tgt_text"):
-        self.records, self.store, self.cmvn = records, store, cmvn
+        self.records, self.source = records, source
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag, self.tgt_field = src_tag, tgt_tag, tgt_field
         self.spec_augment, self.seed, self.epoch = spec_augment, seed, 0
+
+    @classmethod
+    def from_audio(cls, data_dir: str | os.PathLike, split: str, frontend: Callable[[np.ndarray], torch.Tensor],
+                   **kwargs) -> "SpeechDataset":
+        """The utterances of data_dir/<split>.jsonl through `frontend` (no feature store needed)."""
+        return cls(read_split(data_dir, split), AudioInput(data_dir, frontend), **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -135,11 +232,11 @@ class SpeechDataset(Dataset):
 
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
-        feats = apply_cmvn(torch.from_numpy(self.store.get(i)), self.cmvn)
+        feats = self.source(i, rec, np.random.default_rng([self.seed, self.epoch, i]) if self.source.draws else None)
         if self.spec_augment is not None:
             gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + i) % 2**63)
             feats = spec_augment(feats, self.spec_augment, gen)
-        return Example(i, rec.id, feats, *encode_texts(self, rec))
+        return Example(i, rec.id, feats, *encode_texts(self, rec), precomputed=self.source.precomputed)
 
 
 class TextDataset(Dataset):

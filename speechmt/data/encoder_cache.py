@@ -23,11 +23,9 @@ import torch
 from torch import nn
 
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
-from speechmt.data.dataset import Example, encode_texts
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.checkpoint import state_checksum
 from speechmt.data.manifest import Record, read_manifest
-from speechmt.tokenizer import Tokenizer
 
 
 GENERATION_FIELDS = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "max_length",
@@ -113,27 +111,3 @@ def cached_store(folder: Path, split: str, description: dict, records: list[Reco
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").write_text(json.dumps(description, indent=1, default=str) + "\n", encoding="utf-8")
     return build(prefix)
-
-
-class CachedStatesDataset(torch.utils.data.Dataset):
-    """A split's cached encoder states (T', H) with the transcript and/or translation ids; batches of it are
-    marked `precomputed`, so the model skips its (frozen) encoder."""
-
-    def __init__(self, records: list[Record], store: FeatureStore, src_tokenizer: Tokenizer | None = None,
-                 tgt_tokenizer: Tokenizer | None = None, src_tag: str | None = None, tgt_tag: str | None = None,
-                 tgt_field: str = "tgt_text"):
-        self.records, self.store = records, store
-        self.src_tokenizer, self.tgt_tokenizer, self.src_tag, self.tgt_tag = src_tokenizer, tgt_tokenizer, src_tag, tgt_tag
-        self.tgt_field = tgt_field
-
-    @property
-    def sizes(self) -> list[int]:
-        """The records' 10 ms frame counts, so that max_tokens means the same audio as for other models."""
-        return [r.n_frames for r in self.records]
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, i: int) -> Example:
-        rec = self.records[i]
-        return Example(i, rec.id, torch.from_numpy(self.store[rec.id]), *encode_texts(self, rec), precomputed=True)

@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+import numpy as np
+
+from speechmt.audio import read_audio
+
 
 @dataclass
 class Record:
@@ -95,3 +99,11 @@ def manifest_texts(paths: Sequence[str | os.PathLike], fields: Sequence[str]) ->
         for record in iter_manifest(path):
             for field in fields:
                 yield getattr(record, field)
+
+
+def record_audio(record: Record, base_dir: str | os.PathLike) -> np.ndarray:
+    """The 16 kHz slice of audio a manifest record names (paths relative to `base_dir`, the manifest's folder)."""
+    path = Path(record.audio)
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    return read_audio(path, record.offset, record.duration or None)

@@ -20,11 +20,9 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from speechmt.audio import (SAMPLE_RATE, AudioError, CMVNConfig, FbankConfig, apply_cmvn, audio_info, fbank, read_audio,
-                            resample)
+from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resample
 from speechmt.data.batching import collate_sequences
-from speechmt.data.waveform import WaveformConfig, waveform_input
-from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
+from speechmt.frontend import Frontend, frontend_from_state
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
 from speechmt.models.translator import EncoderOutput, ModelConfig, Translator, build_model
@@ -35,40 +33,35 @@ from speechmt.models.delta import load_model_state
 
 @dataclass
 class LoadedModel:
-    """A model ready to translate: weights, the decoder's tokenizer and tag, and the feature pipeline."""
+    """A model ready to translate: weights, the decoder's tokenizer and tag, and its front end."""
 
     model: Translator
     tokenizer: Tokenizer
     tag: str | None
-    fbank: FbankConfig
-    cmvn: CMVNConfig
+    frontend: Frontend
     task: str
     path: str
     device: torch.device
     source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
-    waveform: WaveformConfig | None = None  # a wav2vec2 model's waveform front end (None: fbank + CMVN)
-    mel: WhisperMelConfig | None = None  # a Whisper encoder's log-mel front end
 
     @property
     def max_input_seconds(self) -> float | None:
         """The longest audio the speech encoder takes at once (a Whisper encoder's window: 30 s); None when
         any length goes (conv and wav2vec2 encoders)."""
-        frames = getattr(self.model.speech_encoder, "max_frames", None)  # Whisper: encoder positions
-        if frames is None or self.mel is None:
-            return None
-        return frames * 2 * self.mel.hop_length / self.mel.sample_rate  # each position: 2 log-mel frames
+        return self.frontend.max_seconds
 
     @property
     def min_input_samples(self) -> int:
-        """The shortest 16 kHz wave the model translates: one 25 ms analysis window."""
-        return self.fbank.window_size
+        """The shortest 16 kHz wave the model translates: one 25 ms fbank window or wav2vec2 receptive field;
+        for Whisper, 201 samples (one log-mel frame, past the STFT's reflect padding)."""
+        return self.frontend.min_samples
 
     @property
     def reads_audio(self) -> bool:
         """Whether the model's front end works on the audio itself (wav2vec2, Whisper) rather than on the
         fbank features that preparation stores."""
-        return self.waveform is not None or self.mel is not None
+        return not self.frontend.prepared
 
     def decode_options(self, beam: int = 5, **kw) -> DecodeOptions:
         start = self.tokenizer.eos_id if self.decoder_start == "eos" else None
@@ -90,9 +83,12 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
         model = build_model(ModelConfig.from_dict(ckpt["model_config"]), pretrained=base is not None)
         load_model_state(model, ckpt["model"], base, path)
         toks = Tokenizers.from_state_dict(ckpt["tokenizers"])
-        feats = ckpt["features"]
+        frontend = frontend_from_state(ckpt["features"])
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
+    if frontend.name != model.config.encoder.frontend:
+        raise CheckpointError(f"{path}: its encoder reads {model.config.encoder.frontend} input, but the checkpoint "
+                              f"has no such front-end settings (features.{model.config.encoder.frontend})")
     task, start = task or ckpt.get("task", "st"), ckpt.get("decoder_start", "bos")
     if start not in ("bos", "eos"):
         raise CheckpointError(f"{path}: unknown decoder_start {start!r}; expected 'bos' or 'eos'")
@@ -101,10 +97,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
         raise CheckpointError(f"{path}: unknown decoder_side {side!r}; expected 'src' or 'tgt'")
     tokenizer = toks.src if side == "src" else toks.tgt
     device = torch.device(device)
-    return LoadedModel(model.to(device).eval(), tokenizer, tag, FbankConfig(**feats["fbank"]),
-                       CMVNConfig(**feats["cmvn"]),
-                       task, str(path), device, toks.src, start, _waveform(model, feats, path),
-                       WhisperMelConfig(**feats["whisper_mel"]) if feats.get("whisper_mel") else None)
+    return LoadedModel(model.to(device).eval(), tokenizer, tag, frontend, task, str(path), device, toks.src, start)
 
 
 def _task_tag(ckpt: dict, task: str, path: str | os.PathLike) -> str | None:
@@ -117,15 +110,6 @@ def _task_tag(ckpt: dict, task: str, path: str | os.PathLike) -> str | None:
     if task not in tags:
         raise CheckpointError(f"{path}: not trained for task {task!r}; it does {', '.join(tags)}")
     return tags[task]
-
-
-def _waveform(model: Translator, feats: dict, path: str | os.PathLike) -> WaveformConfig | None:
-    """The checkpoint's waveform settings for a wav2vec2 model; None for an fbank model."""
-    if model.config.encoder.kind != "wav2vec2":
-        return None
-    if not feats.get("waveform"):
-        raise CheckpointError(f"{path}: a wav2vec2 model without its waveform settings (features.waveform)")
-    return WaveformConfig(**feats["waveform"])
 
 
 @dataclass
@@ -173,16 +157,6 @@ def _duration(path: str) -> float:
     return frames / sample_rate
 
 
-def frontend(lm: LoadedModel, wave: np.ndarray) -> torch.Tensor:
-    """A 16 kHz wave through the model's own front end: fbank + CMVN (T, F), the (normalised) waveform (T,),
-    or Whisper's log-mel features (T, n_mels)."""
-    if lm.waveform is not None:
-        return waveform_input(wave, lm.waveform)
-    if lm.mel is not None:
-        return whisper_log_mel(wave, lm.mel)
-    return apply_cmvn(torch.from_numpy(fbank(wave, lm.fbank)), lm.cmvn)
-
-
 def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor]) -> EncoderOutput:
     """Front-end outputs of one batch (each (T_i, ...)) -> the model's speech encoder output: the one place
     translate, evaluate and the cascade encode audio."""
@@ -192,7 +166,7 @@ def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor]) -> EncoderOutput:
 
 def encode_audio(lm: LoadedModel, waves: list[np.ndarray]) -> EncoderOutput:
     """Encodes 16 kHz waves through the model's own front end."""
-    return encode_inputs(lm, [frontend(lm, w) for w in waves])
+    return encode_inputs(lm, [lm.frontend(w) for w in waves])
 
 
 def encode_texts(lm: LoadedModel, texts: Sequence[str]) -> EncoderOutput:

@@ -22,14 +22,14 @@ from typing import NamedTuple
 
 import torch
 
-from speechmt.audio import AudioError, FbankConfig, apply_cmvn
+from speechmt.audio import AudioError, FbankConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
-from speechmt.data.manifest import Record, read_manifest, split_manifest
-from speechmt.data.waveform import record_audio
+from speechmt.data.manifest import Record, read_manifest, record_audio, split_manifest
 from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.translate import LoadedModel, encode_audio, encode_inputs, encode_texts
+from speechmt.frontend import FbankFrontend
 from speechmt.evaluation.metrics import cer, optional_comet, translation_scores, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.checkpoint import CheckpointError
@@ -37,11 +37,12 @@ from speechmt.progress import Progress, progress
 
 
 def _check_features(lm: LoadedModel, data_dir: Path) -> None:
+    """CheckpointError when the model reads stored fbank features computed otherwise than it was trained on."""
     summary = data_dir / "prepare_summary.json"
-    if summary.exists():
+    if isinstance(lm.frontend, FbankFrontend) and summary.exists():
         data_fbank = FbankConfig(**json.loads(summary.read_text())["fbank"])
-        if data_fbank != lm.fbank:
-            raise CheckpointError(f"{lm.path}: trained on features {lm.fbank}, but {data_dir} holds {data_fbank}")
+        if data_fbank != lm.frontend.fbank:
+            raise CheckpointError(f"{lm.path}: trained on features {lm.frontend.fbank}, but {data_dir} holds {data_fbank}")
 
 
 @torch.no_grad()
@@ -50,7 +51,7 @@ def _encode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Pat
         return encode_texts(lm, [records[i].src_text for i in idx])
     if lm.reads_audio:  # wav2vec2 and Whisper models read the utterances' audio, not the stored features
         return encode_audio(lm, [record_audio(records[i], data_dir) for i in idx])
-    return encode_inputs(lm, [apply_cmvn(torch.from_numpy(store.get(i)), lm.cmvn) for i in idx])  # prepared fbank
+    return encode_inputs(lm, [lm.frontend.normalise(store.get(i)) for i in idx])  # prepared fbank
 
 
 class DecodedSplit(NamedTuple):

@@ -36,8 +36,8 @@ from torch import Tensor
 
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import Record
-from speechmt.data.waveform import record_audio
-from speechmt.decoding.translate import LoadedModel, frontend
+from speechmt.data.manifest import record_audio
+from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.evaluation.analysis import mean_pool
 from speechmt.models.encoders.base import EncoderOutput
@@ -170,7 +170,7 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
     ctc = lm.model.ctc_head is not None and tok is not None
     for start in batch_starts(len(records), batch_size, "analyze: speech path", "utt"):
         chunk = records[start:start + batch_size]
-        x, lengths = collate_sequences([frontend(lm, record_audio(r, data_dir)) for r in chunk])
+        x, lengths = collate_sequences([lm.frontend(record_audio(r, data_dir)) for r in chunk])
         states: States = {}
         enc = lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device), record=states)  # Translator.states
         alignments = []

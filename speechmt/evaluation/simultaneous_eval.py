@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from speechmt.data.manifest import read_split
-from speechmt.data.waveform import record_audio
+from speechmt.data.manifest import record_audio
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
 from speechmt.decoding.translate import LoadedModel

@@ -11,7 +11,7 @@ What differs, and how it is bridged:
 - Positions: HF (as fairseq) numbers the first frame / token padding_idx + 1 (= 2): position_offset.
 - Decoder start: fairseq-trained models start decoding from </s>: "decoder_start": "eos" in the checkpoint.
 - Multilingual models: the forced target language token <lang:xx> becomes the checkpoint's decoder tag.
-- Features: Speech2TextFeatureExtractor (80-dim kaldi fbank, utterance CMVN) maps to FbankConfig/CMVNConfig.
+- Features: Speech2TextFeatureExtractor (80-dim kaldi fbank, utterance CMVN) maps to an FbankFrontend.
 Encoder and decoder layers are already alike (pre-norm, ReLU, final LayerNorms, embeddings scaled by
 sqrt(d_model), head_dim^-0.5 attention scaling, bias-free output projection).
 """
@@ -32,12 +32,13 @@ from transformers import (AutoConfig, Speech2TextConfig, Speech2TextFeatureExtra
                           Speech2TextForConditionalGeneration, Speech2TextTokenizer)
 
 from speechmt.audio import SAMPLE_RATE, CMVNConfig, FbankConfig
+from speechmt.frontend import FbankFrontend
 from speechmt.interop import HFImportError
 from speechmt.models.translator import DecoderConfig, EncoderConfig, ModelConfig, build_model
 from speechmt.tokenizer import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 from speechmt.checkpoint import save_checkpoint
 
-__all__ = ["NEVER", "convert_tokenizer", "convert_weights", "feature_settings", "import_hf_s2t", "model_config",
+__all__ = ["NEVER", "convert_tokenizer", "convert_weights", "fbank_frontend", "import_hf_s2t", "model_config",
            "vocab_order"]
 
 T = TypeVar("T")
@@ -74,7 +75,7 @@ def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathL
                 "decoder_start": _decoder_start(hf, tok, name)}
     tokenizer = convert_tokenizer(tok, hf_ids, pieces, tags, name)
     cfg = model_config(hf.config, len(hf_ids), name)
-    fbank, cmvn = feature_settings(extractor, cfg.encoder.input_dim, name)
+    frontend = fbank_frontend(extractor, cfg.encoder.input_dim, name)
     model = build_model(cfg)
     try:
         model.load_state_dict(convert_weights(hf.state_dict(), hf_ids, name))
@@ -86,7 +87,7 @@ def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathL
              "tgt": tokenizer.state_dict() if task != "asr" else None}
     save_checkpoint(out_path, {
         "model_config": asdict(cfg), "model": model.state_dict(), "tokenizers": slots, "task": task, **decoding,
-        "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn)},
+        "features": frontend.state_dict(),
         "imported_from": {"source": name, "format": "hf-speech2text", "hf_ids": hf_ids},
     })
     return Path(out_path)
@@ -244,9 +245,8 @@ def convert_weights(hf_state: dict[str, Tensor], hf_ids: list[int | None], name:
     return out
 
 
-def feature_settings(fe: Speech2TextFeatureExtractor, input_dim: int,
-                     name: str = "model") -> tuple[FbankConfig, CMVNConfig]:
-    """Our fbank and CMVN settings for a Speech2TextFeatureExtractor (kaldi fbank, utterance CMVN)."""
+def fbank_frontend(fe: Speech2TextFeatureExtractor, input_dim: int, name: str = "model") -> FbankFrontend:
+    """Our fbank + CMVN front end for a Speech2TextFeatureExtractor (kaldi fbank, utterance CMVN)."""
     normalize = fe.do_ceptral_normalize and (fe.normalize_means or fe.normalize_vars)
     _problems(name, "feature extractor", [
         fe.sampling_rate != SAMPLE_RATE and f"sampling_rate {fe.sampling_rate} (speechmt's front end is "
@@ -256,7 +256,7 @@ def feature_settings(fe: Speech2TextFeatureExtractor, input_dim: int,
         "mean-only or variance-only CMVN (speechmt's utterance CMVN does both)",
     ])
     fbank = FbankConfig(num_mel_bins=fe.num_mel_bins, sample_rate=fe.sampling_rate, dither=float(fe.dither))
-    return fbank, CMVNConfig("utterance" if normalize else "none")
+    return FbankFrontend(fbank, CMVNConfig("utterance" if normalize else "none"))
 
 
 def _decoder_start(hf: Speech2TextForConditionalGeneration, tok: Speech2TextTokenizer, name: str) -> str:

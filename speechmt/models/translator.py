@@ -38,6 +38,8 @@ ENCODERS = ("conv", "wav2vec2", "whisper")
 DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper")
+ENCODER_INPUTS = {"conv": "fbank", "wav2vec2": "waveform", "whisper": "whisper_mel"}
+"""The front end (speechmt.frontend, by name) whose output each acoustic encoder reads."""
 
 
 @dataclass
@@ -97,6 +99,11 @@ class EncoderConfig:
             f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
             not self.conv_kernels and "encoder.conv_kernels is empty",
         ])
+
+    @property
+    def frontend(self) -> str:
+        """The name of the front end whose output this encoder reads: fbank, waveform or whisper_mel."""
+        return ENCODER_INPUTS[self.kind]
 
 
 @dataclass

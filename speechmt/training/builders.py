@@ -5,23 +5,25 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig
 import torch
 
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
-from speechmt.data.dataset import SpeechDataset, TextDataset, global_cmvn, load_split
+from speechmt.data.dataset import SpeechDataset, StoredFeatures, TextDataset, global_cmvn, speech_source
 from speechmt.data.manifest import read_split
-from speechmt.data.waveform import WaveformConfig, WaveformDataset
+from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.translator import ModelConfig
-from speechmt.data.whisper_mel import WhisperMelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
 from speechmt.tokenizers import AnyTokenizer, Tokenizers
+
+if TYPE_CHECKING:
+    from speechmt.data.augment import Augmenter
 
 def run_tasks(cfg: ExperimentConfig) -> list[TaskData]:
     """Every data stream of every stage of the run."""
@@ -128,46 +130,53 @@ def decoder_tags(cfg: ExperimentConfig) -> dict[str, str | None]:
     return {task: decoder_tag(cfg, task) for task in dict.fromkeys(main + trained)}
 
 
-def feature_settings(cfg: ExperimentConfig) -> tuple[FbankConfig, CMVNConfig]:
-    """The fbank settings preparation used (from prepare_summary.json) and the CMVN the model trains with."""
+def fbank_frontend(cfg: ExperimentConfig) -> FbankFrontend:
+    """The conv encoder's front end: the fbank settings preparation used (prepare_summary.json) and the CMVN the
+    model trains with (data.cmvn; global: preparation's statistics)."""
     summary = Path(cfg.data.dir) / "prepare_summary.json"
     fbank = FbankConfig(**json.loads(summary.read_text())["fbank"]) if summary.exists() else FbankConfig()
     cmvn = global_cmvn(cfg.data.dir) if cfg.data.cmvn == "global" else CMVNConfig(cfg.data.cmvn)
-    return fbank, cmvn
+    return FbankFrontend(fbank, cmvn)
 
 
-def waveform_settings(cfg: ExperimentConfig) -> WaveformConfig | None:
-    """The waveform front end of a wav2vec2 model (its feature extractor's settings); None for fbank models."""
-    if cfg.model.encoder.kind != "wav2vec2":
-        return None
+def waveform_frontend(cfg: ExperimentConfig) -> WaveformFrontend:
+    """A wav2vec2 encoder's front end: its feature extractor's settings."""
     from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
 
-    return feature_extractor_settings(cfg.model.encoder.name_or_path)
+    return WaveformFrontend(feature_extractor_settings(cfg.model.encoder.name_or_path))
 
 
-def mel_settings_for(cfg: ExperimentConfig) -> WhisperMelConfig | None:
-    """The log-mel front end of a Whisper encoder (its feature extractor's settings); None otherwise."""
-    encoder = cfg.model.encoder
-    if encoder.kind != "whisper":
-        return None
-    from speechmt.data.whisper_mel import mel_settings
+def whisper_frontend(cfg: ExperimentConfig) -> WhisperMelFrontend:
+    """A Whisper encoder's front end: its feature extractor's mel bins (its config's for a random one), at the
+    clip's length or padded to 30 s (data.whisper_pad_30s)."""
+    from speechmt.frontend.whisper_mel import mel_settings
     from speechmt.models.whisper import resolve_pretrained
 
+    encoder = cfg.model.encoder
     if not encoder.name_or_path:
         mel = WhisperMelConfig(int(encoder.hf_config.get("num_mel_bins", 80)))
     else:
         mel = mel_settings(resolve_pretrained(encoder.name_or_path))
-    return dataclasses.replace(mel, pad_to_30s=cfg.data.whisper_pad_30s)
+    return WhisperMelFrontend(dataclasses.replace(mel, pad_to_30s=cfg.data.whisper_pad_30s))
 
 
-def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,
-                  waveform: WaveformConfig | None = None, mel: WhisperMelConfig | None = None,
+FRONTENDS = {"fbank": fbank_frontend, "waveform": waveform_frontend, "whisper_mel": whisper_frontend}
+"""How a run makes each front end (speechmt.frontend), by name."""
+
+
+def frontend_for(cfg: ExperimentConfig) -> Frontend:
+    """The front end the run's speech encoder reads (model.encoder.frontend)."""
+    return FRONTENDS[cfg.model.encoder.frontend](cfg)
+
+
+def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Frontend | None, train: bool,
                   encoder: "torch.nn.Module | None" = None, spec: TaskData | None = None, teacher=None):
-    """The dataset of one split for a data stream (`spec`; default: the run's first), with a text
+    """The dataset of one split for a data stream (`spec`; default: the run's first) read through `frontend`
+    (None: frontend_for(cfg)), with a text
     `teacher`'s states of the transcripts (cached once per split) when one of its objectives needs them;
     see _dataset."""
     spec = spec or run_tasks(cfg)[0]
-    ds = _dataset(cfg, split, toks, cmvn, train, waveform, mel, encoder, spec)
+    ds = _dataset(cfg, split, toks, frontend or frontend_for(cfg), train, encoder, spec)
     if not any(OBJECTIVES[n].needs_teacher for n in spec.weights):
         return ds
     if teacher is None:
@@ -179,27 +188,29 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMV
     return WithTeacher(ds, cached_teacher_split(data_dir, split, teacher, records))
 
 
-def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, cmvn: CMVNConfig, train: bool,
-             waveform: WaveformConfig | None, mel: WhisperMelConfig | None, encoder: "torch.nn.Module | None",
-             spec: TaskData):
-    """The dataset of one split for a data stream; SpecAugment only when `train`. Every example carries its
-    decoder target as tgt and, for text input or objectives that read it, the transcript as src. A wav2vec2
-    model reads waveforms (`waveform`, by default its feature extractor's settings), a Whisper encoder
-    log-mel features (`mel`), or, when it is frozen (or its bottom layers are: encoder.frozen_layers) and
-    data.cache_encoder is on, its cached states (`encoder` computes them once)."""
-    data = dataclasses.replace(cfg.data, dir=stream_dir(cfg, spec))
+def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Frontend, train: bool,
+             encoder: "torch.nn.Module | None", spec: TaskData):
+    """The dataset of one split for a data stream; SpecAugment only when `train` and the input is the stored
+    fbank. Every example carries its decoder target as tgt and, for text input or objectives that read it,
+    the transcript as src; speech is read from its speech_source."""
+    data_dir = stream_dir(cfg, spec)
     sides = _sides(cfg, toks, spec)
     if TASK_INPUTS[spec.task] == "text" or spec.task == "fat_text":
-        records = read_split(data.dir, split)
+        records = read_split(data_dir, split)
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
-    if cfg.model.encoder.kind == "wav2vec2":
-        return WaveformDataset.from_split(data.dir, split, waveform or waveform_settings(cfg), **sides,
-                                          **_augmentation(cfg, train))
-    if cfg.model.encoder.kind == "whisper":
-        return _whisper_dataset(cfg, data.dir, split, sides, mel or mel_settings_for(cfg), encoder, train)
-    records, store = load_split(data.dir, split)
-    augment = SpecAugmentConfig.policy(data.spec_augment) if train and data.spec_augment else None
-    return SpeechDataset(records, store, cmvn, spec_augment=augment, seed=cfg.train.seed, **sides)
+    records, source = speech_source(data_dir, split, frontend, encoder if cfg.data.cache_encoder else None,
+                                    _augmenter(cfg, train))
+    augment = SpecAugmentConfig.policy(cfg.data.spec_augment) if train and cfg.data.spec_augment else None
+    augment = augment if isinstance(source, StoredFeatures) else None
+    return SpeechDataset(records, source, spec_augment=augment, seed=cfg.train.seed, **sides)
+
+
+def _augmenter(cfg: ExperimentConfig, train: bool) -> "Augmenter | None":
+    """A training split's waveform augmentation (data.augment_*; speechmt.data.augment); None for other splits."""
+    from speechmt.data.augment import Augmenter, augment_config
+
+    settings = augment_config(cfg.data) if train else None
+    return None if settings is None else Augmenter(settings)
 
 
 def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
@@ -208,34 +219,6 @@ def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
     return dict(src_tokenizer=toks.src if transcript else None,
                 tgt_tokenizer=decoder_tokenizer(decoder_side(cfg), toks), tgt_tag=decoder_tag(cfg, spec.task),
                 tgt_field="src_text" if spec.task == "asr" else "tgt_text")
-
-
-def _augmentation(cfg: ExperimentConfig, train: bool) -> dict:
-    """A training split's waveform augmentation (data.augment_*; speechmt.data.augment) as dataset arguments."""
-    from speechmt.data.augment import Augmenter, augment_config
-
-    settings = augment_config(cfg.data) if train else None
-    return {} if settings is None else {"augment": Augmenter(settings), "seed": cfg.train.seed}
-
-
-def _whisper_dataset(cfg: ExperimentConfig, data_dir: str, split: str, sides: dict, mel: WhisperMelConfig,
-                     encoder: "torch.nn.Module | None", train: bool = False):
-    """Log-mel features read from the audio, or a frozen encoder's cached states of them."""
-    from speechmt.data.encoder_cache import CachedStatesDataset, cached_split
-    from speechmt.data.waveform import record_audio
-    from speechmt.data.whisper_mel import whisper_log_mel
-
-    frontend = lambda wave: whisper_log_mel(wave, mel)  # noqa: E731
-    if encoder is None or not cfg.data.cache_encoder or not encoder.states_frozen():
-        return WaveformDataset.from_split(data_dir, split, WaveformConfig(), frontend=frontend, **sides,
-                                          **_augmentation(cfg, train))
-    if train and _augmentation(cfg, train):  # frozen by a stage: states cached from clean audio
-        raise ConfigError("data.augment_*: this stage's frozen Whisper encoder reads cached states of clean audio "
-                          "(data.cache_encoder); set data.cache_encoder false to augment")
-    records = read_split(data_dir, split)
-    store = cached_split(data_dir, split, encoder, mel, lambda i: frontend(record_audio(records[i], data_dir)),
-                         records)
-    return CachedStatesDataset(records, store, **sides)
 
 
 def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:

@@ -24,7 +24,8 @@ from speechmt.checkpoint import CheckpointError
 from speechmt.config_check import read_yaml_mapping
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig, yaml_value
 from speechmt.data.manifest import Record, read_manifest
-from speechmt.data.waveform import WaveformConfig, WaveformDataset
+from speechmt.data.dataset import AudioInput, SpeechDataset
+from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 from speechmt.models.wav2vec2_pretraining import PretrainingSettings, Wav2Vec2Pretraining
 from speechmt.tasks import ObjectiveSettings, Stage, TaskData
 from speechmt.training.trainer import LAST, Trainer, TrainState, fixed_data
@@ -202,7 +203,7 @@ def pretrain_audio(cfg: PretrainAudioConfig, resume: bool = True) -> TrainState:
     waveform = WaveformConfig(do_normalize=cfg.do_normalize)
     model = build_pretraining_model(cfg)
     records = pretraining_records(cfg)
-    data = WaveformDataset(records, waveform, base_dir=".")
+    data = SpeechDataset(records, AudioInput(".", WaveformFrontend(waveform)))
     trainer = Trainer(experiment_config(cfg), model, ObjectiveSettings(), fixed_data(data), {}, device,
                       on_save=lambda: export_hf(trainer.model, waveform, out))
     found = resume_checkpoint(out, device) if resume else None

@@ -8,7 +8,6 @@ import os
 import random
 import re
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -18,16 +17,13 @@ import torch
 from speechmt.config import ExperimentConfig, init_source, save_config
 from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
-from speechmt.audio import CMVNConfig, FbankConfig
+from speechmt.frontend import Frontend
 from speechmt.tasks import TaskData
 from speechmt.tokenizers import Tokenizers
 from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
-                                        feature_settings, main_task, mel_settings_for,
-                                        model_config_for, objective_settings_for, stream_dir, teacher_for, tokenizers_for,
-                                        waveform_settings, with_teacher)
+                                        frontend_for, main_task, model_config_for, objective_settings_for, stream_dir,
+                                        teacher_for, tokenizers_for, with_teacher)
 from speechmt.models.delta import base_reference
-from speechmt.data.whisper_mel import WhisperMelConfig
-from speechmt.data.waveform import WaveformConfig
 from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.training.trainer import LAST, Trainer, TrainState
 
@@ -70,9 +66,8 @@ def init_encoder_from(model: torch.nn.Module, path: str,
     return len(copied)
 
 
-def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmvn: CMVNConfig, device: torch.device,
-                waveform: WaveformConfig | None = None,
-                mel: WhisperMelConfig | None = None) -> Callable[[torch.nn.Module, TaskData], dict[str, float]]:
+def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, frontend: Frontend,
+                device: torch.device) -> Callable[[torch.nn.Module, TaskData], dict[str, float]]:
     """A function scoring a model's greedy output for a stream's task on its dev split: {"valid_bleu", ...}
     or {"valid_wer"}; {} for a stream without one."""
     from speechmt.decoding.translate import LoadedModel
@@ -83,8 +78,7 @@ def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, fbank: FbankConfig, cmv
         if not split:
             return {}
         tokenizer, task = decoder_tokenizer(decoder_side(cfg), toks), spec.task
-        lm = LoadedModel(model, tokenizer, decoder_tag(cfg, task), fbank, cmvn, task, "(training)", device, toks.src,
-                         waveform=waveform, mel=mel)
+        lm = LoadedModel(model, tokenizer, decoder_tag(cfg, task), frontend, task, "(training)", device, toks.src)
         records, hyps, _, _ = decode_split(lm, stream_dir(cfg, spec), split, lm.decode_options(beam=1),
                                            cfg.data.max_tokens)
         return {f"valid_{k.lower()}": s.score for k, s in score(task, hyps, references(task, records)).items()}
@@ -107,31 +101,25 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     dist.init(device)
     seed_everything(cfg.train.seed)
     toks = tokenizers_for(cfg)
-    fbank, cmvn = feature_settings(cfg)
-    waveform = waveform_settings(cfg)  # None unless the encoder reads waveforms
-    mel = mel_settings_for(cfg)  # None unless the encoder is Whisper's
+    frontend = frontend_for(cfg)
     teacher = teacher_for(cfg)  # None unless an objective needs a text teacher (LUT's distance)
     model = build_model(with_teacher(model_config_for(cfg, toks), teacher))
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
     for item in cfg.train.init_from:
         init_encoder_from(model, *init_source(item))
-    frozen_encoder = model.speech_encoder if cfg.model.encoder.kind == "whisper" else None  # cached when frozen
-
 
     def data(spec: TaskData, train: bool):
         split = (spec.split or cfg.data.train_split) if train else _valid_split(cfg, spec)
-        return build_dataset(cfg, split, toks, cmvn, train=train, waveform=waveform, mel=mel, encoder=frozen_encoder,
-                             spec=spec, teacher=teacher) if split else None
+        return build_dataset(cfg, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
+                             teacher=teacher) if split else None
 
     extras = {"tokenizers": toks.state_dict(), "task": main_task(cfg), "decoder_tag": decoder_tag(cfg),
               "decoder_side": decoder_side(cfg), "decoder_tags": decoder_tags(cfg),  # the tasks it decodes
-              "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn),
-                           **({"waveform": asdict(waveform)} if waveform is not None else {}),
-                           **({"whisper_mel": asdict(mel)} if mel is not None else {})},
+              "features": frontend.state_dict(),
               **({"base": base} if (base := base_reference(model)) is not None else {})}
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
-    valid_decoder = dev_decoder(cfg, toks, fbank, cmvn, device, waveform, mel) if cfg.train.valid_decode else None
+    valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None
     trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, extras, device, pad_id, valid_decoder)
     found = resume_checkpoint(Path(cfg.train.save_dir), device) if resume else None
     if found is not None:

@@ -9,7 +9,8 @@ from speechmt.config import ConfigError, ExperimentConfig
 from speechmt.data.augment import (AugmentConfig, AugmentError, Augmenter, add_noise, augment_config, reverberate,
                                    snr_db, synthetic_rir, telephone)
 from speechmt.data.manifest import Record
-from speechmt.data.waveform import WaveformConfig, WaveformDataset
+from speechmt.data.dataset import AudioInput, SpeechDataset
+from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 
 SR = 16000
 
@@ -87,9 +88,10 @@ def test_dataset_augments_by_seed_epoch_and_index(tmp_path):
     sf.write(tmp_path / "a.wav", speechlike(1.0), SR)
     records = [Record(id=f"u{i}", audio="a.wav", offset=0.0, duration=1.0, n_frames=100, src_text="x", tgt_text="y",
                       speaker="", src_lang="en", tgt_lang="de") for i in range(2)]
-    clean = WaveformDataset(records, WaveformConfig(do_normalize=False), tmp_path)
-    noisy = WaveformDataset(records, WaveformConfig(do_normalize=False), tmp_path, seed=3,
-                            augment=Augmenter(AugmentConfig(noise=1.0, noise_snr=(10.0, 10.0))))
+    raw = WaveformFrontend(WaveformConfig(do_normalize=False))
+    clean = SpeechDataset(records, AudioInput(tmp_path, raw))
+    noisy = SpeechDataset(records, AudioInput(tmp_path, raw, Augmenter(AugmentConfig(noise=1.0, noise_snr=(10.0, 10.0)))),
+                          seed=3)
     x, y = clean[0].feats.numpy(), noisy[0].feats.numpy()
     assert x.shape == y.shape and snr_db(x, y - x) == pytest.approx(10, abs=0.5)
     assert np.array_equal(noisy[0].feats, noisy[0].feats) and not np.array_equal(noisy[0].feats, noisy[1].feats)

@@ -4,7 +4,8 @@ from torch.utils.data import DataLoader
 
 from speechmt.audio import SpecAugmentConfig
 from speechmt.data.batching import BucketBatchSampler
-from speechmt.data.dataset import Example, SpeechDataset, TextDataset, collate, global_cmvn, load_split
+from speechmt.data.dataset import Example, SpeechDataset, StoredFeatures, TextDataset, collate, global_cmvn, load_split
+from speechmt.frontend import FbankFrontend
 from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig
 from speechmt.data.vocab import train_from_manifests
@@ -22,10 +23,15 @@ def prepared(tmp_path_factory):
     return out, tok
 
 
+def stored(store, out) -> StoredFeatures:
+    """The store's features with the global CMVN of the prepared folder `out`."""
+    return StoredFeatures(store, FbankFrontend(cmvn=global_cmvn(out)))
+
+
 def test_speech_dataset_items(prepared):
     out, tok = prepared
     records, store = load_split(out, "train")
-    ds = SpeechDataset(records, store, global_cmvn(out), tok, tok, src_tag="<en>", tgt_tag="<de>")
+    ds = SpeechDataset(records, stored(store, out), tok, tok, src_tag="<en>", tgt_tag="<de>")
     assert ds.sizes == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
     ex = ds[1]
     assert ex.id == "ted_1_1" and ex.feats.shape == (240, 80)
@@ -40,19 +46,19 @@ def test_speech_dataset_items(prepared):
 def test_spec_augment_depends_on_epoch_only(prepared):
     out, _ = prepared
     records, store = load_split(out, "train")
-    ds = SpeechDataset(records, store, global_cmvn(out), spec_augment=SpecAugmentConfig.policy("lb"))
+    ds = SpeechDataset(records, stored(store, out), spec_augment=SpecAugmentConfig.policy("lb"))
     a = ds[0].feats
     assert torch.equal(a, ds[0].feats)
     ds.set_epoch(1)
     assert not torch.equal(a, ds[0].feats)
-    plain = SpeechDataset(records, store, global_cmvn(out))[0].feats
+    plain = SpeechDataset(records, stored(store, out))[0].feats
     assert (a != plain).any() and (a == plain).float().mean() > 0.5
 
 
 def test_batches_from_sampler(prepared):
     out, tok = prepared
     records, store = load_split(out, "train")
-    ds = SpeechDataset(records, store, global_cmvn(out), tgt_tokenizer=tok)
+    ds = SpeechDataset(records, stored(store, out), tgt_tokenizer=tok)
     sampler = BucketBatchSampler(ds.sizes, max_tokens=500, seed=0)
     loader = DataLoader(ds, batch_sampler=sampler, collate_fn=lambda b: collate(b, tok.pad_id))
     size = {r.id: r.n_frames for r in records}

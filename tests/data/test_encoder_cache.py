@@ -5,8 +5,8 @@ import torch
 
 from speechmt.data.encoder_cache import cache_key, cached_split
 from speechmt.data.manifest import read_manifest
-from speechmt.data.waveform import record_audio
-from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
+from speechmt.data.manifest import record_audio
+from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.models.translator import ModelConfig, build_model
 from tests.whisper_helpers import tiny_whisper_dir
 

@@ -8,7 +8,8 @@ from transformers import Wav2Vec2FeatureExtractor
 from speechmt.audio import read_audio
 from speechmt.data.dataset import collate
 from speechmt.data.manifest import read_manifest, write_manifest
-from speechmt.data.waveform import WaveformConfig, WaveformDataset, normalize_waveform, waveform_input
+from speechmt.data.dataset import AudioInput, SpeechDataset
+from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend, normalize_waveform, waveform_input
 from speechmt.tokenizer import Tokenizer
 from speechmt.training.builders import build_dataset, load_tokenizers
 from tests.helpers import tiny_config
@@ -32,8 +33,8 @@ def test_only_16_khz():
 
 def test_dataset_reads_each_utterance_slice(tiny_data):
     tok = Tokenizer.load(tiny_data / "spm.model")
-    ds = WaveformDataset.from_split(tiny_data, "train", WaveformConfig(), src_tokenizer=tok, tgt_tokenizer=tok,
-                                    src_tag="<en>", tgt_tag="<de>")
+    ds = SpeechDataset.from_audio(tiny_data, "train", WaveformFrontend(), src_tokenizer=tok, tgt_tokenizer=tok,
+                                  src_tag="<en>", tgt_tag="<de>")
     records = read_manifest(tiny_data / "train.jsonl")
     assert len(ds) == 6 and ds.sizes == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
     for i in (0, 1, 5):
@@ -59,7 +60,7 @@ def test_relative_audio_paths_are_read_from_the_manifest_folder(tiny_data, tmp_p
         target.write_bytes(open(r.audio, "rb").read())
         moved.append(dataclasses.replace(r, audio=f"audio/{r.id}.wav"))
     write_manifest(tmp_path / "train.jsonl", moved)
-    ds = WaveformDataset.from_split(tmp_path, "train", WaveformConfig(do_normalize=False))
+    ds = SpeechDataset.from_audio(tmp_path, "train", WaveformFrontend(WaveformConfig(do_normalize=False)))
     assert torch.equal(ds[1].feats, torch.from_numpy(read_audio(records[1].audio, records[1].offset,
                                                                 records[1].duration)))
     assert ds[1].src_ids is None and ds[1].tgt_ids is None
@@ -70,13 +71,13 @@ def test_build_dataset_gives_waveforms_for_a_wav2vec2_model(tiny_data, tmp_path)
     cfg.model = dataclasses.replace(cfg.model, encoder={"kind": "wav2vec2", "hf_config": {"hidden_size": 64}})
     toks = load_tokenizers(cfg.data)
     ds = build_dataset(cfg, "dev", toks, None, train=True)
-    assert isinstance(ds, WaveformDataset) and ds.cfg == WaveformConfig()
+    assert isinstance(ds.source, AudioInput) and ds.source.frontend == WaveformFrontend(WaveformConfig())
     ex = ds[0]
     assert ex.feats.dim() == 1 and ex.src_ids is not None and ex.tgt_ids is not None
     cfg.train.task = "asr"
-    ds = build_dataset(cfg, "dev", toks, None, train=False, waveform=WaveformConfig(do_normalize=False))
+    ds = build_dataset(cfg, "dev", toks, WaveformFrontend(WaveformConfig(do_normalize=False)), train=False)
     # asr: the decoder target (tgt) is the tagged transcript; CTC reads the untagged transcript (src)
-    assert ds.cfg.do_normalize is False and ds[0].tgt_ids[0] == toks.src.tag_id("<en>")
+    assert ds.source.frontend.config.do_normalize is False and ds[0].tgt_ids[0] == toks.src.tag_id("<en>")
     assert ds[0].src_ids.tolist() == ds[0].tgt_ids[1:].tolist()
 
 
@@ -85,9 +86,9 @@ def test_the_training_builder_augments_the_training_split_only(tiny_data, tmp_pa
     cfg = tiny_config(tiny_data, tmp_path, ctc_weight=0.3)
     cfg.model = dataclasses.replace(cfg.model, encoder={"kind": "wav2vec2", "hf_config": {"hidden_size": 64}})
     cfg.data = dataclasses.replace(cfg.data, augment_noise=1.0, augment_noise_snr=(10.0, 10.0))
-    toks, plain = load_tokenizers(cfg.data), WaveformConfig(do_normalize=False)
-    clean = build_dataset(cfg, "dev", toks, None, train=False, waveform=plain)[0].feats
-    noisy = build_dataset(cfg, "dev", toks, None, train=True, waveform=plain)[0].feats
+    toks, plain = load_tokenizers(cfg.data), WaveformFrontend(WaveformConfig(do_normalize=False))
+    clean = build_dataset(cfg, "dev", toks, plain, train=False)[0].feats
+    noisy = build_dataset(cfg, "dev", toks, plain, train=True)[0].feats
     assert noisy.shape == clean.shape and not torch.equal(noisy, clean)
     snr = 10 * torch.log10(clean.pow(2).sum() / (noisy - clean).pow(2).sum())
     assert abs(float(snr) - 10.0) < 0.5

@@ -7,6 +7,7 @@ from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.data.manifest import read_manifest
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.evaluate import decode_split, memory_per_target
+from speechmt.frontend import FbankFrontend
 from speechmt.models import build_model, preset
 from speechmt.tokenizer import Tokenizer
 
@@ -14,7 +15,8 @@ from speechmt.tokenizer import Tokenizer
 def _loaded(tiny_data, **model) -> LoadedModel:
     tok = Tokenizer.load(tiny_data / "spm.model")
     net = build_model(preset("tiny", tgt_vocab_size=len(tok), src_vocab_size=len(tok), **model)).eval()
-    return LoadedModel(net, tok, "<de>", FbankConfig(), CMVNConfig("utterance"), "st", "(test)", torch.device("cpu"))
+    return LoadedModel(net, tok, "<de>", FbankFrontend(FbankConfig(), CMVNConfig("utterance")), "st", "(test)",
+                       torch.device("cpu"))
 
 
 def _conv_out(n: int) -> int:

@@ -19,7 +19,7 @@ from speechmt.cli import main
 from speechmt.decoding.search import beam_search
 from speechmt.decoding.translate import LoadedModel, load_model, translate
 from speechmt.interop import HFImportError
-from speechmt.interop.hf_s2t import (NEVER, convert_tokenizer, feature_settings, import_hf_s2t, model_config,
+from speechmt.interop.hf_s2t import (NEVER, convert_tokenizer, fbank_frontend, import_hf_s2t, model_config,
                                      vocab_order)
 from speechmt.checkpoint import load_checkpoint
 
@@ -231,7 +231,7 @@ def test_bpe_tokenizer_and_pieces_missing_from_vocab_json(tmp_path):
 
 def test_checkpoint_loads_and_translates_like_hf(bilingual):
     lm = bilingual.lm
-    assert (lm.fbank, lm.cmvn, lm.tag, lm.task, lm.decoder_start) == (FbankConfig(), CMVNConfig("utterance"), None,
+    assert (lm.frontend.settings, lm.tag, lm.task, lm.decoder_start) == ((FbankConfig(), CMVNConfig("utterance")), None,
                                                                      "st", "eos")
     assert lm.decode_options().start_id == lm.tokenizer.eos_id == 3
     rng = np.random.default_rng(0)
@@ -290,6 +290,6 @@ def test_unsupported_settings_are_refused():
     with pytest.raises(HFImportError, match="activation 'gelu'"):
         model_config(Speech2TextConfig(activation_function="gelu"), 10001)
     with pytest.raises(HFImportError, match="sampling_rate 8000.*mean-only or variance-only CMVN"):
-        feature_settings(Speech2TextFeatureExtractor(sampling_rate=8000, normalize_vars=False), 80)
-    fbank, cmvn = feature_settings(Speech2TextFeatureExtractor(do_ceptral_normalize=False), 80)
-    assert (fbank, cmvn) == (FbankConfig(), CMVNConfig("none"))
+        fbank_frontend(Speech2TextFeatureExtractor(sampling_rate=8000, normalize_vars=False), 80)
+    frontend = fbank_frontend(Speech2TextFeatureExtractor(do_ceptral_normalize=False), 80)
+    assert frontend.settings == (FbankConfig(), CMVNConfig("none"))

@@ -15,14 +15,14 @@ from speechmt import load_model, translate
 from speechmt.checkpoint import save_checkpoint
 from speechmt.data.encoder_cache import cache_key
 from speechmt.data.manifest import read_manifest
-from speechmt.data.waveform import record_audio
+from speechmt.data.manifest import record_audio
 from speechmt.models import build_model, preset
 from speechmt.models.fat_mlm import (FatMasks, FatMLM, WhisperFatMLM, fat_mlm_loss, reconstruction_frames, span_mask,
                                      translator_state)
 from speechmt.models.translator import ModelConfig
 from speechmt.tasks import Stage, TaskData
 from speechmt.tokenizer_whisper import WhisperTokenizer
-from speechmt.training.builders import mel_settings_for
+from speechmt.training.builders import frontend_for
 from speechmt.training.run import init_encoder_from, run_training
 from tests.helpers import tiny_config
 from tests.whisper_helpers import tiny_whisper_dir
@@ -462,7 +462,7 @@ def test_tiny_fat_mlm_on_whisper_pretrains_then_fat_st_fine_tunes_and_translates
     print("fat-mlm (whisper) dev losses:", [round(v, 3) for v in valid])
     assert len(valid) == 3 and valid[0] > valid[1] > valid[2]
     assert all(r["fat_fat_mlm_masked_frames"] > 0 and r["fat_fat_mlm_speech"] > 0 for r in log if r["type"] == "train")
-    key, _ = cache_key(build_model(cfg.model).speech_encoder, mel_settings_for(cfg))  # its states were cached
+    key, _ = cache_key(build_model(cfg.model).speech_encoder, frontend_for(cfg).settings)  # its states were cached
     assert {p.name for p in (tiny_data / "encoder_cache" / key).glob("*.index.npz")} == {"train.index.npz",
                                                                                         "dev.index.npz"}
 

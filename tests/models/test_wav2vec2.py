@@ -10,7 +10,7 @@ from transformers import (AutoModel, Data2VecAudioModel, HubertConfig, HubertMod
 
 from speechmt import load_model
 from speechmt.audio import CMVNConfig, FbankConfig
-from speechmt.data.waveform import WaveformConfig
+from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 from speechmt.decoding.translate import LoadedModel, translate
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import Wav2Vec2Options, feature_extractor_settings, wav2vec2_encoder
@@ -201,15 +201,14 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
                            "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn), "waveform": asdict(waveform)}})
     shutil.rmtree(hf_dir)  # the checkpoint alone rebuilds the model
     lm = load_model(ckpt)
-    assert lm.waveform == waveform and lm.model.config == model.config
+    assert lm.frontend.config == waveform and lm.model.config == model.config
     wave, lengths = torch.randn(2, 9000), torch.tensor([9000, 7000])
     tokens = torch.randint(5, 60, (2, 4))
     with torch.no_grad():
         a, b = model.encode_speech(wave, lengths), lm.model.encode_speech(wave, lengths)
         assert torch.equal(a.x, b.x) and torch.equal(a.lengths, b.lengths) and torch.equal(a.ctc_logits, b.ctc_logits)
         assert torch.equal(model.decode(tokens, a), lm.model.decode(tokens, b))
-    original = LoadedModel(model, tok, "<de>", fbank, cmvn, "st", "(memory)", torch.device("cpu"), tok,
-                           waveform=waveform)
+    original = LoadedModel(model, tok, "<de>", WaveformFrontend(waveform), "st", "(memory)", torch.device("cpu"), tok)
     audio = [wave[0].numpy(), wave[1, :7000].numpy()]
     assert [r.text for r in translate(lm, audio, beam=2, max_len_b=5)] == [
         r.text for r in translate(original, audio, beam=2, max_len_b=5)]

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from speechmt.data.whisper_mel import WhisperMelConfig, whisper_log_mel
+from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.models.decoder import DecoderCache
 from speechmt.models.encoders.whisper import whisper_output_lengths
 from speechmt.models.translator import ModelConfig, build_model

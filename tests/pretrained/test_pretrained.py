@@ -32,7 +32,8 @@ def test_default_model_is_bundled_small_and_loads_as_float32():
     assert state["base"]["sources"] == ["whisper-base"] and len(state["base"]["sha256"]) == 64
     assert all(".lora_" in k for k in state["model"])  # the file holds the adapters; Whisper base is set-up's
     lm = load_model(path)  # from $SPEECHMT_HOME/whisper-base, its checksum checked
-    assert lm.task == "st" and lm.tag == "<|de|>" and lm.mel is not None and lm.mel.n_mels == 80
+    assert lm.task == "st" and lm.tag == "<|de|>" and lm.frontend.name == "whisper_mel" and lm.frontend.config.n_mels == 80
+    assert (lm.min_input_samples, lm.max_input_seconds) == (201, 30.0)  # one log-mel frame; Whisper's window
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())
     assert count_parameters(lm.model, trainable_only=True) == \
         sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 3_440_640

@@ -7,7 +7,7 @@ import yaml
 from transformers import Wav2Vec2Model
 
 from speechmt.cli import main
-from speechmt.data.waveform import WaveformConfig
+from speechmt.frontend.waveform import WaveformConfig
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
 from speechmt.checkpoint import load_checkpoint

@@ -9,7 +9,7 @@ import torch
 from speechmt.config import ConfigError
 from speechmt.models.translator import build_model
 from speechmt.tasks import Stage, TaskData
-from speechmt.training.builders import build_dataset, feature_settings, load_tokenizers, model_config_for
+from speechmt.training.builders import build_dataset, frontend_for, load_tokenizers, model_config_for
 from speechmt.checkpoint import load_checkpoint
 from speechmt.training.run import run_training, seed_everything
 from speechmt.training.trainer import Trainer, draw_streams
@@ -110,7 +110,7 @@ def test_asr_with_st_needs_one_vocabulary(tiny_data, tmp_path):
 def test_resume_right_after_an_epochs_last_batch_goes_on_to_the_next_epoch(tiny_data, tmp_path):
     """The sampler restarts an epoch it has finished; the trainer must roll over to the next one instead."""
     from speechmt.data.batching import BucketBatchSampler
-    from speechmt.training.builders import build_dataset, feature_settings
+    from speechmt.training.builders import build_dataset, frontend_for
 
     def cfg(out, n):
         c = tiny_config(tiny_data, out, max_updates=n, valid_decode=False)
@@ -118,7 +118,7 @@ def test_resume_right_after_an_epochs_last_batch_goes_on_to_the_next_epoch(tiny_
         return c
 
     c = cfg(tmp_path, 1)
-    data = build_dataset(c, "train", load_tokenizers(c.data), feature_settings(c)[1], train=True)
+    data = build_dataset(c, "train", load_tokenizers(c.data), frontend_for(c), train=True)
     n = len(BucketBatchSampler(data.sizes, 700, shuffle=True, seed=c.train.seed))  # batches in epoch 0
     run_training(cfg(tmp_path / "a", n))
     resumed = run_training(cfg(tmp_path / "a", n + 2))
@@ -145,9 +145,9 @@ def test_each_stream_batches_by_its_own_size(tiny_data, tmp_path):
     cfg = _multi(tiny_data, tmp_path, 7)
     cfg.train.stages = [Stage("all", [TaskData("st"), TaskData("mt", max_tokens=30, max_sentences=2)])]
     toks = load_tokenizers(cfg.data)
-    _, cmvn = feature_settings(cfg)
+    frontend = frontend_for(cfg)
     model = build_model(model_config_for(cfg, toks))
-    trainer = Trainer(cfg, model, None, lambda spec, train: build_dataset(cfg, "train", toks, cmvn, train, spec=spec),
+    trainer = Trainer(cfg, model, None, lambda spec, train: build_dataset(cfg, "train", toks, frontend, train, spec=spec),
                       {}, torch.device("cpu"), 0)
     trainer._enter_stage()
     st, mt = (s.sampler for s in trainer.streams)
@@ -173,6 +173,6 @@ def test_a_relative_stream_folder_is_inside_data_dir(tiny_data, tmp_path):
              for x in (tiny_data / "train.jsonl").read_text().splitlines()[:5]]
     (extra / "train.jsonl").write_text("\n".join(lines) + "\n")
     toks = load_tokenizers(cfg.data)
-    _, cmvn = feature_settings(cfg)
-    ds = build_dataset(cfg, "train", toks, cmvn, True, spec=TaskData("mt", data_dir="mt-text"))
+    frontend = frontend_for(cfg)
+    ds = build_dataset(cfg, "train", toks, frontend, True, spec=TaskData("mt", data_dir="mt-text"))
     assert len(ds) == 5 and ds[0].feats is None and ds[0].src_ids is not None

@@ -45,7 +45,7 @@ def test_cached_states_are_written_once_and_keyed(trained, tiny_data):
 
     _, save_dir = trained
     lm = load_model(_last(save_dir))
-    key, _ = cache_key(lm.model.speech_encoder, lm.mel)  # the frozen encoder is the base's: same key
+    key, _ = cache_key(lm.model.speech_encoder, lm.frontend.config)  # the frozen encoder is the base's: same key
     folder = tiny_data / "encoder_cache" / key
     assert sorted(p.name for p in folder.glob("*.index.npz")) == ["dev.index.npz", "train.index.npz"]
 
@@ -57,7 +57,7 @@ def test_delta_checkpoint_holds_only_the_trained_decoder_and_loads_from_its_base
     model_keys = set(load_model(_last(save_dir)).model.state_dict())
     assert set(ckpt["model"]) == {k for k in model_keys if k.startswith("decoder.")}  # the frozen encoder: base
     lm = load_model(_last(save_dir))
-    assert lm.tokenizer.kind == "whisper" and lm.mel is not None
+    assert lm.tokenizer.kind == "whisper" and lm.frontend.name == "whisper_mel"
     options = lm.decode_options(beam=1)
     tok = lm.tokenizer
     assert options.start_id is None and options.bos_id == tok.bos_id
@@ -90,13 +90,14 @@ def test_a_changed_base_is_refused_with_one_line(trained, tmp_path):
 
 
 def test_whispers_own_30s_input_is_a_data_option_kept_with_the_features(tiny_data, whisper_dir, tmp_path):
-    from speechmt.data.whisper_mel import WhisperMelConfig
-    from speechmt.training.builders import mel_settings_for
+    from speechmt.frontend.whisper_mel import WhisperMelConfig
+    from speechmt.frontend import WhisperMelFrontend
+    from speechmt.training.builders import frontend_for
 
     cfg = whisper_config(tiny_data, whisper_dir, tmp_path)
-    assert mel_settings_for(cfg) == WhisperMelConfig(80)
+    assert frontend_for(cfg) == WhisperMelFrontend(WhisperMelConfig(80))
     cfg.data.whisper_pad_30s = True
-    assert mel_settings_for(cfg) == WhisperMelConfig(80, pad_to_30s=True)
+    assert frontend_for(cfg) == WhisperMelFrontend(WhisperMelConfig(80, pad_to_30s=True))
 
 
 def test_export_merge_writes_a_full_model_that_needs_no_base_and_decodes_the_same(trained, tiny_data, tmp_path):
@@ -211,8 +212,8 @@ def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_ab
     from speechmt.data.encoder_cache import cache_key
     from speechmt.data.features import FeatureStore
     from speechmt.data.manifest import read_manifest
-    from speechmt.data.waveform import record_audio
-    from speechmt.data.whisper_mel import whisper_log_mel
+    from speechmt.data.manifest import record_audio
+    from speechmt.frontend.whisper_mel import whisper_log_mel
 
     _, tmp_path = trained_top
     ckpt = load_checkpoint(_last(tmp_path))
@@ -220,12 +221,12 @@ def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_ab
     assert encoder_keys and all(".layers.1." in k and ".lora_" in k for k in encoder_keys)
     assert all(".lora_" in k for k in ckpt["model"])
     lm = load_model(_last(tmp_path))
-    key, _ = cache_key(lm.model.speech_encoder, lm.mel)
+    key, _ = cache_key(lm.model.speech_encoder, lm.frontend.config)
     folder = tiny_data / "encoder_cache" / key
     assert json.loads((folder / "meta.json").read_text())["layers"] == 1
     assert sorted(p.name for p in folder.glob("*.index.npz")) == ["dev.index.npz", "train.index.npz"]
     store, rec = FeatureStore(folder / "train"), read_manifest(tiny_data / "train.jsonl")[0]
-    mels = whisper_log_mel(record_audio(rec, tiny_data), lm.mel)[None]
+    mels = whisper_log_mel(record_audio(rec, tiny_data), lm.frontend.config)[None]
     with torch.no_grad():
         live = lm.model.encode_speech(mels, torch.tensor([mels.size(1)]))
         cached = torch.from_numpy(store[rec.id])[None].float()
@@ -243,8 +244,8 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
     import torch
 
     from speechmt.data.manifest import read_manifest
-    from speechmt.data.waveform import record_audio
-    from speechmt.data.whisper_mel import whisper_log_mel
+    from speechmt.data.manifest import record_audio
+    from speechmt.frontend.whisper_mel import whisper_log_mel
     from speechmt.models import build_model
     from speechmt.training.builders import load_tokenizers, model_config_for
     from speechmt.training.run import init_encoder_from
@@ -258,7 +259,7 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
     copied = init_encoder_from(xstnet, str(_last(save_dir)), ("speech_encoder.", "decoder."))
     assert copied == len(load_checkpoint(_last(save_dir))["model"]) > 0  # every trained adapter, nothing else
     rec = read_manifest(tiny_data / "train.jsonl")[0]
-    mels = whisper_log_mel(record_audio(rec, tiny_data), st.mel)[None]
+    mels = whisper_log_mel(record_audio(rec, tiny_data), st.frontend.config)[None]
     vocab = len(st.tokenizer)
     lengths, prefix = torch.tensor([mels.size(1)]), torch.tensor([[vocab - 4, vocab - 3, 3, 7, 11]])
     outputs = []

@@ -52,3 +52,7 @@ class AcousticEncoder(Protocol):
     (without CTC logits: the model adds those)."""
 
     def __call__(self, feats: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput: ...
+
+    def states_frozen(self) -> bool:
+        """True when the encoder's states are computed by nothing trained, so a split's can be cached once
+        (speechmt.data.encoder_cache): a Whisper encoder's, when frozen."""

@@ -31,6 +31,10 @@ class ConvEncoder(nn.Module):
         x, lengths = self.encoder(x, lengths, record)
         return EncoderOutput(x, lengths)
 
+    def states_frozen(self) -> bool:
+        """Never cached: its input, the stored fbank, is as cheap to read as its states would be."""
+        return False
+
 
 def subsampler(kind: str, input_dim: int, channels: int, dim: int, kernels: tuple[int, ...]) -> nn.Module:
     """Builds a subsampler: "conv1d" (fairseq; one layer per kernel) or "conv2d" (ESPnet; `kernels` unused)."""

@@ -26,7 +26,7 @@ from transformers import AutoConfig, AutoFeatureExtractor, AutoModel, Pretrained
 from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 
 from speechmt.sequence import lengths_to_padding_mask
-from speechmt.data.waveform import WaveformConfig
+from speechmt.frontend.waveform import WaveformConfig
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.finetune import lna_
 
@@ -67,6 +67,10 @@ class Wav2Vec2Encoder(nn.Module):
         self.adapter_layers = config.num_adapter_layers if adapter else 0
         self.adapter_stride = config.adapter_stride if adapter else 1
         self.use_attention_mask = getattr(config, "feat_extract_norm", "layer") == "layer"
+
+    def states_frozen(self) -> bool:
+        """Not cached: SpecAugment-style time masking and fine-tuning make its states change in training."""
+        return False
 
     def cnn_output_lengths(self, lengths: Tensor) -> Tensor:
         """Samples (B,) -> frames out of the CNN feature extractor (B,), where time masking applies."""

@@ -1,6 +1,6 @@
 """The `whisper` acoustic encoder: OpenAI Whisper's encoder (Radford et al., 2022, "Robust Speech Recognition
 via Large-Scale Weak Supervision") through transformers' Whisper modules, any size, read from log-mel
-features (`speechmt.data.whisper_mel`).
+features (`speechmt.frontend.whisper_mel`).
 
 Whisper was trained on 30 s windows: its encoder has 1500 stored (sinusoidal) positions, and
 transformers' `WhisperEncoder.forward` refuses anything but 3000 input frames. Here the same submodules

@@ -10,8 +10,9 @@ sees reflected samples instead of zeros). What differs is the encoder's view: se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from speechmt.audio import SAMPLE_RATE
 
 HOP = 160  # samples per frame at 16 kHz (10 ms)
 CHUNK_SECONDS = 30  # Whisper's input window; its encoder has positions for this many seconds
+MIN_SAMPLES = 400 // 2 + 1  # the shortest wave with a frame: the STFT reflect-pads n_fft // 2 samples each side
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,11 @@ def _extractor(n_mels: int):
 
 def whisper_log_mel(wave: np.ndarray, cfg: WhisperMelConfig = WhisperMelConfig()) -> torch.Tensor:
     """A 16 kHz wave (S,) -> log-mel features (S // 160, n_mels) float32: at the wave's length, or of 30 s
-    (3000 frames) when cfg.pad_to_30s."""
+    (3000 frames) when cfg.pad_to_30s; none for a wave shorter than MIN_SAMPLES."""
     wave = np.asarray(wave, dtype=np.float32)
     if cfg.pad_to_30s:
         wave = np.pad(wave, (0, max(0, CHUNK_SECONDS * cfg.sample_rate - len(wave))))
-    if len(wave) < HOP:
+    if len(wave) < MIN_SAMPLES:  # the STFT's reflect padding needs more samples than it pads
         return torch.zeros(0, cfg.n_mels)
     mel = _extractor(cfg.n_mels)(wave, sampling_rate=cfg.sample_rate, padding="longest", truncation=False,
                                  return_tensors="np")["input_features"][0]  # (n_mels, T)
@@ -69,3 +71,25 @@ def mel_settings(name_or_path: str) -> WhisperMelConfig:
         return WhisperMelConfig(int(AutoFeatureExtractor.from_pretrained(name_or_path).feature_size))
     except (OSError, ValueError, AttributeError):
         return WhisperMelConfig(int(AutoConfig.from_pretrained(name_or_path).num_mel_bins))
+
+
+@dataclass(frozen=True)
+class WhisperMelFrontend:
+    """A 16 kHz wave (S,) -> Whisper's log-mel features (S // 160, n_mels) (whisper_log_mel)."""
+
+    config: WhisperMelConfig = WhisperMelConfig()
+
+    name: ClassVar[str] = "whisper_mel"
+    prepared: ClassVar[bool] = False  # read from the audio
+    max_seconds: ClassVar[float | None] = float(CHUNK_SECONDS)  # the encoder's positions cover Whisper's window
+    min_samples: ClassVar[int] = MIN_SAMPLES
+
+    def __call__(self, wave: np.ndarray) -> torch.Tensor:
+        return whisper_log_mel(wave, self.config)
+
+    @property
+    def settings(self) -> WhisperMelConfig:
+        return self.config
+
+    def state_dict(self) -> dict:
+        return {"whisper_mel": asdict(self.config)}
