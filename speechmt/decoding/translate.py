@@ -22,10 +22,11 @@ import torch
 
 from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resample
 from speechmt.data.batching import collate_sequences
-from speechmt.frontend import Frontend, frontend_from_state
+from speechmt.bundle import ModelBundle
+from speechmt.frontend import Frontend
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
-from speechmt.models.translator import EncoderOutput, ModelConfig, Translator, build_model
+from speechmt.models.translator import EncoderOutput, Translator, build_model
 from speechmt.tokenizer import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.models.delta import load_model_state
@@ -71,45 +72,24 @@ class LoadedModel:
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None) -> LoadedModel:
-    """Rebuilds a model from one checkpoint file (config, weights, tokenizers, features inside). `task` (None:
-    the checkpoint's own) is what a multi-task model's decoder writes: "st" translates, "asr" transcribes; the
-    checkpoint's `decoder_tags` hold the tag that starts each task's output, `decoder_side` its tokenizer.
-    CheckpointError (one line) for a task the checkpoint was not trained for."""
-    from speechmt.tokenizers import Tokenizers
-
+    """Rebuilds a model from one checkpoint file (its bundle and weights). `task` (None: the checkpoint's own)
+    is what a multi-task model's decoder writes: "st" translates, "asr" transcribes, each started by its tag
+    (speechmt.bundle.ModelBundle). CheckpointError (one line) for a task the checkpoint was not trained for."""
     ckpt = load_checkpoint(path, map_location="cpu")
-    base = ckpt.get("base")  # a checkpoint of trained parameters only: the rest comes from its pretrained base
-    try:
-        model = build_model(ModelConfig.from_dict(ckpt["model_config"]), pretrained=base is not None)
-        load_model_state(model, ckpt["model"], base, path)
-        toks = Tokenizers.from_state_dict(ckpt["tokenizers"])
-        frontend = frontend_from_state(ckpt["features"])
+    bundle = ModelBundle.from_checkpoint(ckpt, path)
+    try:  # a checkpoint on a pretrained base holds trained parameters only: the rest comes from the base
+        model = build_model(bundle.config, pretrained=bundle.base is not None)
+        load_model_state(model, ckpt["model"], bundle.base, path)
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
-    if frontend.name != model.config.encoder.frontend:
-        raise CheckpointError(f"{path}: its encoder reads {model.config.encoder.frontend} input, but the checkpoint "
-                              f"has no such front-end settings (features.{model.config.encoder.frontend})")
-    task, start = task or ckpt.get("task", "st"), ckpt.get("decoder_start", "bos")
-    if start not in ("bos", "eos"):
-        raise CheckpointError(f"{path}: unknown decoder_start {start!r}; expected 'bos' or 'eos'")
-    tag, side = _task_tag(ckpt, task, path), ckpt.get("decoder_side") or ("src" if task == "asr" else "tgt")
-    if side not in ("src", "tgt"):
-        raise CheckpointError(f"{path}: unknown decoder_side {side!r}; expected 'src' or 'tgt'")
-    tokenizer = toks.src if side == "src" else toks.tgt
+    task = task or bundle.task
+    try:
+        tag = bundle.tag(task)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
     device = torch.device(device)
-    return LoadedModel(model.to(device).eval(), tokenizer, tag, frontend, task, str(path), device, toks.src, start)
-
-
-def _task_tag(ckpt: dict, task: str, path: str | os.PathLike) -> str | None:
-    """The tag that starts the decoder's output for `task`. A checkpoint without decoder_tags (before
-    multi-task decoding) does its own task only, with its decoder_tag."""
-    tags = ckpt.get("decoder_tags") or {}
-    if not isinstance(tags, dict):
-        raise CheckpointError(f"{path}: decoder_tags must map tasks to tags, got {type(tags).__name__}")
-    tags = {ckpt.get("task", "st"): ckpt.get("decoder_tag"), **tags}
-    if task not in tags:
-        raise CheckpointError(f"{path}: not trained for task {task!r}; it does {', '.join(tags)}")
-    return tags[task]
+    return LoadedModel(model.to(device).eval(), bundle.decoder_tokenizer(task), tag, bundle.frontend, task, str(path),
+                       device, bundle.tokenizers.src, bundle.decoder_start)
 
 
 @dataclass

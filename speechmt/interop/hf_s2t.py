@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -32,10 +31,12 @@ from transformers import (AutoConfig, Speech2TextConfig, Speech2TextFeatureExtra
                           Speech2TextForConditionalGeneration, Speech2TextTokenizer)
 
 from speechmt.audio import SAMPLE_RATE, CMVNConfig, FbankConfig
+from speechmt.bundle import ModelBundle
 from speechmt.frontend import FbankFrontend
 from speechmt.interop import HFImportError
 from speechmt.models.translator import DecoderConfig, EncoderConfig, ModelConfig, build_model
 from speechmt.tokenizer import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
+from speechmt.tokenizers import Tokenizers
 from speechmt.checkpoint import save_checkpoint
 
 __all__ = ["NEVER", "convert_tokenizer", "convert_weights", "fbank_frontend", "import_hf_s2t", "model_config",
@@ -71,8 +72,7 @@ def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathL
         raise HFImportError(f"{name}: unknown task {task!r}; expected 'st' or 'asr'")
     hf, tok, extractor = _load(name)
     hf_ids, pieces, tags = vocab_order(hf.config, tok, name)
-    decoding = {"decoder_tag": _decoder_tag(hf, tok, pieces, tags, tgt_lang, name),
-                "decoder_start": _decoder_start(hf, tok, name)}
+    tag, start = _decoder_tag(hf, tok, pieces, tags, tgt_lang, name), _decoder_start(hf, tok, name)
     tokenizer = convert_tokenizer(tok, hf_ids, pieces, tags, name)
     cfg = model_config(hf.config, len(hf_ids), name)
     frontend = fbank_frontend(extractor, cfg.encoder.input_dim, name)
@@ -83,13 +83,10 @@ def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathL
         raise HFImportError(f"{name}: its weights do not fit the model its config describes "
                             f"({_first_line(e)})") from None
     _warn_about_case(tok, name)
-    slots = {"src": tokenizer.state_dict() if task == "asr" else None,
-             "tgt": tokenizer.state_dict() if task != "asr" else None}
-    save_checkpoint(out_path, {
-        "model_config": asdict(cfg), "model": model.state_dict(), "tokenizers": slots, "task": task, **decoding,
-        "features": frontend.state_dict(),
-        "imported_from": {"source": name, "format": "hf-speech2text", "hf_ids": hf_ids},
-    })
+    slots = Tokenizers(tokenizer, None) if task == "asr" else Tokenizers(None, tokenizer)
+    bundle = ModelBundle(cfg, slots, frontend, task, {task: tag}, decoder_start=start)
+    save_checkpoint(out_path, {**bundle.state_dict(), "model": model.state_dict(),
+                               "imported_from": {"source": name, "format": "hf-speech2text", "hf_ids": hf_ids}})
     return Path(out_path)
 
 

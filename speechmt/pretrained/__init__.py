@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
+from speechmt.bundle import KEYS as BUNDLE_KEYS
 from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.safetensors")
-INFERENCE_KEYS = ("model_config", "model", "tokenizers", "features", "task", "decoder_tag", "decoder_side",
-                  "decoder_tags", "decoder_start", "base")
+INFERENCE_KEYS = ("model", *BUNDLE_KEYS)  # the weights and the model bundle: what load_model reads
 
 
 def default_model_path() -> Path:

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from speechmt.bundle import ModelBundle
 from speechmt.config import ExperimentConfig, init_source, save_config
 from speechmt.models.translator import build_model
 from speechmt.training import distributed as dist
@@ -114,13 +115,12 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
         return build_dataset(cfg, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
                              teacher=teacher) if split else None
 
-    extras = {"tokenizers": toks.state_dict(), "task": main_task(cfg), "decoder_tag": decoder_tag(cfg),
-              "decoder_side": decoder_side(cfg), "decoder_tags": decoder_tags(cfg),  # the tasks it decodes
-              "features": frontend.state_dict(),
-              **({"base": base} if (base := base_reference(model)) is not None else {})}
+    bundle = ModelBundle(model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg),
+                         base=base_reference(model))  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
     valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None
-    trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, extras, device, pad_id, valid_decoder)
+    trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, bundle.state_dict(), device, pad_id,
+                      valid_decoder)
     found = resume_checkpoint(Path(cfg.train.save_dir), device) if resume else None
     if found is not None:
         trainer.load_state(found[0])

@@ -88,7 +88,7 @@ class Stream:
 
 class Trainer:
     """Trains `model` through the configured stages (`stages_of(cfg.train)`); `data` builds each stage's
-    datasets when the stage begins. Checkpoints carry `extras` (tokenizers, feature settings) so that a
+    datasets when the stage begins. Checkpoints carry `extras` (the model bundle's entries: speechmt.bundle) so that a
     checkpoint alone is enough to translate; `valid_decoder(model, stream)` scores dev decoding; `on_save()`
     runs after each checkpoint_last is written (e.g. an export). A model with a `before_update(step)` method
     has it called before each update (e.g. a temperature schedule)."""
@@ -353,8 +353,8 @@ class Trainer:
 
     def checkpoint_state(self) -> dict[str, Any]:
         base = self.extras.get("base")
-        return {"model_config": asdict(self.model.config), "model": model_state(self.model, base, self._trainable_names()),
-                "train_config": self.cfg.to_dict(), **self.extras,
+        return {**self.extras, "model_config": asdict(self.model.config),
+                "model": model_state(self.model, base, self._trainable_names()), "train_config": self.cfg.to_dict(),
                 "train_state": {"state": asdict(self.state), "optimizer": self.optimizer.state_dict(),
                                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
                                 "rng": rng_state()}}
