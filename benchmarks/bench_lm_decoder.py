@@ -1,7 +1,9 @@
 """Training-update time of speech translation into a language-model decoder (conf/st_lm_gemma.yaml: frozen Whisper
-base encoder, cached, -> conv bridge -> Gemma 3 270M with LoRA, output layer trimmed to the targets' tokens),
-against the top-3 Whisper recipe (conf/st_whisper_base_top3_lora.yaml, the default model's), on the same real
-batches in one process; and the LM with its whole 262k-row output layer, to show what the trimming saves.
+base encoder, cached, -> conv bridge -> Gemma 3 270M with LoRA, output layer trimmed to the targets' tokens; and
+`lm-ctc`, conf/st_lm_gemma_ctc.yaml's stage: LoRA in Whisper's top 3 layers, a CTC head over the LM's tokens and
+the CTC compressor's soft embeddings, trained with CE + 0.3 CTC), against the top-3 Whisper recipe
+(conf/st_whisper_base_top3_lora.yaml, the default model's), on the same real batches in one process; and the LM
+with its whole 262k-row output layer, to show what the trimming saves.
 
 Each setting's encoder input is prepared once outside the timing, as training reads it from the cache: the
 states after Whisper's layer 3 (top-3 recipe) or after its last layer (LM). A timed update is forward,
@@ -9,7 +11,7 @@ label-smoothed cross entropy, backward and an Adam step. Settings alternate with
 each one's median seconds per update and its ratio to the first setting's median.
 
     python benchmarks/bench_lm_decoder.py --manifest DATA/train.jsonl [--whisper whisper-base] \
-        [--lm gemma-3-270m] [--settings top3 lm lm-fullhead] [--seconds 40] [--batches 3] [--repeats 3] \
+        [--lm gemma-3-270m] [--settings top3 lm lm-ctc lm-fullhead] [--seconds 40] [--batches 3] [--repeats 3] \
         [--threads 2] [--json OUT]
 """
 
@@ -29,7 +31,9 @@ from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest
 from speechmt.frontend.whisper_mel import mel_settings
 from speechmt.hub import resolve_pretrained
+from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.translator import ModelConfig, build_model
+from speechmt.tasks.losses import ctc_loss
 from speechmt.tokenizer_lm import LMTokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer
 
@@ -37,7 +41,7 @@ LM_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05,
            "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 
 
-def build(name: str, whisper: str, lm: str, texts: list[str]):
+def build(name: str, whisper: str, lm: str, texts: list[str], transcripts: list[str]):
     """(model, tokenizer, tag, frozen encoder layers) of a setting."""
     torch.manual_seed(0)
     if name == "top3":
@@ -51,6 +55,16 @@ def build(name: str, whisper: str, lm: str, texts: list[str]):
     if name == "lm-fullhead":  # the same model with every row of the LM's output layer
         full = LMTokenizer.from_pretrained(lm, role="source")
         vocab = vocab + tuple(i for i in range(len(full)) if i not in set(vocab))
+    if name == "lm-ctc":  # conf/st_lm_gemma_ctc.yaml
+        src = LMTokenizer.from_pretrained(lm, role="source")
+        ctc_vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
+        cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "lora", "frozen_layers": 3},
+                          shrink={"kind": "ctc", "embed": "lm"}, ctc=True, src_vocab_size=FIRST_LABEL + len(ctc_vocab),
+                          ctc_vocab=ctc_vocab, decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora",
+                                                        "vocab": vocab, "prompt": tok.prompt_ids("en")},
+                          lora={**LM_LORA, "targets": LM_LORA["targets"] + ["out_proj", "fc1", "fc2"]}, dropout=0.1,
+                          pad_id=tok.pad_id)
+        return build_model(cfg), (tok, src), "<de>", 3
     cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "frozen"},
                       shrink={"kind": "conv", "layers": 2, "channels": 1024},
                       decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora", "vocab": vocab,
@@ -68,10 +82,20 @@ def inputs(model, batch, frozen: int | None) -> tuple[torch.Tensor, torch.Tensor
     return x, lengths
 
 
-def update(model, opt, x, lengths, inp, gold) -> float:
+def ctc_labels(model, src: LMTokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """CTC targets of transcripts in the LM's tokens, as the CTC head labels them: (N,) and lengths (B,)."""
+    rows = [model.ctc_head.labels(torch.tensor(src.encode(t), dtype=torch.long)) for t in texts]
+    return torch.cat(rows), torch.tensor([len(r) for r in rows])
+
+
+def update(model, opt, x, lengths, inp, gold, ctc_targets=None) -> float:
     start = time.perf_counter()
-    logits = model.decode(inp, model.encode_speech(x, lengths, precomputed=True))
+    enc = model.encode_speech(x, lengths, precomputed=True)
+    logits = model.decode(inp, enc)
     loss = F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=0.1)
+    if ctc_targets is not None:  # conf/st_lm_gemma_ctc.yaml's 0.3 CTC, per target token as the trainer normalises
+        labels, label_lengths = ctc_targets
+        loss = loss + 0.3 * ctc_loss(enc.ctc_logits, enc.ctc_lengths, labels, label_lengths, 4) / label_lengths.sum()
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -83,8 +107,8 @@ def main() -> None:
     p.add_argument("--manifest", required=True)
     p.add_argument("--whisper", default="whisper-base")
     p.add_argument("--lm", default="gemma-3-270m")
-    p.add_argument("--settings", nargs="+", default=["top3", "lm", "lm-fullhead"],
-                   choices=["top3", "lm", "lm-fullhead"])
+    p.add_argument("--settings", nargs="+", default=["top3", "lm", "lm-ctc", "lm-fullhead"],
+                   choices=["top3", "lm", "lm-ctc", "lm-fullhead"])
     p.add_argument("--seconds", type=float, default=40.0, help="audio per batch (conf/st_lm_gemma.yaml's max_tokens)")
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
@@ -96,12 +120,16 @@ def main() -> None:
     records = read_manifest(manifest)
     data = batches(records, manifest.parent, args.seconds, args.batches, mel_settings(resolve_pretrained(args.whisper)))
     texts = [r.tgt_text for r in records]
+    starts = [sum(len(b) for b in data[:k]) for k in range(len(data))]  # batches() takes records in order
+    transcripts = [[r.src_text for r in records[s:s + len(b)]] for s, b in zip(starts, data)]
     runs = {}
     for name in args.settings:
-        model, tok, tag, frozen = build(name, args.whisper, args.lm, texts)
+        model, tok, tag, frozen = build(name, args.whisper, args.lm, texts, [r.src_text for r in records])
+        tok, src = tok if isinstance(tok, tuple) else (tok, None)
         opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=1e-4)
-        runs[name] = (model.train(), opt, [(*inputs(model, b, frozen), *targets(tok, [t for _, t in b], tag))
-                                           for b in data])
+        runs[name] = (model.train(), opt, [(*inputs(model, b, frozen), *targets(tok, [t for _, t in b], tag),
+                                            ctc_labels(model, src, t) if src is not None else None)
+                                           for b, t in zip(data, transcripts)])
     times: dict[str, list[float]] = {n: [] for n in args.settings}
     for _ in range(args.repeats):
         for name, (model, opt, prepared) in runs.items():
