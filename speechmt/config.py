@@ -22,6 +22,7 @@ import yaml
 from speechmt.config_check import ConfigError, check_config, raise_problems, read_yaml_mapping
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
+from speechmt.tasks.align import AlignConfig
 from speechmt.tasks.schedule import Stage, parse_stages
 
 
@@ -99,6 +100,8 @@ class TrainConfig:
     # --init_param), e.g. ["exp/lm_mt/checkpoint_avg.safetensors:decoder.", "exp/ctc/last.safetensors:speech_encoder.,ctc_head."]
     init_from: tuple[str, ...] = ()
     valid_decode: bool = True  # also decode the dev split greedily at validation: BLEU (st, mt) or WER (asr)
+    # the align objectives' options (speechmt.tasks.align): layer, text (detach or anchor), anchor_weight, units
+    align: AlignConfig = field(default_factory=AlignConfig)
 
     def __post_init__(self):
         self.adam_betas = tuple(self.adam_betas)
@@ -106,6 +109,8 @@ class TrainConfig:
         for item in self.init_from:
             init_source(item)  # ConfigError (one line) for a malformed item
         self.stages = parse_stages(self.stages or [])
+        if isinstance(self.align, dict):
+            self.align = AlignConfig(**self.align)
         if self.stages and self.ctc_weight:
             raise ConfigError("train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
                               "objective weight of a task, e.g. objectives: {ce: 0.7, ctc: 0.3}")

@@ -19,6 +19,7 @@ import torch
 
 from speechmt.data.dataset import Batch
 from speechmt.models.translator import EncoderOutput, Translator
+from speechmt.tasks.align import AlignConfig, align_sentence, align_words
 from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
 
@@ -34,6 +35,7 @@ class ObjectiveSettings:
     blank_id: int = Tokenizer.blank_id
     pad_id: int = Tokenizer.pad_id
     bos_id: int = Tokenizer.bos_id
+    align: AlignConfig = AlignConfig()  # the align objectives' options (train.align)
 
 
 Stats = dict[str, torch.Tensor]
@@ -137,6 +139,15 @@ def fat_mlm(model, batch: Batch, enc: None, s: ObjectiveSettings) -> tuple[torch
                         batch.tgt_lengths, s.first_text_id, precomputed=batch.precomputed)
 
 
+def transcript_tokens(batch: Batch) -> int:
+    """Transcript tokens of a batch (batch.src, specials included): the align objective's pairs at most."""
+    return int(batch.src_lengths.sum()) if batch.src_lengths is not None else 0
+
+
+def utterances(batch: Batch) -> int:
+    return len(batch)
+
+
 OBJECTIVES: dict[str, Objective] = {
     "ce": Objective(cross_entropy, target_tokens),
     "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
@@ -144,4 +155,6 @@ OBJECTIVES: dict[str, Objective] = {
     "contrastive": Objective(contrastive, target_tokens, reads_transcript=True),
     "wav2vec2": Objective(wav2vec2_pretraining, batches),
     "fat_mlm": Objective(fat_mlm, batches, reads_transcript=True),
+    "align": Objective(align_words, transcript_tokens, reads_transcript=True),
+    "align_sentence": Objective(align_sentence, utterances, reads_transcript=True),
 }

@@ -291,4 +291,4 @@ def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> Objective
     # Whisper's vocabulary has no blank (model_config_for refuses CTC on it): the SentencePiece one stands in
     blank_id = src.blank_id if src is not None and src.blank_id is not None else Tokenizer.blank_id
     return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing, first_text_id=first_text_id,
-                             blank_id=blank_id, pad_id=dec.pad_id, bos_id=dec.bos_id)
+                             blank_id=blank_id, pad_id=dec.pad_id, bos_id=dec.bos_id, align=cfg.train.align)

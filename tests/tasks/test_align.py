@@ -1,0 +1,166 @@
+"""The align objectives (speechmt.tasks.align): zero when the two sides are equal, a value by hand, gradients only
+where intended (text side detached unless anchored, frozen parts none)."""
+
+import pytest
+import torch
+
+from speechmt.data.dataset import Batch
+from speechmt.models.ctc_head import FIRST_LABEL
+from speechmt.models.encoders import EncoderOutput
+from speechmt.models.translator import build_model, preset
+from speechmt.tasks.align import (AlignConfig, frame_positions, pair_loss, span_weights, start_values, token_spans,
+                                  transcript_units)
+from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
+from speechmt.tokenizer_lm import LMTokenizer
+from tests.lm_helpers import tiny_lm_dir
+from tests.models.test_ctc_bridge import TRANSCRIPTS, spelled_logits
+
+
+def test_span_weights_and_pair_loss_by_hand():
+    """Two tokens over 5 frames: frames 0-1 and 2-4; the frames reach states 0, 0, 1, -1 (none), 2."""
+    positions = torch.tensor([[0, 0, 1, -1, 2]])
+    weights = span_weights([[(0, 2), (2, 5)]], positions, width=3, size=3)
+    assert weights.tolist() == [[[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.0, 0.0, 0.0]]]
+    speech = torch.tensor([[[1.0, 0.0], [2.0, 2.0], [4.0, 0.0]]])  # states (1, 3, 2)
+    words = weights @ speech  # token 0: (1, 0); token 1: mean of (2, 2) and (4, 0) = (3, 1)
+    text = torch.tensor([[[0.0, 0.0], [3.0, 3.0], [9.0, 9.0]]])
+    mask = weights.sum(-1) > 0
+    # token 0: ((1 - 0)^2 + 0) / 2 = 0.5; token 1: (0 + (1 - 3)^2) / 2 = 2; token 2 has no frames: left out
+    assert pair_loss(words, text, mask).item() == pytest.approx(2.5)
+
+
+def test_uniform_spans_share_the_frames_and_refuse_too_few():
+    spans = token_spans(None, torch.tensor([6, 2]), torch.tensor([[5, 6, 7], [5, 6, 7]]), torch.tensor([3, 3]), 4,
+                        "uniform")
+    assert spans == [[(0, 2), (2, 4), (4, 6)], None]
+
+
+def test_transcript_units_keep_text_ids():
+    src = torch.tensor([[7, 3, 9, 2, 0], [8, 6, 2, 0, 0]])
+    keep, ids, counts = transcript_units(src, torch.tensor([4, 3]), first_text_id=5)
+    assert keep.tolist() == [[True, False, True, False, False], [True, True, False, False, False]]
+    assert ids.tolist() == [[7, 9], [8, 6]] and counts.tolist() == [2, 2]
+
+
+# --- on the CTC bridge into a tiny LM: a certain CTC makes the speech path the text path ---
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm_align"))
+
+
+@pytest.fixture(scope="module")
+def bridge(lm_dir):
+    src = LMTokenizer.from_pretrained(str(lm_dir), role="source")
+    tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
+    vocab = tuple(dict.fromkeys(i for t in TRANSCRIPTS for i in src.encode(t)))
+    torch.manual_seed(0)
+    cfg = preset("tiny", n_heads=2, dropout=0.0, ctc=True, src_vocab_size=FIRST_LABEL + len(vocab), ctc_vocab=vocab,
+                 shrink=dict(kind="ctc", embed="lm"), text_encoder=dict(embed_only=True, embeddings="lm"),
+                 decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab, prompt=tgt.prompt_ids("en")))
+    return build_model(cfg).eval(), src
+
+
+def certain_batch(model, src):
+    """A batch of the transcripts and the encoder output of a CTC certain of them (their tokens' frames)."""
+    ids = [src.encode(t) for t in TRANSCRIPTS]
+    size = model.config.src_vocab_size
+    rows = [spelled_logits(model.ctc_head.labels(torch.tensor(x)).tolist(), size) for x in ids]
+    frames = torch.tensor([len(r) for r in rows])
+    logits = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+    enc = model.shrink(EncoderOutput(torch.zeros(2, logits.size(1), model.config.d_model), frames, logits, frames))
+    tokens = torch.nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True)
+    batch = Batch(ids=["a", "b"], feats=torch.zeros(2, 1, 1), feat_lengths=frames, src=tokens,
+                  src_lengths=torch.tensor([len(x) for x in ids]))
+    return batch, enc
+
+
+@pytest.mark.parametrize("name", ["align", "align_sentence"])
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_zero_when_the_speech_path_is_the_text_path(bridge, name, layer):
+    model, src = bridge
+    batch, enc = certain_batch(model, src)
+    settings = ObjectiveSettings(first_text_id=0, align=AlignConfig(layer=layer))
+    loss, stats = OBJECTIVES[name].loss(model, batch, enc, settings)
+    assert loss.item() == pytest.approx(0.0, abs=1e-6)
+    if name == "align":
+        assert stats["pairs"].item() == int(batch.src_lengths.sum())  # every token paired
+        moved = EncoderOutput(enc.x + 0.1, enc.lengths, enc.ctc_logits, enc.ctc_lengths)
+        assert OBJECTIVES[name].loss(model, batch, moved, settings)[0].item() > 1e-4
+
+
+def test_the_frames_reach_their_ctc_segments(bridge):
+    model, src = bridge
+    _, enc = certain_batch(model, src)
+    positions = frame_positions(model.shrink, enc.ctc_logits, enc.ctc_lengths, enc.lengths)
+    assert positions[0, :7].tolist() == [-1, 0, 0, -1, 1, 1, -1]  # blank, label, label, blank, ...
+
+
+# --- gradients on a tiny conv model with a text encoder ---
+
+@pytest.fixture()
+def conv_model():
+    torch.manual_seed(0)
+    return build_model(preset("tiny", ctc=True, src_vocab_size=20, text_encoder=dict(layers=1), dropout=0.0)).eval()
+
+
+def speech_batch():
+    torch.manual_seed(1)
+    return Batch(ids=["a", "b"], feats=torch.randn(2, 64, 80), feat_lengths=torch.tensor([64, 48]),
+                 src=torch.tensor([[5, 9, 7, 3], [8, 6, 3, 0]]), src_lengths=torch.tensor([4, 3]))
+
+
+def grads(model, name, cfg):
+    batch = speech_batch()
+    enc = model.encode_speech(batch.feats, batch.feat_lengths)
+    loss, _ = OBJECTIVES[name].loss(model, batch, enc, ObjectiveSettings(align=cfg))
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n: p.grad for n, p in model.named_parameters()}, loss
+
+
+@pytest.mark.parametrize("name", ["align", "align_sentence"])
+def test_a_detached_text_side_gets_no_gradient(conv_model, name):
+    conv_model.speech_encoder.subsampler.requires_grad_(False)  # a frozen part
+    g, loss = grads(conv_model, name, AlignConfig())
+    assert loss.item() > 0
+    assert any(v is not None and v.abs().sum() > 0 for n, v in g.items() if n.startswith("speech_encoder.encoder."))
+    assert all(v is None for n, v in g.items() if n.startswith(("text_encoder.", "speech_encoder.subsampler.")))
+    assert all(v is None for n, v in g.items() if n.startswith("decoder."))
+
+
+def test_an_anchored_text_side_trains_and_starts_at_its_start(conv_model):
+    g, _ = grads(conv_model, "align", AlignConfig(text="anchor", anchor_weight=2.0))
+    assert any(v is not None and v.abs().sum() > 0 for n, v in g.items() if n.startswith("text_encoder."))
+    batch, settings = speech_batch(), ObjectiveSettings(align=AlignConfig(text="anchor"))
+    enc = conv_model.encode_speech(batch.feats, batch.feat_lengths)
+    assert OBJECTIVES["align"].loss(conv_model, batch, enc, settings)[1]["anchor"].item() == 0.0  # at its start
+    with torch.no_grad():
+        for p in conv_model.text_encoder.parameters():
+            p.add_(0.05)
+    before = [p.clone() for p in conv_model.text_encoder.parameters()]
+    anchor = OBJECTIVES["align"].loss(conv_model, batch, enc, settings)[1]["anchor"]
+    assert anchor.item() > 0  # moved away from its start
+    assert all(torch.equal(a, b) for a, b in zip(before, conv_model.text_encoder.parameters()))  # weights put back
+
+
+def test_start_values_are_copied_once():
+    layer = torch.nn.Linear(2, 2)
+    start = {n: v.clone() for n, v in start_values(layer).items()}
+    with torch.no_grad():
+        layer.weight.add_(1.0)
+    assert all(torch.equal(v, start[n]) for n, v in start_values(layer).items())
+
+
+def test_an_mt_batch_is_one_clear_error(conv_model):
+    batch = Batch(ids=["a"], src=torch.tensor([[5, 6, 3]]), src_lengths=torch.tensor([3]))
+    enc = conv_model.encode_text(batch.src, batch.src_lengths)
+    with pytest.raises(ValueError, match="need audio batches"):
+        OBJECTIVES["align"].loss(conv_model, batch, enc, ObjectiveSettings())
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="text must be one of detach, anchor"):
+        AlignConfig(text="free")
+    with pytest.raises(ValueError, match="layer must be an integer >= 0"):
+        AlignConfig(layer=-1)
