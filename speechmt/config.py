@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from speechmt.config_check import ConfigError, check_config, raise_problems, read_yaml_mapping
+from speechmt.config_check import ConfigError, check_config, count_problem, raise_problems, read_yaml_mapping
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.align import AlignConfig
@@ -102,6 +102,9 @@ class TrainConfig:
     valid_decode: bool = True  # also decode the dev split greedily at validation: BLEU (st, mt) or WER (asr)
     # the align objectives' options (speechmt.tasks.align): layer, text (detach or anchor), anchor_weight, units
     align: AlignConfig = field(default_factory=AlignConfig)
+    # N > 0: before the first update, the speech encoder's projection set by Procrustes from N training utterances'
+    # token-pooled speech states and the text path's vectors of their tokens (speechmt.models.procrustes)
+    init_procrustes: int = 0
 
     def __post_init__(self):
         self.adam_betas = tuple(self.adam_betas)
@@ -111,6 +114,7 @@ class TrainConfig:
         self.stages = parse_stages(self.stages or [])
         if isinstance(self.align, dict):
             self.align = AlignConfig(**self.align)
+        raise_problems("train", [count_problem("init_procrustes", self.init_procrustes, 0, "utterances; 0: none")])
         if self.stages and self.ctc_weight:
             raise ConfigError("train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
                               "objective weight of a task, e.g. objectives: {ce: 0.7, ctc: 0.3}")

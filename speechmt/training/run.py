@@ -118,6 +118,8 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     bundle = ModelBundle(model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg),
                          base=base_reference(model))  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
+    if cfg.train.init_procrustes and not (resume and (Path(cfg.train.save_dir) / LAST).exists()):  # not on a resume
+        procrustes_at_start(cfg, model, data, objective_settings_for(cfg, toks), pad_id, device)
     valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None
     trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, bundle.state_dict(), device, pad_id,
                       valid_decoder)
@@ -129,6 +131,27 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
         Path(cfg.train.save_dir).mkdir(parents=True, exist_ok=True)
         save_config(cfg, Path(cfg.train.save_dir) / "config.yaml")
     return trainer.train()
+
+
+def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Callable, settings, pad_id: int,
+                        device: torch.device) -> dict[str, float]:
+    """train.init_procrustes: the speech encoder's projection set by Procrustes from the first N utterances of
+    the first stage's first speech stream (speechmt.training.procrustes); printed: pairs, mean cosine before/after."""
+    import dataclasses
+
+    from speechmt.tasks import TASK_INPUTS, stages_of
+    from speechmt.training.procrustes import first_batches, init_projection
+
+    spec = next((t for t in stages_of(cfg.train)[0].tasks if TASK_INPUTS[t.task] == "speech"), None)
+    if spec is None:
+        raise ValueError("train.init_procrustes needs a speech stream (st or asr) in the first stage")
+    dataset = data(dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0}), True)
+    stats = init_projection(model.to(device), first_batches(dataset, cfg.train.init_procrustes, pad_id, device),
+                            settings.first_text_id, settings.blank_id, units=cfg.train.align.units)
+    if dist.is_main():
+        print(f"init_procrustes: {stats['pairs']:.0f} token pairs, mean cosine {stats['cosine_before']:.3f} -> "
+              f"{stats['cosine_after']:.3f}")
+    return stats
 
 
 def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path] | None:
