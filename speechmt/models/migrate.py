@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["FINETUNE_FLAGS", "FLAT_NAMES", "GROUPS", "merge_model_configs", "migrate_model_config",
            "migrate_model_override"]
 
-GROUPS = ("encoder", "shrink", "text_encoder", "semantic", "decoder", "lora")
+GROUPS = ("encoder", "shrink", "text_encoder", "semantic", "decoder", "lora", "fusion")
 """The sub-configs of ModelConfig (fields holding a dataclass, a mapping in dict form)."""
 
 FLAT_NAMES: dict[str, tuple[str, str]] = {

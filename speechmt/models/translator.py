@@ -22,6 +22,7 @@ from speechmt.config_check import raise_problems
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
+from speechmt.models.fusion import FusionConfig, LayerFusion, build_fusion
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
 from speechmt.models.layers import TransformerEncoder, config_stack, embedding
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
@@ -171,7 +172,8 @@ class DecoderConfig:
 
 
 PARTS: dict[str, type] = {"encoder": EncoderConfig, "shrink": ShrinkConfig, "text_encoder": TextEncoderConfig,
-                          "semantic": SemanticConfig, "decoder": DecoderConfig, "lora": LoraSettings}
+                          "semantic": SemanticConfig, "decoder": DecoderConfig, "lora": LoraSettings,
+                          "fusion": FusionConfig}
 """ModelConfig's sub-configs (speechmt.models.migrate.GROUPS) and their dataclasses."""
 
 
@@ -200,6 +202,7 @@ class ModelConfig:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
+    fusion: FusionConfig = field(default_factory=FusionConfig)  # the encoder layers the bridge reads (models/fusion.py)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
@@ -275,26 +278,29 @@ class Translator(nn.Module):
 
     def __init__(self, config: ModelConfig, speech_encoder: AcousticEncoder, decoder: TransformerDecoder,
                  text_encoder: TextEncoder | None = None, ctc_head: nn.Linear | None = None,
-                 shrink: Shrink | None = None, semantic: nn.Module | None = None):
+                 shrink: Shrink | None = None, semantic: nn.Module | None = None, fusion: LayerFusion | None = None):
         super().__init__()
+        self.fusion = fusion
         self.config = config
         self.speech_encoder, self.decoder = speech_encoder, decoder
         self.text_encoder, self.ctc_head, self.shrink = text_encoder, ctc_head, shrink
         self.semantic = semantic if semantic is not None else SEMANTICS["identity"](config)
 
     def encode_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False,
-                      record: Record | None = None) -> EncoderOutput:
+                      record: Record | None = None, task: str = "") -> EncoderOutput:
         """feats (B, T, F) fbank (conv encoder), waves (B, T) at 16 kHz (wav2vec2) or log-mel (B, T, n_mels)
         (whisper), lengths (B,) -> EncoderOutput x (B, T', D), lengths; with a CTC head ctc_logits (B, T_a,
         V_src) on the acoustic states and their lengths ctc_lengths (B,); T' = T_a unless the states are shrunk.
         `precomputed`: feats are the frozen encoder's cached states (B, T_a, H) (speechmt.data.encoder_cache).
-        `record`: see `states`."""
-        sub = None if record is None else {}
+        `record`: see `states`. `task`: the fusion partition to run through (models/fusion.py)."""
+        sub = None if record is None and self.fusion is None else {}
         if precomputed:
             note(sub, self.speech_encoder.states_name, feats, lengths)
             out = self.speech_encoder.project(feats, lengths, sub)
         else:
             out = self.speech_encoder(feats, lengths, sub)
+        if self.fusion is not None:
+            out = self.fusion(sub, out, self.speech_encoder, task)
         _merge(record, "speech.encoder.", sub)
         if self.ctc_head is not None:
             out = replace(out, ctc_logits=self.ctc_head(out.x), ctc_lengths=out.lengths)
@@ -470,9 +476,10 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     ctc_head = CTCHead(cfg.d_model, cfg.src_vocab_size, cfg.ctc_vocab) if cfg.ctc else None
     shrink = build_shrink(cfg.shrink, cfg.d_model, CTC_BLANK_ID, _label_embeddings(cfg, ctc_head, decoder), FIRST_LABEL)
     semantic = SEMANTICS[cfg.semantic.kind](cfg, **cfg.semantic.options)
+    fusion = build_fusion(cfg.fusion, cfg.encoder.kind, speech, cfg.encoder.frozen_layers)
     _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
-    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic)
+    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic, fusion)
 
 
 class LabelEmbeddings:

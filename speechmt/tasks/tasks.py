@@ -44,7 +44,7 @@ def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | 
         return None
     if TASK_INPUTS[task] == "text":
         return model.encode_text(batch.src, batch.src_lengths)
-    return model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed)
+    return model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed, task=task)
 
 
 def task_losses(model: Translator, batch: Batch, task: str, objectives: Iterable[str],

@@ -72,7 +72,7 @@ def test_a_nested_config_passes_through_and_round_trips():
     assert ModelConfig(**d) == ModelConfig.from_dict(d) == cfg
     assert set(d) == {"tgt_vocab_size", "src_vocab_size", "d_model", "n_heads", "ffn_dim", "dropout",
                       "attention_dropout", "activation_dropout", "ctc", "ctc_vocab", "pad_id", "position_offset", "encoder",
-                      "shrink", "text_encoder", "semantic", "decoder", "lora"}
+                      "shrink", "text_encoder", "semantic", "decoder", "lora", "fusion"}
 
 
 @pytest.mark.parametrize("flags, mode", [
