@@ -333,7 +333,7 @@ class CMVNConfig:
     def __post_init__(self):
         object.__setattr__(self, "mean", tuple(self.mean))  # lists from JSON or YAML
         object.__setattr__(self, "std", tuple(self.std))
-        if self.kind not in ("utterance", "global", "none"):
+        if self.kind not in CMVN_KINDS:
             raise ValueError(f"unknown CMVN kind {self.kind!r}; expected utterance, global or none")
         if self.kind == "global" and (not self.mean or len(self.mean) != len(self.std)):
             raise ValueError("global CMVN needs mean and std of equal, non-zero length")
@@ -341,13 +341,19 @@ class CMVNConfig:
 
 def apply_cmvn(feats: torch.Tensor, cfg: CMVNConfig) -> torch.Tensor:
     """Normalises one utterance's features as `cfg` says. (T, F) -> (T, F)."""
-    if cfg.kind == "utterance":
-        return utterance_cmvn(feats)
-    if cfg.kind == "global":
-        mean = torch.tensor(cfg.mean, dtype=feats.dtype, device=feats.device)
-        std = torch.tensor(cfg.std, dtype=feats.dtype, device=feats.device)
-        return (feats - mean) / std
-    return feats
+    return CMVN_KINDS[cfg.kind](feats, cfg)
+
+
+def _global_cmvn(feats: torch.Tensor, cfg: CMVNConfig) -> torch.Tensor:
+    """(T, F) -> (T, F) normalised by the corpus statistics cfg.mean and cfg.std."""
+    mean = torch.tensor(cfg.mean, dtype=feats.dtype, device=feats.device)
+    std = torch.tensor(cfg.std, dtype=feats.dtype, device=feats.device)
+    return (feats - mean) / std
+
+
+CMVN_KINDS = {"utterance": lambda feats, cfg: utterance_cmvn(feats), "global": _global_cmvn,
+              "none": lambda feats, cfg: feats}
+"""Each CMVN kind's normalisation `(feats (T, F), CMVNConfig) -> (T, F)`."""
 
 
 @dataclass(frozen=True)

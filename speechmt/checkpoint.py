@@ -31,7 +31,12 @@ from safetensors.torch import save_file
 
 FORMAT = "speechmt-checkpoint-2"
 PICKLE_FORMAT = "speechmt-checkpoint-1"  # torch.save pickles, refused; `speechmt convert` reads them
-_NUMPY_KINDS = "biuf"  # numpy dtypes stored as raw bytes: bool, int, unsigned, float
+_NUMPY_TYPES = (np.bool_, np.integer, np.floating)  # numpy dtypes stored as raw bytes
+
+
+def _raw_numpy(dtype: np.dtype) -> bool:
+    """True for the numpy dtypes a checkpoint stores as raw bytes: bool, signed and unsigned int, float."""
+    return any(np.issubdtype(dtype, t) for t in _NUMPY_TYPES)
 
 
 class CheckpointError(ValueError):
@@ -139,7 +144,7 @@ class _Encoder:
             return self._dict(value, path)
         if kind is bytes:
             return {"$bytes": self._add(_uint8(value), path)}
-        if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in _NUMPY_KINDS:
+        if isinstance(value, (np.ndarray, np.generic)) and _raw_numpy(value.dtype):
             return self._numpy(value, path)
         raise TypeError(f"cannot store a {kind.__name__} in a checkpoint (at {'/'.join(path) or 'the top'}): "
                         "checkpoints hold tensors, numbers, strings, bytes, None, lists, tuples, dicts, numpy arrays")
@@ -231,7 +236,7 @@ class _Decoder:
 
     def _numpy(self, value: dict) -> np.ndarray | np.generic:
         dtype = np.dtype(value["dtype"])
-        if dtype.kind not in _NUMPY_KINDS:
+        if not _raw_numpy(dtype):
             raise ValueError(f"numpy dtype {dtype} is not one a checkpoint holds")
         array = np.frombuffer(self.entry(value["$ndarray"]).numpy().tobytes(), dtype=dtype).reshape(value["shape"])
         return array[()] if value.get("scalar") else array.copy()

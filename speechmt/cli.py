@@ -456,32 +456,20 @@ def build_parser():
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
+    """The errors a subcommand reports as one line (rc 2): bad input, not a bug."""
+    from speechmt.checkpoint import CheckpointError
+    from speechmt.config import ConfigError
     from speechmt.data.manifest import ManifestError
     from speechmt.data.prepare import PrepareError
+    from speechmt.data.synth import SynthError
+    from speechmt.decoding.backtranslate import BacktranslateError
+    from speechmt.decoding.simultaneous import SimultaneousError
     from speechmt.evaluation.analyze import AnalysisError
     from speechmt.evaluation.benchmark import BenchmarkError
     from speechmt.interop import HFImportError
 
-    from speechmt.decoding.simultaneous import SimultaneousError
-
-    from speechmt.decoding.backtranslate import BacktranslateError
-
-    errors: list[type[BaseException]] = [AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError,
-                                         BenchmarkError, AnalysisError, SimultaneousError, BacktranslateError]
-    try:
-        from speechmt.config import ConfigError
-        from speechmt.checkpoint import CheckpointError
-
-        errors += [CheckpointError, ConfigError]
-    except ImportError:
-        pass
-    try:
-        from speechmt.data.synth import SynthError
-
-        errors.append(SynthError)
-    except ImportError:
-        pass
-    return tuple(errors)
+    return (AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError, BenchmarkError, AnalysisError,
+            SimultaneousError, BacktranslateError, CheckpointError, ConfigError, SynthError)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

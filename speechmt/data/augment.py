@@ -191,11 +191,10 @@ def augment_problem(data, model) -> str | None:
     reads stored fbank features, and a frozen Whisper encoder's cached states are computed from clean audio."""
     if augment_config(data) is None:
         return None
-    if model.encoder.kind == "conv":
+    if model.encoder.reads_stored_features:
         return ("data.augment_*: encoder 'conv' reads the fbank features stored by preparation, not audio; "
                 "waveform augmentation is for wav2vec2 and whisper encoders (use data.spec_augment here)")
-    frozen = model.encoder.finetune == "frozen" or model.encoder.frozen_layers > 0
-    if model.encoder.kind == "whisper" and frozen and data.cache_encoder:
+    if model.encoder.cacheable_states and data.cache_encoder:
         return ("data.augment_*: a frozen Whisper encoder's states are cached once from clean audio "
                 "(data.cache_encoder), so they would never be augmented; set data.cache_encoder false to augment "
                 "(the frozen layers then run at every update)")

@@ -86,7 +86,7 @@ class LayerFusion(nn.Module):
         mix = states @ torch.softmax(self.weights[part], dim=0).to(states.dtype)  # (B, T, H)
         x = encoder.proj(top + self.gates[part] * (mix - top))
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
-        return EncoderOutput(x, out.lengths, out.ctc_logits, out.ctc_lengths, out.aux)
+        return EncoderOutput(x, out.lengths, out.ctc_logits, out.ctc_lengths)
 
 
 def build_fusion(cfg: FusionConfig, encoder_kind: str, speech: nn.Module, frozen_layers: int) -> LayerFusion | None:

@@ -66,6 +66,11 @@ class ShrinkConfig:
             self.layers < 1 and f"shrink.layers must be >= 1, got {self.layers}",
         ])
 
+    @property
+    def needs_ctc_head(self) -> bool:
+        """True when the states are merged by the CTC head's labels (kind ctc), which a CTC loss must train."""
+        return self.kind == "ctc"
+
 
 class Shrink(Protocol):
     """EncoderOutput (x (B, T, D), lengths) -> EncoderOutput (x (B, T', D), lengths'), CTC fields kept."""

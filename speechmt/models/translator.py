@@ -26,9 +26,10 @@ from speechmt.models.fusion import FusionConfig, LayerFusion, build_fusion
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings, set_finetuning
 from speechmt.models.layers import TransformerEncoder, config_stack, embedding
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
-from speechmt.models.semantic import SEMANTICS, SemanticConfig
+from speechmt.models.semantic import SEMANTICS, SemanticConfig, SemanticLayer
 from speechmt.models.shrink import Shrink, ShrinkConfig, build_shrink
 from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizer_whisper import language_token
 
 __all__ = ["DecoderConfig", "EncoderConfig", "EncoderOutput", "LoraSettings", "ModelConfig", "PRESETS",
            "SemanticConfig", "ShrinkConfig", "TextEncoderConfig", "Translator", "build_model", "count_parameters",
@@ -106,6 +107,17 @@ class EncoderConfig:
         """The name of the front end whose output this encoder reads: fbank, waveform or whisper_mel."""
         return ENCODER_INPUTS[self.kind]
 
+    @property
+    def reads_stored_features(self) -> bool:
+        """True when the encoder reads the features preparation stored (the conv encoder's fbank), not audio."""
+        return self.kind == "conv"
+
+    @property
+    def cacheable_states(self) -> bool:
+        """True when some of the encoder's states are computed by nothing trained, so data.cache_encoder can
+        cache them once per split: a Whisper encoder's, frozen or below encoder.frozen_layers."""
+        return self.kind == "whisper" and (self.finetune == "frozen" or self.frozen_layers > 0)
+
 
 @dataclass
 class TextEncoderConfig:
@@ -169,6 +181,29 @@ class DecoderConfig:
             self.finetune not in FINETUNE_MODES and
             f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
         ])
+
+    @property
+    def whisper_tokens(self) -> bool:
+        """True when the decoder writes Whisper's tokenizer's ids (Whisper's decoder)."""
+        return self.kind == "whisper"
+
+    @property
+    def lm_tokens(self) -> bool:
+        """True when the decoder writes a language model's tokens (an LM decoder; its trimmed vocabulary)."""
+        return self.kind == "lm"
+
+    @property
+    def one_vocabulary(self) -> bool:
+        """True when the decoder writes every task (ASR, ST, MT) in one pretrained tokenizer's vocabulary
+        (Whisper's, an LM's); a Transformer decoder writes the SentencePiece vocabulary of its side."""
+        return self.whisper_tokens or self.lm_tokens
+
+    def language_tag(self, lang: str, src_lang: str, whisper_task: str) -> str:
+        """The tag that starts a target in `lang`: "<lang>", or Whisper's language token, which in Whisper's
+        translate task names the source language (`src_lang`)."""
+        if self.whisper_tokens:
+            return language_token(src_lang if whisper_task == "translate" else lang)
+        return f"<{lang}>"
 
 
 PARTS: dict[str, type] = {"encoder": EncoderConfig, "shrink": ShrinkConfig, "text_encoder": TextEncoderConfig,
@@ -278,7 +313,8 @@ class Translator(nn.Module):
 
     def __init__(self, config: ModelConfig, speech_encoder: AcousticEncoder, decoder: TransformerDecoder,
                  text_encoder: TextEncoder | None = None, ctc_head: nn.Linear | None = None,
-                 shrink: Shrink | None = None, semantic: nn.Module | None = None, fusion: LayerFusion | None = None):
+                 shrink: Shrink | None = None, semantic: SemanticLayer | None = None,
+                 fusion: LayerFusion | None = None):
         super().__init__()
         self.fusion = fusion
         self.config = config
@@ -443,8 +479,9 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     decoder) load the weights of their name_or_path when `pretrained`; otherwise (a checkpoint's weights
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure."""
-    if cfg.semantic.kind == "fat_mlm":  # the pretraining model itself, no decoder (speechmt.models.fat_mlm)
-        return SEMANTICS["fat_mlm"](cfg, pretrained=pretrained, **cfg.semantic.options)
+    if cfg.semantic.kind not in SEMANTICS:
+        raise ValueError(f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
+                         "Translator: build it with speechmt.models.build.build")
     from speechmt.models.whisper import whisper_models
 
     kinds = (cfg.encoder.kind, cfg.decoder.kind)

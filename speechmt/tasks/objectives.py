@@ -1,5 +1,7 @@
 """Training objectives: small functions `(model, batch, enc, settings) -> (summed loss, stats)`, each with
-a normaliser, the count its loss is summed over, taken from the batch alone.
+a normaliser, the count its loss is summed over, taken from the batch alone. An objective reads the encoder
+output `enc` and the parts of the model it trains, by their types (LUT's teacher head is a
+LUTSemanticEncoder's, Chimera's temperature a ChimeraMemory's), never by looking for an attribute.
 
 The trainer knows no objective by name: for each task of a stage it sums `weight * loss / normaliser`
 over the objectives the config names, where the normaliser is summed over the whole update (every
@@ -18,6 +20,7 @@ from typing import Callable
 import torch
 
 from speechmt.data.dataset import Batch
+from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder
 from speechmt.models.translator import EncoderOutput, Translator
 from speechmt.tasks.align import AlignConfig, align_sentence, align_words
 from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
@@ -91,15 +94,15 @@ def teacher_tokens(batch: Batch) -> int:
 def distance(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
     """LUT's semantic supervision: the teacher's last-layer states of the transcript as read from the
     semantic states (the teacher's input embeddings attend over enc), their distance to the real ones
-    (model.semantic.distance: mse or cosine), summed over word pieces."""
-    read = getattr(model.semantic, "predict_teacher", None)
-    if read is None or batch.teacher is None:
+    (the LUT layer's distance: mse or cosine), summed over word pieces."""
+    semantic = model.semantic
+    if not isinstance(semantic, LUTSemanticEncoder) or batch.teacher is None:
         raise ValueError("the distance objective needs a semantic layer that reads teacher states (semantic 'lut') "
                          "and batches with teacher states")
     h = batch.teacher.size(-1) // 2
     queries, target = batch.teacher[..., :h], batch.teacher[..., h:]
-    pred = read(enc.x, enc.lengths, queries)  # (B, N, H)
-    return distance_loss(pred, target, batch.teacher_lengths, model.semantic.distance), {}
+    pred = semantic.predict_teacher(enc.x, enc.lengths, queries)  # (B, N, H)
+    return distance_loss(pred, target, batch.teacher_lengths, semantic.distance), {}
 
 
 def contrastive(model: Translator, batch: Batch, enc: EncoderOutput,
@@ -108,12 +111,11 @@ def contrastive(model: Translator, batch: Batch, enc: EncoderOutput,
     (batch.src through the text embedder and the same semantic layer), slot i matched to slot i, at the
     semantic layer's temperature; summed over examples and slots. Normalised, as Chimera's own criterion,
     by target tokens, like the CE it is trained with."""
-    temperature = getattr(model.semantic, "temperature", None)
-    if temperature is None or model.text_encoder is None or batch.src is None or batch.feats is None:
+    if not isinstance(model.semantic, ChimeraMemory) or model.text_encoder is None or batch.src is None or batch.feats is None:
         raise ValueError("the contrastive objective needs a memory semantic layer (semantic 'chimera') with a text "
                          "path (text_encoder.embed_only), audio batches (st or asr) and their transcripts")
     text = model.encode_text(batch.src, batch.src_lengths)
-    return contrastive_loss(enc.x, text.x, temperature), {}
+    return contrastive_loss(enc.x, text.x, model.semantic.temperature), {}
 
 
 def batches(batch: Batch) -> int:

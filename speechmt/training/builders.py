@@ -19,7 +19,8 @@ from speechmt.models.translator import ModelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
-from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
+from speechmt.tokenizer_lm import LMTokenizer
+from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig
 from speechmt.tokenizers import AnyTokenizer, Tokenizers
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def decoder_side(cfg: ExperimentConfig) -> str:
     tasks = {t.task for t in run_tasks(cfg)}
     if tasks == {"asr"}:
         return "src"
-    if "asr" in tasks and cfg.model.decoder.kind == "transformer" and cfg.data.src_vocab != cfg.data.tgt_vocab:
+    if "asr" in tasks and not cfg.model.decoder.one_vocabulary and cfg.data.src_vocab != cfg.data.tgt_vocab:
         raise ConfigError("asr together with st or mt shares one decoder: give data.src_vocab and data.tgt_vocab "
                           "the same joint SentencePiece model (or use model.decoder.kind whisper or lm)")
     return "tgt"
@@ -61,7 +62,7 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
     so is the source side when the text encoder embeds with Whisper's tables (text_encoder.embeddings)."""
     toks = Tokenizers(Tokenizer.load(data.src_vocab) if data.src_vocab else None,
                       Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None)
-    if model is None or model.decoder.kind != "whisper":
+    if model is None or not model.decoder.whisper_tokens:
         return toks
     from speechmt.models.whisper import resolve_pretrained
 
@@ -76,10 +77,8 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     tokenizer trimmed to the tokens of the run's training targets (lm_target_texts) and task prefixes, and on
     the source side the LM's whole tokenizer when a task reads text or the CTC head writes the LM's tokens
     (shrink.embed lm), else data.src_vocab (for a CTC head)."""
-    if cfg.model.decoder.kind != "lm":
+    if not cfg.model.decoder.lm_tokens:
         return load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
-    from speechmt.tokenizer_lm import LMTokenizer
-
     name = cfg.model.decoder.name_or_path
     tags = [t for t in decoder_tags(cfg).values() if t]
     if not tags:
@@ -114,9 +113,7 @@ def decoder_tag(cfg: ExperimentConfig, task: str | None = None) -> str | None:
     if not cfg.data.lang_tag:
         return None
     lang = cfg.data.src_lang if (task or main_task(cfg)) == "asr" else cfg.data.tgt_lang
-    if cfg.model.decoder.kind == "whisper":  # Whisper's translate prompt names the source language
-        return language_token(cfg.data.src_lang if cfg.data.whisper_task == "translate" else lang)
-    return f"<{lang}>"
+    return cfg.model.decoder.language_tag(lang, cfg.data.src_lang, cfg.data.whisper_task)
 
 
 DECODING_TASKS = ("st", "asr", "mt")  # tasks whose output is the decoder's text
@@ -236,12 +233,12 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     elif ctc and toks.src is not None and toks.src.blank_id is None:
         raise ConfigError("a CTC head writes the transcript in a SentencePiece source vocabulary with a blank "
                           "(data.src_vocab); model.text_encoder.embeddings whisper puts Whisper's in its place")
-    if cfg.model.shrink.kind == "ctc" and not ctc:
+    if cfg.model.shrink.needs_ctc_head and not ctc:
         raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
                           "(or a ctc objective) and data.src_vocab to train that head")
     model = dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
                                 ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id, ctc_vocab=ctc_vocab)
-    if model.decoder.kind == "lm":  # its trimmed output vocabulary and the prompt before the source, in LM ids
+    if model.decoder.lm_tokens:  # its trimmed output vocabulary and the prompt before the source, in LM ids
         decoder = dataclasses.replace(model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(cfg.data.src_lang))
         model = dataclasses.replace(model, decoder=decoder)
     return model
@@ -251,7 +248,7 @@ def lm_ctc_vocab(cfg: ExperimentConfig, src: AnyTokenizer) -> tuple[int, ...]:
     """The LM ids a CTC head over an LM's tokens writes: every token of the transcripts of the run's training
     streams that train it (a ctc objective), as the LM's source-side tokenizer encodes them, in order of first
     appearance."""
-    if getattr(src, "kind", "") != "lm":
+    if not isinstance(src, LMTokenizer):
         raise ConfigError("shrink.embed lm needs the LM's own tokenizer on the source side (decoder 'lm')")
     vocab: dict[int, None] = {}
     for spec in run_tasks(cfg):
@@ -264,22 +261,23 @@ def lm_ctc_vocab(cfg: ExperimentConfig, src: AnyTokenizer) -> tuple[int, ...]:
 
 
 def teacher_for(cfg: ExperimentConfig):
-    """The frozen text teacher (speechmt.models.teacher) of a run whose objectives need one, else None: the
-    semantic layer's `teacher` option (LUT's default: the packaged MiniLM BERT)."""
+    """The frozen text teacher (speechmt.models.teacher) of a run whose objectives need one, else None: the one
+    the semantic layer names (SemanticConfig.teacher; LUT's default: the packaged MiniLM BERT)."""
     if not any(OBJECTIVES[n].needs_teacher for t in run_tasks(cfg) for n in t.weights):
         return None
-    from speechmt.models.semantic.lut import LUTOptions
+    name = cfg.model.semantic.teacher()
+    if name is None:
+        raise ConfigError("the distance objective needs a text teacher (model.semantic lut)")
     from speechmt.models.teacher import load_teacher
 
-    return load_teacher(cfg.model.semantic.options.get("teacher", LUTOptions.teacher))
+    return load_teacher(name)
 
 
 def with_teacher(model: ModelConfig, teacher) -> ModelConfig:
-    """The model config with the teacher's width in the semantic layer's options (teacher_dim)."""
+    """The model config with the teacher's name and width in the semantic layer's config."""
     if teacher is None:
         return model
-    options = {**model.semantic.options, "teacher": teacher.name, "teacher_dim": teacher.hidden_size}
-    return dataclasses.replace(model, semantic=dataclasses.replace(model.semantic, options=options))
+    return dataclasses.replace(model, semantic=model.semantic.with_teacher(teacher.name, teacher.hidden_size))
 
 
 def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> ObjectiveSettings:

@@ -16,7 +16,8 @@ import torch
 
 from speechmt.bundle import ModelBundle
 from speechmt.config import ExperimentConfig, init_source, save_config
-from speechmt.models.translator import build_model
+from speechmt.models.build import build, translator_weights
+from speechmt.models.translator import ModelConfig
 from speechmt.training import distributed as dist
 from speechmt.frontend import Frontend
 from speechmt.tasks import TaskData
@@ -48,17 +49,13 @@ def init_encoder_from(model: torch.nn.Module, path: str,
     """Copies the tensors under `prefixes` of another checkpoint whose shapes agree, e.g. an ASR model's speech
     encoder and CTC head (fairseq's load_pretrained_encoder_from) or an MT model's decoder, into `model`.
     Returns the number of tensors copied; CheckpointError when the first prefix finds none. A FAT-MLM checkpoint
-    is read on a Translator's names first (FAT-ST: speechmt.models.fat_mlm.translator_state)."""
+    is read on a Translator's names first (FAT-ST: speechmt.models.build.translator_weights)."""
     checkpoint = load_checkpoint(path)
-    source = checkpoint["model"]
-    if (checkpoint.get("model_config") or {}).get("semantic", {}).get("kind") == "fat_mlm":
-        from speechmt.models.fat_mlm import translator_state
-
-        source = translator_state(source)
+    theirs = ModelConfig.from_dict(checkpoint.get("model_config") or {})
+    source = translator_weights(checkpoint["model"], theirs)
     own = model.state_dict()
     copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
-    theirs = tuple((checkpoint.get("model_config") or {}).get("ctc_vocab") or ())
-    if "ctc_head.weight" in copied and theirs != tuple(getattr(model.config, "ctc_vocab", ())):
+    if "ctc_head.weight" in copied and theirs.ctc_vocab != model.config.ctc_vocab:
         raise CheckpointError(f"{path}: its CTC head writes other LM tokens (ctc_vocab) than this model's; "
                               "train both on the same transcripts, or leave ctc_head. out of the prefixes")
     if not any(k.startswith(prefixes[0]) for k in copied):
@@ -104,7 +101,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     toks = tokenizers_for(cfg)
     frontend = frontend_for(cfg)
     teacher = teacher_for(cfg)  # None unless an objective needs a text teacher (LUT's distance)
-    model = build_model(with_teacher(model_config_for(cfg, toks), teacher))
+    model = build(with_teacher(model_config_for(cfg, toks), teacher))
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
     for item in cfg.train.init_from:

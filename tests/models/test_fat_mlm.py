@@ -16,7 +16,8 @@ from speechmt.checkpoint import save_checkpoint
 from speechmt.data.encoder_cache import cache_key
 from speechmt.data.manifest import read_manifest
 from speechmt.data.manifest import record_audio
-from speechmt.models import build_model, preset
+from speechmt.models import preset
+from speechmt.models.build import build
 from speechmt.models.fat_mlm import (FatMasks, FatMLM, WhisperFatMLM, fat_mlm_loss, reconstruction_frames, span_mask,
                                      translator_state)
 from speechmt.models.translator import ModelConfig
@@ -32,7 +33,7 @@ NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 
 
 def _fat(**options) -> FatMLM:
-    return build_model(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
+    return build(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
                               semantic={"kind": "fat_mlm", "options": options})).eval()
 
 
@@ -177,11 +178,11 @@ def test_absent_parts_are_absent_from_the_concatenation(parts):
 
 
 def _fat_st_pair(tmp_path, subsampler: str):
-    fat = build_model(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
+    fat = build(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
                              encoder={"subsampler": subsampler}, semantic={"kind": "fat_mlm"})).eval()
     path = tmp_path / "fat.safetensors"
     save_checkpoint(path, {"model_config": asdict(fat.config), "model": fat.state_dict()})
-    st = build_model(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
+    st = build(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
                             encoder={"subsampler": subsampler}, text_encoder={"layers": 2, "shared": True})).eval()
     return fat, st, path
 
@@ -306,11 +307,11 @@ def _whisper_cfg(base, semantic: dict, **fields) -> ModelConfig:
 
 def _whisper_fat(base, **options) -> WhisperFatMLM:
     options = {"layers": 2, "init": "identity", **options}
-    return build_model(_whisper_cfg(base, {"kind": "fat_mlm", "options": options})).eval()
+    return build(_whisper_cfg(base, {"kind": "fat_mlm", "options": options})).eval()
 
 
 def _fat_st_whisper(base) -> "torch.nn.Module":
-    return build_model(_whisper_cfg(base, {"kind": "xstnet", "options": {
+    return build(_whisper_cfg(base, {"kind": "xstnet", "options": {
         "layers": 2, "init": "identity", "audio_tag": False, "segments": True}},
         text_encoder={"embed_only": True}, decoder={"finetune": "lora"})).eval()
 
@@ -332,13 +333,13 @@ def test_whisper_fat_mlm_takes_whispers_dimensions_vocabulary_and_token_embeddin
     assert model.config.encoder.hf_config["d_model"] == 32  # a checkpoint rebuilds it without the folder
     assert not any(p.requires_grad for p in model.speech_encoder.parameters())  # frozen: its states are cached
     assert model.reconstruct.out_features == 32 and model.factor == 1
-    rebuilt = build_model(model.config, pretrained=False)
+    rebuilt = build(model.config, pretrained=False)
     assert isinstance(rebuilt, WhisperFatMLM) and rebuilt.state_dict().keys() == model.state_dict().keys()
     with pytest.raises(ValueError, match="needs encoder.finetune frozen"):
-        build_model(_whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1}},
+        build(_whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1}},
                                  encoder={"finetune": "full"}))
     with pytest.raises(ValueError, match="needs options.layers"):
-        build_model(_whisper_cfg(whisper_dir, {"kind": "fat_mlm"}))
+        build(_whisper_cfg(whisper_dir, {"kind": "fat_mlm"}))
 
 
 def test_whisper_fat_mlm_masks_speech_states_with_the_mask_vector_and_reconstructs_them(whisper_dir):
@@ -462,7 +463,7 @@ def test_tiny_fat_mlm_on_whisper_pretrains_then_fat_st_fine_tunes_and_translates
     print("fat-mlm (whisper) dev losses:", [round(v, 3) for v in valid])
     assert len(valid) == 3 and valid[0] > valid[1] > valid[2]
     assert all(r["fat_fat_mlm_masked_frames"] > 0 and r["fat_fat_mlm_speech"] > 0 for r in log if r["type"] == "train")
-    key, _ = cache_key(build_model(cfg.model).speech_encoder, frontend_for(cfg).settings)  # its states were cached
+    key, _ = cache_key(build(cfg.model).speech_encoder, frontend_for(cfg).settings)  # its states were cached
     assert {p.name for p in (tiny_data / "encoder_cache" / key).glob("*.index.npz")} == {"train.index.npz",
                                                                                         "dev.index.npz"}
 
@@ -478,3 +479,14 @@ def test_tiny_fat_mlm_on_whisper_pretrains_then_fat_st_fine_tunes_and_translates
     assert lm.model.config.semantic.options["segments"] is True and lm.tokenizer.kind == "whisper"
     (result,) = translate(lm, [record_audio(read_manifest(tiny_data / "dev.jsonl")[0], tiny_data)], beam=2)
     assert isinstance(result.text, str) and len(result.nbest) == 1
+
+
+def test_fat_mlm_is_no_translator_and_no_semantic_layer():
+    """FAT-MLM has its own builder (speechmt.models.build picks it); build_model builds Translators only."""
+    from speechmt.models import build_model
+    from speechmt.models.semantic import SEMANTICS
+
+    cfg = preset("tiny", tgt_vocab_size=TGT_V, src_vocab_size=SRC_V, semantic={"kind": "fat_mlm"})
+    assert "fat_mlm" not in SEMANTICS and isinstance(build(cfg), FatMLM)
+    with pytest.raises(ValueError, match="semantic 'fat_mlm' names a pretraining model, not a Translator"):
+        build_model(cfg)

@@ -114,7 +114,7 @@ class Doubling(nn.Module):
     def _both(self, enc, record):
         x = enc.x * self.scale
         note(record, "doubled", x, enc.lengths)
-        return type(enc)(x, enc.lengths, enc.ctc_logits, enc.ctc_lengths, {**enc.aux, "pooled": x.mean(1)})
+        return type(enc)(x, enc.lengths, enc.ctc_logits, enc.ctc_lengths)
 
 
 def test_a_semantic_variant_is_one_builder_in_one_dict(monkeypatch):
@@ -127,7 +127,6 @@ def test_a_semantic_variant_is_one_builder_in_one_dict(monkeypatch):
         text = doubled.encode_text(TOKENS, TOKEN_LENGTHS)
     assert torch.allclose(enc.x, 3 * base.x) and torch.allclose(text.x, 3 * plain.encode_text(TOKENS, TOKEN_LENGTHS).x)
     assert list(states)[-2:] == ["speech.semantic.doubled", "speech.out"]
-    assert enc.aux["pooled"].shape == (2, 64) and enc.select(torch.tensor([1])).aux == {}
 
 
 def test_unknown_semantic_and_options():

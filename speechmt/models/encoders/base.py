@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from torch import Tensor
@@ -26,15 +26,13 @@ class EncoderOutput:
     with their own lengths ctc_lengths (B,): the acoustic states' lengths, which differ from `lengths` once
     the states are shrunk (given CTC logits without them, they are `lengths`).
 
-    aux: auxiliary outputs of the modules on the way (e.g. a semantic layer's memory) for the objectives
-    that read them, by name; `select` leaves them out (decoding needs none).
+    What an objective needs beyond these it reads from the module that has it, by type (speechmt.tasks.objectives).
     """
 
     x: Tensor
     lengths: Tensor
     ctc_logits: Tensor | None = None
     ctc_lengths: Tensor | None = None
-    aux: dict[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.ctc_logits is not None and self.ctc_lengths is None:

@@ -21,8 +21,9 @@ dimensions and vocabulary (as the ST model with Whisper's decoder would), the ta
 tokens (only its text ids, below <|endoftext|>, are masked or drawn) and the target embedding starts from
 Whisper's decoder token embedding.
 
-Built by `build_model` for `model.semantic.kind: fat_mlm` (`fat_mlm` below; options: FatMLMOptions) with the
-conv or the whisper encoder; trained by the task `fat` (speech with transcript and translation) or
+Named in a config as `model.semantic: {kind: fat_mlm, options: ...}` (the form of every config and checkpoint
+of it; options: FatMLMOptions), but no semantic layer and no Translator: built by its own builder, `fat_mlm`
+below (speechmt.models.build picks it), with the conv or the whisper encoder; trained by the task `fat` (speech with transcript and translation) or
 `fat_text` (text pairs) and the objective `fat_mlm` (`fat_mlm_loss`; the forward pass computes no loss).
 Masks come from the model's own generator, reseeded from (seed, update) before every update
 (`before_update`), so a resumed run draws the same masks; in eval mode every call draws from a generator
@@ -44,11 +45,11 @@ from speechmt.models.fat_mlm.transfer import DECODER_FROM_ENCODER, translator_st
 from speechmt.models.fat_mlm.whisper import WhisperFatMLM, whisper_fat_mlm
 
 
-def fat_mlm(cfg, pretrained: bool = True, **options) -> FatMLM:
+def fat_mlm(cfg, pretrained: bool = True) -> FatMLM:
     """Builds FAT-MLM from a ModelConfig (conv encoder: conv_fat_mlm; whisper encoder: whisper_fat_mlm; src
-    and tgt vocabularies) and FatMLMOptions fields. `pretrained`: load Whisper's weights (else, a
-    checkpoint's follow, built from the stored config)."""
-    o = FatMLMOptions(**options)
+    and tgt vocabularies; its options: semantic.options, FatMLMOptions fields). `pretrained`: load Whisper's
+    weights (else, a checkpoint's follow, built from the stored config)."""
+    o = FatMLMOptions(**cfg.semantic.options)  # checked when the config was read (SemanticConfig)
     if cfg.encoder.kind not in ("conv", "whisper"):
         raise ValueError(f"bad ModelConfig: semantic fat_mlm needs the conv encoder or Whisper's, got "
                          f"{cfg.encoder.kind!r}")

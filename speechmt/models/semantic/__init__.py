@@ -5,25 +5,26 @@ is one file here and one entry in SEMANTICS: a builder `(ModelConfig) -> module`
     speech(enc: EncoderOutput, record: Record | None) -> EncoderOutput
     text(enc: EncoderOutput, record: Record | None) -> EncoderOutput
 
-each (x (B, T, D), lengths (B,)) in and out, free to put auxiliary outputs in `enc.aux` for its objectives
-(speechmt.tasks.objectives) and to note its layers in `record` (speechmt.models.translator.Translator.states).
+each (x (B, T, D), lengths (B,)) in and out, free to note its layers in `record`
+(speechmt.models.translator.Translator.states); the objectives that train a variant read what they need of it
+by its type (speechmt.tasks.objectives).
 `SemanticConfig` (ModelConfig.semantic) names the variant; its own settings come from `options` through
 the variant's own dataclass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 from torch import nn
 
 from speechmt.config_check import raise_problems
-from speechmt.models.fat_mlm import FatMLMOptions, fat_mlm
+from speechmt.models.fat_mlm import FatMLMOptions
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.chimera import ChimeraMemory, ChimeraOptions, chimera
 from speechmt.models.semantic.identity import Identity, identity
-from speechmt.models.semantic.lut import LUTOptions, LUTSemanticEncoder, lut
+from speechmt.models.semantic.lut import LUTOptions, LUTSemanticEncoder, lut, lut_teacher, with_lut_teacher
 from speechmt.models.semantic.options import parse_options
 from speechmt.models.semantic.xstnet import XSTNetEncoder, XSTNetOptions, xstnet
 
@@ -36,13 +37,16 @@ class SemanticLayer(Protocol):
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
 
 
-SEMANTICS: dict[str, Callable[..., nn.Module]] = {"identity": identity, "lut": lut, "xstnet": xstnet,
-                                                  "chimera": chimera, "fat_mlm": fat_mlm}
+SEMANTICS: dict[str, Callable[..., SemanticLayer]] = {"identity": identity, "lut": lut, "xstnet": xstnet,
+                                                       "chimera": chimera}
+"""Each semantic layer's builder `(ModelConfig, **options) -> layer`, by kind."""
 SEMANTIC_OPTIONS: dict[str, type] = {"chimera": ChimeraOptions, "lut": LUTOptions, "xstnet": XSTNetOptions,
                                      "fat_mlm": FatMLMOptions}
-"""fat_mlm is the odd one: build_model returns the FAT-MLM pretraining model itself (speechmt.models.fat_mlm)."""
-"""Each variant's options dataclass, checked when a config is read, so that a bad value is one line naming it
-before anything is built (a variant without an entry is checked by its builder alone)."""
+"""Each kind's options dataclass, checked when a config is read, so that a bad value is one line naming it
+before anything is built (a kind without an entry is checked by its builder alone)."""
+PRETRAINING_KINDS = ("fat_mlm",)
+"""Kinds a config names in this slot that are no semantic layer: `fat_mlm` is how every config and checkpoint
+of FAT-MLM names that pretraining model, which has its own builder (speechmt.models.build)."""
 
 
 @dataclass
@@ -55,13 +59,23 @@ class SemanticConfig:
 
     def __post_init__(self):
         self.options = dict(self.options)
+        kinds = (*SEMANTICS, *PRETRAINING_KINDS)
         raise_problems("bad ModelConfig", [
-            self.kind not in SEMANTICS and f"unknown semantic {self.kind!r}; expected one of {', '.join(SEMANTICS)}",
+            self.kind not in kinds and f"unknown semantic {self.kind!r}; expected one of {', '.join(kinds)}",
             self.kind == "identity" and self.options and
             f"semantic 'identity' takes no options, got {', '.join(sorted(self.options))}",
         ])
         if self.kind in SEMANTIC_OPTIONS:
             parse_options(self.kind, SEMANTIC_OPTIONS[self.kind], self.options)
+
+    def teacher(self) -> str | None:
+        """The text teacher whose states supervise this layer (LUT's `teacher` option), None for a layer
+        without one."""
+        return lut_teacher(self.options) if self.kind == "lut" else None
+
+    def with_teacher(self, name: str, width: int) -> "SemanticConfig":
+        """This config with the teacher's name and width in its options (LUT's teacher_dim)."""
+        return replace(self, options=with_lut_teacher(self.options, name, width))
 
 
 __all__ = ["ChimeraMemory", "Identity", "LUTSemanticEncoder", "SEMANTICS", "SemanticConfig", "SemanticLayer",

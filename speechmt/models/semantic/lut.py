@@ -87,3 +87,14 @@ def lut(cfg, **options) -> LUTSemanticEncoder:
     identity = o.init == "identity"
     return LUTSemanticEncoder(config_stack(cfg, o.layers, identity), cfg.d_model, o.teacher_dim, cfg.n_heads,
                               cfg.dropout, o.distance, cfg.position_offset, not identity)
+
+
+def lut_teacher(options: dict) -> str:
+    """The teacher a LUT layer's options name (default: the packaged MiniLM BERT)."""
+    return parse_options("lut", LUTOptions, options).teacher
+
+
+def with_lut_teacher(options: dict, name: str, width: int) -> dict:
+    """LUT options naming the teacher a run loaded, with its hidden size as teacher_dim (its query and output
+    projections' width)."""
+    return {**options, "teacher": name, "teacher_dim": width}

