@@ -36,7 +36,7 @@ def cmd_prepare_covost2(args: argparse.Namespace) -> int:
 def cmd_synth(args: argparse.Namespace) -> int:
     import json
 
-    from speechmt.data.synth import build_mini_corpus
+    from speechmt_corpora import build_mini_corpus
 
     summary = build_mini_corpus(args.corpus, args.size, Path(args.out), seed=args.seed, jobs=args.jobs)
     print(json.dumps(summary, indent=1, ensure_ascii=False))
@@ -46,7 +46,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_synth_mt(args: argparse.Namespace) -> int:
     import json
 
-    from speechmt.data.synth.mt_text import build_mt_text, default_out
+    from speechmt_corpora.mt_text import build_mt_text, default_out
 
     out = Path(args.out) if args.out else default_out(args.corpus, Path(args.root), args.lang)
     sources = None if not args.sources else "all" if "all" in args.sources else tuple(args.sources)
@@ -61,8 +61,8 @@ def cmd_synth_mt(args: argparse.Namespace) -> int:
 def cmd_synth_tts(args: argparse.Namespace) -> int:
     import json
 
-    from speechmt.data.synth.mt_text import default_out
-    from speechmt.data.synth.voiced_text import voice_text_pairs
+    from speechmt_corpora.mt_text import default_out
+    from speechmt_corpora.voiced_text import voice_text_pairs
 
     text = Path(args.text) if args.text else default_out("mustc", Path(args.root)) / "train.jsonl"
     summary = voice_text_pairs(Path(args.root), text, args.split, args.limit, args.seed, args.jobs, args.min_words,
@@ -461,7 +461,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.config import ConfigError
     from speechmt.data.manifest import ManifestError
     from speechmt.data.prepare import PrepareError
-    from speechmt.data.synth import SynthError
+    from speechmt_corpora.common import SynthError
     from speechmt.decoding.backtranslate import BacktranslateError
     from speechmt.decoding.simultaneous import SimultaneousError
     from speechmt.evaluation.analyze import AnalysisError

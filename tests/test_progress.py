@@ -153,7 +153,7 @@ def test_prepare_reports_feature_extraction(every_update, mustc_root, tmp_path, 
 
 
 def test_synth_workers_report(every_update, capsys):
-    from speechmt.data.synth.common import run_parallel
+    from speechmt_corpora.common import run_parallel
 
     assert run_parallel(abs, [-1, -2, -3], 1, "synth mustc train", "talk") == [1, 2, 3]
     err = capsys.readouterr().err

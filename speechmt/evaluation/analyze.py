@@ -2,7 +2,7 @@
 
 The same utterances go through the speech path (audio, the model's own front end) and the text path (their
 transcripts: the model's own text encoder, or an external Hugging Face text encoder with `text_model`);
-speechmt.evaluation.representations collects every layer's states and speechmt.evaluation.analysis measures:
+speechmt.evaluation.representations collects every layer's states and speechmt.evaluation.geometry measures:
 - between every speech layer and every text layer, on mean-pooled utterance vectors: linear CKA, RSA, PWCCA;
 - within each layer: anisotropy (AvgSim and mean distance between states of different utterances), and on
   word units SelfSim and IntraSim corrected by AvgSim;
@@ -26,7 +26,7 @@ import numpy as np
 
 from speechmt.data.manifest import Record, read_manifest, split_manifest
 from speechmt.decoding.translate import LoadedModel, load_model
-from speechmt.evaluation.analysis import anisotropy, linear_cka, procrustes_test, pwcca, retrieval, rsa, word_geometry
+from speechmt.evaluation.geometry import anisotropy, linear_cka, procrustes_test, pwcca, retrieval, rsa, word_geometry
 from speechmt.evaluation.plots import PlotError, plot_heatmap, plot_layer_lines
 from speechmt.evaluation.report import git_commit, write_text_atomic
 from speechmt.evaluation.representations import (Layers, hf_text_layers, own_text_layers, speech_layers,

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from speechmt.evaluation.analysis import spearman
+from speechmt.evaluation.geometry import spearman
 from speechmt.evaluation.benchmark import Benchmark, BenchmarkError, SystemResult
 from speechmt.evaluation.plots import PlotError, plot_benchmark
 from speechmt.evaluation.report import table_cell, write_text_atomic

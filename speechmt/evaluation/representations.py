@@ -39,7 +39,7 @@ from speechmt.data.manifest import Record
 from speechmt.data.manifest import record_audio
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
-from speechmt.evaluation.analysis import mean_pool
+from speechmt.evaluation.geometry import mean_pool
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.shrink import ctc_segments
 from speechmt.models.translator import CTC_BLANK_ID

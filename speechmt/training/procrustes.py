@@ -7,7 +7,7 @@ Pairs: for N training utterances, each transcript token's speech vector, the mea
 projection's input, Whisper's "out") over the token's frames (a CTC forced alignment through the CTC head, or
 the frames shared out evenly: speechmt.tasks.align.token_spans), and the text path's vector of that token
 (model.encode_text of the transcript: for an LM decoder, its own input embedding of the token). Both sets are
-iteratively normalised (unit length, then mean centring, repeated: speechmt.evaluation.analysis) and W = U V'
+iteratively normalised (unit length, then mean centring, repeated: speechmt.evaluation.geometry) and W = U V'
 from svd(X' Y) maps one onto the other. The Linear becomes the affine form of that map on the raw states:
 y = mean_y + s (x - mean_x) W, s the ratio of the two sets' mean centred norms.
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from speechmt.evaluation.analysis import iterative_normalize, procrustes
+from speechmt.evaluation.geometry import iterative_normalize, procrustes
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.align import compact, span_weights, token_spans, transcript_units
 

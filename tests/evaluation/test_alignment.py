@@ -15,7 +15,7 @@ from speechmt.decoding.translate import load_model
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align, min_frames
 from speechmt.evaluation.representations import FORCED, forced_alignment, own_text_layers, speech_layers
 from speechmt.models.encoders.base import EncoderOutput
-from tests.evaluation.test_analysis import tiny_checkpoint
+from tests.evaluation.test_geometry import tiny_checkpoint
 
 
 def _collapse(tokens, blank: int) -> list[int]:

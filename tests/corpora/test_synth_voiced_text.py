@@ -15,11 +15,11 @@ import yaml
 
 from speechmt.audio import read_audio
 from speechmt.data.manifest import Record, read_split, write_manifest
-from speechmt.data.synth import SynthError, build_mini_corpus
-from speechmt.data.synth import mustc as mustc_builder
-from speechmt.data.synth.text import Pair
-from speechmt.data.synth.voiced_text import choose, next_talk_id, voice_text_pairs
-from tests.data.test_synth import NEEDS, YAML_LINE
+from speechmt_corpora import SynthError, build_mini_corpus
+from speechmt_corpora import mustc as mustc_builder
+from speechmt_corpora.text import Pair
+from speechmt_corpora.voiced_text import choose, next_talk_id, voice_text_pairs
+from tests.corpora.test_synth import NEEDS, YAML_LINE
 
 OWN_PAIRS = [Pair("The red bicycle stands in the garden.", "Das rote Fahrrad steht im Garten."),
              Pair("We are reading a long letter.", "Wir lesen einen langen Brief."),
@@ -158,7 +158,7 @@ def test_bad_input_gets_one_line(corpus, tmp_path, capsys):
 
 
 def test_phrases_and_short_pairs_can_be_left_out():
-    from speechmt.data.synth.voiced_text import is_sentence
+    from speechmt_corpora.voiced_text import is_sentence
 
     assert is_sentence("Where is it?") and is_sentence('He said "go!"') and is_sentence("Er sagte „Nein.“")
     assert not is_sentence("the old station") and not is_sentence("to be or not to be;")

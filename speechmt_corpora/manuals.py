@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
-from speechmt.data.synth.text import normalise_space
+from speechmt_corpora.text import normalise_space
 
 DEBIAN_REFERENCE_DIR = Path("/usr/share/debian-reference")
 SKIP_COST = 1.5  # a skipped block costs as much as pairing blocks e^1.5 = 4.5 times apart in length

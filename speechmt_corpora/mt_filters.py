@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from speechmt.data.synth.text import Pair, normalise_space
+from speechmt_corpora.text import Pair, normalise_space
 
 LENGTH_RATIO = 2.0
 LENGTH_SMOOTHING = 10

@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from speechmt.data.synth.catalogs import LOCALE_DIR, catalog_pairs, licences
-from speechmt.data.synth.common import SynthError
-from speechmt.data.synth.manuals import DEBIAN_REFERENCE_DIR, debian_reference_pairs, gnome_help_pairs
-from speechmt.data.synth.text import DING_PATH, Pair, bible_pairs, ding_pairs, ding_phrase_pairs
+from speechmt_corpora.catalogs import LOCALE_DIR, catalog_pairs, licences
+from speechmt_corpora.common import SynthError
+from speechmt_corpora.manuals import DEBIAN_REFERENCE_DIR, debian_reference_pairs, gnome_help_pairs
+from speechmt_corpora.text import DING_PATH, Pair, bible_pairs, ding_pairs, ding_phrase_pairs
 
 
 class SourceMissing(SynthError):

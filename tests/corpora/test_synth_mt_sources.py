@@ -11,14 +11,14 @@ import pytest
 
 from speechmt.cli import main
 from speechmt.data.manifest import read_manifest
-from speechmt.data.synth import mt_sources
-from speechmt.data.synth.catalogs import CatalogError, read_mo, strip_accelerator
-from speechmt.data.synth.common import SynthError
-from speechmt.data.synth.manuals import align_blocks
-from speechmt.data.synth.mt_filters import PairFilter, has_placeholder, key
-from speechmt.data.synth.mt_sources import SourcePaths
-from speechmt.data.synth.mt_text import build_mt_text
-from speechmt.data.synth.text import Pair
+from speechmt_corpora import mt_sources
+from speechmt_corpora.catalogs import CatalogError, read_mo, strip_accelerator
+from speechmt_corpora.common import SynthError
+from speechmt_corpora.manuals import align_blocks
+from speechmt_corpora.mt_filters import PairFilter, has_placeholder, key
+from speechmt_corpora.mt_sources import SourcePaths
+from speechmt_corpora.mt_text import build_mt_text
+from speechmt_corpora.text import Pair
 
 DEV = ("The red bicycle stands in the garden today.", "Das rote Fahrrad steht heute im Garten.")
 TEST = ("My sister reads a long book every winter.", "Meine Schwester liest jeden Winter ein langes Buch.")
@@ -226,7 +226,7 @@ def test_catalog_reader_and_block_alignment(tmp_path):
 def test_cli_selects_sources(fixtures, tmp_path, capsys, monkeypatch):
     paths, root = fixtures
     monkeypatch.setattr(mt_sources, "DING_PATH", paths.ding)
-    monkeypatch.setattr("speechmt.data.synth.mt_text.SourcePaths",
+    monkeypatch.setattr("speechmt_corpora.mt_text.SourcePaths",
                         lambda: SourcePaths(ding=paths.ding, locale=paths.locale,
                                             debian_reference=paths.debian_reference, gnome_help=paths.gnome_help))
     assert main(["synth-mt", "--corpus", "mustc", "--root", str(root), "--sources", "gettext", "gnome-help"]) == 0

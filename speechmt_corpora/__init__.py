@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from speechmt.data.synth.common import SIZES, SynthError
-from speechmt.data.synth.covost2 import build_covost2
-from speechmt.data.synth.mustc import build_mustc
+from speechmt_corpora.common import SIZES, SynthError
+from speechmt_corpora.covost2 import build_covost2
+from speechmt_corpora.mustc import build_mustc
 
 __all__ = ["CORPORA", "SynthError", "build_mini_corpus"]
 

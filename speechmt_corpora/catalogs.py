@@ -5,7 +5,7 @@ packages: every message's English `msgid` with its translation, read at run time
 
 Software text: menu items, messages, option help. Plural entries give their singular form; a message's
 context (msgctxt) is left out; keyboard accelerators (`_Open`, `&Open`) lose their marker. The format codes
-and markup that many messages hold are left in here, for the shared filters (speechmt.data.synth.mt_filters)
+and markup that many messages hold are left in here, for the shared filters (speechmt_corpora.mt_filters)
 to count and drop.
 """
 

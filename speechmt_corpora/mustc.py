@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from speechmt.data.synth.common import (ensure_free, finish_summary, low_noise, publish, run_parallel,
+from speechmt_corpora.common import (ensure_free, finish_summary, low_noise, publish, run_parallel,
                                         split_pool, staging_dir, write_lines)
-from speechmt.data.synth.text import Pair, ding_pairs
-from speechmt.data.synth.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
+from speechmt_corpora.text import Pair, ding_pairs
+from speechmt_corpora.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
 
 SAMPLE_RATE = 16000
 PAIR = "en-de"

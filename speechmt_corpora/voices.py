@@ -16,7 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from speechmt.audio import resample
-from speechmt.data.synth.common import SynthError
+from speechmt_corpora.common import SynthError
 
 TTS_TIMEOUT_S = 60.0
 TRIM_THRESHOLD = 0.01  # relative to the peak: -40 dB

@@ -15,12 +15,12 @@ import soundfile as sf
 import yaml
 
 from speechmt.audio import read_audio
-from speechmt.data.synth import SynthError, build_mini_corpus
-from speechmt.data.synth.common import NOISE_STD, read_tsv, split_pool, write_tsv
-from speechmt.data.synth import mustc as mustc_builder
-from speechmt.data.synth.mustc import TalkJob, talk_sizes, voice_talk
-from speechmt.data.synth.text import Pair, clean_verse, is_dictionary_sentence, parse_diatheke
-from speechmt.data.synth.voices import VOICES, Speaker, TTSError, check_voices
+from speechmt_corpora import SynthError, build_mini_corpus
+from speechmt_corpora.common import NOISE_STD, read_tsv, split_pool, write_tsv
+from speechmt_corpora import mustc as mustc_builder
+from speechmt_corpora.mustc import TalkJob, talk_sizes, voice_talk
+from speechmt_corpora.text import Pair, clean_verse, is_dictionary_sentence, parse_diatheke
+from speechmt_corpora.voices import VOICES, Speaker, TTSError, check_voices
 
 MUSTC_SPLITS = ("train", "dev", "tst-COMMON")
 YAML_LINE = re.compile(r"^- \{duration: \d+\.\d{6}, offset: \d+\.\d{6}, rW: \d+, uW: 0, "
@@ -256,7 +256,7 @@ def test_a_failed_sentence_is_counted_with_its_reason(tmp_path, monkeypatch):
 
 
 def test_missing_tool_names_the_debian_package(tmp_path, monkeypatch):
-    import speechmt.data.synth.voices as voices
+    import speechmt_corpora.voices as voices
 
     monkeypatch.setattr(voices.shutil, "which", lambda tool: None if tool == "pico2wave" else "/bin/true")
     monkeypatch.setattr(voices, "VOICES", {"en": (voices.Voice("pico2wave", "en-US", "female",
@@ -289,7 +289,7 @@ def test_a_finished_build_is_kept_and_another_refused(mustc, capsys):
 # ---- extra MT text ----
 
 def test_phrases_lose_notes_labels_and_placeholders():
-    from speechmt.data.synth.mt_text import clean_phrase
+    from speechmt_corpora.mt_text import clean_phrase
 
     assert clean_phrase("abseiling equipment [Br.]; rappelling equipment [Am.] (climbing)") == "abseiling equipment"
     assert clean_phrase("die Ausscheidungsphase {f} [sport]") == "die Ausscheidungsphase"
@@ -299,7 +299,7 @@ def test_phrases_lose_notes_labels_and_placeholders():
 
 
 def _used_keys(texts) -> set[str]:
-    from speechmt.data.synth.mt_text import key
+    from speechmt_corpora.mt_text import key
 
     return {key(t) for t in texts if t.strip()}
 
@@ -313,7 +313,7 @@ def _mt_keys(out: Path) -> set[str]:
 
 
 def test_mustc_extra_mt_text_holds_no_corpus_sentence(mustc, tmp_path):
-    from speechmt.data.synth.mt_text import build_mt_text
+    from speechmt_corpora.mt_text import build_mt_text
 
     root = mustc[0]
     summary = build_mt_text("mustc", root, tmp_path / "mt")
@@ -327,7 +327,7 @@ def test_mustc_extra_mt_text_holds_no_corpus_sentence(mustc, tmp_path):
 
 @pytest.mark.parametrize("lang", ["de", "es"])
 def test_covost_extra_mt_text_holds_no_corpus_sentence(covost, tmp_path, lang):
-    from speechmt.data.synth.mt_text import build_mt_text, covost_sentences
+    from speechmt_corpora.mt_text import build_mt_text, covost_sentences
 
     summary = build_mt_text("covost2", covost[0], tmp_path / "mt", lang)
     corpus = covost_sentences(covost[0], lang)
@@ -352,7 +352,7 @@ def test_synth_mt_command_writes_beside_the_corpus(mustc, tmp_path, capsys):
 def test_voice_counts_add_up_over_talks_of_one_speaker():
     """Several talks share a speaker label in a full corpus; each talk's segments count (the summary once kept
     only one talk's count per label)."""
-    from speechmt.data.synth.mustc import TalkResult, voice_counts
+    from speechmt_corpora.mustc import TalkResult, voice_counts
 
     pair = Pair("One.", "Eins.")
     results = [TalkResult(1, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 3),

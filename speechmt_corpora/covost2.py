@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from speechmt.data.synth.common import (SynthError, ensure_free, finish_summary, low_noise, publish,
+from speechmt_corpora.common import (SynthError, ensure_free, finish_summary, low_noise, publish,
                                         run_parallel, split_pool, staging_dir, write_tsv)
-from speechmt.data.synth.text import BIBLE_KEYS, Pair, bible_pairs, ding_pairs
-from speechmt.data.synth.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
+from speechmt_corpora.text import BIBLE_KEYS, Pair, bible_pairs, ding_pairs
+from speechmt_corpora.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
 
 SAMPLE_RATE = 48000
 PAD_S = (0.2, 0.8)

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from speechmt.data.synth.voices import FLITE_PITCHES, FLITE_RATES, VOICES, Speaker, _command, draw_speaker, synthesize
+from speechmt_corpora.voices import FLITE_PITCHES, FLITE_RATES, VOICES, Speaker, _command, draw_speaker, synthesize
 
 FLITE = [v for v in VOICES["en"] if v.engine == "flite"]
 

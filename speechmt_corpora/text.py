@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from speechmt.data.synth.common import SynthError
+from speechmt_corpora.common import SynthError
 
 DING_PATH = Path("/usr/share/trans/de-en")
 DING_WORDS = (5, 14)

@@ -1,7 +1,7 @@
 """Extra text-only MT pairs for the mini corpora, built at run time from installed Debian packages (none of
-their text is in this repository): the sources of speechmt.data.synth.mt_sources (Ding dictionary, gettext
+their text is in this repository): the sources of speechmt_corpora.mt_sources (Ding dictionary, gettext
 catalogs, Debian Reference, GNOME help, SWORD Bible verses), each through the shared filters of
-speechmt.data.synth.mt_filters, minus every sentence a corpus uses (any split, either side, compared
+speechmt_corpora.mt_filters, minus every sentence a corpus uses (any split, either side, compared
 case-folded and whitespace-normalised) so that no dev or test sentence reaches training through the back door.
 
 `build_mt_text(corpus, root, out, lang, sources)` writes `out/train.jsonl` (manifest records with empty audio,
@@ -18,10 +18,10 @@ from collections import Counter
 from pathlib import Path
 
 from speechmt.data.manifest import Record, write_manifest
-from speechmt.data.synth.common import SynthError
-from speechmt.data.synth.mt_filters import PairFilter, key
-from speechmt.data.synth.mt_sources import SOURCES, SourceMissing, SourcePaths, read_source, sources_for
-from speechmt.data.synth.text import DING_PATH, Pair, clean_phrase, ding_phrase_pairs  # noqa: F401 (their old home)
+from speechmt_corpora.common import SynthError
+from speechmt_corpora.mt_filters import PairFilter, key
+from speechmt_corpora.mt_sources import SOURCES, SourceMissing, SourcePaths, read_source, sources_for
+from speechmt_corpora.text import DING_PATH, Pair, clean_phrase, ding_phrase_pairs  # noqa: F401 (their old home)
 
 FILTERS = {"length ratio": "characters + 10, at most 2:1", "duplicates": "either side seen before (case-folded)",
            "language check": "no side with more function words of the other language",
@@ -106,7 +106,7 @@ def gather(names: tuple[str, ...], src_lang: str, tgt_lang: str, used: set[str],
 def build_mt_text(corpus: str, root: Path, out: Path, lang: str = "de", sources: str | tuple[str, ...] | None = None,
                   paths: SourcePaths | None = None) -> dict:
     """Writes the extra MT pairs of a mini corpus into `out` (train.jsonl + mt_text_summary.json); returns
-    the summary. corpus "mustc": en-de; "covost2": <lang>-en. `sources`: source names (speechmt.data.synth.
+    the summary. corpus "mustc": en-de; "covost2": <lang>-en. `sources`: source names (speechmt_corpora.
     mt_sources.SOURCES), "all" for every one with the language, None for Ding (de) or the Bible (es) only.
     `paths`: where the sources are (None: where Debian installs them). A source that is not installed is a line
     in the summary (and on stderr); SynthError when no source gave a pair."""

@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from speechmt.data.manifest import iter_manifest
-from speechmt.data.synth.common import SynthError, ensure_free, publish, run_parallel, staging_dir
-from speechmt.data.synth.mt_text import key
-from speechmt.data.synth.mustc import (TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_counts, voice_talk,
+from speechmt_corpora.common import SynthError, ensure_free, publish, run_parallel, staging_dir
+from speechmt_corpora.mt_text import key
+from speechmt_corpora.mustc import (TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_counts, voice_talk,
                                       write_split)
-from speechmt.data.synth.text import Pair
-from speechmt.data.synth.voices import check_voices, draw_speaker
+from speechmt_corpora.text import Pair
+from speechmt_corpora.voices import check_voices, draw_speaker
 
 PAIR = "en-de"
 VOICED_STREAM = 7  # the seed stream of the voiced text (the corpus builders use 0 and 1)
