@@ -12,7 +12,7 @@ each one's median seconds per update and its ratio to the first setting's median
 
     python benchmarks/bench_lm_decoder.py --manifest DATA/train.jsonl [--whisper whisper-base] \
         [--lm gemma-3-270m] [--settings top3 lm lm-ctc lm-fullhead] [--seconds 40] [--batches 3] [--repeats 3] \
-        [--threads 2] [--json OUT]
+        [--threads 2] [--ctc-checkpoint exp/lm_ctc/checkpoint_avg.safetensors] [--json OUT]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from speechmt.hub import resolve_pretrained
 from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.tasks.losses import ctc_loss
+from speechmt.training.run import init_encoder_from
 from speechmt.tokenizer_lm import LMTokenizer
 from speechmt.tokenizer_whisper import WhisperTokenizer
 
@@ -113,6 +114,9 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ctc-checkpoint", help="a trained CTC bridge (conf/ctc_lm_gemma.yaml's run) for lm-ctc: its "
+                   "speech encoder and CTC head, so that the LM reads as many segments as training does (a random "
+                   "head labels nearly every frame apart: ~10x the segments)")
     p.add_argument("--json")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -125,6 +129,8 @@ def main() -> None:
     runs = {}
     for name in args.settings:
         model, tok, tag, frozen = build(name, args.whisper, args.lm, texts, [r.src_text for r in records])
+        if name == "lm-ctc" and args.ctc_checkpoint:
+            init_encoder_from(model, args.ctc_checkpoint, ("speech_encoder.", "ctc_head."))
         tok, src = tok if isinstance(tok, tuple) else (tok, None)
         opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=1e-4)
         runs[name] = (model.train(), opt, [(*inputs(model, b, frozen), *targets(tok, [t for _, t in b], tag),
