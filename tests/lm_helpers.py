@@ -48,3 +48,42 @@ def tiny_lm_dir(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) 
     torch.manual_seed(seed)
     Gemma3ForCausalLM(config).save_pretrained(folder)
     return folder
+
+
+CTC_TRANSCRIPTS = ["The weather is nice today.", "Please open the window."]
+
+
+def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS):
+    """(a tiny conv-encoder model with the CTC bridge into the tiny LM at lm_dir (shrink.embed lm, its CTC head over
+    the transcripts' LM tokens), the LM's source tokenizer), in eval mode."""
+    from speechmt.models.ctc_head import FIRST_LABEL
+    from speechmt.models.translator import build_model, preset
+    from speechmt.tokenizer_lm import LMTokenizer
+
+    src = LMTokenizer.from_pretrained(str(lm_dir), role="source")
+    tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
+    vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
+    torch.manual_seed(0)
+    cfg = preset("tiny", n_heads=2, dropout=0.0, ctc=True, src_vocab_size=FIRST_LABEL + len(vocab), ctc_vocab=vocab,
+                 shrink=dict(kind="ctc", embed="lm"), text_encoder=dict(embed_only=True, embeddings="lm"),
+                 decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab, prompt=tgt.prompt_ids("en")))
+    return build_model(cfg).eval(), src
+
+
+def spelled_logits(labels: list[int], size: int, margin: float = 40.0) -> torch.Tensor:
+    """CTC logits (T, size) whose argmax spells blank (4), then each label twice followed by a blank."""
+    blank = 4
+    frames = [blank] + [x for label in labels for x in (label, label, blank)]
+    logits = torch.zeros(len(frames), size)
+    logits[torch.arange(len(frames)), torch.tensor(frames)] = margin
+    return logits
+
+
+def certain_ctc(model, ids: list[list[int]]):
+    """The encoder output (zero states) of a CTC certain of the transcripts `ids` (LM ids), before shrinking."""
+    from speechmt.models.encoders import EncoderOutput
+
+    rows = [spelled_logits(model.ctc_head.labels(torch.tensor(x)).tolist(), model.config.src_vocab_size) for x in ids]
+    frames = torch.tensor([len(r) for r in rows])
+    logits = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+    return EncoderOutput(torch.zeros(len(ids), logits.size(1), model.config.d_model), frames, logits, frames)

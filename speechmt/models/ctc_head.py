@@ -40,3 +40,14 @@ class CTCHead(nn.Linear):
     def lm_ids(self, labels: Tensor) -> Tensor:
         """Text labels (>= FIRST_LABEL) -> their LM ids (the inverse of `labels`)."""
         return self.vocab[labels - FIRST_LABEL]
+
+
+class LabelEmbeddings:
+    """() -> (V', D): an LM decoder's input embeddings (scaled as it scales them) of a CTC head's text labels,
+    read at each call (they follow the LM's table and device). Held by the CTC shrink outside its modules."""
+
+    def __init__(self, head: CTCHead, decoder: nn.Module):
+        self.head, self.decoder = head, decoder
+
+    def __call__(self) -> Tensor:
+        return self.decoder.embed(self.head.vocab)

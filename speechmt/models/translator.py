@@ -19,7 +19,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from speechmt.config_check import raise_problems
-from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
+from speechmt.models.ctc_head import FIRST_LABEL, CTCHead, LabelEmbeddings
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
 from speechmt.models.fusion import FusionConfig, LayerFusion, build_fusion
@@ -517,17 +517,6 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
     return Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic, fusion)
-
-
-class LabelEmbeddings:
-    """() -> (V', D): an LM decoder's input embeddings (scaled as it scales them) of a CTC head's text labels,
-    read at each call (they follow the LM's table and device). Held by the CTC shrink outside its modules."""
-
-    def __init__(self, head: CTCHead, decoder: nn.Module):
-        self.head, self.decoder = head, decoder
-
-    def __call__(self) -> Tensor:
-        return self.decoder.embed(self.head.vocab)
 
 
 def _label_embeddings(cfg: ModelConfig, head: CTCHead | None, decoder: nn.Module) -> LabelEmbeddings | None:

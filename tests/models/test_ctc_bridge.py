@@ -9,12 +9,7 @@ from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.shrink import ShrinkConfig, soft_embeddings
 from speechmt.models.translator import ModelConfig, build_model, preset
-from speechmt.tokenizer_lm import LMTokenizer
-from tests.lm_helpers import tiny_lm_dir
-
-BLANK = 4
-TRANSCRIPTS = ["The weather is nice today.", "Please open the window."]
-
+from tests.lm_helpers import CTC_TRANSCRIPTS, certain_ctc, ctc_bridge_model, spelled_logits, tiny_lm_dir
 
 @pytest.fixture(scope="module")
 def lm_dir(tmp_path_factory):
@@ -22,27 +17,18 @@ def lm_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def src(lm_dir):
-    return LMTokenizer.from_pretrained(str(lm_dir), role="source")
+def bridge(lm_dir):
+    return ctc_bridge_model(lm_dir)
 
 
 @pytest.fixture(scope="module")
-def model(lm_dir, src):
-    tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
-    vocab = tuple(dict.fromkeys(i for t in TRANSCRIPTS for i in src.encode(t)))
-    torch.manual_seed(0)
-    cfg = preset("tiny", n_heads=2, dropout=0.0, ctc=True, src_vocab_size=FIRST_LABEL + len(vocab), ctc_vocab=vocab,
-                 shrink=dict(kind="ctc", embed="lm"), text_encoder=dict(embed_only=True, embeddings="lm"),
-                 decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab, prompt=tgt.prompt_ids("en")))
-    return build_model(cfg).eval()
+def model(bridge):
+    return bridge[0]
 
 
-def spelled_logits(labels: list[int], size: int, margin: float = 40.0) -> torch.Tensor:
-    """CTC logits (T, size) whose argmax spells blank, then each label twice followed by a blank."""
-    frames = [BLANK] + [x for label in labels for x in (label, label, BLANK)]
-    logits = torch.zeros(len(frames), size)
-    logits[torch.arange(len(frames)), torch.tensor(frames)] = margin
-    return logits
+@pytest.fixture(scope="module")
+def src(bridge):
+    return bridge[1]
 
 
 def test_the_head_maps_lm_ids_to_its_labels_and_back():
@@ -59,13 +45,8 @@ def test_the_head_maps_lm_ids_to_its_labels_and_back():
 def test_a_certain_ctc_makes_the_speech_path_equal_the_text_path(model, src):
     """The shrunk speech vectors are the LM's embeddings of the transcript's tokens, and the LM's logits
     over a target are the ones it gives the transcript's text (MT)."""
-    size = model.config.src_vocab_size
-    ids = [src.encode(t) for t in TRANSCRIPTS]
-    rows = [spelled_logits(model.ctc_head.labels(torch.tensor(x)).tolist(), size) for x in ids]
-    frames = torch.tensor([len(r) for r in rows])
-    logits = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
-    enc = EncoderOutput(torch.zeros(2, logits.size(1), model.config.d_model), frames, logits, frames)
-    speech = model.shrink(enc)
+    ids = [src.encode(t) for t in CTC_TRANSCRIPTS]
+    speech = model.shrink(certain_ctc(model, ids))
     assert speech.lengths.tolist() == [len(x) for x in ids]
     tokens = torch.nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True)
     text = model.encode_text(tokens, torch.tensor([len(x) for x in ids]))

@@ -5,15 +5,12 @@ import pytest
 import torch
 
 from speechmt.data.dataset import Batch
-from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.translator import build_model, preset
 from speechmt.tasks.align import (AlignConfig, frame_positions, pair_loss, span_weights, start_values, token_spans,
                                   transcript_units)
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
-from speechmt.tokenizer_lm import LMTokenizer
-from tests.lm_helpers import tiny_lm_dir
-from tests.models.test_ctc_bridge import TRANSCRIPTS, spelled_logits
+from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS, certain_ctc, ctc_bridge_model, tiny_lm_dir
 
 
 def test_span_weights_and_pair_loss_by_hand():
@@ -51,24 +48,14 @@ def lm_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bridge(lm_dir):
-    src = LMTokenizer.from_pretrained(str(lm_dir), role="source")
-    tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
-    vocab = tuple(dict.fromkeys(i for t in TRANSCRIPTS for i in src.encode(t)))
-    torch.manual_seed(0)
-    cfg = preset("tiny", n_heads=2, dropout=0.0, ctc=True, src_vocab_size=FIRST_LABEL + len(vocab), ctc_vocab=vocab,
-                 shrink=dict(kind="ctc", embed="lm"), text_encoder=dict(embed_only=True, embeddings="lm"),
-                 decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab, prompt=tgt.prompt_ids("en")))
-    return build_model(cfg).eval(), src
+    return ctc_bridge_model(lm_dir)
 
 
 def certain_batch(model, src):
     """A batch of the transcripts and the encoder output of a CTC certain of them (their tokens' frames)."""
     ids = [src.encode(t) for t in TRANSCRIPTS]
-    size = model.config.src_vocab_size
-    rows = [spelled_logits(model.ctc_head.labels(torch.tensor(x)).tolist(), size) for x in ids]
-    frames = torch.tensor([len(r) for r in rows])
-    logits = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
-    enc = model.shrink(EncoderOutput(torch.zeros(2, logits.size(1), model.config.d_model), frames, logits, frames))
+    raw = certain_ctc(model, ids)
+    frames, enc = raw.lengths, model.shrink(raw)
     tokens = torch.nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True)
     batch = Batch(ids=["a", "b"], feats=torch.zeros(2, 1, 1), feat_lengths=frames, src=tokens,
                   src_lengths=torch.tensor([len(x) for x in ids]))
