@@ -1,6 +1,6 @@
 """The `speechmt` command line's parser: one function per subcommand adds its options; the handlers (speechmt.cli)
 come in by name, so this module imports no command code. Options are checked where they are parsed
-(speechmt.cli_options), and options that depend on each other by each subcommand's `check`."""
+(speechmt.checks), and options that depend on each other by each subcommand's `check`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,30 @@ import argparse
 from collections.abc import Callable
 
 from speechmt import __version__
-from speechmt import cli_options as opt
+from speechmt import checks as opt
 
 Handlers = dict[str, Callable[[argparse.Namespace], int]]
 """{handler name: function}, the names being the cmd_<name> functions of speechmt.cli."""
+
+
+def override(item: str) -> str:
+    """An argparse type: a `section.key=value` experiment config override, type- and range-checked."""
+    from speechmt.config import SECTIONS
+
+    try:
+        return opt.check_override(item, SECTIONS)
+    except opt.ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def pretrain_override(item: str) -> str:
+    """An argparse type: a `key=value` pretrain-audio option, type-checked (`hf_config.*` is left to HF)."""
+    from speechmt.training.pretrain_audio import PretrainAudioConfig
+
+    try:
+        return opt.check_key_value(PretrainAudioConfig, item)
+    except opt.ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file",
@@ -216,7 +236,7 @@ def _vocab(sub, handlers: Handlers) -> None:
 def _train(sub, handlers: Handlers) -> None:
     train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.safetensors)")
     train.add_argument("--config", help="experiment YAML (model, data, train sections)")
-    train.add_argument("overrides", nargs="*", type=opt.override,
+    train.add_argument("overrides", nargs="*", type=override,
                        help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000 (checked against the "
                        "types and ranges of the config fields)")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
@@ -229,7 +249,7 @@ def _pretrain_audio(sub, handlers: Handlers) -> None:
     pre.add_argument("manifests", nargs="*", help="manifests (.jsonl) whose audio to pretrain on")
     pre.add_argument("--out", help="output: a Hugging Face model directory")
     pre.add_argument("--config", help="YAML of pretrain-audio options (speechmt/training/pretrain_audio.py)")
-    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", type=opt.pretrain_override,
+    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", type=pretrain_override,
                      help="options over the config, e.g. max_updates=2000 hf_config.num_hidden_layers=6")
     pre.add_argument("--no-resume", action="store_true", help="start afresh even if out holds a training state")
     pre.set_defaults(func=handlers["pretrain_audio"])

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from speechmt.audio import CMVNConfig, SpecAugmentConfig, spec_augment
-from speechmt.config_check import ConfigError
+from speechmt.checks import ConfigError
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import ManifestError, Record, read_split, record_audio

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from speechmt.config_check import raise_problems
+from speechmt.checks import checked, raise_problems
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead, LabelEmbeddings
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
@@ -51,10 +51,10 @@ class EncoderConfig:
     (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length)."""
 
     kind: str = "conv"
-    layers: int = 12  # conv: Transformer layers
-    input_dim: int = 80  # conv: fbank bins
+    layers: int = checked(12, lo=0)  # conv: Transformer layers
+    input_dim: int = checked(80, lo=1)  # conv: fbank bins
     subsampler: str = "conv1d"  # conv: "conv1d" (fairseq S2T) or "conv2d" (ESPnet; 3x3 kernels, conv_kernels unused)
-    conv_channels: int = 1024
+    conv_channels: int = checked(1024, lo=1)
     conv_kernels: tuple[int, ...] = (5, 5)
     # wav2vec2, whisper: a hub id, a local directory or a name set-up converted under $SPEECHMT_HOME
     # (e.g. whisper-base); "" = random init from hf_config
@@ -66,14 +66,15 @@ class EncoderConfig:
     # wav2vec2, whisper: full, frozen (whisper: its states cacheable), lna (only its LayerNorms and attention
     # projections train) or lora (adapters with ModelConfig.lora, the rest frozen)
     finetune: str = "full"
-    layerdrop: float = 0.0  # wav2vec2, whisper: probability of skipping each layer in training
+    layerdrop: float = checked(0.0, lo=0, hi=1)  # wav2vec2, whisper: probability of skipping each layer in training
     # whisper: the convolutions and the first N layers stay frozen whatever `finetune` says, which then
     # applies to the layers above (and the final LayerNorm); their input, the states after layer N, is
     # cached when data.cache_encoder is on, so an update runs only the layers above
     frozen_layers: int = 0
     freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
-    mask_time_prob: float = 0.0  # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
-    mask_time_length: int = 10  # wav2vec2: frames per masked span
+    # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
+    mask_time_prob: float = checked(0.0, lo=0, hi=1, hi_in=False)
+    mask_time_length: int = checked(10, lo=1)  # wav2vec2: frames per masked span
     gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
 
     def __post_init__(self):
@@ -132,7 +133,7 @@ class TextEncoderConfig:
     adds them; needs decoder 'lm' and embed_only); `freeze_embeddings` keeps Whisper's tables as they are
     (they then come from the base model, not the checkpoint's delta)."""
 
-    layers: int = 0
+    layers: int = checked(0, lo=0)
     shared: bool = False
     embed_only: bool = False
     embeddings: str = "learned"
@@ -165,7 +166,7 @@ class DecoderConfig:
     before the source, both filled in from the LM's tokenizer and the training targets when a run starts)."""
 
     kind: str = "transformer"
-    layers: int = 6
+    layers: int = checked(6, lo=1)
     name_or_path: str = ""
     hf_config: dict = field(default_factory=dict)  # whisper: as encoder.hf_config
     finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (ModelConfig.lora adapters)
@@ -217,20 +218,21 @@ class ModelConfig:
     """Model dimensions shared by the modules, and one sub-config per module. A sub-config may be given as a
     mapping of its fields (as in a checkpoint's dict)."""
 
-    tgt_vocab_size: int = 8000  # decoder vocabulary
-    src_vocab_size: int = 0  # source side: CTC head and text-encoder embeddings; 0 = none
-    d_model: int = 256
-    n_heads: int = 4
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    activation_dropout: float = 0.1
+    tgt_vocab_size: int = checked(8000, lo=0)  # decoder vocabulary
+    src_vocab_size: int = checked(0, lo=0)  # source side: CTC head and text-encoder embeddings; 0 = none
+    d_model: int = checked(256, lo=1)
+    n_heads: int = checked(4, lo=1)
+    ffn_dim: int = checked(2048, lo=1)
+    dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
+    attention_dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
+    activation_dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
     ctc: bool = False  # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout)
     # the LM ids of the CTC head's text labels 5.. when it writes a language-model decoder's tokens
     # (speechmt.models.ctc_head; filled in from the training transcripts when a run starts), else empty
     ctc_vocab: tuple[int, ...] = ()
-    pad_id: int = 0
-    position_offset: int = 0  # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
+    pad_id: int = checked(0, lo=0)
+    # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
+    position_offset: int = checked(0, lo=0)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     shrink: ShrinkConfig = field(default_factory=ShrinkConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
