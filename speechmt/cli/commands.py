@@ -95,7 +95,7 @@ def cmd_backtranslate(args: argparse.Namespace) -> int:
 
 def cmd_vocab(args: argparse.Namespace) -> int:
     from speechmt.data.vocab import train_from_manifests
-    from speechmt.tokenizer import TokenizerConfig
+    from speechmt.tokenizers.sentencepiece import TokenizerConfig
 
     fields = {"src": ("src_text",), "tgt": ("tgt_text",), "joint": ("src_text", "tgt_text")}[args.field]
     cfg = TokenizerConfig(model_type=args.model_type, vocab_size=args.vocab_size,

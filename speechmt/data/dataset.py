@@ -23,7 +23,7 @@ from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import ManifestError, Record, read_split, record_audio
 from speechmt.data.encoder_cache import cached_split
 from speechmt.frontend import FbankFrontend, Frontend
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 if TYPE_CHECKING:
     from speechmt.data.augment import Augmenter

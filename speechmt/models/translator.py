@@ -28,14 +28,14 @@ from speechmt.models.layers import TransformerEncoder, config_stack, embedding
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
 from speechmt.models.semantic import SEMANTICS, SemanticConfig, SemanticLayer
 from speechmt.models.shrink import Shrink, ShrinkConfig, build_shrink
-from speechmt.tokenizer import Tokenizer
-from speechmt.tokenizer_whisper import language_token
+from speechmt.tokenizers.sentencepiece import Tokenizer
+from speechmt.tokenizers.whisper import language_token
 
 __all__ = ["DecoderConfig", "EncoderConfig", "EncoderOutput", "LoraSettings", "ModelConfig", "PRESETS",
            "SemanticConfig", "ShrinkConfig", "TextEncoderConfig", "Translator", "build_model", "count_parameters",
            "migrate_model_config", "preset"]
 
-CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizer)
+CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizers.sentencepiece)
 ENCODERS = ("conv", "wav2vec2", "whisper")
 DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
@@ -172,7 +172,7 @@ class DecoderConfig:
     finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (ModelConfig.lora adapters)
     tie_embeddings: bool = True  # decoder input embedding == output projection
     output_bias: bool = False  # a bias on the output projection (imported models)
-    vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizer_lm)
+    vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizers.lm)
     prompt: tuple[int, ...] = ()  # lm: the LM ids before the source ("<bos>English:")
 
     def __post_init__(self):
@@ -444,7 +444,7 @@ def _wav2vec2_encoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, Mo
 
 def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[TransformerDecoder, ModelConfig]:
     """Whisper's decoder, and `cfg` with Whisper's dimensions and complete HF config filled in."""
-    from speechmt.models.whisper import whisper_decoder_config, whisper_decoder_from_hf
+    from speechmt.models.hf_whisper import whisper_decoder_config, whisper_decoder_from_hf
 
     cfg = whisper_decoder_config(cfg, hf_model)
     return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
@@ -484,7 +484,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     if cfg.semantic.kind not in SEMANTICS:
         raise ValueError(f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
                          "Translator: build it with speechmt.models.build.build")
-    from speechmt.models.whisper import whisper_models
+    from speechmt.models.hf_whisper import whisper_models
 
     kinds = (cfg.encoder.kind, cfg.decoder.kind)
     hf_enc, hf_dec = whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
@@ -498,7 +498,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     if cfg.encoder.kind == "wav2vec2":
         speech, cfg = _wav2vec2_encoder(cfg, pretrained)
     elif cfg.encoder.kind == "whisper":
-        from speechmt.models.whisper import hf_config_dict, whisper_encoder_from_hf
+        from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
 
         speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers)
         cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))

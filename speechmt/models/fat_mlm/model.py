@@ -4,7 +4,7 @@
 
 with segment embeddings, mask vectors, the upsampling reconstruction head and tied token predictions; its
 loss (fat_mlm_loss) and the conv variant's builder. The package docstring (speechmt.models.fat_mlm) tells
-the whole of it; the Whisper variant is in speechmt.models.fat_mlm.whisper.
+the whole of it; the Whisper variant is in speechmt.models.fat_mlm.whisper_fat_mlm.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.fat_mlm.masking import FatMasks, TokenMask, reconstruction_frames, span_mask, token_mask
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.layers import STACK_INITS, config_stack, embedding
-from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
+from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
 SPEECH, SOURCE, TARGET = 0, 1, 2  # segment ids
 SEGMENT_OF = {"speech": SPEECH, "src": SOURCE, "tgt": TARGET}
