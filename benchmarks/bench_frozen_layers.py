@@ -27,8 +27,8 @@ from speechmt.data.manifest import read_manifest
 from speechmt.data.manifest import record_audio
 from speechmt.frontend.whisper_mel import mel_settings, whisper_log_mel
 from speechmt.models.translator import ModelConfig, build_model
-from speechmt.models.whisper import resolve_pretrained
-from speechmt.tokenizer_whisper import WhisperTokenizer
+from speechmt.hub import resolve_pretrained
+from speechmt.tokenizers.whisper import WhisperTokenizer
 
 
 def batches(records, folder: Path, seconds: float, count: int, mel) -> list[list]:

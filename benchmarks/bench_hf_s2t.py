@@ -54,7 +54,7 @@ from speechmt.data.manifest import read_manifest
 from speechmt.decoding.search import DecodeOptions, beam_search
 from speechmt.decoding.translate import LoadedModel, load_model
 from speechmt.interop.hf_s2t import _rename, import_hf_s2t  # _rename: HF parameter name -> ours
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

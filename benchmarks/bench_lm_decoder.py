@@ -35,8 +35,8 @@ from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.tasks.losses import ctc_loss
 from speechmt.training.run import init_encoder_from
-from speechmt.tokenizer_lm import LMTokenizer
-from speechmt.tokenizer_whisper import WhisperTokenizer
+from speechmt.tokenizers.lm import LMTokenizer
+from speechmt.tokenizers.whisper import WhisperTokenizer
 
 LM_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05,
            "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}

@@ -28,8 +28,8 @@ from speechmt.frontend.whisper_mel import WhisperMelConfig, mel_settings, whispe
 from speechmt.decoding.search import DecodeOptions, greedy_search
 from speechmt.evaluation.metrics import wer
 from speechmt.models.translator import ModelConfig, build_model
-from speechmt.models.whisper import resolve_pretrained
-from speechmt.tokenizer_whisper import WhisperTokenizer
+from speechmt.hub import resolve_pretrained
+from speechmt.tokenizers.whisper import WhisperTokenizer
 
 
 def encode_pass(model, mels: list[torch.Tensor], batch: int) -> tuple[float, list]:

@@ -1,5 +1,5 @@
 """The Python API: `load_model()` and `translate()`, the command line's `speechmt translate` options as typed
-keyword arguments, checked by the same rules (speechmt.cli_options) with the same one-line messages.
+keyword arguments, checked by the same rules (speechmt.checks) with the same one-line messages.
 
 Importing this module is cheap: torch and the models load on the first call.
 """
@@ -11,7 +11,7 @@ from argparse import ArgumentTypeError
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Union
 
-from speechmt import cli_options as opt
+from speechmt import checks as opt
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +29,7 @@ class OptionError(ValueError):
 
 
 def _checked(name: str, parse: Callable[[str], object], value: object):
-    """`value` through a command-line type check (speechmt.cli_options); OptionError named `name` if it fails."""
+    """`value` through a command-line type check (speechmt.checks); OptionError named `name` if it fails."""
     try:
         return parse(str(value))
     except ArgumentTypeError as e:
@@ -37,7 +37,7 @@ def _checked(name: str, parse: Callable[[str], object], value: object):
 
 
 def _device(value: object) -> str:
-    from speechmt.config_check import device_problem
+    from speechmt.checks import device_problem
 
     problem = device_problem(str(value))
     if problem:

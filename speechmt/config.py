@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from speechmt.config_check import ConfigError, check_config, count_problem, raise_problems, read_yaml_mapping
+from speechmt.checks import ConfigError, check_config, checked, count_problem, raise_problems, read_yaml_mapping
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.align import AlignConfig
@@ -44,9 +44,9 @@ class DataConfig:
     cmvn: str = "utterance"  # "utterance" or "global" (statistics from preparation)
     spec_augment: str = "lb"  # "", "lb" or "ld"
     cache_encoder: bool = True  # a frozen Whisper encoder's states are computed once per split and cached
-    max_tokens: int = 40000  # padded frames (audio) or tokens (text) per batch
-    max_sentences: int = 0  # 0: no limit
-    num_workers: int = 0
+    max_tokens: int = checked(40000, lo=1)  # padded frames (audio) or tokens (text) per batch
+    max_sentences: int = checked(0, lo=0)  # 0: no limit
+    num_workers: int = checked(0, lo=0)
     # on-the-fly augmentation of the training audio (speechmt.data.augment; wav2vec2 and whisper encoders, not
     # cached frozen-encoder states): the probability of each (0: off), then its settings
     augment_reverb: float = 0.0
@@ -75,25 +75,26 @@ class TrainConfig:
 
     task: str = "st"  # st, asr or mt: the task of a one-stage run (when `stages` is empty)
     stages: list[Stage] = field(default_factory=list)  # a progressive multi-task schedule (speechmt.tasks.schedule)
-    lr: float = 2e-3
-    warmup_updates: int = 10000
-    max_updates: int = 100000
-    max_epochs: int = 0  # 0: no limit
-    update_freq: int = 1
-    clip_norm: float = 10.0
-    weight_decay: float = 0.0
+    lr: float = checked(2e-3, lo=0, lo_in=False)
+    warmup_updates: int = checked(10000, lo=0)
+    max_updates: int = checked(100000, lo=0)
+    max_epochs: int = checked(0, lo=0)  # 0: no limit
+    update_freq: int = checked(1, lo=1)
+    clip_norm: float = checked(10.0, lo=0)
+    weight_decay: float = checked(0.0, lo=0)
     adam_betas: tuple[float, float] = (0.9, 0.98)
-    label_smoothing: float = 0.1
-    ctc_weight: float = 0.0
-    seed: int = 1
+    label_smoothing: float = checked(0.1, lo=0, hi=1, hi_in=False)
+    ctc_weight: float = checked(0.0, lo=0, hi=1)
+    seed: int = checked(1, lo=0)
     save_dir: str = "exp/st"
-    save_interval_updates: int = 1000
-    keep_last: int = 10
-    validate_interval_updates: int = 1000
-    log_interval: int = 50
+    save_interval_updates: int = checked(1000, lo=0)
+    keep_last: int = checked(10, lo=0)
+    validate_interval_updates: int = checked(1000, lo=0)
+    log_interval: int = checked(50, lo=1)
     precision: str = "fp32"  # fp32, bf16 or fp16 (autocast on CUDA)
-    device: str = "auto"
-    threads: int = 0  # torch CPU threads (0: torch's default, OMP_NUM_THREADS); 1 per job when jobs share cores
+    device: str = checked("auto", device=True)
+    # torch CPU threads (0: torch's default, OMP_NUM_THREADS); 1 per job when jobs share cores
+    threads: int = checked(0, lo=0)
     init_encoder_from: str = ""  # a checkpoint (e.g. ASR) whose tensors under init_prefixes initialise this model
     init_prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")  # e.g. add "decoder." from an MT model
     # more checkpoints to initialise parts from, after init_encoder_from, each "PATH:prefix,prefix" (as ESPnet's

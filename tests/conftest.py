@@ -55,7 +55,7 @@ def tiny_data(tmp_path_factory) -> Path:
     from speechmt.data.mustc import prepare_mustc
     from speechmt.data.prepare import PrepareConfig
     from speechmt.data.vocab import train_from_manifests
-    from speechmt.tokenizer import TokenizerConfig
+    from speechmt.tokenizers.sentencepiece import TokenizerConfig
 
     out = tmp_path_factory.mktemp("tiny_data")
     prepare_mustc(ASSETS / "mustc", out, "de", cfg=PrepareConfig(jobs=1))

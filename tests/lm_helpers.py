@@ -58,7 +58,7 @@ def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS):
     the transcripts' LM tokens), the LM's source tokenizer), in eval mode."""
     from speechmt.models.ctc_head import FIRST_LABEL
     from speechmt.models.translator import build_model, preset
-    from speechmt.tokenizer_lm import LMTokenizer
+    from speechmt.tokenizers.lm import LMTokenizer
 
     src = LMTokenizer.from_pretrained(str(lm_dir), role="source")
     tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])

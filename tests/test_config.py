@@ -1,5 +1,5 @@
 """speechmt.config: the YAML form of ExperimentConfig round-trips, overrides are YAML scalars on
-section.key, and a bad config is a ConfigError naming the option (type checks of values: test_cli_options)."""
+section.key, and a bad config is a ConfigError naming the option (type checks of values: tests/cli/test_options.py)."""
 
 from pathlib import Path
 

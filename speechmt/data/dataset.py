@@ -17,13 +17,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from speechmt.audio import CMVNConfig, SpecAugmentConfig, spec_augment
-from speechmt.config_check import ConfigError
+from speechmt.checks import ConfigError
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import ManifestError, Record, read_split, record_audio
 from speechmt.data.encoder_cache import cached_split
 from speechmt.frontend import FbankFrontend, Frontend
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 if TYPE_CHECKING:
     from speechmt.data.augment import Augmenter

@@ -6,7 +6,7 @@ import os
 from typing import Sequence
 
 from speechmt.data.manifest import manifest_texts
-from speechmt.tokenizer import Tokenizer, TokenizerConfig, train_tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer, TokenizerConfig, train_tokenizer
 
 
 def train_from_manifests(paths: Sequence[str | os.PathLike], fields: Sequence[str],

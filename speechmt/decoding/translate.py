@@ -27,7 +27,7 @@ from speechmt.frontend import Frontend
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
 from speechmt.models.translator import EncoderOutput, Translator, build_model
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.models.delta import load_model_state
 

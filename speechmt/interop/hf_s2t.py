@@ -35,8 +35,8 @@ from speechmt.bundle import ModelBundle
 from speechmt.frontend import FbankFrontend
 from speechmt.interop import HFImportError
 from speechmt.models.translator import DecoderConfig, EncoderConfig, ModelConfig, build_model
-from speechmt.tokenizer import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
-from speechmt.tokenizers import Tokenizers
+from speechmt.tokenizers.sentencepiece import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
+from speechmt.tokenizers.pair import Tokenizers
 from speechmt.checkpoint import save_checkpoint
 
 __all__ = ["NEVER", "convert_tokenizer", "convert_weights", "fbank_frontend", "import_hf_s2t", "model_config",

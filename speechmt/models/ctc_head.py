@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
+from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
 FIRST_LABEL = len(SPECIAL_PIECES)  # the first text label
 

@@ -2,7 +2,7 @@
 scaled embeddings + sinusoidal positions, pre-norm layers, final LayerNorm, bias-free output projection;
 a bias is optional, for imported models whose vocabulary has rows the original never predicts).
 
-The same module holds Whisper's decoder (`whisper_decoder_from_hf` in speechmt.models.whisper): unscaled
+The same module holds Whisper's decoder (`whisper_decoder_from_hf` in speechmt.models.hf_whisper): unscaled
 embeddings, learned positions, GELU feed-forward, tied output projection."""
 
 from __future__ import annotations

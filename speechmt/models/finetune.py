@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from speechmt.checks import checked
+
 FINETUNE_MODES = ("full", "frozen", "lna", "lora")
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
@@ -24,9 +26,9 @@ class LoraSettings:
     of the Linear layers that get adapters (matched at the end of module names). ModelConfig.lora: shared by
     the encoder (encoder.finetune lora) and the decoder (decoder.finetune lora)."""
 
-    rank: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
+    rank: int = checked(16, lo=1)
+    alpha: float = checked(32.0, lo=0, lo_in=False)
+    dropout: float = checked(0.0, lo=0, hi=1, hi_in=False)
     targets: tuple[str, ...] = ATTENTION_PROJECTIONS + ("fc1", "fc2")
 
     def __post_init__(self):

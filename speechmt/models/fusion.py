@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from speechmt.config_check import count_problem, number_problem, raise_problems
+from speechmt.checks import checked, count_problem, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.sequence import lengths_to_padding_mask
 
@@ -34,7 +34,7 @@ class FusionConfig:
 
     layers: tuple[int, ...] = ()
     tasks: tuple[str, ...] = ()
-    gate: float = 0.0
+    gate: float = checked(0.0, lo=0, hi=1)
 
     def __post_init__(self):
         self.layers, self.tasks = tuple(self.layers), tuple(self.tasks)
@@ -42,7 +42,7 @@ class FusionConfig:
             *(count_problem("fusion.layers item", i, 1) for i in self.layers),
             len(set(self.layers)) != len(self.layers) and f"fusion.layers repeats a layer: {list(self.layers)}",
             len(set(self.tasks)) != len(self.tasks) and f"fusion.tasks repeats a task: {list(self.tasks)}",
-            number_problem("fusion.gate", self.gate, 0, hi=1),
+            *field_problems(self, "fusion."),
         ])
 
     @property

@@ -10,7 +10,7 @@ under $SPEECHMT_HOME, such as `gemma-3-270m`) reads one sequence per utterance:
 The source is the encoder output ("memory") that other decoders attend to; here it is spliced into the LM's
 input embeddings, each row's padding moved to its start and masked out, and the position ids counted from its
 first real token, so that each row is the LM's own sequence whatever the padding. The target's tokens are ids of a trimmed output vocabulary
-(speechmt.tokenizer_lm: `vocab` holds their LM ids): the output layer is the LM's own (tied to its input
+(speechmt.tokenizers.lm: `vocab` holds their LM ids): the output layer is the LM's own (tied to its input
 table on Gemma) restricted to those rows, so a step costs len(vocab) instead of 262k logits, and input
 embeddings stay whole.
 

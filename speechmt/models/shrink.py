@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.config_check import raise_problems
+from speechmt.checks import checked, raise_problems
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.subsampling import Conv1dSubsampler
 from speechmt.sequence import lengths_to_padding_mask
@@ -46,8 +46,8 @@ class ShrinkConfig:
     "mean" or "first"; needs the model's CTC head, trained by the CTC loss: train.ctc_weight > 0)."""
 
     kind: str = "none"
-    channels: int = 1024
-    kernel: int = 5
+    channels: int = checked(1024, lo=1)
+    kernel: int = checked(5, lo=1)
     mode: str = "mean"
     layers: int = 2  # conv: stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
     # ctc: what a segment becomes: "states" (its acoustic states, merged by `mode`) or "lm" (the mean of its

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from speechmt.config_check import raise_problems
+from speechmt.checks import checked, raise_problems
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead, LabelEmbeddings
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
@@ -28,14 +28,14 @@ from speechmt.models.layers import TransformerEncoder, config_stack, embedding
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
 from speechmt.models.semantic import SEMANTICS, SemanticConfig, SemanticLayer
 from speechmt.models.shrink import Shrink, ShrinkConfig, build_shrink
-from speechmt.tokenizer import Tokenizer
-from speechmt.tokenizer_whisper import language_token
+from speechmt.tokenizers.sentencepiece import Tokenizer
+from speechmt.tokenizers.whisper import language_token
 
 __all__ = ["DecoderConfig", "EncoderConfig", "EncoderOutput", "LoraSettings", "ModelConfig", "PRESETS",
            "SemanticConfig", "ShrinkConfig", "TextEncoderConfig", "Translator", "build_model", "count_parameters",
            "migrate_model_config", "preset"]
 
-CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizer)
+CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer (speechmt.tokenizers.sentencepiece)
 ENCODERS = ("conv", "wav2vec2", "whisper")
 DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
@@ -51,10 +51,10 @@ class EncoderConfig:
     (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length)."""
 
     kind: str = "conv"
-    layers: int = 12  # conv: Transformer layers
-    input_dim: int = 80  # conv: fbank bins
+    layers: int = checked(12, lo=0)  # conv: Transformer layers
+    input_dim: int = checked(80, lo=1)  # conv: fbank bins
     subsampler: str = "conv1d"  # conv: "conv1d" (fairseq S2T) or "conv2d" (ESPnet; 3x3 kernels, conv_kernels unused)
-    conv_channels: int = 1024
+    conv_channels: int = checked(1024, lo=1)
     conv_kernels: tuple[int, ...] = (5, 5)
     # wav2vec2, whisper: a hub id, a local directory or a name set-up converted under $SPEECHMT_HOME
     # (e.g. whisper-base); "" = random init from hf_config
@@ -66,14 +66,15 @@ class EncoderConfig:
     # wav2vec2, whisper: full, frozen (whisper: its states cacheable), lna (only its LayerNorms and attention
     # projections train) or lora (adapters with ModelConfig.lora, the rest frozen)
     finetune: str = "full"
-    layerdrop: float = 0.0  # wav2vec2, whisper: probability of skipping each layer in training
+    layerdrop: float = checked(0.0, lo=0, hi=1)  # wav2vec2, whisper: probability of skipping each layer in training
     # whisper: the convolutions and the first N layers stay frozen whatever `finetune` says, which then
     # applies to the layers above (and the final LayerNorm); their input, the states after layer N, is
     # cached when data.cache_encoder is on, so an update runs only the layers above
     frozen_layers: int = 0
     freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
-    mask_time_prob: float = 0.0  # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
-    mask_time_length: int = 10  # wav2vec2: frames per masked span
+    # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
+    mask_time_prob: float = checked(0.0, lo=0, hi=1, hi_in=False)
+    mask_time_length: int = checked(10, lo=1)  # wav2vec2: frames per masked span
     gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
 
     def __post_init__(self):
@@ -132,7 +133,7 @@ class TextEncoderConfig:
     adds them; needs decoder 'lm' and embed_only); `freeze_embeddings` keeps Whisper's tables as they are
     (they then come from the base model, not the checkpoint's delta)."""
 
-    layers: int = 0
+    layers: int = checked(0, lo=0)
     shared: bool = False
     embed_only: bool = False
     embeddings: str = "learned"
@@ -165,13 +166,13 @@ class DecoderConfig:
     before the source, both filled in from the LM's tokenizer and the training targets when a run starts)."""
 
     kind: str = "transformer"
-    layers: int = 6
+    layers: int = checked(6, lo=1)
     name_or_path: str = ""
     hf_config: dict = field(default_factory=dict)  # whisper: as encoder.hf_config
     finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (ModelConfig.lora adapters)
     tie_embeddings: bool = True  # decoder input embedding == output projection
     output_bias: bool = False  # a bias on the output projection (imported models)
-    vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizer_lm)
+    vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizers.lm)
     prompt: tuple[int, ...] = ()  # lm: the LM ids before the source ("<bos>English:")
 
     def __post_init__(self):
@@ -217,20 +218,21 @@ class ModelConfig:
     """Model dimensions shared by the modules, and one sub-config per module. A sub-config may be given as a
     mapping of its fields (as in a checkpoint's dict)."""
 
-    tgt_vocab_size: int = 8000  # decoder vocabulary
-    src_vocab_size: int = 0  # source side: CTC head and text-encoder embeddings; 0 = none
-    d_model: int = 256
-    n_heads: int = 4
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    activation_dropout: float = 0.1
+    tgt_vocab_size: int = checked(8000, lo=0)  # decoder vocabulary
+    src_vocab_size: int = checked(0, lo=0)  # source side: CTC head and text-encoder embeddings; 0 = none
+    d_model: int = checked(256, lo=1)
+    n_heads: int = checked(4, lo=1)
+    ffn_dim: int = checked(2048, lo=1)
+    dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
+    attention_dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
+    activation_dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
     ctc: bool = False  # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout)
     # the LM ids of the CTC head's text labels 5.. when it writes a language-model decoder's tokens
     # (speechmt.models.ctc_head; filled in from the training transcripts when a run starts), else empty
     ctc_vocab: tuple[int, ...] = ()
-    pad_id: int = 0
-    position_offset: int = 0  # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
+    pad_id: int = checked(0, lo=0)
+    # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
+    position_offset: int = checked(0, lo=0)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     shrink: ShrinkConfig = field(default_factory=ShrinkConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
@@ -442,7 +444,7 @@ def _wav2vec2_encoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, Mo
 
 def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[TransformerDecoder, ModelConfig]:
     """Whisper's decoder, and `cfg` with Whisper's dimensions and complete HF config filled in."""
-    from speechmt.models.whisper import whisper_decoder_config, whisper_decoder_from_hf
+    from speechmt.models.hf_whisper import whisper_decoder_config, whisper_decoder_from_hf
 
     cfg = whisper_decoder_config(cfg, hf_model)
     return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
@@ -482,7 +484,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     if cfg.semantic.kind not in SEMANTICS:
         raise ValueError(f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
                          "Translator: build it with speechmt.models.build.build")
-    from speechmt.models.whisper import whisper_models
+    from speechmt.models.hf_whisper import whisper_models
 
     kinds = (cfg.encoder.kind, cfg.decoder.kind)
     hf_enc, hf_dec = whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
@@ -496,7 +498,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     if cfg.encoder.kind == "wav2vec2":
         speech, cfg = _wav2vec2_encoder(cfg, pretrained)
     elif cfg.encoder.kind == "whisper":
-        from speechmt.models.whisper import hf_config_dict, whisper_encoder_from_hf
+        from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
 
         speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers)
         cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from speechmt.config_check import choice_problem, count_problem, number_problem, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.models.shrink import CTCShrink, ctc_segments
 from speechmt.sequence import lengths_to_padding_mask
@@ -49,18 +49,13 @@ class AlignConfig:
     hidden states after its layer k), `text` (detach or anchor) with `anchor_weight`, `units` (ctc: forced
     alignment through the CTC head; uniform: frames shared out evenly)."""
 
-    layer: int = 0
-    text: str = "detach"
-    anchor_weight: float = 1.0
-    units: str = "ctc"
+    layer: int = checked(0, lo=0)
+    text: str = checked("detach", choices=ALIGN_TEXT)
+    anchor_weight: float = checked(1.0, lo=0)
+    units: str = checked("ctc", choices=ALIGN_UNITS)
 
     def __post_init__(self):
-        raise_problems("train.align", [
-            count_problem("layer", self.layer, 0),
-            choice_problem("text", self.text, ALIGN_TEXT),
-            number_problem("anchor_weight", self.anchor_weight, 0),
-            choice_problem("units", self.units, ALIGN_UNITS),
-        ])
+        raise_problems("train.align", field_problems(self))
 
 
 # --- token spans and pooling (shared with speechmt.models.procrustes) ---

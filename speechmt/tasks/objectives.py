@@ -24,7 +24,7 @@ from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder
 from speechmt.models.translator import EncoderOutput, Translator
 from speechmt.tasks.align import AlignConfig, align_sentence, align_words
 from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
-from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
+from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
 
 @dataclass(frozen=True)

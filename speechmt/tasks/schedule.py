@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from speechmt.config_check import count_problem, number_problem, raise_problems
+from speechmt.checks import checked, count_problem, field_problems, number_problem, raise_problems
 
 MIXES = ("together", "sample")
 
@@ -42,9 +42,9 @@ class TaskData:
     data_dir: str = ""
     split: str = ""
     valid_split: str | None = None
-    ratio: float = 1.0
-    max_tokens: int = 0
-    max_sentences: int = 0
+    ratio: float = checked(1.0, lo=0, lo_in=False)
+    max_tokens: int = checked(0, lo=0, note="0: the data section's")
+    max_sentences: int = checked(0, lo=0, note="0: the data section's")
     ramp: dict[str, int] = field(default_factory=dict)
     parts: list[str] = field(default_factory=list)
 
@@ -63,8 +63,7 @@ class TaskData:
             *(f"unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}"
               for name in self.objectives if name not in OBJECTIVES),
             *(number_problem(f"objective {name} weight", w) for name, w in self.objectives.items()),
-            *(count_problem(key, getattr(self, key), 0, "0: the data section's") for key in ("max_tokens", "max_sentences")),
-            number_problem("ratio", self.ratio, 0, lo_in=False),
+            *field_problems(self),
             *(f"ramp names {name!r}, not one of its objectives" for name in self.ramp if name not in self.objectives),
             *(count_problem(f"ramp of {name}", n, 1, "updates") for name, n in self.ramp.items()),
         ])
@@ -109,8 +108,8 @@ class Stage:
     name: str = ""
     tasks: list[TaskData] = field(default_factory=lambda: [TaskData()])
     mix: str = "together"
-    updates: int = 0
-    epochs: int = 0
+    updates: int = checked(0, lo=0)
+    epochs: int = checked(0, lo=0)
     freeze: list[str] = field(default_factory=list)
 
     def __post_init__(self):
@@ -122,8 +121,7 @@ class Stage:
             raise ValueError(f"stage {self.name!r}: a task appears twice on the same data ({', '.join(keys)})")
         raise_problems(f"stage {self.name!r}", [
             self.mix not in MIXES and f"unknown mix {self.mix!r}; expected one of {', '.join(MIXES)}",
-            count_problem("updates", self.updates, 0),
-            count_problem("epochs", self.epochs, 0),
+            *field_problems(self),
         ])
         self.freeze = list(self.freeze or [])
 

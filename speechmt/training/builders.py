@@ -18,10 +18,10 @@ from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.translator import ModelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
-from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
-from speechmt.tokenizer_lm import LMTokenizer
-from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig
-from speechmt.tokenizers import AnyTokenizer, Tokenizers
+from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
+from speechmt.tokenizers.lm import LMTokenizer
+from speechmt.tokenizers.whisper import WhisperTokenizer, WhisperTokenizerConfig
+from speechmt.tokenizers.pair import AnyTokenizer, Tokenizers
 
 if TYPE_CHECKING:
     from speechmt.data.augment import Augmenter
@@ -64,7 +64,7 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
                       Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None)
     if model is None or not model.decoder.whisper_tokens:
         return toks
-    from speechmt.models.whisper import resolve_pretrained
+    from speechmt.hub import resolve_pretrained
 
     whisper = WhisperTokenizer.from_pretrained(resolve_pretrained(model.whisper_decoder_source),
                                                WhisperTokenizerConfig(data.whisper_task))
@@ -147,7 +147,7 @@ def whisper_frontend(cfg: ExperimentConfig) -> WhisperMelFrontend:
     """A Whisper encoder's front end: its feature extractor's mel bins (its config's for a random one), at the
     clip's length or padded to 30 s (data.whisper_pad_30s)."""
     from speechmt.frontend.whisper_mel import mel_settings
-    from speechmt.models.whisper import resolve_pretrained
+    from speechmt.hub import resolve_pretrained
 
     encoder = cfg.model.encoder
     if not encoder.name_or_path:

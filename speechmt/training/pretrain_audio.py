@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from speechmt.checkpoint import CheckpointError
-from speechmt.config_check import read_yaml_mapping
+from speechmt.checks import checked, read_yaml_mapping
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig, yaml_value
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.dataset import AudioInput, SpeechDataset
@@ -53,20 +53,20 @@ class PretrainAudioConfig:
     hf_config: dict = field(default_factory=lambda: dict(SMALL_CONFIG))  # Wav2Vec2Config fields (random init)
     do_normalize: bool = True  # zero mean, unit variance per utterance (saved in the feature extractor config)
     mask_prob: float = 0.65  # share of frames that start a masked span (wav2vec 2.0: 0.65)
-    mask_length: int = 10  # frames per span
-    min_masks: int = 2
+    mask_length: int = checked(10, lo=1)  # frames per span
+    min_masks: int = checked(2, lo=0)
     gumbel_temperature: tuple[float, float, float] = (2.0, 0.5, 0.999995)  # start, floor, decay per update
-    lr: float = 5e-4
-    warmup_updates: int = 500
-    max_updates: int = 10000
-    weight_decay: float = 0.01
-    clip_norm: float = 10.0
-    max_tokens: int = 6000  # padded 10 ms frames of audio per batch
-    max_sentences: int = 0  # 0: no limit
-    seed: int = 1
-    save_interval_updates: int = 500
-    log_interval: int = 50
-    device: str = "auto"
+    lr: float = checked(5e-4, lo=0, lo_in=False)
+    warmup_updates: int = checked(500, lo=0)
+    max_updates: int = checked(10000, lo=1)
+    weight_decay: float = checked(0.01, lo=0)
+    clip_norm: float = checked(10.0, lo=0)
+    max_tokens: int = checked(6000, lo=1)  # padded 10 ms frames of audio per batch
+    max_sentences: int = checked(0, lo=0)  # 0: no limit
+    seed: int = checked(1, lo=0)
+    save_interval_updates: int = checked(500, lo=0)
+    log_interval: int = checked(50, lo=1)
+    device: str = checked("auto", device=True)
 
     def __post_init__(self):
         self.manifests = tuple(self.manifests)

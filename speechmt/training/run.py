@@ -21,7 +21,7 @@ from speechmt.models.translator import ModelConfig
 from speechmt.training import distributed as dist
 from speechmt.frontend import Frontend
 from speechmt.tasks import TaskData
-from speechmt.tokenizers import Tokenizers
+from speechmt.tokenizers.pair import Tokenizers
 from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
                                         frontend_for, main_task, model_config_for, objective_settings_for, stream_dir,
                                         teacher_for, tokenizers_for, with_teacher)

@@ -9,7 +9,7 @@ from speechmt.frontend import FbankFrontend
 from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig
 from speechmt.data.vocab import train_from_manifests
-from speechmt.tokenizer import TokenizerConfig
+from speechmt.tokenizers.sentencepiece import TokenizerConfig
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from speechmt.data.dataset import TextDataset, collate
 from speechmt.data.manifest import read_manifest
 from speechmt.data.teacher_cache import WithTeacher, cached_teacher_split, teacher_key
 from speechmt.models.teacher import load_teacher
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 
 def test_cache_holds_each_transcripts_states_and_is_read_back(tiny_data, tiny_bert, tmp_path, monkeypatch):

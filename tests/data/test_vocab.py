@@ -4,8 +4,8 @@ import pytest
 
 from speechmt.data.manifest import Record, write_manifest
 from speechmt.data.vocab import train_from_manifests
-from speechmt.tokenizer import train_tokenizer
-from tests.test_tokenizer import DE, EN, config
+from speechmt.tokenizers.sentencepiece import train_tokenizer
+from tests.tokenizers.test_sentencepiece import DE, EN, config
 
 
 def write_pair(tmp_path) -> list:

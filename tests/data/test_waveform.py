@@ -10,7 +10,7 @@ from speechmt.data.dataset import collate
 from speechmt.data.manifest import read_manifest, write_manifest
 from speechmt.data.dataset import AudioInput, SpeechDataset
 from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend, normalize_waveform, waveform_input
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.training.builders import build_dataset, load_tokenizers
 from tests.helpers import tiny_config
 

@@ -15,7 +15,7 @@ from speechmt.data.vocab import train_from_manifests
 from speechmt.decoding.translate import load_model
 from speechmt.pretrained import export_model
 from speechmt.tasks import Stage, TaskData
-from speechmt.tokenizer import Tokenizer, TokenizerConfig
+from speechmt.tokenizers.sentencepiece import Tokenizer, TokenizerConfig
 from speechmt.training.builders import decoder_tags
 from speechmt.training.run import run_training
 from tests.conftest import ASSETS

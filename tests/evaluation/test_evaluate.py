@@ -9,7 +9,7 @@ from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.evaluate import decode_split, memory_per_target
 from speechmt.frontend import FbankFrontend
 from speechmt.models import build_model, preset
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 
 def _loaded(tiny_data, **model) -> LoadedModel:

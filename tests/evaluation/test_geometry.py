@@ -18,7 +18,7 @@ from speechmt.evaluation.analyze import compare
 from speechmt.evaluation.representations import Layers, ctc_alignments, piece_words, word_pairs
 from speechmt.models import build_model, preset
 from speechmt.models.encoders.base import EncoderOutput
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 
 def _rotation(rng: np.random.Generator, d: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from speechmt.models.fat_mlm import (FatMasks, FatMLM, WhisperFatMLM, fat_mlm_lo
                                      translator_state)
 from speechmt.models.translator import ModelConfig
 from speechmt.tasks import Stage, TaskData
-from speechmt.tokenizer_whisper import WhisperTokenizer
+from speechmt.tokenizers.whisper import WhisperTokenizer
 from speechmt.training.builders import frontend_for
 from speechmt.training.run import init_encoder_from, run_training
 from tests.helpers import tiny_config

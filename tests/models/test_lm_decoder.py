@@ -10,8 +10,8 @@ from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.translator import build_model, preset
 from speechmt.tasks.objectives import shift_right
-from speechmt.tokenizer import UnknownTagError
-from speechmt.tokenizer_lm import LMTokenizer, language_name
+from speechmt.tokenizers.sentencepiece import UnknownTagError
+from speechmt.tokenizers.lm import LMTokenizer, language_name
 from tests.lm_helpers import tiny_lm_dir
 
 TARGETS = ["Das Wetter ist heute schön.", "Bitte öffne das Fenster.", "Der Zug fährt um neun Uhr ab."]

@@ -12,8 +12,8 @@ from speechmt.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.decoding.translate import load_model
 from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config
 from speechmt.models.translator import EncoderConfig, ModelConfig, build_model, preset
-from speechmt.tokenizer import Tokenizer
-from speechmt.tokenizers import Tokenizers
+from speechmt.tokenizers.sentencepiece import Tokenizer
+from speechmt.tokenizers.pair import Tokenizers
 from tests.helpers import flat_model_config
 
 # every field of the flat ModelConfig as checkpoints stored it before the nesting (commit 6e9295d)

@@ -14,8 +14,8 @@ from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 from speechmt.decoding.translate import LoadedModel, translate
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import Wav2Vec2Options, feature_extractor_settings, wav2vec2_encoder
-from speechmt.tokenizer import Tokenizer
-from speechmt.tokenizers import Tokenizers
+from speechmt.tokenizers.sentencepiece import Tokenizer
+from speechmt.tokenizers.pair import Tokenizers
 from speechmt.checkpoint import save_checkpoint
 from tests.helpers import tiny_wav2vec2_fields
 

@@ -141,7 +141,7 @@ def trained_ctc_bridge(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
 
 def test_the_ctc_bridge_learns_the_transcripts_in_lm_tokens_and_reloads_exactly(trained_ctc_bridge, tiny_data, lm_dir):
     from speechmt.data.manifest import read_split
-    from speechmt.tokenizer_lm import LMTokenizer
+    from speechmt.tokenizers.lm import LMTokenizer
 
     _, save_dir = trained_ctc_bridge
     ckpt = load_checkpoint(_last(save_dir))

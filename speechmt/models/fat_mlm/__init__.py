@@ -42,7 +42,7 @@ from speechmt.models.fat_mlm.masking import FatMasks, TokenMask, reconstruction_
 from speechmt.models.fat_mlm.model import SEGMENT_OF, SOURCE, SPEECH, TARGET, FatMLM, FatMLMOptions, FatOutput, \
     conv_fat_mlm, fat_mlm_loss
 from speechmt.models.fat_mlm.transfer import DECODER_FROM_ENCODER, translator_state
-from speechmt.models.fat_mlm.whisper import WhisperFatMLM, whisper_fat_mlm
+from speechmt.models.fat_mlm.whisper_fat_mlm import WhisperFatMLM, whisper_fat_mlm
 
 
 def fat_mlm(cfg, pretrained: bool = True) -> FatMLM:

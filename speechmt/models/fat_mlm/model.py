@@ -4,7 +4,7 @@
 
 with segment embeddings, mask vectors, the upsampling reconstruction head and tied token predictions; its
 loss (fat_mlm_loss) and the conv variant's builder. The package docstring (speechmt.models.fat_mlm) tells
-the whole of it; the Whisper variant is in speechmt.models.fat_mlm.whisper.
+the whole of it; the Whisper variant is in speechmt.models.fat_mlm.whisper_fat_mlm.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from torch import Tensor, nn
 
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.fat_mlm.masking import FatMasks, TokenMask, reconstruction_frames, span_mask, token_mask
-from speechmt.config_check import choice_problem, count_problem, number_problem, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.layers import STACK_INITS, config_stack, embedding
-from speechmt.tokenizer import SPECIAL_PIECES, Tokenizer
+from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
 SPEECH, SOURCE, TARGET = 0, 1, 2  # segment ids
 SEGMENT_OF = {"speech": SPEECH, "src": SOURCE, "tgt": TARGET}
@@ -36,25 +36,17 @@ class FatMLMOptions:
     encoder.layers) and its `init`, "random" or "identity" (zeroed residual branches, no final norm: FAT-ST's
     xstnet stack with the same init then starts as this one)."""
 
-    speech_mask: float = 0.3
-    speech_span: int = 5
-    speech_loss: str = "l1"
-    speech_weight: float = 1.0
-    token_mask: float = 0.15
+    speech_mask: float = checked(0.3, lo=0, hi=1, hi_in=False)
+    speech_span: int = checked(5, lo=1)
+    speech_loss: str = checked("l1", choices=("l1", "l2"))
+    speech_weight: float = checked(1.0, lo=0)
+    token_mask: float = checked(0.15, lo=0, hi=1, hi_in=False)
     seed: int = 1
-    layers: int | None = None
-    init: str = "random"
+    layers: int | None = checked(None, lo=1)
+    init: str = checked("random", choices=STACK_INITS)
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", [
-            choice_problem("init", self.init, STACK_INITS),
-            number_problem("speech_mask", self.speech_mask, 0, hi=1, hi_in=False),
-            count_problem("speech_span", self.speech_span, 1),
-            choice_problem("speech_loss", self.speech_loss, ("l1", "l2")),
-            number_problem("speech_weight", self.speech_weight, 0),
-            number_problem("token_mask", self.token_mask, 0, hi=1, hi_in=False),
-            self.layers is not None and count_problem("layers", self.layers, 1),
-        ], "semantic fat_mlm")
+        raise_problems("bad ModelConfig", field_problems(self), "semantic fat_mlm")
 
 
 @dataclass

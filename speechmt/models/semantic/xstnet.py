@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.config_check import bool_problem, choice_problem, count_problem, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.layers import STACK_INITS, SinusoidalPositionalEncoding, TransformerEncoder, config_stack
 from speechmt.models.semantic.options import parse_options
 
@@ -34,17 +34,13 @@ class XSTNetOptions:
     "random" (fairseq's initialisation, as the paper) or "identity"; `segments`: learned modality vectors (see
     the module docstring)."""
 
-    layers: int = 6
+    layers: int = checked(6, lo=1)
     audio_tag: bool = True
-    init: str = "random"
-    segments: bool = False
+    init: str = checked("random", choices=STACK_INITS)
+    segments: bool = checked(False)
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", [
-            count_problem("layers", self.layers, 1),
-            bool_problem("segments", self.segments),
-            choice_problem("init", self.init, STACK_INITS),
-        ], "semantic xstnet")
+        raise_problems("bad ModelConfig", field_problems(self), "semantic xstnet")
 
 
 class XSTNetEncoder(nn.Module):

@@ -1,14 +1,14 @@
 """The tokenizers of a model: the source side (transcripts) and the target side (what the decoder writes),
-each SentencePiece (speechmt.tokenizer), Whisper's (speechmt.tokenizer_whisper) or a language model's
-(speechmt.tokenizer_lm), and their saved form."""
+each SentencePiece (speechmt.tokenizers.sentencepiece), Whisper's (speechmt.tokenizers.whisper) or a language model's
+(speechmt.tokenizers.lm), and their saved form."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speechmt.tokenizer import Tokenizer
-from speechmt.tokenizer_lm import LMTokenizer
-from speechmt.tokenizer_whisper import WhisperTokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
+from speechmt.tokenizers.lm import LMTokenizer
+from speechmt.tokenizers.whisper import WhisperTokenizer
 
 AnyTokenizer = Tokenizer | WhisperTokenizer | LMTokenizer
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from speechmt.tokenizer import (
+from speechmt.tokenizers.sentencepiece import (
     Tokenizer,
     TokenizerConfig,
     UnknownTagError,

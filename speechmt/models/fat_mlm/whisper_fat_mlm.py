@@ -12,7 +12,7 @@ from speechmt.models.encoders.whisper import WhisperEncoder, whisper_output_leng
 from speechmt.models.fat_mlm.masking import fit_mask
 from speechmt.models.fat_mlm.model import SPEECH, FatMLM, FatMLMOptions, FatOutput
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, config_stack, embedding
-from speechmt.tokenizer import Tokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 
 class WhisperFatMLM(FatMLM):
@@ -70,7 +70,7 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
     its target text ids are those below <|endoftext|> and, `pretrained`, its target embedding starts as the
     Whisper decoder's token embedding (the same load as the encoder's when they name the same model)."""
     from speechmt.models.finetune import set_finetuning
-    from speechmt.models.whisper import hf_config_dict, whisper_decoder_config, whisper_encoder_from_hf, \
+    from speechmt.models.hf_whisper import hf_config_dict, whisper_decoder_config, whisper_encoder_from_hf, \
         whisper_models
 
     problems = [cfg.encoder.finetune != "frozen" and "reconstructs the frozen Whisper encoder's states: it needs "

@@ -1,17 +1,35 @@
-"""The `speechmt` command line's parser: one function per subcommand adds its options; the handlers (speechmt.cli)
-come in by name, so this module imports no command code. Options are checked where they are parsed
-(speechmt.cli_options), and options that depend on each other by each subcommand's `check`."""
+"""The `speechmt` command line's parser: one function per subcommand adds its options and names its handler
+(speechmt.cli.commands, whose handlers import their command code when called). Options are checked where they
+are parsed (speechmt.checks), and options that depend on each other by each subcommand's `check`."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from speechmt import __version__
-from speechmt import cli_options as opt
+from speechmt import checks as opt
+from speechmt.cli import commands
 
-Handlers = dict[str, Callable[[argparse.Namespace], int]]
-"""{handler name: function}, the names being the cmd_<name> functions of speechmt.cli."""
+
+
+def override(item: str) -> str:
+    """An argparse type: a `section.key=value` experiment config override, type- and range-checked."""
+    from speechmt.config import SECTIONS
+
+    try:
+        return opt.check_override(item, SECTIONS)
+    except opt.ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def pretrain_override(item: str) -> str:
+    """An argparse type: a `key=value` pretrain-audio option, type-checked (`hf_config.*` is left to HF)."""
+    from speechmt.training.pretrain_audio import PretrainAudioConfig
+
+    try:
+        return opt.check_key_value(PretrainAudioConfig, item)
+    except opt.ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file",
@@ -122,7 +140,7 @@ class OneLineParser(argparse.ArgumentParser):
         return value
 
 
-def _prepare(sub, handlers: Handlers) -> None:
+def _prepare(sub) -> None:
     prep = sub.add_parser("prepare", help="prepare a corpus: manifests, features, summary")
     corpora = prep.add_subparsers(dest="corpus", required=True)
     mustc = corpora.add_parser("mustc", help="MuST-C (released layout)")
@@ -130,16 +148,16 @@ def _prepare(sub, handlers: Handlers) -> None:
     mustc.add_argument("--tgt-lang", required=True)
     mustc.add_argument("--splits", nargs="*", help="default: those present of train dev tst-COMMON tst-HE")
     _add_prepare_options(mustc)
-    mustc.set_defaults(func=handlers["prepare_mustc"])
+    mustc.set_defaults(func=commands.cmd_prepare_mustc)
     covost = corpora.add_parser("covost2", help="CoVoST 2 (released layout)")
     covost.add_argument("--root", required=True, help="folder holding <src>/clips and the TSVs")
     covost.add_argument("--src-lang", required=True)
     covost.add_argument("--tgt-lang", required=True)
     _add_prepare_options(covost)
-    covost.set_defaults(func=handlers["prepare_covost2"])
+    covost.set_defaults(func=commands.cmd_prepare_covost2)
 
 
-def _synth(sub, handlers: Handlers) -> None:
+def _synth(sub) -> None:
     """`synth`, `synth-mt`, `synth-tts`, `backtranslate` and `distill`."""
     synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
     synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
@@ -147,7 +165,7 @@ def _synth(sub, handlers: Handlers) -> None:
     synth.add_argument("--out", required=True)
     synth.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     synth.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
-    synth.set_defaults(func=handlers["synth"])
+    synth.set_defaults(func=commands.cmd_synth)
     mt = sub.add_parser("synth-mt", help="extra text-only MT pairs for a mini corpus, none of its sentences")
     mt.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     mt.add_argument("--root", required=True, help="the corpus folder (as `synth --out` made it)")
@@ -157,7 +175,7 @@ def _synth(sub, handlers: Handlers) -> None:
                     choices=("all", "ding", "gettext", "debian-reference", "gnome-help", "sword"),
                     help="parallel text to gather: all, or some of ding (de), gettext (de, es), debian-reference (de), "
                     "gnome-help (de, es), sword (es) (default: ding for de, sword for es)")
-    mt.set_defaults(func=handlers["synth_mt"])
+    mt.set_defaults(func=commands.cmd_synth_mt)
     tts = sub.add_parser("synth-tts", help="voice the English side of MT pairs into a new MuST-C split (MT data "
                                            "as synthetic ST data)")
     tts.add_argument("--root", required=True, help="the MuST-C layout corpus (holds en-de/data/)")
@@ -172,7 +190,7 @@ def _synth(sub, handlers: Handlers) -> None:
                      ". ! or ?), not dictionary phrases")
     tts.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     tts.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
-    tts.set_defaults(func=handlers["synth_tts"])
+    tts.set_defaults(func=commands.cmd_synth_tts)
     for name, mode, what in (("backtranslate", "back", "target-side text into the source language (pairs: "
                               "machine source -> human target)"),
                              ("distill", "distill", "source-side text into the target language with a teacher "
@@ -199,10 +217,10 @@ def _synth(sub, handlers: Handlers) -> None:
         p.add_argument("--max-new-tokens", type=opt.integer(1, opt.MAX_OUTPUT_TOKENS), default=128)
         p.add_argument("--limit", type=opt.integer(0, 10**9), default=0, help="translate the first N texts (0: all)")
         p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-        p.set_defaults(func=handlers["backtranslate"], mode=mode)
+        p.set_defaults(func=commands.cmd_backtranslate, mode=mode)
 
 
-def _vocab(sub, handlers: Handlers) -> None:
+def _vocab(sub) -> None:
     vocab = sub.add_parser("vocab", help="train a SentencePiece vocabulary from manifests")
     vocab.add_argument("manifests", nargs="+", help="manifest files (.jsonl)")
     vocab.add_argument("--field", default="tgt", choices=("src", "tgt", "joint"))
@@ -210,40 +228,40 @@ def _vocab(sub, handlers: Handlers) -> None:
     vocab.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"))
     vocab.add_argument("--lang-tags", nargs="*", default=[], help="e.g. <en> <de> <audio>")
     vocab.add_argument("--out", required=True, help="output .model file")
-    vocab.set_defaults(func=handlers["vocab"])
+    vocab.set_defaults(func=commands.cmd_vocab)
 
 
-def _train(sub, handlers: Handlers) -> None:
+def _train(sub) -> None:
     train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.safetensors)")
     train.add_argument("--config", help="experiment YAML (model, data, train sections)")
-    train.add_argument("overrides", nargs="*", type=opt.override,
+    train.add_argument("overrides", nargs="*", type=override,
                        help="section.key=value, e.g. train.lr=1e-3 data.max_tokens=20000 (checked against the "
                        "types and ranges of the config fields)")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if a checkpoint exists")
-    train.set_defaults(func=handlers["train"])
+    train.set_defaults(func=commands.cmd_train)
 
 
-def _pretrain_audio(sub, handlers: Handlers) -> None:
+def _pretrain_audio(sub) -> None:
     pre = sub.add_parser("pretrain-audio", help="wav2vec 2.0 self-supervised pretraining on unlabelled audio "
                          "(the output loads as the wav2vec2 encoder)")
     pre.add_argument("manifests", nargs="*", help="manifests (.jsonl) whose audio to pretrain on")
     pre.add_argument("--out", help="output: a Hugging Face model directory")
     pre.add_argument("--config", help="YAML of pretrain-audio options (speechmt/training/pretrain_audio.py)")
-    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", type=opt.pretrain_override,
+    pre.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", type=pretrain_override,
                      help="options over the config, e.g. max_updates=2000 hf_config.num_hidden_layers=6")
     pre.add_argument("--no-resume", action="store_true", help="start afresh even if out holds a training state")
-    pre.set_defaults(func=handlers["pretrain_audio"])
+    pre.set_defaults(func=commands.cmd_pretrain_audio)
 
 
-def _average(sub, handlers: Handlers) -> None:
+def _average(sub) -> None:
     avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
     avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.safetensors")
     avg.add_argument("--last", type=opt.integer(1, 10**6), default=10, help="how many numbered checkpoints of a folder")
     avg.add_argument("--out", required=True)
-    avg.set_defaults(func=handlers["average"])
+    avg.set_defaults(func=commands.cmd_average)
 
 
-def _translate(sub, handlers: Handlers) -> None:
+def _translate(sub) -> None:
     tr = sub.add_parser("translate", help="translate audio files (any length) with a checkpoint",
                         description="Translates each audio file. An unreadable file is named in one line on stderr "
                         "(and has an \"error\" in --format json) while the others are translated, and the exit "
@@ -270,10 +288,10 @@ def _translate(sub, handlers: Handlers) -> None:
     tr.add_argument("--timing", action="store_true",
                     help="one file at a time; print file, translation and seconds taken (text format)")
     _add_simultaneous_options(tr, several=False)
-    tr.set_defaults(func=handlers["translate"], check=_check_translate, parser=tr)
+    tr.set_defaults(func=commands.cmd_translate, check=_check_translate, parser=tr)
 
 
-def _evaluate(sub, handlers: Handlers) -> None:
+def _evaluate(sub) -> None:
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
     _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)", ("st", "asr", "mt"))
     ev.add_argument("--data", required=True, help="prepared data folder")
@@ -292,10 +310,10 @@ def _evaluate(sub, handlers: Handlers) -> None:
     _add_simultaneous_options(ev, several=True)
     ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="with --simultaneous: only the first N "
                     "utterances of the split")
-    ev.set_defaults(func=handlers["evaluate"], check=_check_evaluate, parser=ev)
+    ev.set_defaults(func=commands.cmd_evaluate, check=_check_evaluate, parser=ev)
 
 
-def _benchmark(sub, handlers: Handlers) -> None:
+def _benchmark(sub) -> None:
     bench = sub.add_parser("benchmark", help="score and time several systems on one split: markdown, JSON, plots",
                            description="Scores speechmt checkpoints, peer hypotheses files and earlier benchmark "
                            "results on the same utterances with the same metrics (BLEU, chrF; WER, CER for "
@@ -329,10 +347,10 @@ def _benchmark(sub, handlers: Handlers) -> None:
     bench.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
     bench.add_argument("--buckets", type=opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True), nargs="+",
                        default=[2.0, 4.0, 6.0, 8.0], help="duration bucket edges in seconds (default: 2 4 6 8)")
-    bench.set_defaults(func=handlers["benchmark"], check=_check_benchmark, parser=bench)
+    bench.set_defaults(func=commands.cmd_benchmark, check=_check_benchmark, parser=bench)
 
 
-def _analyze(sub, handlers: Handlers) -> None:
+def _analyze(sub) -> None:
     ana = sub.add_parser("analyze", help="how far apart speech and text are inside a model, layer by layer",
                          description="Runs a split's utterances through the model's speech path and their "
                          "transcripts through its text path (or --text-model), and measures every speech layer "
@@ -348,20 +366,20 @@ def _analyze(sub, handlers: Handlers) -> None:
                      "for the text side (default: the model's own text encoder)")
     ana.add_argument("--limit", type=opt.integer(4, opt.MAX_TOKENS), help="only the first N (>= 4) utterances")
     ana.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    ana.set_defaults(func=handlers["analyze"])
+    ana.set_defaults(func=commands.cmd_analyze)
 
 
-def _export(sub, handlers: Handlers) -> None:
+def _export(sub) -> None:
     exp = sub.add_parser("export", help="an inference-only copy of a checkpoint (float16 weights by default)")
     exp.add_argument("checkpoint")
     exp.add_argument("--out", required=True)
     exp.add_argument("--fp32", action="store_true", help="keep float32 weights")
     exp.add_argument("--merge", action="store_true", help="a checkpoint of trained parameters on a pretrained base "
                      "(LoRA, LNA): write the whole model, adapters folded in, so that it needs no base")
-    exp.set_defaults(func=handlers["export"])
+    exp.set_defaults(func=commands.cmd_export)
 
 
-def _convert(sub, handlers: Handlers) -> None:
+def _convert(sub) -> None:
     conv = sub.add_parser("convert", help="rewrite an old pickled checkpoint (.pt) as a safe .safetensors file",
                           description="Old speechmt checkpoints are torch.save pickles, and unpickling can run "
                           "code, so speechmt refuses to load them. This unpickles OLD once, only with --trust, "
@@ -369,19 +387,19 @@ def _convert(sub, handlers: Handlers) -> None:
     conv.add_argument("old", metavar="OLD", help="old pickled checkpoint")
     conv.add_argument("--out", required=True, metavar="NEW", help="file to write (e.g. model.safetensors)")
     conv.add_argument("--trust", action="store_true", help="unpickle OLD: only for a file from a source you trust")
-    conv.set_defaults(func=handlers["convert"])
+    conv.set_defaults(func=commands.cmd_convert)
 
 
-def _import_hf(sub, handlers: Handlers) -> None:
+def _import_hf(sub) -> None:
     imp = sub.add_parser("import-hf", help="convert a Hugging Face Speech2Text model into a speechmt checkpoint")
     imp.add_argument("source", help="a local model directory, or a hub id (e.g. facebook/s2t-small-mustc-en-de-st)")
     imp.add_argument("--out", required=True, help="checkpoint file to write")
     imp.add_argument("--tgt-lang", help="target language of a multilingual model (its <lang:xx> tag)")
     imp.add_argument("--task", default="st", choices=("st", "asr"))
-    imp.set_defaults(func=handlers["import_hf"])
+    imp.set_defaults(func=commands.cmd_import_hf)
 
 
-def _import_whisper(sub, handlers: Handlers) -> None:
+def _import_whisper(sub) -> None:
     imw = sub.add_parser("import-whisper", help="convert Whisper weights in CTranslate2 format (faster-whisper's "
                          "model.bin, config.json, tokenizer.json) into a Hugging Face Whisper folder",
                          description="Writes a folder that WhisperForConditionalGeneration.from_pretrained and "
@@ -391,10 +409,10 @@ def _import_whisper(sub, handlers: Handlers) -> None:
     imw.add_argument("ct2_dir", metavar="DIR",
                      help="CTranslate2 Whisper folder: model.bin, config.json, tokenizer.json")
     imw.add_argument("--out", required=True, metavar="HF_DIR", help="output folder (replaced if it exists)")
-    imw.set_defaults(func=handlers["import_whisper"])
+    imw.set_defaults(func=commands.cmd_import_whisper)
 
 
-def _import_gguf(sub, handlers: Handlers) -> None:
+def _import_gguf(sub) -> None:
     img = sub.add_parser("import-gguf", help="convert a causal language model in GGUF format (llama.cpp's file, "
                          "e.g. Gemma 3) into a Hugging Face folder",
                          description="Reads FILE with transformers (any GGUF causal LM it reads; needs the gguf and "
@@ -406,19 +424,19 @@ def _import_gguf(sub, handlers: Handlers) -> None:
     img.add_argument("--out", required=True, metavar="DIR", help="output folder (replaced if it exists)")
     img.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                      help="weights as stored (default: float32, exact to the dequantised values)")
-    img.set_defaults(func=handlers["import_gguf"])
+    img.set_defaults(func=commands.cmd_import_gguf)
 
 
 SUBCOMMANDS = (_prepare, _synth, _vocab, _train, _pretrain_audio, _average, _translate, _evaluate, _benchmark,
                _analyze, _export, _convert, _import_hf, _import_whisper, _import_gguf)
 
 
-def build_parser(handlers: Handlers) -> argparse.ArgumentParser:
-    """The parser of every subcommand, each calling its handler (`handlers[name]`) with the parsed options."""
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand, each calling its handler (speechmt.cli.commands) with the parsed options."""
     parser = OneLineParser(prog="speechmt", description="End-to-end speech-to-text translation.")
     parser.add_argument("--version", action="version", version=f"speechmt {__version__}",
                         help="print the version (the installed package's) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
-        add(sub, handlers)
+        add(sub)
     return parser

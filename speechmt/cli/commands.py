@@ -1,13 +1,12 @@
-"""The `speechmt` command: each subcommand a small handler function (its options: speechmt.cli_parser)."""
+"""The `speechmt` subcommands, each a small handler function `cmd_<name>(args) -> exit status` (its options:
+speechmt.cli.parser)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from pathlib import Path
 
-from speechmt import cli_parser
 from speechmt.audio import AudioError
 
 
@@ -96,7 +95,7 @@ def cmd_backtranslate(args: argparse.Namespace) -> int:
 
 def cmd_vocab(args: argparse.Namespace) -> int:
     from speechmt.data.vocab import train_from_manifests
-    from speechmt.tokenizer import TokenizerConfig
+    from speechmt.tokenizers.sentencepiece import TokenizerConfig
 
     fields = {"src": ("src_text",), "tgt": ("tgt_text",), "joint": ("src_text", "tgt_text")}[args.field]
     cfg = TokenizerConfig(model_type=args.model_type, vocab_size=args.vocab_size,
@@ -436,73 +435,3 @@ def cmd_import_gguf(args: argparse.Namespace) -> int:
     out = import_gguf(args.gguf_file, args.out, dtype=args.dtype)
     print(f"{out}: Hugging Face causal LM of {args.gguf_file} ({args.dtype})")
     return 0
-
-
-HANDLERS = {
-    "prepare_mustc": cmd_prepare_mustc, "prepare_covost2": cmd_prepare_covost2, "synth": cmd_synth,
-    "synth_mt": cmd_synth_mt, "synth_tts": cmd_synth_tts, "backtranslate": cmd_backtranslate, "vocab": cmd_vocab,
-    "train": cmd_train,
-    "pretrain_audio": cmd_pretrain_audio,
-    "average": cmd_average, "translate": cmd_translate, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
-    "analyze": cmd_analyze, "export": cmd_export, "convert": cmd_convert, "import_hf": cmd_import_hf,
-    "import_whisper": cmd_import_whisper, "import_gguf": cmd_import_gguf,
-}
-"""The subcommands' handlers by the names speechmt.cli_parser calls them."""
-
-
-def build_parser():
-    """The `speechmt` argument parser (speechmt.cli_parser) with this module's handlers."""
-    return cli_parser.build_parser(HANDLERS)
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    """The errors a subcommand reports as one line (rc 2): bad input, not a bug."""
-    from speechmt.checkpoint import CheckpointError
-    from speechmt.config import ConfigError
-    from speechmt.data.manifest import ManifestError
-    from speechmt.data.prepare import PrepareError
-    from speechmt_corpora.common import SynthError
-    from speechmt.decoding.backtranslate import BacktranslateError
-    from speechmt.decoding.simultaneous import SimultaneousError
-    from speechmt.evaluation.analyze import AnalysisError
-    from speechmt.evaluation.benchmark import BenchmarkError
-    from speechmt.interop import HFImportError
-
-    return (AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError, BenchmarkError, AnalysisError,
-            SimultaneousError, BacktranslateError, CheckpointError, ConfigError, SynthError)
-
-
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    return f"speechmt: warning: {message}\n"
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line parsed and checked: every option's type and range where it is parsed, then the options
-    that depend on each other (--nbest <= --beam). A bad option exits with one line and status 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check = getattr(args, "check", None)
-    problem = check(args) if check is not None else None
-    if problem:
-        args.parser.error(problem)  # the subcommand's parser: "speechmt translate: error: ..."
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    warnings.formatwarning = _one_line_warning
-    try:
-        args = parse_args(argv)
-    except SystemExit as e:  # a bad option (2) or --help (0), already printed
-        return e.code if isinstance(e.code, int) else 0
-    try:
-        return args.func(args)
-    except _known_errors() as e:
-        print(f"speechmt: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("speechmt: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

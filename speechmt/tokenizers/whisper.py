@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from speechmt.tokenizer import UnknownTagError
+from speechmt.tokenizers.sentencepiece import UnknownTagError
 
 TASKS = ("transcribe", "translate")
 _PAD_CANDIDATES = ("<|nospeech|>", "<|nocaptions|>")

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from speechmt.models.decoder import TransformerDecoder, transformer_decoder
-from speechmt.hub import resolve_pretrained, speechmt_home  # noqa: F401 (re-exported: older imports)
+from speechmt.hub import resolve_pretrained
 from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
 
 _LAYER = re.compile(r"layers\.(\d+)\.(\w+)\.(.+)")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from speechmt.tokenizer import UnknownTagError
-from speechmt.tokenizer_whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
+from speechmt.tokenizers.sentencepiece import UnknownTagError
+from speechmt.tokenizers.whisper import WhisperTokenizer, WhisperTokenizerConfig, language_token
 from tests.whisper_helpers import LANGUAGES, tiny_whisper_tokenizer_json
 
 

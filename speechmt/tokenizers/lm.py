@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 
 from speechmt.hub import resolve_pretrained
-from speechmt.tokenizer import UnknownTagError
+from speechmt.tokenizers.sentencepiece import UnknownTagError
 
 ROLES = ("target", "source")
 LANGUAGE_NAMES = {
