@@ -18,13 +18,15 @@ from pathlib import Path
 from speechmt_corpora.common import SIZES, SynthError
 from speechmt_corpora.covost2 import build_covost2
 from speechmt_corpora.mustc import build_mustc
+from speechmt_corpora.voices import find_voice, voice_label
 
 __all__ = ["CORPORA", "SynthError", "build_mini_corpus"]
 
 CORPORA = {"mustc": build_mustc, "covost2": build_covost2}
 
 
-def build_mini_corpus(corpus: str, size: str, out: Path, seed: int = 0, jobs: int = 2) -> dict:
+def build_mini_corpus(corpus: str, size: str, out: Path, seed: int = 0, jobs: int = 2,
+                      hold_out_voice: str | None = None) -> dict:
     """Builds a mini corpus under `out` and returns its summary, also written as out/synth_summary.json.
 
     corpus: "mustc" (out/en-de/...) or "covost2" (out/de/..., out/es/...); size: "tiny" (seconds, for
@@ -33,32 +35,39 @@ def build_mini_corpus(corpus: str, size: str, out: Path, seed: int = 0, jobs: in
     reason, and the seconds taken. `jobs` worker processes voice in parallel. Raises SynthError (one line
     naming the Debian package to install) when a tool, voice or text package is missing, and when the
     corpus folder under `out` already holds files from another build. A finished build with the same
-    corpus, size and seed is kept as it is, and its summary returned.
+    corpus, size, seed and held-out voice is kept as it is, and its summary returned. `hold_out_voice` (mustc
+    only; e.g. `kal` or `flite:kal`): that voice speaks no train, dev or tst-COMMON talk, only the extra test
+    split tst-<name> (tst-COMMON's sentences again; speechmt_corpora.mustc).
     """
     if corpus not in CORPORA:
         raise ValueError(f"corpus must be one of {sorted(CORPORA)}, got {corpus!r}")
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    if hold_out_voice and corpus != "mustc":
+        raise ValueError(f"a held-out voice is for the mustc corpus only, not {corpus!r}")
     out = Path(out)
-    previous = _previous_build(out, corpus, size, seed)
+    previous = _previous_build(out, corpus, size, seed, hold_out_voice)
     if previous is not None:
         return previous
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    summary = CORPORA[corpus](out, size, seed, jobs)
+    summary = build_mustc(out, size, seed, jobs, hold_out_voice) if hold_out_voice else \
+        CORPORA[corpus](out, size, seed, jobs)
     summary["seconds"] = round(time.perf_counter() - start, 2)
     (out / "synth_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
                                             encoding="utf-8")
     return summary
 
 
-def _previous_build(out: Path, corpus: str, size: str, seed: int) -> dict | None:
-    """The summary of a finished build of the same corpus, size and seed in `out`, if there is one."""
+def _previous_build(out: Path, corpus: str, size: str, seed: int, hold_out_voice: str | None) -> dict | None:
+    """The summary of a finished build of the same corpus, size, seed and held-out voice in `out`, if any."""
     path = out / "synth_summary.json"
     if not path.exists():
         return None
     summary = json.loads(path.read_text(encoding="utf-8"))
     if (summary.get("corpus"), summary.get("size"), summary.get("seed")) != (corpus, size, seed):
+        return None
+    if summary.get("hold_out_voice") != (voice_label(find_voice("en", hold_out_voice)) if hold_out_voice else None):
         return None
     print(f"{out}: {corpus} {size} (seed {seed}) is already built; remove it to rebuild", file=sys.stderr)
     return summary

@@ -3,14 +3,20 @@
 ```
 out/en-de/data/{train,dev,tst-COMMON}/wav/ted_<N>.wav      whole talks, 16 kHz mono 16-bit
 out/en-de/data/<split>/txt/<split>.{yaml,en,de}            one segment per yaml item / line
+out/en-de/data/<split>/talk_voices.tsv                     the speaker (voice, speed, pitch) of each talk
 out/en-de/text-only/train.{en,de}                          pairs held out from voicing (MT data)
 ```
 Each talk is one speaker (a voice with a speed and pitch); its segments are joined with 0.3-1.5 s of
 near-silent noise, and each yaml item gives its segment's exact offset and duration in the talk.
+
+With a held-out voice (`hold_out_voice="kal"`), that voice speaks no talk of train, dev or tst-COMMON and
+speaks every talk of one more test split, `tst-<voice>` (e.g. tst-kal): tst-COMMON's talks and sentences
+again, so that the two test sets differ in their voices only (seen voices against one never trained on).
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +28,8 @@ import soundfile as sf
 from speechmt_corpora.common import (ensure_free, finish_summary, low_noise, publish, run_parallel,
                                         split_pool, staging_dir, write_lines)
 from speechmt_corpora.text import Pair, ding_pairs
-from speechmt_corpora.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
+from speechmt_corpora.voices import (Speaker, TTSError, Voice, check_voices, draw_speaker, find_voice, other_voices,
+                                       synthesize, voice_label)
 
 SAMPLE_RATE = 16000
 PAIR = "en-de"
@@ -30,6 +37,7 @@ SPLIT_DIRS = {"train": "train", "dev": "dev", "test": "tst-COMMON"}
 TALK_SEGMENTS = {"tiny": (6, 6), "small": (10, 40), "full": (10, 40)}  # segments per talk, min and max
 PAUSE_S = (0.3, 1.5)
 DING_STREAM = 0  # the seed stream that orders the dictionary pairs (shared with CoVoST-mini de)
+TALK_VOICES = "talk_voices.tsv"  # beside a split's wav/ and txt/: wav name and speaker label of each talk
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,10 @@ def talk_sizes(n: int, low: int, high: int, rng: np.random.Generator) -> list[in
     return sizes
 
 
-def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path) -> dict[str, list[TalkJob]]:
-    """Groups each split's pairs into talks, numbered across splits, each with a seeded speaker."""
+def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path,
+               voices: tuple[Voice, ...] | None = None) -> dict[str, list[TalkJob]]:
+    """Groups each split's pairs into talks, numbered across splits, each with a seeded speaker of `voices`
+    (default: every English voice)."""
     rng = np.random.default_rng([seed, DING_STREAM, 1])
     low, high = TALK_SEGMENTS[size]
     plans: dict[str, list[TalkJob]] = {}
@@ -80,11 +90,23 @@ def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path) 
         plans[split] = []
         start = 0
         for n in talk_sizes(len(pairs), low, high, rng):
-            plans[split].append(TalkJob(talk_id, draw_speaker("en", rng), tuple(pairs[start:start + n]),
+            plans[split].append(TalkJob(talk_id, draw_speaker("en", rng, voices), tuple(pairs[start:start + n]),
                                         wav_dir / f"ted_{talk_id}.wav", seed))
             talk_id += 1
             start += n
     return plans
+
+
+def held_out_split(voice: Voice) -> str:
+    """The test split that a held-out voice speaks: `tst-<name>`, e.g. tst-kal or tst-en-us-f3."""
+    return "tst-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", voice.name)
+
+
+def plan_held_out(test: list[TalkJob], voice: Voice, first_talk: int, wav_dir: Path, seed: int) -> list[TalkJob]:
+    """The test talks again, numbered from `first_talk`, each spoken by `voice` at a seeded speed and pitch."""
+    rng = np.random.default_rng([seed, DING_STREAM, 3])
+    return [TalkJob(first_talk + i, draw_speaker("en", rng, (voice,)), job.pairs,
+                    wav_dir / f"ted_{first_talk + i}.wav", seed) for i, job in enumerate(test)]
 
 
 def voice_talk(job: TalkJob) -> TalkResult:
@@ -118,8 +140,11 @@ def yaml_line(offset: float, duration: float, english: str, talk_id: int) -> str
 
 
 def write_split(txt_dir: Path, name: str, results: list[TalkResult]) -> None:
-    """Writes <name>.yaml, <name>.en and <name>.de, talk by talk in offset order."""
+    """Writes <name>.yaml, <name>.en and <name>.de, talk by talk in offset order, and the speaker of each
+    voiced talk in ../talk_voices.tsv (header `wav<TAB>voice`)."""
     items = [(r.talk_id, offset, duration, pair) for r in results for offset, duration, pair in r.items]
+    write_lines(txt_dir.parent / TALK_VOICES, ["wav\tvoice"] + [f"ted_{r.talk_id}.wav\t{r.speaker}"
+                                                                 for r in results if r.items])
     write_lines(txt_dir / f"{name}.yaml", (yaml_line(o, d, p.src, t) for t, o, d, p in items))
     write_lines(txt_dir / f"{name}.en", (p.src for *_, p in items))
     write_lines(txt_dir / f"{name}.de", (p.tgt for *_, p in items))
@@ -141,26 +166,34 @@ def split_summary(results: list[TalkResult]) -> dict[str, float]:
             "speech_seconds": round(sum(d for r in results for _, d, _ in r.items), 2)}
 
 
-def build_mustc(out: Path, size: str, seed: int, jobs: int) -> dict:
-    """Builds MuST-C-mini en-de under `out` (see the module docstring) and returns its summary."""
+def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None = None) -> dict:
+    """Builds MuST-C-mini en-de under `out` (see the module docstring) and returns its summary. With
+    `hold_out_voice` (a voice name such as `kal` or `flite:kal`), that voice speaks the split tst-<name> only."""
     final = out / PAIR
     ensure_free(final)
+    held = find_voice("en", hold_out_voice) if hold_out_voice else None
     with tempfile.TemporaryDirectory(prefix="synth-check-") as workdir:
         check_voices("en", Path(workdir))
     pairs = ding_pairs()
     text_only, splits = split_pool(pairs, size, seed, DING_STREAM)
     root = staging_dir(final)
-    plans = plan_talks(splits, size, seed, root)
+    plans = plan_talks(splits, size, seed, root, other_voices("en", held) if held else None)
+    dirs = dict(SPLIT_DIRS)
+    if held:
+        dirs["held-out"] = held_out_split(held)
+        first = sum(len(p) for p in plans.values()) + 1
+        plans["held-out"] = plan_held_out(plans["test"], held, first, root / "data" / dirs["held-out"] / "wav", seed)
     summary: dict = {"corpus": "mustc", "pair": PAIR, "size": size, "seed": seed, "pairs_usable": len(pairs),
+                     "hold_out_voice": voice_label(held) if held else None,
                      "splits": {}, "voices": Counter(), "failures": []}
     for split, jobs_of_split in plans.items():
-        split_dir = root / "data" / SPLIT_DIRS[split]
+        split_dir = root / "data" / dirs[split]
         (split_dir / "wav").mkdir(parents=True)
         (split_dir / "txt").mkdir()
-        results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {SPLIT_DIRS[split]}", "talk")
-        write_split(split_dir / "txt", SPLIT_DIRS[split], results)
-        summary["splits"][SPLIT_DIRS[split]] = split_summary(results)
-        summary["failures"] += [dict(f, split=SPLIT_DIRS[split]) for r in results for f in r.failures]
+        results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {dirs[split]}", "talk")
+        write_split(split_dir / "txt", dirs[split], results)
+        summary["splits"][dirs[split]] = split_summary(results)
+        summary["failures"] += [dict(f, split=dirs[split]) for r in results for f in r.failures]
         summary["voices"].update(voice_counts(results))
     (root / "text-only").mkdir()
     write_lines(root / "text-only" / "train.en", (p.src for p in text_only))

@@ -15,7 +15,8 @@ root/en-de/data/<split>/voiced_text_summary.json   pairs read, excluded, voiced,
 ```
 
 which `speechmt prepare mustc` prepares like the released splits (a `train*` name counts as training). Only
-English-source corpora (the MuST-C layout) are voiced here.
+English-source corpora (the MuST-C layout) are voiced here. A voice that the corpus holds out (its
+synth_summary.json's hold_out_voice) speaks none of these talks either.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from speechmt_corpora.mt_text import key
 from speechmt_corpora.mustc import (TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_counts, voice_talk,
                                       write_split)
 from speechmt_corpora.text import Pair
-from speechmt_corpora.voices import check_voices, draw_speaker
+from speechmt_corpora.voices import Voice, check_voices, draw_speaker, find_voice, other_voices, voice_label
 
 PAIR = "en-de"
 VOICED_STREAM = 7  # the seed stream of the voiced text (the corpus builders use 0 and 1)
@@ -92,13 +93,22 @@ def next_talk_id(data_dir: Path) -> int:
     return max(numbers, default=0) + 1
 
 
-def plan(pairs: list[Pair], first_talk: int, wav_dir: Path, seed: int) -> list[TalkJob]:
-    """Groups the pairs into talks of 10-40 segments, numbered from `first_talk`, each with a seeded speaker."""
+def corpus_held_out_voice(root: Path) -> Voice | None:
+    """The voice that the corpus at `root` holds out of training (its synth_summary.json says), if any."""
+    path = Path(root) / "synth_summary.json"
+    held = json.loads(path.read_text(encoding="utf-8")).get("hold_out_voice") if path.is_file() else None
+    return find_voice("en", held) if held else None
+
+
+def plan(pairs: list[Pair], first_talk: int, wav_dir: Path, seed: int,
+         voices: tuple[Voice, ...] | None = None) -> list[TalkJob]:
+    """Groups the pairs into talks of 10-40 segments, numbered from `first_talk`, each with a seeded speaker
+    of `voices` (default: every English voice)."""
     rng = np.random.default_rng([seed, VOICED_STREAM, 1])
     jobs, start = [], 0
     for i, n in enumerate(talk_sizes(len(pairs), *TALK_SEGMENTS["full"], rng)):
         talk = first_talk + i
-        jobs.append(TalkJob(talk, draw_speaker("en", rng), tuple(pairs[start:start + n]),
+        jobs.append(TalkJob(talk, draw_speaker("en", rng, voices), tuple(pairs[start:start + n]),
                             wav_dir / f"ted_{talk}.wav", seed))
         start += n
     return jobs
@@ -130,12 +140,14 @@ def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: in
     staging = staging_dir(final)
     (staging / "wav").mkdir()
     (staging / "txt").mkdir()
-    talks = plan(pairs, next_talk_id(data_dir), staging / "wav", seed)
+    held = corpus_held_out_voice(Path(root))
+    talks = plan(pairs, next_talk_id(data_dir), staging / "wav", seed, other_voices("en", held) if held else None)
     results = run_parallel(voice_talk, talks, jobs, f"synth-tts {split}", "talk")
     write_split(staging / "txt", split, results)
     failures = [f for r in results for f in r.failures]
     summary = {"corpus": "mustc", "pair": PAIR, "split": split, "text": str(text), "seed": seed, "limit": limit,
                "min_words": min_words, "sentences_only": sentences,
+               "hold_out_voice": voice_label(held) if held else None,
                "pairs_read": len(pairs) + sum(dropped.values()), "dropped": dropped, **split_summary(results),
                "voices": dict(sorted(voice_counts(results).items())),
                "failures": failures, "failure_reasons": dict(Counter(f["reason"] for f in failures))}

@@ -103,9 +103,30 @@ VOICES: dict[str, tuple[Voice, ...]] = {
 }
 
 
-def draw_speaker(lang: str, rng: np.random.Generator) -> Speaker:
-    """A seeded speaker of `lang`: a voice drawn uniformly, then a speed and a pitch setting."""
-    voice = VOICES[lang][rng.integers(len(VOICES[lang]))]
+def find_voice(lang: str, name: str) -> Voice:
+    """The voice of `lang` named `name` (e.g. `kal`, or `flite:kal` with its engine). Raises SynthError."""
+    found = [v for v in VOICES[lang] if name in (v.name, voice_label(v))]
+    if len(found) != 1:
+        choices = ", ".join(voice_label(v) for v in VOICES[lang])
+        raise SynthError(f"voice {name!r}: {'ambiguous' if found else 'no such'} {lang} voice; one of {choices}")
+    return found[0]
+
+
+def voice_label(voice: Voice) -> str:
+    """`engine:name`, e.g. flite:kal: a voice without its speed and pitch."""
+    return f"{voice.engine}:{voice.name}"
+
+
+def other_voices(lang: str, held_out: Voice | None) -> tuple[Voice, ...]:
+    """The voices of `lang` without the held-out one (all of them when it is None)."""
+    return tuple(v for v in VOICES[lang] if v != held_out)
+
+
+def draw_speaker(lang: str, rng: np.random.Generator, voices: tuple[Voice, ...] | None = None) -> Speaker:
+    """A seeded speaker of `lang`: a voice drawn uniformly (from `voices`, default every voice of `lang`),
+    then a speed and a pitch setting."""
+    voices = VOICES[lang] if voices is None else voices
+    voice = voices[rng.integers(len(voices))]
     if voice.engine == "pico2wave":
         return Speaker(voice, speed=int(rng.choice(PICO_RATES)), pitch=0)
     if voice.engine == "flite":

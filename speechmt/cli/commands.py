@@ -37,7 +37,11 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
     from speechmt_corpora import build_mini_corpus
 
-    summary = build_mini_corpus(args.corpus, args.size, Path(args.out), seed=args.seed, jobs=args.jobs)
+    if args.hold_out_voice and args.corpus != "mustc":
+        print("speechmt synth: error: --hold-out-voice is for --corpus mustc only", file=sys.stderr)
+        return 2
+    summary = build_mini_corpus(args.corpus, args.size, Path(args.out), seed=args.seed, jobs=args.jobs,
+                                hold_out_voice=args.hold_out_voice)
     print(json.dumps(summary, indent=1, ensure_ascii=False))
     return 0
 
