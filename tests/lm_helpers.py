@@ -53,9 +53,10 @@ def tiny_lm_dir(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) 
 CTC_TRANSCRIPTS = ["The weather is nice today.", "Please open the window."]
 
 
-def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS):
+def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS, **overrides):
     """(a tiny conv-encoder model with the CTC bridge into the tiny LM at lm_dir (shrink.embed lm, its CTC head over
-    the transcripts' LM tokens), the LM's source tokenizer), in eval mode."""
+    the transcripts' LM tokens), the LM's source tokenizer), in eval mode; `overrides`: ModelConfig fields (a
+    semantic layer; decoder fields merge into the LM decoder's)."""
     from speechmt.models.ctc_head import FIRST_LABEL
     from speechmt.models.translator import build_model, preset
     from speechmt.tokenizers.lm import LMTokenizer
@@ -66,7 +67,8 @@ def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS):
     torch.manual_seed(0)
     cfg = preset("tiny", n_heads=2, dropout=0.0, ctc=True, src_vocab_size=FIRST_LABEL + len(vocab), ctc_vocab=vocab,
                  shrink=dict(kind="ctc", embed="lm"), text_encoder=dict(embed_only=True, embeddings="lm"),
-                 decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab, prompt=tgt.prompt_ids("en")))
+                 **{**overrides, "decoder": dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab,
+                                                 prompt=tgt.prompt_ids("en"), **overrides.get("decoder", {}))})
     return build_model(cfg).eval(), src
 
 

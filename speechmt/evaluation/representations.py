@@ -40,6 +40,7 @@ from speechmt.data.manifest import record_audio
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.evaluation.geometry import mean_pool
+from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.shrink import ctc_segments
 from speechmt.models.translator import CTC_BLANK_ID
@@ -139,16 +140,25 @@ def ctc_alignments(enc: EncoderOutput, id_to_piece: Callable[[int], str]) -> lis
     return [(enc.ctc_lengths, frame_spans, ARGMAX), (torch.where(counts == 0, 1, counts), segment_spans, ARGMAX)]
 
 
+def label_pieces(head: CTCHead, tok) -> Callable[[int], str]:
+    """A CTC head's label -> its piece: the source tokenizer's id itself, or for a head over an LM's tokens the
+    LM id of a text label ("" for its specials)."""
+    if not head.vocab.numel():
+        return tok.id_to_piece
+    return lambda label: tok.id_to_piece(int(head.lm_ids(torch.tensor(label)))) if label >= FIRST_LABEL else ""
+
+
 def forced_alignment(enc: EncoderOutput, transcripts: Sequence[Sequence[int]], id_to_piece: Callable[[int], str],
-                     names: Sequence[str]) -> tuple[Alignment, list[str]]:
+                     names: Sequence[str], head: CTCHead | None = None) -> tuple[Alignment, list[str]]:
     """A speech batch's transcript word spans over the acoustic frames (lengths enc.ctc_lengths), from the CTC
-    forced alignment of each transcript's piece ids; (the alignment, the names of the utterances whose
-    transcript does not fit in their frames: no words there)."""
+    forced alignment of each transcript's piece ids (as the CTC `head`'s labels: an LM-token head has its own);
+    (the alignment, the names of the utterances whose transcript does not fit in their frames: no words there)."""
     log_probs = enc.ctc_logits.detach().float().log_softmax(-1).cpu()
     spans, skipped = [], []
     for b, (ids, name) in enumerate(zip(transcripts, names)):
         try:
-            aligned = ctc_forced_align(log_probs[b, :int(enc.ctc_lengths[b])], ids, CTC_BLANK_ID, name)
+            labels = ids if head is None else head.labels(torch.tensor(ids, dtype=torch.long)).tolist()
+            aligned = ctc_forced_align(log_probs[b, :int(enc.ctc_lengths[b])], labels, CTC_BLANK_ID, name)
         except AlignmentError:
             spans.append([])
             skipped.append(name)
@@ -166,8 +176,8 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
     when the model has a CTC head and a source tokenizer: the transcripts' words (CTC forced alignment) at the
     frame rate, the CTC argmax's words in layers of one state per CTC segment (the module docstring)."""
     collector, skipped = _Collector(per_utterance, seed), []
-    tok = lm.source_tokenizer
-    ctc = lm.model.ctc_head is not None and tok is not None
+    tok, head = lm.source_tokenizer, lm.model.ctc_head
+    ctc = head is not None and tok is not None
     for start in batch_starts(len(records), batch_size, "analyze: speech path", "utt"):
         chunk = records[start:start + batch_size]
         x, lengths = collate_sequences([lm.frontend(record_audio(r, data_dir)) for r in chunk])
@@ -176,8 +186,8 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
         alignments = []
         if ctc:
             forced, unfit = forced_alignment(enc, [tok.encode(r.src_text, add_eos=False) for r in chunk],
-                                             tok.id_to_piece, [r.id for r in chunk])
-            alignments, skipped = [forced, ctc_alignments(enc, tok.id_to_piece)[1]], skipped + unfit
+                                             tok.id_to_piece, [r.id for r in chunk], head)
+            alignments, skipped = [forced, ctc_alignments(enc, label_pieces(head, tok))[1]], skipped + unfit
         collector.add(states, alignments)
     if not ctc:
         return collector.layers("the model has no CTC head (and source tokenizer) to cut speech into words")

@@ -331,6 +331,12 @@ class Translator(nn.Module):
         V_src) on the acoustic states and their lengths ctc_lengths (B,); T' = T_a unless the states are shrunk.
         `precomputed`: feats are the frozen encoder's cached states (B, T_a, H) (speechmt.data.encoder_cache).
         `record`: see `states`. `task`: the fusion partition to run through (models/fusion.py)."""
+        out = self.bridge_speech(feats, lengths, precomputed, record, task)
+        return self._semantic(self.semantic.speech, out, record, "speech")
+
+    def bridge_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False,
+                      record: Record | None = None, task: str = "") -> EncoderOutput:
+        """encode_speech up to the semantic layer: what it reads (the acoustic states, CTC logits, shrunk)."""
         sub = None if record is None and self.fusion is None else {}
         if precomputed:
             note(sub, self.speech_encoder.states_name, feats, lengths)
@@ -345,7 +351,7 @@ class Translator(nn.Module):
         if self.shrink is not None:
             out = self.shrink(out)
             note(record, "speech.shrink", out.x, out.lengths)
-        return self._semantic(self.semantic.speech, out, record, "speech")
+        return out
 
     def encode_text(self, tokens: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """tokens (B, S), lengths (B,) -> EncoderOutput x (B, S, D), lengths. `record`: see `states`."""

@@ -22,7 +22,8 @@ import torch
 from speechmt.data.dataset import Batch
 from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder
 from speechmt.models.translator import EncoderOutput, Translator
-from speechmt.tasks.align import AlignConfig, align_sentence, align_words
+from speechmt.tasks.align import AlignConfig, align_sentence, align_words, lm_hidden
+from speechmt.tasks.fat_bridge import fat_bridge
 from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials
 from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
@@ -87,22 +88,38 @@ def ctc(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSetting
 
 
 def teacher_tokens(batch: Batch) -> int:
-    """The teacher's word pieces in a batch."""
-    return int(batch.teacher_lengths.sum())
+    """The teacher's word pieces in a batch (a language-model teacher's: the transcript's tokens)."""
+    lengths = batch.teacher_lengths if batch.teacher_lengths is not None else batch.src_lengths
+    return int(lengths.sum()) if lengths is not None else 0
 
 
 def distance(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
     """LUT's semantic supervision: the teacher's last-layer states of the transcript as read from the
     semantic states (the teacher's input embeddings attend over enc), their distance to the real ones
-    (the LUT layer's distance: mse or cosine), summed over word pieces."""
+    (the LUT layer's distance: mse or cosine), summed over word pieces. The teacher's states come with the
+    batch (a BERT's, cached), or from the model's LM decoder (LUT's `teacher: lm`): lm_teacher_states."""
     semantic = model.semantic
-    if not isinstance(semantic, LUTSemanticEncoder) or batch.teacher is None:
+    lm = isinstance(semantic, LUTSemanticEncoder) and semantic.lm_teacher_layer is not None
+    if not isinstance(semantic, LUTSemanticEncoder) or (batch.teacher is None and not (lm and batch.src is not None)):
         raise ValueError("the distance objective needs a semantic layer that reads teacher states (semantic 'lut') "
-                         "and batches with teacher states")
-    h = batch.teacher.size(-1) // 2
-    queries, target = batch.teacher[..., :h], batch.teacher[..., h:]
+                         "and batches with teacher states (or with transcripts, for teacher lm)")
+    if lm:
+        queries, target, lengths = lm_teacher_states(model, batch.src, batch.src_lengths, semantic.lm_teacher_layer)
+    else:
+        h = batch.teacher.size(-1) // 2
+        queries, target, lengths = batch.teacher[..., :h], batch.teacher[..., h:], batch.teacher_lengths
     pred = semantic.predict_teacher(enc.x, enc.lengths, queries)  # (B, N, H)
-    return distance_loss(pred, target, batch.teacher_lengths, semantic.distance), {}
+    return distance_loss(pred, target, lengths, semantic.distance), {}
+
+
+@torch.no_grad()
+def lm_teacher_states(model: Translator, src: torch.Tensor, src_lengths: torch.Tensor,
+                      layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A language-model decoder as LUT's teacher: the transcript src (B, S) in its ids -> its input embeddings
+    (B, S, D) (the queries), its hidden states after `layer` reading [prompt | transcript] (B, S, D) (the
+    targets) and the lengths (B,); no gradients."""
+    emb = model.text_encoder(src, src_lengths, None)  # the LM's own table (text_encoder.embeddings lm)
+    return emb.x, lm_hidden(model.decoder, emb.x, emb.lengths, layer), emb.lengths
 
 
 def contrastive(model: Translator, batch: Batch, enc: EncoderOutput,
@@ -153,10 +170,11 @@ def utterances(batch: Batch) -> int:
 OBJECTIVES: dict[str, Objective] = {
     "ce": Objective(cross_entropy, target_tokens),
     "ctc": Objective(ctc, target_tokens, reads_transcript=True, needs_ctc_head=True),
-    "distance": Objective(distance, teacher_tokens, needs_teacher=True),
+    "distance": Objective(distance, teacher_tokens, reads_transcript=True, needs_teacher=True),
     "contrastive": Objective(contrastive, target_tokens, reads_transcript=True),
     "wav2vec2": Objective(wav2vec2_pretraining, batches),
     "fat_mlm": Objective(fat_mlm, batches, reads_transcript=True),
     "align": Objective(align_words, transcript_tokens, reads_transcript=True),
     "align_sentence": Objective(align_sentence, utterances, reads_transcript=True),
+    "fat_bridge": Objective(fat_bridge, batches, reads_transcript=True, needs_ctc_head=True),
 }

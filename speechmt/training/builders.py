@@ -15,6 +15,7 @@ from speechmt.data.dataset import SpeechDataset, StoredFeatures, TextDataset, gl
 from speechmt.data.manifest import read_split
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.ctc_head import FIRST_LABEL
+from speechmt.models.semantic.lut import LM_TEACHER
 from speechmt.models.translator import ModelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
@@ -174,8 +175,8 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend:
     see _dataset."""
     spec = spec or run_tasks(cfg)[0]
     ds = _dataset(cfg, split, toks, frontend or frontend_for(cfg), train, encoder, spec)
-    if not any(OBJECTIVES[n].needs_teacher for n in spec.weights):
-        return ds
+    if not any(OBJECTIVES[n].needs_teacher for n in spec.weights) or cfg.model.semantic.teacher() == LM_TEACHER:
+        return ds  # no states to cache: a language-model teacher is the model's own decoder
     if teacher is None:
         raise ConfigError(f"task {spec.task}: the distance objective needs a text teacher (model.semantic lut)")
     from speechmt.data.teacher_cache import WithTeacher, cached_teacher_split
@@ -268,6 +269,8 @@ def teacher_for(cfg: ExperimentConfig):
     name = cfg.model.semantic.teacher()
     if name is None:
         raise ConfigError("the distance objective needs a text teacher (model.semantic lut)")
+    if name == LM_TEACHER:  # the model's own LM decoder, read by the objective
+        return None
     from speechmt.models.teacher import load_teacher
 
     return load_teacher(name)

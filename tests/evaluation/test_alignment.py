@@ -4,6 +4,7 @@ their frames, and transcript word units of speech on a tiny model with a CTC hea
 import dataclasses
 import itertools
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from speechmt.cli import main
 from speechmt.data.manifest import read_manifest, write_manifest
 from speechmt.decoding.translate import load_model
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align, min_frames
-from speechmt.evaluation.representations import FORCED, forced_alignment, own_text_layers, speech_layers
+from speechmt.evaluation.representations import FORCED, forced_alignment, label_pieces, own_text_layers, speech_layers
+from speechmt.models.ctc_head import CTCHead
 from speechmt.models.encoders.base import EncoderOutput
 from tests.evaluation.test_geometry import tiny_checkpoint
 
@@ -104,6 +106,19 @@ def test_forced_alignment_word_spans_of_a_batch():
                                                       ["u0", "u1"])
     assert lengths.tolist() == [7, 6] and how == FORCED and skipped == ["u1"]
     assert spans == [[("the", [1, 2]), ("cat", [4, 5])], []]
+
+
+def test_a_head_over_lm_tokens_aligns_and_spells_by_its_own_labels():
+    """A CTC head over LM ids (900, 30, 77) has labels 5, 6, 7: the transcript's LM ids are aligned as those labels
+    (they would index past the logits as they are) and its argmax labels spell the LM ids' pieces."""
+    head = CTCHead(3, 8, vocab=(900, 30, 77))
+    pieces = {900: "▁the", 30: "▁ca", 77: "t"}
+    labels = torch.tensor([[4, 5, 5, 4, 6, 7, 4, 7]])
+    enc = EncoderOutput(torch.zeros(1, 8, 3), torch.tensor([7]), 10.0 * torch.nn.functional.one_hot(labels, 8))
+    (_, spans, _), skipped = forced_alignment(enc, [[900, 30, 77]], pieces.__getitem__, ["u0"], head)
+    assert skipped == [] and spans == [[("the", [1, 2]), ("cat", [4, 5])]]
+    spell = label_pieces(head, SimpleNamespace(id_to_piece=pieces.__getitem__))
+    assert [spell(i) for i in (5, 6, 7, 1)] == ["▁the", "▁ca", "t", ""]
 
 
 def _words(layers, name):

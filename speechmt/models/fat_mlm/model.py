@@ -64,7 +64,7 @@ class FatOutput:
 
 
 
-def _pack(parts: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, list[Tensor]]:
+def pack_parts(parts: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, list[Tensor]]:
     """Parts [(x (B, T_p, D), lengths (B,))] -> each example's parts back to back, x (B, L, D) with L the
     longest sum of lengths, lengths (B,), and each part's offsets (B,)."""
     x0 = parts[0][0]
@@ -83,7 +83,7 @@ def _pack(parts: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, list[Tens
     return out, lengths, offsets
 
 
-def _unpack(x: Tensor, offset: Tensor, width: int, lengths: Tensor) -> Tensor:
+def unpack_part(x: Tensor, offset: Tensor, width: int, lengths: Tensor) -> Tensor:
     """The part at `offset` (B,) of width `width` and `lengths` (B,) out of x (B, L, D) -> (B, width, D),
     zero past the lengths."""
     steps = torch.arange(width, device=x.device)
@@ -185,13 +185,13 @@ class FatMLM(nn.Module):
         present = {k: v for k, v in inputs.items() if v is not None}
         if not present:
             raise ValueError("FAT-MLM needs at least one of speech, source text and target text")
-        packed, lengths, offsets = _pack(list(present.values()))
+        packed, lengths, offsets = pack_parts(list(present.values()))
         steps = torch.arange(packed.size(1), device=packed.device)[None, :]
         segments = torch.full(packed.shape[:2], -1, dtype=torch.long, device=packed.device)
         for name, offset, (_, n) in zip(present, offsets, present.values()):
             segments[(steps >= offset[:, None]) & (steps < (offset + n)[:, None])] = SEGMENT_OF[name]
         x, lengths = self._fuse(packed, lengths)
-        parts = {k: (_unpack(x, off, v[0].size(1), v[1]), v[1]) for (k, v), off in zip(present.items(), offsets)}
+        parts = {k: (unpack_part(x, off, v[0].size(1), v[1]), v[1]) for (k, v), off in zip(present.items(), offsets)}
         return FatOutput(x, lengths, segments, parts, None if speech is None else speech[2])
 
     def reconstruction(self, speech_states: Tensor) -> Tensor:

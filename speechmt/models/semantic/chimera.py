@@ -19,7 +19,7 @@ from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
     config_stack, key_padding_mask
-from speechmt.models.semantic.options import parse_options
+from speechmt.models.semantic.options import parse_options, text_positions
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,10 @@ class ChimeraMemory(nn.Module):
     all of them. (x (B, T, D), lengths (B,)) in, (x (B, M, D), lengths all M) out."""
 
     def __init__(self, queries: int, layers: list[MemoryLayer], dim: int, shared: TransformerEncoder | None = None,
-                 dropout: float = 0.1, temperature: float = 0.1, position_offset: int = 0):
+                 dropout: float = 0.1, temperature: float = 0.1, position_offset: int = 0,
+                 text_positions: bool = False):
         super().__init__()
+        self.text_positions = text_positions
         self.shared, self.layers = shared, nn.ModuleList(layers)
         self.queries = nn.Parameter(torch.randn(queries, dim) * dim ** -0.5)
         self.states_norm, self.norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
@@ -74,8 +76,9 @@ class ChimeraMemory(nn.Module):
         return self._memory(enc, self.dropout(self.positions(enc.x)), record)
 
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
-        """Token embeddings with positions (B, S, D) -> memory (B, M, D)."""
-        return self._memory(enc, enc.x, record)
+        """Token embeddings (B, S, D) -> memory (B, M, D); sinusoidal positions are added first when the embedder
+        has none (text_positions: a language model's table)."""
+        return self._memory(enc, self.dropout(self.positions(enc.x)) if self.text_positions else enc.x, record)
 
     def _memory(self, enc: EncoderOutput, x: Tensor, record: Record | None) -> EncoderOutput:
         lengths = enc.lengths
@@ -101,4 +104,5 @@ def chimera(cfg, **options) -> ChimeraMemory:
     shared = config_stack(cfg, o.shared_layers) if o.shared_layers else None
     layers = [MemoryLayer(cfg.d_model, heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout)
               for _ in range(o.layers)]
-    return ChimeraMemory(o.memory, layers, cfg.d_model, shared, cfg.dropout, o.temperature, cfg.position_offset)
+    return ChimeraMemory(o.memory, layers, cfg.d_model, shared, cfg.dropout, o.temperature, cfg.position_offset,
+                         text_positions(cfg))

