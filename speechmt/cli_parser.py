@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 from speechmt import __version__
 from speechmt import cli_options as opt
@@ -90,6 +91,11 @@ def _check_translate(args: argparse.Namespace) -> str | None:
 
 
 def _check_evaluate(args: argparse.Namespace) -> str | None:
+    if args.compare and not args.simultaneous:
+        return "argument --compare: only with --simultaneous"
+    missing = [f for f in args.compare or [] if not (Path(f) / "quality_latency.json").is_file()]
+    if missing:
+        return f"argument --compare: {missing[0]} holds no quality_latency.json (an evaluate --simultaneous folder)"
     return _check_simultaneous(args) or _check_task(args)
 
 
@@ -292,6 +298,8 @@ def _evaluate(sub, handlers: Handlers) -> None:
     _add_simultaneous_options(ev, several=True)
     ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="with --simultaneous: only the first N "
                     "utterances of the split")
+    ev.add_argument("--compare", nargs="+", metavar="FOLDER", help="with --simultaneous: report folders of earlier "
+                    "runs whose quality-latency rows (quality_latency.json) join this run's table and plot")
     ev.set_defaults(func=handlers["evaluate"], check=_check_evaluate, parser=ev)
 
 
