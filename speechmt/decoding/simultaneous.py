@@ -14,9 +14,12 @@ more target tokens to commit (greedy search on the input read so far); committed
   many wrong ones (recipes/mustc/reports/simultaneous). Needs a decoder with cross-attention.
 
 The encoder runs over the whole input of the current window at every step (re-encoding: Whisper's and the
-other encoders' self-attention is bidirectional, so earlier states change as input grows). Memory is bounded by
-a window of `max_seconds`: when it is full, the window's translation is finished as if the input had ended,
-and a new window starts on the next step (its text joined with a space). An end of sentence (EOS) predicted
+other encoders' self-attention is bidirectional, so earlier states change as input grows). A window ends, its
+translation finished as if the input had ended, when it is full (`max_seconds`) or, once it holds
+`pause_after_seconds`, at the first step whose input ends in a pause (at least `min_pause_ms` after the last
+voiced frame: speechmt.decoding.segment.voiced_span); a new window starts on the next step (its text joined
+with a space). Memory and the cost of a step are thus bounded whatever the input's length, and cutting at
+pauses keeps windows short (the re-encoding cheap) and sentences whole. An end of sentence (EOS) predicted
 before the input has ended is not committed; the policy waits for more input.
 
 Each commit records the source read (ms) and, for computation-aware latency, that plus the wall-clock time
@@ -38,11 +41,13 @@ from torch import Tensor
 
 from speechmt.audio import SAMPLE_RATE
 from speechmt.decoding.search import DecodeOptions, constrain, max_lengths, start_tokens
+from speechmt.decoding.segment import voiced_span
 from speechmt.decoding.translate import LoadedModel, encode_audio
 from speechmt.hub import resolve_pretrained
 from speechmt.models.encoders import EncoderOutput
 
 POLICIES = ("wait-k", "alignatt")
+DEFAULT_K = {"wait-k": 3, "alignatt": 30}  # wait-k: steps; alignatt: encoder frames (Whisper: 600 ms)
 
 
 class SimultaneousError(ValueError):
@@ -52,12 +57,14 @@ class SimultaneousError(ValueError):
 @dataclass(frozen=True)
 class SimultaneousConfig:
     """The policy, its k (wait-k: steps read before the first token; alignatt: encoder frames at the end of the
-    input that a token may not attend to most), the decision step and the window (both of audio)."""
+    input that a token may not attend to most), the decision step and the window (module docstring)."""
 
     policy: str = "wait-k"
     k: int = 3
     step_ms: float = 400.0
     max_seconds: float = 20.0
+    pause_after_seconds: float = 6.0  # a window this long also ends at a pause; 0: only when full
+    min_pause_ms: float = 300.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -68,6 +75,9 @@ class SimultaneousConfig:
             raise SimultaneousError(f"step_ms must be at least 25 ms (one analysis window); got {self.step_ms:g}")
         if self.max_seconds * 1000 < self.step_ms:
             raise SimultaneousError(f"max_seconds ({self.max_seconds:g}) must hold at least one step")
+        if self.pause_after_seconds < 0 or self.min_pause_ms <= 0:
+            raise SimultaneousError(f"pause_after_seconds must be >= 0 and min_pause_ms > 0; got "
+                                    f"{self.pause_after_seconds:g}, {self.min_pause_ms:g}")
 
     @property
     def step_samples(self) -> int:
@@ -276,6 +286,15 @@ def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: D
     return new
 
 
+def _at_pause(window: _Window, cfg: SimultaneousConfig) -> bool:
+    """Whether the window holds `pause_after_seconds` and its input ends in a pause of `min_pause_ms`."""
+    if not cfg.pause_after_seconds or window.samples < cfg.pause_after_seconds * SAMPLE_RATE:
+        return False
+    wave = window.wave()
+    span = voiced_span(wave, SAMPLE_RATE)
+    return span is not None and len(wave) - span[1] >= cfg.min_pause_ms * SAMPLE_RATE / 1000
+
+
 def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
                            cfg: SimultaneousConfig = SimultaneousConfig(),
                            options: DecodeOptions | None = None) -> Iterator[Commit]:
@@ -296,8 +315,8 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
         start = time.perf_counter()
         window.add(block)
         read += len(block)
-        full = window.samples + cfg.step_samples > window_samples
-        tokens = _write(lm, window, cfg, options, last or full, attention)
+        ends = window.samples + cfg.step_samples > window_samples or _at_pause(window, cfg)
+        tokens = _write(lm, window, cfg, options, last or ends, attention)
         spent += time.perf_counter() - start
         if tokens:
             text = lm.tokenizer.decode(window.tokens)
@@ -307,7 +326,7 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
             written = True
             delay = read * 1000 / SAMPLE_RATE
             yield Commit(piece, tokens, delay, delay + spent * 1000)
-        if full and not last:
+        if ends and not last:
             window = _Window()
 
 

@@ -77,6 +77,20 @@ def test_windows_bound_the_encoder_input(lm, monkeypatch):
     assert [c.delay_ms for c in commits][:3] == [100.0, 200.0, 300.0] and [c.delay_ms for c in firsts][-2:] == [600.0, 1100.0]
 
 
+def test_a_long_enough_window_ends_at_a_pause(lm):
+    noise = np.random.default_rng(2).normal(0, 0.1, 33600).astype(np.float32)
+    wave = np.concatenate([noise[:16000], np.zeros(8000, np.float32), noise[16000:]])  # 1 s, 0.5 s quiet, 1.1 s
+    cfg = SimultaneousConfig("wait-k", k=1, step_ms=100, pause_after_seconds=0.8, min_pause_ms=300)
+    commits = list(simultaneous_translate(lm, [wave], cfg, _exactly(lm, 3)))
+    # 0.3 s after the last voiced frame (it ends at 1.015 s) comes with the step ending at 1.4 s: the first
+    # window ends there and the second starts with the next step; it runs to the end (1.2 s, but no pause)
+    assert [(len(c.tokens), c.delay_ms) for c in commits] == [(1, 100.0), (1, 200.0), (1, 300.0), (1, 1500.0),
+                                                              (1, 1600.0), (1, 1700.0)]
+    assert commits[3].text.startswith(" ") and not any(c.text.startswith(" ") for c in commits[4:])
+    alone = SimultaneousConfig("wait-k", k=1, step_ms=100, pause_after_seconds=0)  # windows end when full only
+    assert [c.delay_ms for c in simultaneous_translate(lm, [wave], alone, _exactly(lm, 3))] == [100.0, 200.0, 300.0]
+
+
 @pytest.mark.parametrize("cfg", [SimultaneousConfig("wait-k", k=100, step_ms=200),
                                  SimultaneousConfig("alignatt", k=10000, step_ms=200)])
 def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
