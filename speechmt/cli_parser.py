@@ -40,7 +40,8 @@ def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None
                    "steps; alignatt writes while the attention is not on the last k encoder frames")
     p.add_argument("--k", type=opt.integer(1, 1000), nargs="+" if several else None,
                    help="wait-k: steps read before the first token; alignatt: encoder frames (Whisper: 20 ms) "
-                   + ("(several: a quality-latency table) " if several else "") + "(default: 3)")
+                   + ("(several: a quality-latency table) " if several else "") + "(default: 3 for wait-k, 30 for "
+                   "alignatt)")
     p.add_argument("--step-ms", type=opt.number(25, 10000), default=400.0,
                    help="the decision step in milliseconds of audio, 25 to 10000 (default: 400)")
 
