@@ -133,7 +133,7 @@ def plot_quality_vs_latency(curves: Mapping[str, Sequence[tuple[float, float, st
         ax.axhline(y, linestyle="--", linewidth=1, color=f"C{len(curves) + k}", label=name)
     ax.set_xlabel(f"{latency} (s, lower is sooner)")
     ax.set_ylabel(f"{metric} ({_direction(metric)})")
-    ax.set_title(title)
+    ax.set_title(title, fontsize="small")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return _save(fig, path)
