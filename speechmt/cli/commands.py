@@ -197,10 +197,11 @@ def _translate_simultaneous(lm, args: argparse.Namespace) -> int:
     import json
 
     from speechmt.audio import read_audio
-    from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
+    from speechmt.decoding.simultaneous import DEFAULT_K, SimultaneousConfig, translate_stream
     from speechmt.evaluation.latency import corpus_latency, Delays, word_delays
 
-    cfg = SimultaneousConfig(args.simultaneous, args.k or 3, args.step_ms, min(args.max_chunk_seconds, 30.0))
+    cfg = SimultaneousConfig(args.simultaneous, args.k or DEFAULT_K[args.simultaneous], args.step_ms,
+                             min(args.max_chunk_seconds, 30.0))
     failed = False
     for path in args.audio:
         try:
@@ -338,31 +339,40 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
-    """Streams the split through the policy for each --k; prints scores and latency per k, and with several k
-    writes the quality-latency table (quality_latency.md) into the report folder, one subfolder per k."""
-    from speechmt.decoding.simultaneous import SimultaneousConfig
+    """Streams the split through the policy for each --k; prints scores and latency per k. With several k (or
+    --compare) it also decodes the same utterances offline (--beam) and writes the quality-latency table, its
+    JSON and plot (quality_latency.md, .json, .png) into the report folder, one subfolder per k."""
+    from speechmt.decoding.simultaneous import DEFAULT_K, SimultaneousConfig
     from speechmt.decoding.translate import load_model
-    from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, latency_line, quality_latency_table,
-                                                       write_quality_latency)
+    from speechmt.evaluation.evaluate import evaluate
+    from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, latency_line, latency_row,
+                                                       read_quality_latency, write_quality_latency)
 
     lm = load_model(args.model, args.device, args.task)
-    ks = args.k or [3]
+    ks = args.k or [DEFAULT_K[args.simultaneous]]
     rows = []
+    for folder in args.compare or []:
+        rows += read_quality_latency(folder)
     for k in ks:
         cfg = SimultaneousConfig(args.simultaneous, k, args.step_ms)
         folder = out if len(ks) == 1 else str(Path(out) / f"{args.simultaneous}-k{k}")
         report = evaluate_simultaneous(lm, args.data, args.split, cfg, folder, args.name, args.limit,
                                        lm.decode_options(1, **_decode_kwargs(args)))
-        rows.append((cfg, report))
+        rows.append(latency_row(cfg, report))
         scores = ", ".join(f"{s.name} = {s.score:.2f}" for s in report.metrics.values())
         print(f"{args.simultaneous} k={k} step {args.step_ms:g} ms: {scores}; {latency_line(report.extra['latency'])}; "
               f"RTF {report.extra['rtf']}")
-    if len(ks) > 1:
-        path = write_quality_latency(out, quality_latency_table(rows), f"Quality and latency: {Path(lm.path).name} "
-                                     f"on {args.split}, {args.simultaneous}")
-        print(f"quality-latency table in {path}")
-    else:
+    if len(rows) == 1:
         print(f"report in {out}")
+        return 0
+    offline = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)),
+                       str(Path(out) / "offline"), args.max_tokens, args.name, limit=args.limit)
+    print(f"offline (beam {args.beam}): " + ", ".join(f"{s.name} = {s.score:.2f}" for s in offline.metrics.values()))
+    policies = " and ".join(dict.fromkeys(r["policy"] for r in rows))
+    written = write_quality_latency(out, rows, f"Quality and latency: {Path(lm.path).name} on {args.split} "
+                                    f"({offline.n} utterances), {policies}", offline)
+    print(f"quality-latency table in {written[0]}" + (f", plot {written[2]}" if len(written) > 2 else
+                                                      " (no plot: matplotlib is not installed)"))
     return 0
 
 

@@ -5,6 +5,7 @@ are parsed (speechmt.checks), and options that depend on each other by each subc
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from speechmt import __version__
 from speechmt import checks as opt
@@ -57,7 +58,8 @@ def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None
                    "steps; alignatt writes while the attention is not on the last k encoder frames")
     p.add_argument("--k", type=opt.integer(1, 1000), nargs="+" if several else None,
                    help="wait-k: steps read before the first token; alignatt: encoder frames (Whisper: 20 ms) "
-                   + ("(several: a quality-latency table) " if several else "") + "(default: 3)")
+                   + ("(several: a quality-latency table) " if several else "") + "(default: 3 for wait-k, 30 for "
+                   "alignatt)")
     p.add_argument("--step-ms", type=opt.number(25, 10000), default=400.0,
                    help="the decision step in milliseconds of audio, 25 to 10000 (default: 400)")
 
@@ -108,6 +110,11 @@ def _check_translate(args: argparse.Namespace) -> str | None:
 
 
 def _check_evaluate(args: argparse.Namespace) -> str | None:
+    if args.compare and not args.simultaneous:
+        return "argument --compare: only with --simultaneous"
+    missing = [f for f in args.compare or [] if not (Path(f) / "quality_latency.json").is_file()]
+    if missing:
+        return f"argument --compare: {missing[0]} holds no quality_latency.json (an evaluate --simultaneous folder)"
     return _check_simultaneous(args) or _check_task(args)
 
 
@@ -312,6 +319,8 @@ def _evaluate(sub) -> None:
     _add_simultaneous_options(ev, several=True)
     ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="with --simultaneous: only the first N "
                     "utterances of the split")
+    ev.add_argument("--compare", nargs="+", metavar="FOLDER", help="with --simultaneous: report folders of earlier "
+                    "runs whose quality-latency rows (quality_latency.json) join this run's table and plot")
     ev.set_defaults(func=commands.cmd_evaluate, check=_check_evaluate, parser=ev)
 
 

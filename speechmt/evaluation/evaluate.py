@@ -146,14 +146,14 @@ def references(task: str, records) -> list[str]:
 
 def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
              out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-             skip_bad_audio: bool = False, comet_model: str | None = None) -> EvalReport:
-    """Decodes and scores a split; writes the report files to `out_dir` when given. `name` labels the
-    model in reports (default: the checkpoint path). Utterances with unreadable audio (for a model that reads
-    audio) raise AudioError naming them, or with `skip_bad_audio` are left out and counted in `extra`.
-    A translation is also scored with COMET where `unbabel-comet` and `comet_model` are at hand; otherwise
-    `extra["comet_skipped"]` says why."""
+             skip_bad_audio: bool = False, comet_model: str | None = None, limit: int | None = None) -> EvalReport:
+    """Decodes and scores a split (its first `limit` utterances); writes the report files to `out_dir` when
+    given. `name` labels the model in reports (default: the checkpoint path). Utterances with unreadable
+    audio (for a model that reads audio) raise AudioError naming them, or with `skip_bad_audio` are left out
+    and counted in `extra`. A translation is also scored with COMET where `unbabel-comet` and `comet_model`
+    are at hand; otherwise `extra["comet_skipped"]` says why."""
     bad = _bad_audio(lm, data_dir, split, skip_bad_audio)
-    records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens,
+    records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens, limit,
                                                   exclude={r.id for r in bad})
     refs = references(lm.task, records)
     metrics = score(lm.task, hyps, refs)

@@ -1,6 +1,7 @@
 """Benchmark plots (matplotlib, drawn off-screen with the Agg canvas): quality by source length, and
 quality against speed. One pair of PNGs per main metric present: BLEU for translation, WER for ASR. Also
-the representation analysis' layer-by-layer heatmaps and line plots (plot_heatmap, plot_layer_lines).
+quality against latency (simultaneous translation, plot_quality_vs_latency) and the representation
+analysis' layer-by-layer heatmaps and line plots (plot_heatmap, plot_layer_lines).
 
 Below `benchmark` in the layering: it imports nothing of speechmt, and reads a benchmark through the
 protocols here (which `benchmark.Benchmark` and `benchmark.SystemResult` satisfy)."""
@@ -115,6 +116,26 @@ def plot_quality_vs_speed(bench: PlotBench, rows: Sequence[PlotRow], metric: str
     ax.set_ylabel(f"{metric} ({_direction(metric)})")
     ax.set_title(f"{metric} against speed, {bench.split} ({bench.n} utterances)")
     ax.grid(True, alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_quality_vs_latency(curves: Mapping[str, Sequence[tuple[float, float, str]]], levels: Mapping[str, float],
+                            metric: str, latency: str, title: str, path: Path) -> Path:
+    """Lines of the metric against a latency (s), one per curve {name: [(latency, score, point label)]}, each
+    point labelled; a dashed horizontal line per level {name: score} (an offline system, a goal)."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    for name, points in curves.items():
+        ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o", label=name)
+        for x, y, label in points:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize="x-small")
+    for k, (name, y) in enumerate(levels.items()):
+        ax.axhline(y, linestyle="--", linewidth=1, color=f"C{len(curves) + k}", label=name)
+    ax.set_xlabel(f"{latency} (s, lower is sooner)")
+    ax.set_ylabel(f"{metric} ({_direction(metric)})")
+    ax.set_title(title, fontsize="small")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
     return _save(fig, path)
 
 

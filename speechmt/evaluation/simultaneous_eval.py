@@ -5,6 +5,7 @@ stream (speechmt.decoding.simultaneous) and report quality (BLEU, chrF, chrF++; 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict
@@ -59,31 +60,82 @@ def latency_line(latency: dict) -> str:
             f"LAAL = {sec('LAAL_CA')} (computation-aware){skipped}")
 
 
-def quality_latency_table(rows: list[tuple[SimultaneousConfig, EvalReport]], offline: EvalReport | None = None) -> str:
-    """Markdown: one row per policy setting with BLEU (or WER), chrF++ and the four latencies in seconds, and
-    the offline decoding's scores as the last row when given."""
-    main = "WER" if rows and "WER" in rows[0][1].metrics else "BLEU"
-    second = "CER" if main == "WER" else "chrF++"
-    lines = [f"| policy | k | step ms | {main} | {second} | AL s | LAAL s | AL s (CA) | LAAL s (CA) | RTF |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for cfg, report in rows:
-        lat = report.extra["latency"]
-        cells = [f"{lat[k] / 1000:.3f}" if lat.get(k) is not None else "-" for k in ("AL", "LAAL", "AL_CA", "LAAL_CA")]
-        lines.append(f"| {cfg.policy} | {cfg.k} | {cfg.step_ms:g} | {report.metrics[main].score:.2f} | "
-                     f"{report.metrics[second].score:.2f} | " + " | ".join(cells) + f" | {report.extra['rtf']} |")
+LATENCIES = ("AL", "LAAL", "AL_CA", "LAAL_CA")
+
+
+def latency_row(cfg: SimultaneousConfig, report: EvalReport) -> dict:
+    """One row of a quality-latency table: the policy setting, its quality (BLEU and chrF++, or WER and CER),
+    the four latencies in seconds (None: every utterance skipped) and the RTF."""
+    lat = report.extra["latency"]
+    return {"policy": cfg.policy, "k": cfg.k, "step_ms": cfg.step_ms, "n": report.n,
+            **{name: s.score for name, s in report.metrics.items()},
+            **{k: None if lat.get(k) is None else lat[k] / 1000 for k in LATENCIES}, "rtf": report.extra["rtf"]}
+
+
+def _metrics(rows: list[dict]) -> tuple[str, str]:
+    return ("WER", "CER") if rows and "WER" in rows[0] else ("BLEU", "chrF++")
+
+
+def quality_latency_table(rows: list[dict], offline: EvalReport | None = None) -> str:
+    """Markdown: one row per policy setting (`latency_row`) with BLEU (or WER), chrF++ and the four latencies in
+    seconds, and with an offline decoding of the same utterances its scores as the last row and each row's
+    quality as a percentage of it."""
+    main, second = _metrics(rows)
+    share = offline is not None and offline.metrics[main].score > 0
+    lines = [f"| policy | k | step ms | {main} |{f' % of offline |' if share else ''} {second} | AL s | LAAL s | "
+             "AL s (CA) | LAAL s (CA) | RTF |",
+             "|---|---:|---:|---:|" + ("---:|" if share else "") + "---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        cells = ["-" if row[k] is None else f"{row[k]:.3f}" for k in LATENCIES]
+        pct = f" {100 * row[main] / offline.metrics[main].score:.0f} |" if share else ""
+        lines.append(f"| {row['policy']} | {row['k']} | {row['step_ms']:g} | {row[main]:.2f} |{pct} "
+                     f"{row[second]:.2f} | " + " | ".join(cells) + f" | {row['rtf']} |")
     if offline is not None:
         lines.append(f"| offline (beam {offline.extra['decode']['beam_size']}) | - | - | "
-                     f"{offline.metrics[main].score:.2f} | {offline.metrics[second].score:.2f} | - | - | - | - | "
-                     f"{offline.extra['rtf']} |")
+                     f"{offline.metrics[main].score:.2f} |{' 100 |' if share else ''} "
+                     f"{offline.metrics[second].score:.2f} | - | - | - | - | {offline.extra['rtf']} |")
     return "\n".join(lines) + "\n"
 
 
-def write_quality_latency(out_dir: str | os.PathLike, table: str, title: str) -> Path:
-    """Writes the table as quality_latency.md into out_dir."""
+def plot_quality_latency(rows: list[dict], offline: EvalReport | None, title: str, path: Path) -> Path:
+    """BLEU (or WER) against LAAL, one line per policy, computation-unaware and -aware, with the offline score
+    and 80 % of it as levels (speechmt.evaluation.plots)."""
+    from speechmt.evaluation.plots import plot_quality_vs_latency
+
+    main, _ = _metrics(rows)
+    curves: dict[str, list[tuple[float, float, str]]] = {}
+    for key, kind in (("LAAL", ""), ("LAAL_CA", ", computation-aware")):
+        for row in rows:
+            if row[key] is not None:
+                curves.setdefault(f"{row['policy']}{kind}", []).append((row[key], row[main], f"k={row['k']}"))
+    levels = {}
+    if offline is not None:
+        score = offline.metrics[main].score
+        levels = {f"offline (beam {offline.extra['decode']['beam_size']})": score, "80 % of offline": 0.8 * score}
+    return plot_quality_vs_latency(curves, levels, main, "LAAL", title, path)
+
+
+def write_quality_latency(out_dir: str | os.PathLike, rows: list[dict], title: str,
+                          offline: EvalReport | None = None) -> list[Path]:
+    """Writes quality_latency.md (the table), quality_latency.json (the rows and the offline scores) and, where
+    matplotlib is installed, quality_latency.png (the plot) into out_dir; returns the paths written."""
+    from speechmt.evaluation.plots import PlotError
     from speechmt.evaluation.report import write_text_atomic
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "quality_latency.md"
-    write_text_atomic(path, f"# {title}\n\n{table}")
-    return path
+    written = [out / "quality_latency.md", out / "quality_latency.json"]
+    write_text_atomic(written[0], f"# {title}\n\n{quality_latency_table(rows, offline)}")
+    scores = None if offline is None else {name: s.score for name, s in offline.metrics.items()}
+    write_text_atomic(written[1], json.dumps({"title": title, "rows": rows, "offline": scores,
+                                              "offline_rtf": offline and offline.extra["rtf"]}, indent=2) + "\n")
+    try:
+        written.append(plot_quality_latency(rows, offline, title, out / "quality_latency.png"))
+    except PlotError:
+        pass  # the table and JSON hold the same numbers
+    return written
+
+
+def read_quality_latency(folder: str | os.PathLike) -> list[dict]:
+    """The rows an earlier `write_quality_latency` left in folder/quality_latency.json."""
+    return json.loads((Path(folder) / "quality_latency.json").read_text())["rows"]

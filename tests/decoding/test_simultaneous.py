@@ -3,6 +3,7 @@ equivalence with offline greedy search when the policy waits to the end, AlignAt
 and the command line (a file, standard input, evaluate --simultaneous with a quality-latency table)."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,9 +15,12 @@ from speechmt.cli import main
 from speechmt.config import save_config
 from speechmt.decoding.search import search
 from speechmt.decoding.simultaneous import (SimultaneousConfig, SimultaneousError, _blocks_of, _CrossAttention,
-                                            simultaneous_translate, translate_stream)
+                                            alignment_heads, attends_to_last, simultaneous_translate,
+                                            translate_stream)
 from speechmt.decoding.translate import encode_audio, load_model
-from speechmt.evaluation.simultaneous_eval import evaluate_simultaneous
+from speechmt.evaluation.metrics import Score
+from speechmt.evaluation.report import EvalReport
+from speechmt.evaluation.simultaneous_eval import evaluate_simultaneous, latency_row, quality_latency_table
 from tests.conftest import ASSETS
 from tests.helpers import tiny_config
 
@@ -73,6 +77,20 @@ def test_windows_bound_the_encoder_input(lm, monkeypatch):
     assert [c.delay_ms for c in commits][:3] == [100.0, 200.0, 300.0] and [c.delay_ms for c in firsts][-2:] == [600.0, 1100.0]
 
 
+def test_a_long_enough_window_ends_at_a_pause(lm):
+    noise = np.random.default_rng(2).normal(0, 0.1, 33600).astype(np.float32)
+    wave = np.concatenate([noise[:16000], np.zeros(8000, np.float32), noise[16000:]])  # 1 s, 0.5 s quiet, 1.1 s
+    cfg = SimultaneousConfig("wait-k", k=1, step_ms=100, pause_after_seconds=0.8, min_pause_ms=300)
+    commits = list(simultaneous_translate(lm, [wave], cfg, _exactly(lm, 3)))
+    # 0.3 s after the last voiced frame (it ends at 1.015 s) comes with the step ending at 1.4 s: the first
+    # window ends there and the second starts with the next step; it runs to the end (1.2 s, but no pause)
+    assert [(len(c.tokens), c.delay_ms) for c in commits] == [(1, 100.0), (1, 200.0), (1, 300.0), (1, 1500.0),
+                                                              (1, 1600.0), (1, 1700.0)]
+    assert commits[3].text.startswith(" ") and not any(c.text.startswith(" ") for c in commits[4:])
+    alone = SimultaneousConfig("wait-k", k=1, step_ms=100, pause_after_seconds=0)  # windows end when full only
+    assert [c.delay_ms for c in simultaneous_translate(lm, [wave], alone, _exactly(lm, 3))] == [100.0, 200.0, 300.0]
+
+
 @pytest.mark.parametrize("cfg", [SimultaneousConfig("wait-k", k=100, step_ms=200),
                                  SimultaneousConfig("alignatt", k=10000, step_ms=200)])
 def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
@@ -90,6 +108,56 @@ def test_alignatt_writes_before_the_end_and_restores_the_decoder(lm):
     result = translate_stream(lm, wave, SimultaneousConfig("alignatt", k=1, step_ms=200), _exactly(lm, 8))
     assert sum(len(c.tokens) for c in result.commits) == 8
     assert all("attend" not in vars(layer.cross_attn) for layer in lm.model.decoder.layers)
+
+
+def _heads(peaks: list[int], frames: int = 10) -> torch.Tensor:
+    """Attention of one head per entry, (N, frames): 0.5 on its peak frame, the rest spread evenly."""
+    w = torch.full((len(peaks), frames), 0.5 / (frames - 1))
+    w[torch.arange(len(peaks)), torch.tensor(peaks)] = 0.5
+    return w
+
+
+def test_alignatt_waits_when_half_the_heads_look_at_the_last_f_frames():
+    # 10 frames, f = 3: frames 7, 8, 9 are the last. Two of four heads there: wait; one of four: write.
+    assert attends_to_last(_heads([0, 2, 8, 9]), 10, 3)
+    assert not attends_to_last(_heads([0, 2, 5, 9]), 10, 3)
+    assert not attends_to_last(_heads([6, 6, 6, 6]), 10, 3) and attends_to_last(_heads([6, 6, 6, 6]), 10, 4)
+    # one sink head with all its weight on frame 0 outvotes nothing: the mean of the weights would peak at
+    # frame 0 (1.0 + 3 * 0.056 against 3 * 0.5 spread over frames 7, 8, 9) and write; the vote waits
+    sink = torch.zeros(1, 10)
+    sink[0, 0] = 1.0
+    tracking = torch.cat([sink, _heads([7, 8, 9])])
+    assert int(tracking.mean(0).argmax()) == 0 and attends_to_last(tracking, 10, 3)
+    # padded frames past the real ones are not voted for: 8 real frames of 10, f = 2 -> frames 6, 7
+    assert attends_to_last(_heads([9, 9, 7]), 8, 2) is False and attends_to_last(_heads([6, 7, 0]), 8, 2)
+
+
+def test_alignatt_records_the_chosen_heads(lm):
+    decoder = lm.model.decoder
+    n_layers, n_heads = len(decoder.layers), decoder.layers[0].cross_attn.n_heads
+    every = _CrossAttention(decoder)  # no heads named: every head of the top half of the layers
+    assert sum(len(h) for h in every.heads.values()) == (n_layers - n_layers // 2) * n_heads
+    chosen = _CrossAttention(decoder, [(0, 1), (n_layers - 1, 0)])
+    enc = encode_audio(lm, [read_audio(WAV)])
+    with torch.no_grad(), chosen.recording():
+        lm.model.decode(torch.tensor([[lm.tokenizer.bos_id]]), enc, lm.model.new_cache())
+    weights = chosen.take()
+    assert weights.shape == (2, int(enc.lengths[0])) and torch.allclose(weights.sum(-1), torch.ones(2))
+    assert chosen.weights == [] and all("attend" not in vars(layer.cross_attn) for layer in decoder.layers)
+    with pytest.raises(SimultaneousError, match=r"no head \(0, 99\)"):
+        _CrossAttention(decoder, [(0, 99)])
+
+
+def test_whisper_alignment_heads_come_from_the_base_generation_config(tmp_path, lm):
+    base = tmp_path / "whisper-x"
+    base.mkdir()
+    (base / "generation_config.json").write_text(json.dumps({"alignment_heads": [[3, 1], [5, 2]]}))
+    config = lm.model.config
+    whisper = SimpleNamespace(decoder=SimpleNamespace(kind="whisper"), whisper_decoder_source=str(base))
+    assert alignment_heads(whisper) == [(3, 1), (5, 2)]
+    assert alignment_heads(config) is None  # not a Whisper decoder: the top half's heads
+    (base / "generation_config.json").write_text("{}")
+    assert alignment_heads(whisper) is None
 
 
 def test_alignatt_needs_cross_attention_and_settings_are_checked():
@@ -131,16 +199,46 @@ def test_cli_checks_simultaneous_options(checkpoint, capsys):
 def test_evaluate_simultaneous_reports_latency_and_a_quality_latency_table(checkpoint, lm, tiny_data, tmp_path,
                                                                            capsys):
     assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--max-len-b", "6",
-                 "--simultaneous", "wait-k", "--k", "1", "4", "--step-ms", "200", "--out", str(tmp_path)]) == 0
+                 "--simultaneous", "wait-k", "--k", "1", "4", "--step-ms", "200", "--limit", "2",
+                 "--out", str(tmp_path / "wait-k")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("wait-k k=1 step 200 ms: BLEU = ") and "chrF++ = " in out[0] and "LAAL = " in out[0]
-    table = (tmp_path / "quality_latency.md").read_text().splitlines()
-    assert table[2].startswith("| policy | k | step ms | BLEU | chrF++ | AL s | LAAL s |")
+    assert out[2].startswith("offline (beam 5): BLEU = ")
+    table = (tmp_path / "wait-k" / "quality_latency.md").read_text().splitlines()
+    assert table[0] == "# Quality and latency: checkpoint_last.safetensors on dev (2 utterances), wait-k"
+    assert table[2].startswith("| policy | k | step ms | BLEU |") and "| AL s | LAAL s |" in table[2]
     assert table[4].startswith("| wait-k | 1 | 200 | ") and table[5].startswith("| wait-k | 4 | 200 | ")
-    assert json.loads((tmp_path / "wait-k-k4" / "report.json").read_text())["extra"]["decode"]["max_len_b"] == 6
+    assert table[6].startswith("| offline (beam 5) | - | - | ")
+    k4 = json.loads((tmp_path / "wait-k" / "wait-k-k4" / "report.json").read_text())
+    assert k4["extra"]["decode"]["max_len_b"] == 6
+    assert json.loads((tmp_path / "wait-k" / "offline" / "report.json").read_text())["n"] == 2
+    assert (tmp_path / "wait-k" / "quality_latency.png").read_bytes()[:4] == b"\x89PNG"
+    # a second policy's run joins the first's rows: one table, one plot
+    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--max-len-b", "6",
+                 "--simultaneous", "alignatt", "--k", "5", "--step-ms", "200", "--limit", "2",
+                 "--compare", str(tmp_path / "wait-k"), "--out", str(tmp_path / "both")]) == 0
+    rows = json.loads((tmp_path / "both" / "quality_latency.json").read_text())["rows"]
+    assert [(r["policy"], r["k"]) for r in rows] == [("wait-k", 1), ("wait-k", 4), ("alignatt", 5)]
+    assert "wait-k and alignatt" in (tmp_path / "both" / "quality_latency.md").read_text().splitlines()[0]
+    capsys.readouterr()
+    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--compare",
+                 str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt evaluate: error: argument --compare: only with --simultaneous"
     reports = [evaluate_simultaneous(lm, tiny_data, "dev", SimultaneousConfig("wait-k", k, 200), limit=2,
                                      options=_exactly(lm, 5)) for k in (1, 4)]
     laal = [r.extra["latency"]["LAAL"] for r in reports]
     assert 0 < laal[0] < laal[1]  # waiting longer lags more
     assert all(r.extra["latency"]["LAAL_CA"] > r.extra["latency"]["LAAL"] for r in reports)
     assert reports[0].n == 2 and set(reports[0].metrics) == {"BLEU", "chrF", "chrF++"}
+
+
+def test_quality_latency_table_gives_each_row_as_a_share_of_offline(lm, tiny_data):
+    report = evaluate_simultaneous(lm, tiny_data, "dev", SimultaneousConfig("wait-k", 2, 200), limit=1,
+                                   options=_exactly(lm, 3))
+    row = latency_row(SimultaneousConfig("wait-k", 2, 200), report) | {"BLEU": 6.0, "chrF++": 30.0}
+    offline = EvalReport("m", "d", "dev", 1, {"BLEU": Score("BLEU", 8.0, ""), "chrF++": Score("chrF++", 40.0, "")},
+                         {"decode": {"beam_size": 5}, "rtf": 0.05})
+    lines = quality_latency_table([row], offline).splitlines()
+    assert lines[0].startswith("| policy | k | step ms | BLEU | % of offline | chrF++ |")
+    assert lines[2].startswith("| wait-k | 2 | 200 | 6.00 | 75 | 30.00 | ")
+    assert lines[3] == "| offline (beam 5) | - | - | 8.00 | 100 | 40.00 | - | - | - | - | 0.05 |"

@@ -1,0 +1,151 @@
+"""Simultaneous translation of one long stream: memory and speed against the stream's length.
+
+    python benchmarks/simultaneous_stream.py --data data/full/en-de --split tst-COMMON --seconds 30 60 120 \
+        --policy wait-k --k 3 --repeats 3 --threads 1 --json OUT.json
+
+Each length is a real clip sequence (the split's segments in manifest order joined by 0.3 s of silence,
+`bench_memory_decoding.clip_sequence`) streamed through `speechmt.decoding.simultaneous.translate_stream` in
+blocks of one decision step, each run in a fresh process (the default model unless --model). Reported per
+length, medians over --repeats:
+
+- peak RSS while streaming, above the RSS of the loaded and warmed-up model (the kernel's high-water mark,
+  reset before streaming through /proc/self/clear_refs), and its ratio to the shortest length's: flat memory
+  keeps the ratio near 1;
+- RTF: compute seconds (wall clock) / audio seconds, and CPU RTF: this process's CPU seconds / audio seconds
+  (on a machine whose cores other jobs share, the wall clock counts their turns too);
+- the real-time backlog: the audio arrives in real time, step n at (n + 1) * step; a step starts when it has
+  arrived and the previous one is done, and the backlog is how long after its arrival its computation ends.
+  The largest over the stream stays below a step or two when the policy keeps up, and grows with the length
+  when it does not;
+- LAAL, computation-unaware and -aware (speechmt.evaluation.latency; no reference: the output's word count),
+  the aware one as SimulEval defines it: the source read plus all compute time spent so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def backlog(step_seconds: float, compute: list[float]) -> float:
+    """The largest real-time backlog (s) of steps arriving every `step_seconds` whose computations take
+    `compute` seconds each, in order (module docstring)."""
+    done, worst = 0.0, 0.0
+    for n, c in enumerate(compute):
+        arrival = (n + 1) * step_seconds
+        done = max(done, arrival) + c
+        worst = max(worst, done - arrival)
+    return worst
+
+
+def one_run(args) -> dict:
+    """Streams one clip sequence in this process: the numbers of one run."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from bench_memory_decoding import clip_sequence
+    from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
+    from speechmt.decoding.translate import load_model
+    from speechmt.evaluation.latency import length_adaptive_average_lagging, word_delays
+    from speechmt.pretrained import default_model_path
+
+    lm = load_model(args.model or default_model_path())
+    cfg = SimultaneousConfig(args.policy, args.k, args.step_ms, args.window, args.pause_after)
+    wave = clip_sequence(args.data, args.split, args.seconds[0])
+    translate_stream(lm, wave[: 2 * SAMPLE_RATE], cfg)  # warm-up: first calls allocate and pick kernels
+    step = cfg.step_samples
+    pulled: list[float] = []
+
+    def blocks():
+        for start in range(0, len(wave), step):
+            pulled.append(time.perf_counter())
+            yield wave[start:start + step]
+        pulled.append(time.perf_counter())
+
+    base = _rss_kib("VmRSS")
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        peak_field = "VmHWM"
+    except OSError:
+        peak_field = "VmRSS"  # no reset: ru_maxrss below counts the load too
+    cpu = time.process_time()
+    result = translate_stream(lm, blocks(), cfg)
+    cpu = time.process_time() - cpu
+    peak = _rss_kib(peak_field) if peak_field == "VmHWM" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # the generator pulls block n + 1 once block n - 1 is processed (it holds one back to know the last):
+    # the gaps between pulls are the steps' computations, the last one after the final pull
+    compute = list(np.diff(pulled)[1:]) + [max(0.0, result.compute_ms / 1000 - (pulled[-1] - pulled[0]))]
+    delays, elapsed = word_delays(result.events())
+    return {"seconds": args.seconds[0], "peak_mib": (peak - base) / 1024, "loaded_mib": base / 1024,
+            "rtf": result.compute_ms / result.source_ms, "cpu_rtf": cpu * 1000 / result.source_ms,
+            "backlog_s": backlog(cfg.step_ms / 1000, compute),
+            "step_p95_s": float(np.percentile(compute, 95)) if compute else 0.0,
+            "laal_s": length_adaptive_average_lagging(delays, result.source_ms) / 1000 if delays else None,
+            "laal_ca_s": length_adaptive_average_lagging(elapsed, result.source_ms) / 1000 if delays else None,
+            "words": len(result.text.split())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint (default: the bundled model)")
+    parser.add_argument("--data", required=True, help="a prepared data folder (its manifests name the audio)")
+    parser.add_argument("--split", default="tst-COMMON")
+    parser.add_argument("--seconds", type=float, nargs="+", default=[30.0, 60.0, 120.0])
+    parser.add_argument("--policy", default="wait-k")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--step-ms", type=float, default=400.0)
+    parser.add_argument("--window", type=float, default=20.0, help="max_seconds of the re-encoding window")
+    parser.add_argument("--pause-after", type=float, default=6.0,
+                        help="pause_after_seconds: a window this long ends at a pause (0: only when full)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", help="write the runs and medians here")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child process: one run
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one_run(args)))
+        return
+    runs: dict[float, list[dict]] = {s: [] for s in args.seconds}
+    for _ in range(args.repeats):  # lengths alternate within each repeat
+        for s in args.seconds:
+            child = [a for a in sys.argv[1:] if a != "--one"]
+            cmd = [sys.executable, __file__, *child, "--one", "--seconds", str(s)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            runs[s].append(json.loads(out.strip().splitlines()[-1]))
+    medians = {s: {k: statistics.median(r[k] for r in rs) for k in rs[0] if rs[0][k] is not None}
+               for s, rs in runs.items()}
+    first = medians[args.seconds[0]]
+    print(f"{args.policy} k={args.k}, step {args.step_ms:g} ms, window {args.window:g} s, ends at a pause after "
+          f"{args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs")
+    print("| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s | LAAL s "
+          "| LAAL CA s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s, m in medians.items():
+        print(f"| {s:g} | {m['peak_mib']:.0f} | {m['peak_mib'] / max(first['peak_mib'], 1e-9):.2f} | {m['rtf']:.3f} | "
+              f"{m['cpu_rtf']:.3f} | {m['backlog_s']:.2f} | {m['step_p95_s']:.2f} | "
+              f"{m.get('laal_s', float('nan')):.2f} | {m.get('laal_ca_s', float('nan')):.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "one"},
+                                               "runs": {str(s): r for s, r in runs.items()},
+                                               "medians": {str(s): m for s, m in medians.items()}}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
