@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from speechmt.checks import checked
+from speechmt.checks import checked, field_problems, raise_problems
 
 FINETUNE_MODES = ("full", "frozen", "lna", "lora")
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -33,9 +33,8 @@ class LoraSettings:
 
     def __post_init__(self):
         self.targets = tuple(self.targets)
-        if self.rank < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1 or not self.targets:
-            raise ValueError(f"bad LoRA settings: rank {self.rank} (>= 1), alpha {self.alpha} (> 0), dropout "
-                             f"{self.dropout} (in [0, 1)), targets {self.targets} (not empty)")
+        raise_problems("bad LoRA settings", field_problems(self, "lora.") + [
+            not self.targets and "lora.targets must name at least one Linear layer, got none"])
 
 
 def _is_norm(m: nn.Module) -> bool:

@@ -78,8 +78,11 @@ def test_merged_lora_equals_the_adapted_model(whisper_dir):
 
 
 def test_bad_lora_settings_and_unknown_mode_fail_clearly():
-    with pytest.raises(ValueError, match="bad LoRA settings"):
+    with pytest.raises(ValueError, match=r"^bad LoRA settings: lora\.rank must be an integer >= 1, got 0$"):
         LoraSettings(rank=0)
+    with pytest.raises(ValueError, match=r"lora\.dropout must be a finite number >= 0 and < 1, got 1\.0; "
+                                         r"lora\.targets must name at least one Linear layer, got none$"):
+        LoraSettings(dropout=1.0, targets=())
     with pytest.raises(ValueError, match="unknown fine-tuning mode"):
         set_finetuning(torch.nn.Linear(2, 2), "most")
     with pytest.raises(ValueError, match="no Linear layer"):
