@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from speechmt.checks import ConfigError, check_config, checked, count_problem, raise_problems, read_yaml_mapping
+from speechmt.checks import ConfigError, check_config, check_override, checked, count_problem, raise_problems, read_yaml_mapping
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.translator import ModelConfig, preset
 from speechmt.tasks.align import AlignConfig
@@ -263,6 +263,8 @@ def yaml_value(text: str) -> Any:
 def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> ExperimentConfig:
     """Reads a YAML experiment config (or starts from defaults when path is None) and applies overrides."""
     d = read_yaml_mapping(path, "with model, data and train sections") if path is not None else {}
+    for item in overrides:  # each value checked as the command line checks it, before any section is built
+        check_override(item, SECTIONS)
     d = apply_overrides(d, list(overrides))
     try:  # a bad value is named with the file it was read from (or overridden over)
         cfg = ExperimentConfig.from_dict(d)

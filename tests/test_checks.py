@@ -28,7 +28,7 @@ def admitted(monkeypatch):
 def test_a_bad_config_field_is_one_line_from_the_fields_check(admitted):
     with pytest.raises(ConfigError) as e:
         load_config(None, ["data.max_tokens=0"])
-    assert str(e.value) == "invalid value 0 for data.max_tokens: expected an integer >= 1"
+    assert str(e.value) == "invalid value '0' for data.max_tokens: expected an integer >= 1"
     assert field_check(DataConfig, "max_tokens") == Check(lo=1)
     assert (0, int) in admitted
 

@@ -297,7 +297,7 @@ def test_apply_overrides_makes_the_model_section_nested():
     (["model.encoder.layer=3"], "unknown model.encoder option(s): layer"),
     (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
     (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),
-    (["model.encoder.layers=-1"], "invalid value -1 for model.encoder.layers: expected an integer >= 0"),
+    (["model.encoder.layers=-1"], "invalid value '-1' for model.encoder.layers: expected an integer >= 0"),
     (["model.encoder.kind=conv", "model.encoder.kind.x=1"],
      "override 'model.encoder.kind.x=1': encoder.kind is not a mapping in the config"),
     (["model.encoder_layers=3", "model.encoder={layers: 4}", "model.freeze_encoder=maybe"],

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.checks import checked, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.subsampling import Conv1dSubsampler
 from speechmt.sequence import lengths_to_padding_mask
@@ -49,21 +49,19 @@ class ShrinkConfig:
     channels: int = checked(1024, lo=1)
     kernel: int = checked(5, lo=1)
     mode: str = "mean"
-    layers: int = 2  # conv: stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
+    layers: int = checked(2, lo=1)  # conv: stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
     # ctc: what a segment becomes: "states" (its acoustic states, merged by `mode`) or "lm" (the mean of its
     # frames' soft LM token embeddings: needs decoder 'lm', whose tokenizer the CTC head then writes)
     embed: str = "states"
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", [
+        raise_problems("bad ModelConfig", field_problems(self, "shrink.") + [
             self.embed not in SHRINK_EMBEDS and
             f"unknown shrink.embed {self.embed!r}; expected one of {', '.join(SHRINK_EMBEDS)}",
             self.embed == "lm" and self.kind != "ctc" and "shrink.embed lm needs shrink.kind ctc",
             self.kind not in SHRINKS and f"unknown shrink {self.kind!r}; expected one of {', '.join(SHRINKS)}",
             self.mode not in SHRINK_MODES and
             f"unknown shrink.mode {self.mode!r}; expected one of {', '.join(SHRINK_MODES)}",
-            self.kernel < 1 and f"shrink.kernel must be >= 1, got {self.kernel}",
-            self.layers < 1 and f"shrink.layers must be >= 1, got {self.layers}",
         ])
 
     @property

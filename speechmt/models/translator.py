@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from speechmt.checks import checked, raise_problems
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead, LabelEmbeddings
 from speechmt.models.decoder import DecoderCache, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders import AcousticEncoder, ConvEncoder, EncoderOutput, Record, TextEncoder, note, subsampler
@@ -70,7 +70,7 @@ class EncoderConfig:
     # whisper: the convolutions and the first N layers stay frozen whatever `finetune` says, which then
     # applies to the layers above (and the final LayerNorm); their input, the states after layer N, is
     # cached when data.cache_encoder is on, so an update runs only the layers above
-    frozen_layers: int = 0
+    frozen_layers: int = checked(0, lo=0)
     freeze_feature_extractor: bool = False  # wav2vec2: freeze the CNN over the waveform (usual when pretrained)
     # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
     mask_time_prob: float = checked(0.0, lo=0, hi=1, hi_in=False)
@@ -83,21 +83,16 @@ class EncoderConfig:
                            if getattr(self, name)] + ["encoder.finetune"] * (self.finetune != "full")
         w2v_only = [f"encoder.{name}" for name in ("freeze_feature_extractor", "mask_time_prob",
                                                    "gradient_checkpointing") if getattr(self, name)]
-        raise_problems("bad ModelConfig", [
+        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + [
             self.kind not in ENCODERS and f"unknown encoder {self.kind!r}; expected one of {', '.join(ENCODERS)}",
             self.kind == "conv" and pretrained_only and
             f"{', '.join(pretrained_only)}: options of encoders {' and '.join(PRETRAINED_ENCODERS)} only",
             self.kind != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
             self.finetune not in FINETUNE_MODES and
             f"unknown encoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
-            self.frozen_layers < 0 and f"encoder.frozen_layers must be >= 0, got {self.frozen_layers}",
             self.frozen_layers and self.kind != "whisper" and "encoder.frozen_layers: an option of encoder 'whisper' only",
             self.frozen_layers and self.finetune == "frozen" and
             "encoder.frozen_layers needs encoder.finetune full, lna or lora (frozen freezes every layer)",
-            not 0 <= self.layerdrop <= 1 and f"encoder.layerdrop must be in [0, 1], got {self.layerdrop}",
-            not 0 <= self.mask_time_prob < 1 and
-            f"encoder.mask_time_prob must be in [0, 1), got {self.mask_time_prob}",
-            self.mask_time_length < 1 and f"encoder.mask_time_length must be >= 1, got {self.mask_time_length}",
             self.subsampler not in ("conv1d", "conv2d") and
             f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
             not self.conv_kernels and "encoder.conv_kernels is empty",
@@ -260,7 +255,7 @@ class ModelConfig:
                                  f"fields, got {value!r} (a flat config: ModelConfig.from_dict)")
         enc, dec, text = self.encoder, self.decoder, self.text_encoder
         self.ctc_vocab = tuple(int(i) for i in self.ctc_vocab)
-        raise_problems("bad ModelConfig", [
+        raise_problems("bad ModelConfig", field_problems(self) + [
             self.shrink.embed == "lm" and dec.kind != "lm" and
             "shrink.embed lm needs decoder 'lm' (the segments become that LM's token embeddings)",
             dec.kind == "whisper" and not (self.whisper_decoder_source or dec.hf_config) and
@@ -268,7 +263,6 @@ class ModelConfig:
             enc.kind != "conv" and text.shared and
             "text_encoder.shared needs the conv encoder's Transformer (encoder 'conv')",
             self.d_model % self.n_heads and f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}",
-            self.position_offset < 0 and f"position_offset must be >= 0, got {self.position_offset}",
             text.shared and text.layers != enc.layers and
             f"text_encoder.shared needs text_encoder.layers == encoder.layers ({enc.layers}), got {text.layers}",
             text.embeddings == "whisper" and dec.kind != "whisper" and

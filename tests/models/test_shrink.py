@@ -158,7 +158,7 @@ def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
 @pytest.mark.parametrize("overrides, message", [
     (dict(shrink="pool"), "unknown shrink 'pool'"),
     (dict(shrink_mode="max"), r"unknown shrink\.mode 'max'"),
-    (dict(shrink={"kernel": 0}), r"shrink\.kernel must be >= 1"),
+    (dict(shrink={"kernel": 0}), r"shrink\.kernel must be an integer >= 1, got 0"),
 ])
 def test_shrink_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -267,7 +267,7 @@ def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
     (dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1),
      r"encoder\.mask_time_prob: options of encoder 'wav2vec2'"),
     (dict(freeze_encoder=True, lna_finetune=True), "exclude each other"),
-    (dict(mask_time_prob=1.0), r"encoder\.mask_time_prob must be in"),
+    (dict(mask_time_prob=1.0), r"encoder\.mask_time_prob must be a finite number >= 0 and < 1, got 1\.0"),
     (dict(share_text_encoder=True, text_encoder_layers=12), r"text_encoder\.shared needs the conv encoder"),
 ])
 def test_wav2vec2_config_validation(overrides, message):
