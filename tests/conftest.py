@@ -85,3 +85,19 @@ def tiny_bert(tmp_path_factory, tiny_data) -> Path:
                          intermediate_size=32, max_position_embeddings=128)).save_pretrained(out)
     BertTokenizerFast(str(out / "vocab.txt")).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def lm_dir(tmp_path_factory) -> Path:
+    """A tiny random Gemma 3 saved to a folder (tests.lm_helpers.tiny_lm_dir: seeded, read only by the tests)."""
+    from tests.lm_helpers import tiny_lm_dir
+
+    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm"))
+
+
+@pytest.fixture(scope="module")
+def bridge(lm_dir):
+    """A tiny CTC-bridge model over `lm_dir` (tests.lm_helpers.ctc_bridge_model), one per test module."""
+    from tests.lm_helpers import ctc_bridge_model
+
+    return ctc_bridge_model(lm_dir)

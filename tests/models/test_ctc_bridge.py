@@ -9,17 +9,7 @@ from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.shrink import ShrinkConfig, soft_embeddings
 from speechmt.models.translator import ModelConfig, build_model, preset
-from tests.lm_helpers import CTC_TRANSCRIPTS, certain_ctc, ctc_bridge_model, spelled_logits, tiny_lm_dir
-
-@pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
-    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm_ctc"))
-
-
-@pytest.fixture(scope="module")
-def bridge(lm_dir):
-    return ctc_bridge_model(lm_dir)
-
+from tests.lm_helpers import CTC_TRANSCRIPTS, certain_ctc, spelled_logits
 
 @pytest.fixture(scope="module")
 def model(bridge):

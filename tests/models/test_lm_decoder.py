@@ -12,14 +12,8 @@ from speechmt.models.translator import build_model, preset
 from speechmt.tasks.objectives import shift_right
 from speechmt.tokenizers.sentencepiece import UnknownTagError
 from speechmt.tokenizers.lm import LMTokenizer, language_name
-from tests.lm_helpers import tiny_lm_dir
 
 TARGETS = ["Das Wetter ist heute schön.", "Bitte öffne das Fenster.", "Der Zug fährt um neun Uhr ab."]
-
-
-@pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
-    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm"))
 
 
 @pytest.fixture(scope="module")

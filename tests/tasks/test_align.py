@@ -10,7 +10,7 @@ from speechmt.models.translator import build_model, preset
 from speechmt.tasks.align import (AlignConfig, frame_positions, pair_loss, span_weights, start_values, token_spans,
                                   transcript_units)
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
-from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS, certain_ctc, ctc_bridge_model, tiny_lm_dir
+from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS, certain_ctc
 
 
 def test_span_weights_and_pair_loss_by_hand():
@@ -40,16 +40,6 @@ def test_transcript_units_keep_text_ids():
 
 
 # --- on the CTC bridge into a tiny LM: a certain CTC makes the speech path the text path ---
-
-@pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
-    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm_align"))
-
-
-@pytest.fixture(scope="module")
-def bridge(lm_dir):
-    return ctc_bridge_model(lm_dir)
-
 
 def certain_batch(model, src):
     """A batch of the transcripts and the encoder output of a CTC certain of them (their tokens' frames)."""

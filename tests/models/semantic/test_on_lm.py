@@ -16,7 +16,7 @@ from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder, XSTNetEn
 from speechmt.models.translator import ModelConfig, build_model
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
 from speechmt.tasks.tasks import task_losses
-from tests.lm_helpers import CTC_TRANSCRIPTS, ctc_bridge_model, tiny_lm_dir
+from tests.lm_helpers import CTC_TRANSCRIPTS, ctc_bridge_model
 
 LORA = {"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj"]}
 VARIANTS = {  # semantic config, its class, the objectives of its st stream (mt: ce)
@@ -28,11 +28,6 @@ VARIANTS = {  # semantic config, its class, the objectives of its st stream (mt:
                XSTNetEncoder, ("ce", "ctc", "fat_bridge")),
 }
 SETTINGS = ObjectiveSettings(label_smoothing=0.0, first_text_id=0)
-
-
-@pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
-    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm_semantic"))
 
 
 def bridge_with(lm_dir, semantic: dict | None = None):
