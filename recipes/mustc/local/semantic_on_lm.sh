@@ -9,10 +9,13 @@
 #   fusion     conf/st_lm_gemma_ctc_fusion.yaml
 # Every system starts from the MT run (--mt, decoder.) and the CTC run (--ctc, speech_encoder.,ctc_head.) of stage 15
 # (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A system whose
-# checkpoint_last exists is not trained again, nor one with an analysis analysed (delete its folder to redo it).
+# checkpoint_last exists is not trained again, nor one with an analysis analysed, nor one with a benchmark decoded
+# again (delete its folder to redo it). Each system is the average of its last --average saved checkpoints
+# ($exp/sem_NAME/checkpoint_avg.safetensors), benchmarked alone into $exp/sem_NAME/bench; the report at --out joins
+# those rows (benchmark --compare) with every analysis, so systems can be added one session at a time.
 # Usage, from recipes/mustc:
 #   local/semantic_on_lm.sh [--data data/en-de] [--exp exp/en-de] [--mt CKPT] [--ctc CKPT] [--systems "baseline ..."]
-#       [--split tst-COMMON] [--beam 5] [--limit N] [--analyze-split dev] [--analyze-limit N] [--out DIR]
+#       [--split tst-COMMON] [--beam 5] [--limit N] [--analyze-split dev] [--analyze-limit N] [--out DIR] [--average N]
 #       [--overrides "key=value ..."]   (added to every `speechmt train`; a smoke test: "train.max_updates=4")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,10 +32,12 @@ limit=""                    # only the first N utterances of $split in the bench
 analyze_split=dev
 analyze_limit=""            # only the first N (>= 4) utterances of $analyze_split in each analysis
 out=reports/semantic-on-lm
+average=2                   # the last N saved checkpoints of each run, averaged
 overrides=""                # key=value overrides for every training, separated by spaces
 usage() {
     echo "usage: $0 [--data DIR] [--exp DIR] [--mt CKPT] [--ctc CKPT] [--systems \"$systems\"] [--split S]"
-    echo "          [--beam N] [--limit N] [--analyze-split S] [--analyze-limit N] [--out DIR] [--overrides \"k=v ...\"]"
+    echo "          [--beam N] [--limit N] [--analyze-split S] [--analyze-limit N] [--out DIR] [--average N]"
+    echo "          [--overrides \"k=v ...\"]"
 }
 parse_options "$@"
 mt=${mt:-$exp/lm_mt/checkpoint_avg.safetensors}
@@ -56,7 +61,17 @@ train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME, unless it ha
     "$SPEECHMT" train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" $overrides
 }
 
-models=() names=() analyses=()
+averaged() {  # averaged NAME: the average of the run's last $average numbered checkpoints, written once
+    local dir="$exp/sem_$1" ckpts
+    if [ ! -f "$dir/checkpoint_avg.safetensors" ]; then
+        mapfile -t ckpts < <(ls "$dir"/checkpoint_[0-9]*.safetensors | sort -V | tail -n "$average")
+        log "$1: averaging ${ckpts[*]##*/}" >&2
+        "$SPEECHMT" average "${ckpts[@]}" --out "$dir/checkpoint_avg.safetensors" >&2
+    fi
+    echo "$dir/checkpoint_avg.safetensors"
+}
+
+compares=() analyses=()
 for system in $systems; do
     case "$system" in
         fat-st) train fat-mlm conf/fat_mlm_lm_gemma_ctc.yaml "$start"
@@ -64,15 +79,21 @@ for system in $systems; do
         procrustes) train procrustes "$(conf_of procrustes)" "\"$mt:decoder.\"" ;;  # its projection is set by Procrustes
         *) train "$system" "$(conf_of "$system")" "$start" ;;
     esac
-    ckpt="$exp/sem_$system/checkpoint_last.safetensors"
+    ckpt=$(averaged "$system")
     if [ ! -f "$exp/sem_$system/analysis/analysis.json" ]; then
         log "$system: analysing $ckpt on $analyze_split"
         "$SPEECHMT" analyze --model "$ckpt" --data "$data" --split "$analyze_split" --out "$exp/sem_$system/analysis" \
             ${analyze_limit:+--limit "$analyze_limit"}
     fi
-    models+=(--model "$ckpt") names+=(--name "$system") analyses+=(--analysis "$system=$exp/sem_$system/analysis")
+    if [ ! -f "$exp/sem_$system/bench/benchmark.json" ]; then
+        log "$system: benchmark on $split (beam $beam)"
+        "$SPEECHMT" benchmark --model "$ckpt" --name "$system" --data "$data" --split "$split" --beam "$beam" \
+            --out "$exp/sem_$system/bench" ${limit:+--limit "$limit"}
+    fi
+    compares+=(--compare "$exp/sem_$system/bench/benchmark.json")
+    analyses+=(--analysis "$system=$exp/sem_$system/analysis")
 done
 
-log "benchmark: ${systems// /, } on $split (beam $beam) -> $out"
-"$SPEECHMT" benchmark "${models[@]}" "${names[@]}" "${analyses[@]}" --data "$data" --split "$split" --beam "$beam" \
-    --out "$out" ${limit:+--limit "$limit"}
+log "report: ${systems// /, } on $split (beam $beam) -> $out"
+"$SPEECHMT" benchmark "${compares[@]}" "${analyses[@]}" --data "$data" --split "$split" --out "$out" \
+    ${limit:+--limit "$limit"}
