@@ -357,7 +357,9 @@ def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
     """The summary numbers of a `speechmt analyze` output (its folder or analysis.json): the split and number
     of utterances analysed, the top speech and text layers, their linear CKA, and speech->text sentence
     retrieval P@1 between them with cosine and CSLS, after the Procrustes map where the analysis has one
-    (`map` "procrustes", else "none"). BenchmarkError naming the file when it is missing or not one."""
+    (`map` "procrustes", else "none"), and speech->text word retrieval P@1 (CSLS) of the model's own states, no
+    map (`word`: None where the analysis has no word units). BenchmarkError naming the file when it is missing
+    or not one."""
     path = Path(path)
     if path.is_dir():
         path = path / "analysis.json"
@@ -370,15 +372,22 @@ def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
             raise BenchmarkError(f"{path}: no sentence retrieval of the top layers")
         out = {"file": str(path), "split": d["split"], "n": d["n"], "speech": top["speech"], "text": top["text"],
                "cka": top["cka"], "map": "procrustes" if mapped else "none",
-               "cosine": block["cosine"]["speech_to_text"], "csls": block["csls"]["speech_to_text"]}
+               "cosine": block["cosine"]["speech_to_text"], "csls": block["csls"]["speech_to_text"],
+               "word": _word_p1(d.get("word_retrieval"))}
     except KeyError as e:
         raise BenchmarkError(f"{path}: not a `speechmt analyze` result (no {e})") from None
     except TypeError as e:
         raise BenchmarkError(f"{path}: not a `speechmt analyze` result ({e})") from None
-    bad = [k for k in ("cka", "cosine", "csls") if out[k] is not None and type(out[k]) not in (int, float)]
+    bad = [k for k in ("cka", "cosine", "csls", "word") if out[k] is not None and type(out[k]) not in (int, float)]
     if bad:
         raise BenchmarkError(f"{path}: {', '.join(bad)} of the top layers must be numbers or null")
     return out
+
+
+def _word_p1(words: dict[str, Any] | None) -> float | None:
+    """Speech->text word retrieval P@1 (CSLS, no map) of an analysis' `word_retrieval` block, None without one."""
+    raw = (words or {}).get("raw")
+    return raw["csls"]["speech_to_text"] if raw else None
 
 
 def _attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[str, Any]]]) -> None:

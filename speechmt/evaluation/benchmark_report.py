@@ -38,13 +38,13 @@ def _metric(row: SystemResult, name: str) -> str:
 
 def _analysis_cells(row: SystemResult) -> list[str]:
     a = row.analysis or {}
-    return [_num(a.get(k), ".3f") for k in ("cka", "cosine", "csls")]
+    return [_num(a.get(k), ".3f") for k in ("cka", "cosine", "csls", "word")]
 
 
 def _main_table(bench: Benchmark) -> list[str]:
     """One row per system; with the columns of `speechmt analyze` when a system has its numbers."""
     extra = any(r.analysis for r in bench.systems)
-    heads, rule = (" CKA top | P@1 cos | P@1 CSLS |", "---:|" * 3) if extra else ("", "")
+    heads, rule = (" CKA top | P@1 cos | P@1 CSLS | word P@1 |", "---:|" * 4) if extra else ("", "")
     lines = ["| system | task | params | n | BLEU | chrF | chrF++ | WER | CER | RTF | utt/s | audio s/s | beam "
              "| threads | device | commit |" + heads,
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule]
@@ -59,7 +59,7 @@ def _main_table(bench: Benchmark) -> list[str]:
 
 
 def gap_correlations(bench: Benchmark) -> dict[str, float] | None:
-    """Spearman's rho between each analysis number (CKA top, P@1 cos, P@1 CSLS) and BLEU over the BLEU
+    """Spearman's rho between each analysis number (CKA top, P@1 cos, P@1 CSLS, word P@1) and BLEU over the BLEU
     systems that have them (issue 14's claim: a smaller speech-text gap, a better translation); None for
     fewer than 3 such systems."""
     rows = [r for r in bench.systems if r.analysis and "BLEU" in r.metrics]
@@ -67,7 +67,7 @@ def gap_correlations(bench: Benchmark) -> dict[str, float] | None:
         return None
     bleu = [r.metrics["BLEU"].score for r in rows]
     out = {"n": len(rows)}
-    for key, label in (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSLS")):
+    for key, label in (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSLS"), ("word", "word P@1")):
         pairs = [(r.analysis[key], b) for r, b in zip(rows, bleu) if r.analysis.get(key) is not None]
         out[label] = spearman(*zip(*pairs)) if len(pairs) >= 3 else float("nan")
     return out
@@ -106,7 +106,8 @@ def benchmark_markdown(bench: Benchmark) -> str:
         lines.append("- CKA top, P@1 cos, P@1 CSLS: from `speechmt analyze` (--analysis): linear CKA of the top "
                      "speech and text layers, and speech->text sentence retrieval P@1 between them (cosine, CSLS) "
                      "after the Procrustes map (tested on the second half of the analysed utterances; as they are "
-                     "where the analysis has no map)")
+                     "where the analysis has no map); word P@1: speech->text retrieval of the transcript's words "
+                     "(CSLS) between the model's own states, no map")
     lines.append("")
     lines += _main_table(bench) + _gap_line(bench) + _bucket_table(bench, "BLEU") + _bucket_table(bench, "WER")
     lines += ["", "## Signatures", ""]

@@ -181,17 +181,21 @@ def test_compare_needs_the_same_utterances(tiny_data, tmp_path, capsys):
         "(use the same split and --limit)"
 
 
-def _write_analysis(folder: Path, cka: float | None, procrustes: bool = True, p1: float = 0.75) -> Path:
-    """A crafted `speechmt analyze` output: the top layers' numbers only, distinct per retrieval block."""
+def _write_analysis(folder: Path, cka: float | None, procrustes: bool = True, p1: float = 0.75,
+                    word: float | None = None) -> Path:
+    """A crafted `speechmt analyze` output: the top layers' numbers, distinct per retrieval block, and word
+    retrieval when `word` is given (its CSLS speech->text P@1 `word`)."""
     def block(s2t: float) -> dict:
         return {"cosine": {"speech_to_text": s2t, "text_to_speech": 0.0},
                 "csls": {"speech_to_text": s2t + 0.125, "text_to_speech": 0.0}}
 
     top = {"speech": "speech.out", "text": "text.out", "cka": cka, "rsa": 0.5, "pwcca": 0.9, "n": 8, "raw": block(0.25),
            "procrustes": {"retrieval": block(p1), "n_fit": 4, "n_test": 4} if procrustes else None}
+    words = {"raw": block(word - 0.125), "procrustes": {"retrieval": block(0.0)}} if word is not None else None
     folder.mkdir()
     (folder / "analysis.json").write_text(json.dumps({"model": "m.safetensors", "split": "dev", "n": 8,
-                                                      "sentence": {"top": top}}), encoding="utf-8")
+                                                      "sentence": {"top": top}, "word_retrieval": words}),
+                                          encoding="utf-8")
     return folder
 
 
@@ -199,7 +203,8 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     records = read_manifest(tiny_data / f"{SPLIT}.jsonl")
     ids, refs = [r.id for r in records], [r.tgt_text for r in records]
     peers = [_write_peer(tmp_path / f"{n}.json", ids, refs, system=n) for n in "ABC"]
-    mapped, plain = _write_analysis(tmp_path / "an_a", 0.6), _write_analysis(tmp_path / "an_b", None, procrustes=False)
+    mapped = _write_analysis(tmp_path / "an_a", 0.6, word=0.5)
+    plain = _write_analysis(tmp_path / "an_b", None, procrustes=False)
     out = tmp_path / "b1"
     assert main(["benchmark", *(a for p in peers for a in ("--peer", str(p))), "--analysis", f"A={mapped}",
                  "--analysis", f"B={plain / 'analysis.json'}", "--data", str(tiny_data), "--split", SPLIT,
@@ -207,11 +212,12 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     capsys.readouterr()
     md = (out / "benchmark.md").read_text().splitlines()
     table = [line for line in md if line.startswith("|")]
-    assert table[0].endswith("| device | commit | CKA top | P@1 cos | P@1 CSLS |")
-    assert table[1].endswith("|---|---|---:|---:|---:|") and len(table[1].split("|")) == len(table[0].split("|"))
-    # A after the Procrustes map; B has none: its P@1 as they are; C has no analysis
-    assert [row.split(" | ")[-3:] for row in table[2:5]] == [["0.600", "0.750", "0.875 |"], ["-", "0.250", "0.375 |"],
-                                                            ["-", "-", "- |"]]
+    assert table[0].endswith("| device | commit | CKA top | P@1 cos | P@1 CSLS | word P@1 |")
+    assert table[1].endswith("|---|---|---:|---:|---:|---:|") and len(table[1].split("|")) == len(table[0].split("|"))
+    # A after the Procrustes map (its word P@1 without: 0.5, not the mapped 0.125); B has none: its P@1 as they
+    # are, and no word units; C has no analysis
+    assert [row.split(" | ")[-4:] for row in table[2:5]] == [["0.600", "0.750", "0.875", "0.500 |"],
+                                                            ["-", "0.250", "0.375", "- |"], ["-", "-", "-", "- |"]]
     assert any(line.startswith("- CKA top, P@1 cos, P@1 CSLS: from `speechmt analyze`") for line in md)
     assert f"- A (peer `{peers[0]}`): beam 5; analysis `{mapped / 'analysis.json'}` (dev, 8 utterances, speech.out " \
            "/ text.out)" in md
@@ -219,7 +225,7 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     rows = json.loads((out / "benchmark.json").read_text())["systems"]
     assert rows[0]["analysis"] == {"file": str(mapped / "analysis.json"), "split": "dev", "n": 8,
                                    "speech": "speech.out", "text": "text.out", "cka": 0.6, "map": "procrustes",
-                                   "cosine": 0.75, "csls": 0.875}
+                                   "cosine": 0.75, "csls": 0.875, "word": 0.5}
     assert (rows[1]["analysis"]["map"], rows[1]["analysis"]["cka"]) == ("none", None) and rows[2]["analysis"] is None
     assert load_benchmark(out).systems[0].analysis == rows[0]["analysis"]  # --compare keeps the numbers
     plain_run = tmp_path / "b2"
@@ -229,14 +235,14 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
 
 
 def test_the_report_correlates_the_gap_with_bleu(tiny_data, tmp_path, capsys):
-    """Three systems whose BLEU falls as their CKA falls and their P@1 rises: rho +1 and -1; equal P@1 CSLS
+    """Three systems whose BLEU falls as their CKA and word P@1 fall and their P@1 rises: rho +1 and -1; equal P@1 CSLS
     (block's +0.125 keeps the order) would be n/a, so the CSLS order follows P@1."""
     records = read_manifest(tiny_data / f"{SPLIT}.jsonl")
     ids, refs = [r.id for r in records], [r.tgt_text for r in records]
     hyps = {"A": refs, "B": refs[:3] + ["nichts"] * 3, "C": ["nichts"] * 6}
     peers = [_write_peer(tmp_path / f"{n}.json", ids, h, system=n) for n, h in hyps.items()]
-    analyses = [_write_analysis(tmp_path / f"an_{n}", cka, p1=p1) for n, cka, p1 in (("A", 0.9, 0.1), ("B", 0.5, 0.2),
-                                                                                      ("C", 0.1, 0.3))]
+    analyses = [_write_analysis(tmp_path / f"an_{n}", cka, p1=p1, word=w)
+                for n, cka, p1, w in (("A", 0.9, 0.1, 0.6), ("B", 0.5, 0.2, 0.4), ("C", 0.1, 0.3, 0.2))]
     out = tmp_path / "b"
     assert main(["benchmark", *(a for p in peers for a in ("--peer", str(p))),
                  *(a for n, d in zip("ABC", analyses) for a in ("--analysis", f"{n}={d}")),
@@ -247,9 +253,9 @@ def test_the_report_correlates_the_gap_with_bleu(tiny_data, tmp_path, capsys):
     assert bench.systems[0].metrics["BLEU"].score > bench.systems[1].metrics["BLEU"].score > \
         bench.systems[2].metrics["BLEU"].score
     assert gap_correlations(bench) == {"n": 3, "CKA top": pytest.approx(1.0), "P@1 cos": pytest.approx(-1.0),
-                                       "P@1 CSLS": pytest.approx(-1.0)}
+                                       "P@1 CSLS": pytest.approx(-1.0), "word P@1": pytest.approx(1.0)}
     line = "Spearman's rho of each analysis number with BLEU over the 3 analysed BLEU systems: CKA top +1.00, " \
-           "P@1 cos -1.00, P@1 CSLS -1.00"
+           "P@1 cos -1.00, P@1 CSLS -1.00, word P@1 +1.00"
     assert any(x.startswith(line) for x in (out / "benchmark.md").read_text().splitlines())
     assert gap_correlations(dataclasses.replace(bench, systems=bench.systems[:2])) is None  # too few: no line
 
