@@ -24,6 +24,15 @@ def test_span_weights_and_pair_loss_by_hand():
     mask = weights.sum(-1) > 0
     # token 0: ((1 - 0)^2 + 0) / 2 = 0.5; token 1: (0 + (1 - 3)^2) / 2 = 2; token 2 has no frames: left out
     assert pair_loss(words, text, mask).item() == pytest.approx(2.5)
+    # cosine: token 0 (1, 0) vs (0, 0): 1 - 0 = 1 (a zero vector has cosine 0); token 1 (3, 1) vs (3, 3):
+    # 1 - 12 / (sqrt(10) sqrt(18)) = 1 - 2 / sqrt(5)
+    assert pair_loss(words, text, mask, "cosine").item() == pytest.approx(1 + 1 - 2 / 5 ** 0.5)
+    assert pair_loss(words, 7 * words, mask, "cosine").item() == pytest.approx(0.0, abs=1e-6)  # blind to scale
+    # scaled: the kept text vectors (0, 0), (3, 3) have channel RMS sqrt(4.5) each: 2.5 / 4.5
+    assert pair_loss(words, text, mask, "scaled").item() == pytest.approx(2.5 / 4.5)
+    big = torch.tensor([[[100.0, 1.0], [300.0, 2.0], [0.0, 0.0]]])  # a huge channel 0 weighs as much as channel 1
+    off = big + torch.tensor([[[10.0, 0.0], [10.0, 0.0], [0.0, 0.0]]])  # channel 0 off by 10: 10 / rms 223.6
+    assert pair_loss(off, big, mask, "scaled").item() == pytest.approx(2 * (10 / 50000 ** 0.5) ** 2 / 2)
 
 
 def test_uniform_spans_share_the_frames_and_refuse_too_few():
@@ -53,11 +62,11 @@ def certain_batch(model, src):
 
 
 @pytest.mark.parametrize("name", ["align", "align_sentence"])
-@pytest.mark.parametrize("layer", [0, 1, 2])
-def test_zero_when_the_speech_path_is_the_text_path(bridge, name, layer):
+@pytest.mark.parametrize("layer,distance", [(0, "mse"), (1, "mse"), (2, "mse"), (0, "cosine"), (2, "scaled")])
+def test_zero_when_the_speech_path_is_the_text_path(bridge, name, layer, distance):
     model, src = bridge
     batch, enc = certain_batch(model, src)
-    settings = ObjectiveSettings(first_text_id=0, align=AlignConfig(layer=layer))
+    settings = ObjectiveSettings(first_text_id=0, align=AlignConfig(layer=layer, distance=distance))
     loss, stats = OBJECTIVES[name].loss(model, batch, enc, settings)
     assert loss.item() == pytest.approx(0.0, abs=1e-6)
     if name == "align":
@@ -141,3 +150,5 @@ def test_config_checks():
         AlignConfig(text="free")
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         AlignConfig(layer=-1)
+    with pytest.raises(ValueError, match="distance must be one of mse, cosine, scaled"):
+        AlignConfig(distance="l1")

@@ -8,8 +8,9 @@
 #   align      conf/st_lm_gemma_ctc_align.yaml       procrustes conf/st_lm_gemma_ctc_procrustes.yaml (MT run only)
 #   fusion     conf/st_lm_gemma_ctc_fusion.yaml
 # Every system starts from the MT run (--mt, decoder.) and the CTC run (--ctc, speech_encoder.,ctc_head.) of stage 15
-# (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A system whose
-# checkpoint_last exists is not trained again, nor one with an analysis analysed, nor one with a benchmark decoded
+# (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A killed run resumes where
+# it stopped; a system whose checkpoint_avg exists is not trained again, nor one with an analysis analysed, nor one
+# with a benchmark decoded
 # again (delete its folder to redo it). Each system is the average of its last --average saved checkpoints
 # ($exp/sem_NAME/checkpoint_avg.safetensors), benchmarked alone into $exp/sem_NAME/bench; the report at --out joins
 # those rows (benchmark --compare) with every analysis, so systems can be added one session at a time.
@@ -53,9 +54,9 @@ conf_of() {  # a system's config
     esac
 }
 
-train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME, unless it has finished
+train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME; a killed run resumes, a finished one is kept
     local dir="$exp/sem_$1"
-    if [ -f "$dir/checkpoint_last.safetensors" ]; then log "$1: $dir has finished"; return; fi
+    if [ -f "$dir/checkpoint_avg.safetensors" ]; then log "$1: $dir has finished"; return; fi
     log "$1: training $2 -> $dir"
     # shellcheck disable=SC2086  # $overrides is a list of key=value words
     "$SPEECHMT" train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" $overrides
