@@ -32,7 +32,8 @@ from speechmt.data.manifest import read_manifest
 from speechmt.frontend.whisper_mel import mel_settings
 from speechmt.hub import resolve_pretrained
 from speechmt.models.ctc_head import FIRST_LABEL
-from speechmt.models.translator import ModelConfig, build_model
+from speechmt.models.build import build_model
+from speechmt.models.config import ModelConfig
 from speechmt.tasks.losses import ctc_loss
 from speechmt.training.run import init_encoder_from
 from speechmt.tokenizers.lm import LMTokenizer

@@ -16,7 +16,8 @@ import time
 import torch
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
-from speechmt.models.translator import build_model, count_parameters, preset
+from speechmt.models.build import build_model, count_parameters
+from speechmt.models.config import preset
 from speechmt.training.builders import build_dataset, frontend_for, load_tokenizers, model_config_for, objective_settings_for
 from speechmt.training.trainer import Meter, Trainer, fixed_data
 

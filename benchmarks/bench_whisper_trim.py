@@ -27,7 +27,8 @@ from speechmt.data.manifest import record_audio
 from speechmt.frontend.whisper_mel import WhisperMelConfig, mel_settings, whisper_log_mel
 from speechmt.decoding.search import DecodeOptions, greedy_search
 from speechmt.evaluation.metrics import wer
-from speechmt.models.translator import ModelConfig, build_model
+from speechmt.models.build import build_model
+from speechmt.models.config import ModelConfig
 from speechmt.hub import resolve_pretrained
 from speechmt.tokenizers.whisper import WhisperTokenizer
 

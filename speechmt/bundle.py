@@ -16,7 +16,7 @@ from typing import Any
 
 from speechmt.checkpoint import CheckpointError
 from speechmt.frontend import Frontend, frontend_from_state
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from speechmt.tokenizers.pair import AnyTokenizer, Tokenizers
 
 KEYS = ("model_config", "tokenizers", "features", "task", "decoder_tag", "decoder_tags", "decoder_side",

@@ -3,7 +3,7 @@
 A recipe's conf/*.yaml is a serialisation of `ExperimentConfig`; `load_config(path, overrides)` reads one
 and applies `section.key=value` overrides (values parsed as YAML scalars; the key a dotted path into nested
 settings, e.g. model.encoder.kind=whisper). The model section is nested (one mapping per module, see
-speechmt.models.translator.ModelConfig); flat model sections and overrides in the older names still load,
+speechmt.models.config.ModelConfig); flat model sections and overrides in the older names still load,
 through speechmt.models.migrate.
 """
 
@@ -21,7 +21,7 @@ import yaml
 
 from speechmt.checks import ConfigError, check_config, check_override, checked, count_problem, raise_problems, read_yaml_mapping
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
-from speechmt.models.translator import ModelConfig, preset
+from speechmt.models.config import ModelConfig, preset
 from speechmt.tasks.align import AlignConfig
 from speechmt.tasks.schedule import Stage, parse_stages
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES
-from speechmt.models.translator import ModelConfig, preset
+from speechmt.models.config import ModelConfig, preset
 
 
 def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:

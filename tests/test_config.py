@@ -15,7 +15,8 @@ from speechmt.config import (
     load_config,
     save_config,
 )
-from speechmt.models.translator import PRESETS, EncoderConfig, LoraSettings, ModelConfig
+from speechmt.models.config import PRESETS, EncoderConfig, ModelConfig
+from speechmt.models.finetune import LoraSettings
 from speechmt.tasks.schedule import Stage, TaskData
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"

@@ -26,7 +26,9 @@ from speechmt.bundle import ModelBundle
 from speechmt.frontend import Frontend
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
-from speechmt.models.translator import EncoderOutput, Translator, build_model
+from speechmt.models.build import build_model
+from speechmt.models.encoders import EncoderOutput
+from speechmt.models.translator import Translator
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.models.delta import load_model_state

@@ -40,10 +40,9 @@ from speechmt.data.manifest import record_audio
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.evaluation.geometry import mean_pool
-from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
+from speechmt.models.ctc_head import CTC_BLANK_ID, FIRST_LABEL, CTCHead
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.shrink import ctc_segments
-from speechmt.models.translator import CTC_BLANK_ID
 from speechmt.progress import batch_starts
 
 States = dict[str, tuple[Tensor, Tensor]]  # {layer name: (x (B, T, D), lengths (B,))}, as Translator.states

@@ -34,7 +34,8 @@ from speechmt.audio import SAMPLE_RATE, CMVNConfig, FbankConfig
 from speechmt.bundle import ModelBundle
 from speechmt.frontend import FbankFrontend
 from speechmt.interop import HFImportError
-from speechmt.models.translator import DecoderConfig, EncoderConfig, ModelConfig, build_model
+from speechmt.models.build import build_model
+from speechmt.models.config import DecoderConfig, EncoderConfig, ModelConfig
 from speechmt.tokenizers.sentencepiece import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.checkpoint import save_checkpoint

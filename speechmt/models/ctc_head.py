@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
 FIRST_LABEL = len(SPECIAL_PIECES)  # the first text label
+CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer
 
 
 class CTCHead(nn.Linear):

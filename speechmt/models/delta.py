@@ -15,7 +15,8 @@ from collections.abc import Collection
 
 from torch import Tensor, nn
 
-from speechmt.models.translator import ModelConfig, Translator
+from speechmt.models.config import ModelConfig
+from speechmt.models.translator import Translator
 from speechmt.checkpoint import CheckpointError, state_checksum
 
 

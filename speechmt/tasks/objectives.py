@@ -21,7 +21,8 @@ import torch
 
 from speechmt.data.dataset import Batch
 from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder
-from speechmt.models.translator import EncoderOutput, Translator
+from speechmt.models.encoders import EncoderOutput
+from speechmt.models.translator import Translator
 from speechmt.tasks.align import AlignConfig, align_sentence, align_words, lm_hidden
 from speechmt.tasks.fat_bridge import fat_bridge
 from speechmt.tasks.losses import contrastive_loss, ctc_loss, distance_loss, label_smoothed_nll_loss, strip_specials

@@ -13,7 +13,8 @@ from typing import Iterable, Sequence
 import torch
 
 from speechmt.data.dataset import Batch
-from speechmt.models.translator import EncoderOutput, Translator
+from speechmt.models.encoders import EncoderOutput
+from speechmt.models.translator import Translator
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings, Stats
 
 TASK_INPUTS = {"st": "speech", "asr": "speech", "mt": "text", "audio": "none", "fat": "none", "fat_text": "none"}

@@ -16,7 +16,7 @@ from speechmt.data.manifest import read_split
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.semantic.lut import LM_TEACHER
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer

@@ -17,7 +17,7 @@ import torch
 from speechmt.bundle import ModelBundle
 from speechmt.config import ExperimentConfig, init_source, save_config
 from speechmt.models.build import build, translator_weights
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from speechmt.training import distributed as dist
 from speechmt.frontend import Frontend
 from speechmt.tasks import TaskData

@@ -11,7 +11,7 @@ from speechmt.cli import main
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig, save_config
 from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from tests.conftest import ASSETS
 from tests.whisper_helpers import tiny_whisper_dir
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from speechmt.decoding.search import DecodeOptions, greedy_search
-from speechmt.models.translator import build_model, preset
+from speechmt.models.build import build_model
+from speechmt.models.config import preset
 from speechmt.tasks.losses import label_smoothed_nll_loss
 from speechmt.tasks.objectives import shift_right
 

@@ -8,7 +8,8 @@ import torch
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.shrink import ShrinkConfig, soft_embeddings
-from speechmt.models.translator import ModelConfig, build_model, preset
+from speechmt.models.build import build_model
+from speechmt.models.config import ModelConfig, preset
 from tests.lm_helpers import CTC_TRANSCRIPTS, certain_ctc, spelled_logits
 
 @pytest.fixture(scope="module")

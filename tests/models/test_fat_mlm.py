@@ -20,7 +20,7 @@ from speechmt.models import preset
 from speechmt.models.build import build
 from speechmt.models.fat_mlm import (FatMasks, FatMLM, WhisperFatMLM, fat_mlm_loss, reconstruction_frames, span_mask,
                                      translator_state)
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from speechmt.tasks import Stage, TaskData
 from speechmt.tokenizers.whisper import WhisperTokenizer
 from speechmt.training.builders import frontend_for

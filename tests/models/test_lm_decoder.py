@@ -8,7 +8,8 @@ import torch
 
 from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
 from speechmt.models.encoders import EncoderOutput
-from speechmt.models.translator import build_model, preset
+from speechmt.models.build import build_model
+from speechmt.models.config import preset
 from speechmt.tasks.objectives import shift_right
 from speechmt.tokenizers.sentencepiece import UnknownTagError
 from speechmt.tokenizers.lm import LMTokenizer, language_name

@@ -11,7 +11,8 @@ from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.decoding.translate import load_model
 from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config
-from speechmt.models.translator import EncoderConfig, ModelConfig, build_model, preset
+from speechmt.models.build import build_model
+from speechmt.models.config import EncoderConfig, ModelConfig, preset
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.tokenizers.pair import Tokenizers
 from tests.helpers import flat_model_config

@@ -11,7 +11,8 @@ import speechmt.pretrained as pretrained
 from speechmt import load_model, translate
 from speechmt.cli import main
 from speechmt.checkpoint import load_checkpoint
-from speechmt.models.translator import ModelConfig, count_parameters
+from speechmt.models.build import count_parameters
+from speechmt.models.config import ModelConfig
 from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

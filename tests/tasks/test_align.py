@@ -6,7 +6,8 @@ import torch
 
 from speechmt.data.dataset import Batch
 from speechmt.models.encoders import EncoderOutput
-from speechmt.models.translator import build_model, preset
+from speechmt.models.build import build_model
+from speechmt.models.config import preset
 from speechmt.tasks.align import (AlignConfig, frame_positions, pair_loss, span_weights, start_values, token_spans,
                                   transcript_units)
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings

@@ -12,7 +12,7 @@ from speechmt.checkpoint import load_checkpoint
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model
 from speechmt.evaluation.evaluate import decode_split, references
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from speechmt.training.run import run_training
 from tests.lm_helpers import tiny_lm_dir
 from tests.whisper_helpers import tiny_whisper_dir

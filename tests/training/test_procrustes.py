@@ -7,7 +7,8 @@ import torch
 
 from speechmt.config import ExperimentConfig
 from speechmt.data.dataset import Example
-from speechmt.models.translator import ModelConfig, build_model
+from speechmt.models.build import build_model
+from speechmt.models.config import ModelConfig
 from speechmt.tasks.objectives import ObjectiveSettings
 from speechmt.training.procrustes import first_batches, fit_map, init_projection, set_linear
 from speechmt.training.run import procrustes_at_start

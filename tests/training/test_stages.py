@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from speechmt.config import ConfigError
-from speechmt.models.translator import build_model
+from speechmt.models.build import build_model
 from speechmt.tasks import Stage, TaskData
 from speechmt.training.builders import build_dataset, frontend_for, load_tokenizers, model_config_for
 from speechmt.checkpoint import load_checkpoint

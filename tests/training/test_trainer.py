@@ -6,7 +6,7 @@ import torch
 from speechmt.cli import main
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.training.run import average, init_encoder_from, run_training
-from speechmt.models.translator import build_model
+from speechmt.models.build import build_model
 from tests.helpers import tiny_config
 
 

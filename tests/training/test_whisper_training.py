@@ -7,7 +7,7 @@ import pytest
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model
-from speechmt.models.translator import ModelConfig
+from speechmt.models.config import ModelConfig
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.training.run import run_training
 from tests.whisper_helpers import tiny_whisper_dir
