@@ -12,18 +12,29 @@
 - `a corpus sentence`: either side is a sentence of the mini corpus (any split), so that no dev or test
   sentence reaches training;
 - `duplicate`: a source or target text seen before (case-folded), in this or an earlier source.
+
+`TextFilter` does the same for the sentences of monolingual text (`speechmt synth-mono`): `empty`, `url or
+e-mail`, `placeholder or markup`, `not a whole sentence` (no capital or digit first, or no . ! ? … last),
+`too few words` / `too many words` (the source's range), `numbers or symbols` (under 60 % of the characters
+letters), `wrong language` (more English function words than of its own language), `a corpus sentence`,
+`duplicate`.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from speechmt_corpora.text import Pair, normalise_space
 
+T = TypeVar("T")
 LENGTH_RATIO = 2.0
 LENGTH_SMOOTHING = 10
+MIN_LETTERS = 0.6  # a sentence's share of letters among its characters (not spaces)
+HOMOGRAPHS = {"de": frozenset({"will"})}  # English function words that are also words of the language
 FUNCTION_WORDS: dict[str, frozenset[str]] = {
     "en": frozenset("the and is are were of to that you he she we they not have has with for this what my your our "
                     "their who does did would can could will from".split()),
@@ -44,6 +55,11 @@ _PLACEHOLDER = re.compile(
 )
 
 
+_URL = re.compile(r"\b(?:https?|ftp)://|\bwww\.|\S@\w[\w-]*\.\w|\b[\w-]+\.(?:de|com|org|net|html?)\b", re.I)
+_OPENING = "\"„“»«‚‘'(["
+_SENTENCE_END = re.compile(r"[.!?…][\"“”«»’')]*$")
+
+
 def has_placeholder(text: str) -> bool:
     """Whether a text holds a format code, markup, an escape, an option, a path or code (see _PLACEHOLDER)."""
     return _PLACEHOLDER.search(text) is not None
@@ -55,15 +71,32 @@ def language_votes(text: str) -> Counter:
     return Counter({lang: sum(w in vocab for w in words) for lang, vocab in FUNCTION_WORDS.items()})
 
 
-def wrong_language(text: str, lang: str, other: str) -> bool:
-    """True when `text`, meant to be `lang`, holds more function words of `other` than of `lang`."""
+def wrong_language(text: str, lang: str, other: str, homographs: frozenset[str] = frozenset()) -> bool:
+    """True when `text`, meant to be `lang`, holds more function words of `other` than of `lang` (words of
+    `homographs`, also words of `lang`, not counted for `other`)."""
     votes = language_votes(text)
+    if homographs:
+        votes[other] -= sum(w in homographs for w in re.findall(r"[a-zäöüßáéíóúñ]+", text.lower()))
     return votes[other] > votes[lang]
 
 
 def key(text: str) -> str:
     """How texts are compared for duplicates and exclusion: case-folded, whitespace-normalised."""
     return normalise_space(text).casefold()
+
+
+def keep_counted(items: Sequence[T], reason: Callable[[T], str | None],
+                 accept: Callable[[T], T]) -> tuple[list[T], Counter]:
+    """The items whose `reason` is None, in order, each as `accept` returns it (after it is recorded as seen), and
+    the others counted by reason: no item is dropped without one."""
+    kept, dropped = [], Counter()
+    for item in items:
+        why = reason(item)
+        if why is None:
+            kept.append(accept(item))
+        else:
+            dropped[why] += 1
+    return kept, dropped
 
 
 @dataclass
@@ -107,14 +140,59 @@ class PairFilter:
 
     def keep(self, pairs: list[Pair], words: tuple[int, int]) -> tuple[list[Pair], Counter]:
         """The pairs that pass, in order (each one's texts then count as seen), and the drops by reason."""
-        kept, dropped = [], Counter()
-        for pair in pairs:
-            why = self.reason(pair, words)
-            if why is not None:
-                dropped[why] += 1
-                continue
-            pair = Pair(normalise_space(pair.src), normalise_space(pair.tgt))
-            self.seen_src.add(key(pair.src))
-            self.seen_tgt.add(key(pair.tgt))
-            kept.append(pair)
-        return kept, dropped
+        return keep_counted(pairs, lambda pair: self.reason(pair, words), self._accept)
+
+    def _accept(self, pair: Pair) -> Pair:
+        pair = Pair(normalise_space(pair.src), normalise_space(pair.tgt))
+        self.seen_src.add(key(pair.src))
+        self.seen_tgt.add(key(pair.tgt))
+        return pair
+
+
+@dataclass
+class TextFilter:
+    """The filters for the sentences of monolingual text in `lang` (German, Spanish or English), with the texts
+    seen so far (duplicates across sources) and the keys of the corpus' sentences to keep out. Call `keep` on
+    each source's sentences in turn."""
+
+    lang: str
+    corpus: set[str] = field(default_factory=set)
+    seen: set[str] = field(default_factory=set)
+
+    def reason(self, text: str, words: tuple[int, int]) -> str | None:
+        """Why a sentence is dropped (a reason of the module docstring), or None to keep it; `words`: its range."""
+        text = normalise_space(text)
+        if not text:
+            return "empty"
+        if _URL.search(text):
+            return "url or e-mail"
+        if has_placeholder(text):
+            return "placeholder or markup"
+        first = text.lstrip(_OPENING)[:1]
+        if not (first.isupper() or first.isdigit()) or not _SENTENCE_END.search(text):
+            return "not a whole sentence"
+        n = len(text.split())
+        if n < words[0]:
+            return "too few words"
+        if n > words[1]:
+            return "too many words"
+        chars = text.replace(" ", "")
+        if sum(c.isalpha() for c in chars) < MIN_LETTERS * len(chars):
+            return "numbers or symbols"
+        other = "en" if self.lang != "en" else "de"
+        if wrong_language(text, self.lang, other, HOMOGRAPHS.get(self.lang, frozenset())):
+            return "wrong language"
+        if key(text) in self.corpus:
+            return "a corpus sentence"
+        if key(text) in self.seen:
+            return "duplicate"
+        return None
+
+    def keep(self, texts: Sequence[str], words: tuple[int, int]) -> tuple[list[str], Counter]:
+        """The sentences that pass, in order and whitespace-normalised (each then counts as seen), and the drops
+        by reason."""
+        return keep_counted(texts, lambda text: self.reason(text, words), self._accept)
+
+    def _accept(self, text: str) -> str:
+        self.seen.add(key(text))
+        return normalise_space(text)

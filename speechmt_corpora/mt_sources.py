@@ -25,7 +25,8 @@ class SourceMissing(SynthError):
 
 @dataclass(frozen=True)
 class Source:
-    """One parallel text source: Debian packages, licence, languages paired with English, English words."""
+    """One text source: Debian packages, licence, languages paired with English and the range of its English
+    words (a monolingual source, speechmt_corpora.mono_text: its own language and the range of its words)."""
 
     name: str
     description: str

@@ -53,9 +53,9 @@ def covost_sentences(root: Path, lang: str) -> set[str]:
     return used
 
 
-def default_out(corpus: str, root: Path, lang: str = "de") -> Path:
-    """Beside the corpus: ROOT/en-de/mt-text (MuST-C) or ROOT/<lang>/mt-text (CoVoST 2)."""
-    return Path(root) / ("en-de" if corpus == "mustc" else lang) / "mt-text"
+def default_out(corpus: str, root: Path, lang: str = "de", name: str = "mt-text") -> Path:
+    """Beside the corpus: ROOT/en-de/<name> (MuST-C) or ROOT/<lang>/<name> (CoVoST 2)."""
+    return Path(root) / ("en-de" if corpus == "mustc" else lang) / name
 
 
 def _records(pairs: list[tuple[str, Pair]], src_lang: str, tgt_lang: str) -> list[Record]:

@@ -61,6 +61,21 @@ def cmd_synth_mt(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synth_mono(args: argparse.Namespace) -> int:
+    import json
+
+    from speechmt_corpora.mono_text import MonoPaths, build_mono_text
+    from speechmt_corpora.mt_text import default_out
+
+    out = Path(args.out) if args.out else default_out(args.corpus, Path(args.root), args.lang, "mono-text")
+    paths = MonoPaths(fortunes_de=Path(args.fortunes)) if args.fortunes else MonoPaths()
+    summary = build_mono_text(args.corpus, Path(args.root), out, args.lang, paths)
+    shown = {**summary, "sources": {n: {k: v for k, v in e.items() if k != "per_file"}
+                                    for n, e in summary["sources"].items()}}  # per file: in the summary file
+    print(json.dumps(shown, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_synth_tts(args: argparse.Namespace) -> int:
     import json
 

@@ -165,7 +165,7 @@ def _prepare(sub) -> None:
 
 
 def _synth(sub) -> None:
-    """`synth`, `synth-mt`, `synth-tts`, `backtranslate` and `distill`."""
+    """`synth`, `synth-mt`, `synth-mono`, `synth-tts`, `backtranslate` and `distill`."""
     synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
     synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
@@ -185,6 +185,16 @@ def _synth(sub) -> None:
                     help="parallel text to gather: all, or some of ding (de), gettext (de, es), debian-reference (de), "
                     "gnome-help (de, es), sword (es) (default: ding for de, sword for es)")
     mt.set_defaults(func=commands.cmd_synth_mt)
+    mono = sub.add_parser("synth-mono", help="monolingual German text for backtranslate (mustc) or distill (covost2), "
+                          "none of a mini corpus' sentences")
+    mono.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
+    mono.add_argument("--root", required=True, help="the corpus folder (as `synth --out` made it)")
+    mono.add_argument("--lang", default="de", choices=("de",), help="the text's language: mustc's target side, "
+                      "covost2's de-en source side")
+    mono.add_argument("--out", help="default: beside the corpus, ROOT/en-de/mono-text (mustc) or ROOT/de/mono-text; "
+                      "writes mono.<lang>.txt (one sentence a line) and mono_text_summary.json")
+    mono.add_argument("--fortunes", metavar="DIR", help="the fortunes-de files (default: /usr/share/games/fortunes/de)")
+    mono.set_defaults(func=commands.cmd_synth_mono)
     tts = sub.add_parser("synth-tts", help="voice the English side of MT pairs into a new MuST-C split (MT data "
                                            "as synthetic ST data)")
     tts.add_argument("--root", required=True, help="the MuST-C layout corpus (holds en-de/data/)")
