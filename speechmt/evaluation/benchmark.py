@@ -353,6 +353,10 @@ def analysis_option(value: str) -> tuple[str, str]:
     return name, path
 
 
+# the numbers of an analysis that become report columns: (key in read_analysis' dict, column label)
+ANALYSIS_COLUMNS = (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSLS"), ("word", "word P@1"))
+
+
 def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
     """The summary numbers of a `speechmt analyze` output (its folder or analysis.json): the split and number
     of utterances analysed, the top speech and text layers, their linear CKA, and speech->text sentence
@@ -378,7 +382,7 @@ def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
         raise BenchmarkError(f"{path}: not a `speechmt analyze` result (no {e})") from None
     except TypeError as e:
         raise BenchmarkError(f"{path}: not a `speechmt analyze` result ({e})") from None
-    bad = [k for k in ("cka", "cosine", "csls", "word") if out[k] is not None and type(out[k]) not in (int, float)]
+    bad = [k for k, _ in ANALYSIS_COLUMNS if out[k] is not None and type(out[k]) not in (int, float)]
     if bad:
         raise BenchmarkError(f"{path}: {', '.join(bad)} of the top layers must be numbers or null")
     return out

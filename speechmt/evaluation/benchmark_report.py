@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from speechmt.evaluation.geometry import spearman
-from speechmt.evaluation.benchmark import Benchmark, BenchmarkError, SystemResult
+from speechmt.evaluation.benchmark import ANALYSIS_COLUMNS, Benchmark, BenchmarkError, SystemResult
 from speechmt.evaluation.plots import PlotError, plot_benchmark
 from speechmt.evaluation.report import table_cell, write_text_atomic
 
@@ -38,13 +38,14 @@ def _metric(row: SystemResult, name: str) -> str:
 
 def _analysis_cells(row: SystemResult) -> list[str]:
     a = row.analysis or {}
-    return [_num(a.get(k), ".3f") for k in ("cka", "cosine", "csls", "word")]
+    return [_num(a.get(k), ".3f") for k, _ in ANALYSIS_COLUMNS]
 
 
 def _main_table(bench: Benchmark) -> list[str]:
     """One row per system; with the columns of `speechmt analyze` when a system has its numbers."""
     extra = any(r.analysis for r in bench.systems)
-    heads, rule = (" CKA top | P@1 cos | P@1 CSLS | word P@1 |", "---:|" * 4) if extra else ("", "")
+    heads = "".join(f" {label} |" for _, label in ANALYSIS_COLUMNS) if extra else ""
+    rule = "---:|" * len(ANALYSIS_COLUMNS) if extra else ""
     lines = ["| system | task | params | n | BLEU | chrF | chrF++ | WER | CER | RTF | utt/s | audio s/s | beam "
              "| threads | device | commit |" + heads,
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule]
@@ -67,7 +68,7 @@ def gap_correlations(bench: Benchmark) -> dict[str, float] | None:
         return None
     bleu = [r.metrics["BLEU"].score for r in rows]
     out = {"n": len(rows)}
-    for key, label in (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSLS"), ("word", "word P@1")):
+    for key, label in ANALYSIS_COLUMNS:
         pairs = [(r.analysis[key], b) for r, b in zip(rows, bleu) if r.analysis.get(key) is not None]
         out[label] = spearman(*zip(*pairs)) if len(pairs) >= 3 else float("nan")
     return out
