@@ -287,10 +287,10 @@ def test_apply_overrides_makes_the_model_section_nested():
 
 @pytest.mark.parametrize("overrides, message", [
     (["model.encoder.kind=lstm"], "model: bad ModelConfig: unknown encoder 'lstm'; expected one of conv, wav2vec2, "
-                                  "whisper"),
+                                  "whisper, whisper_asr"),
     (["model.shrink.mode=max"], "model: bad ModelConfig: unknown shrink.mode 'max'; expected one of mean, first"),
-    (["model.encoder.finetune=lora"], "model: bad ModelConfig: encoder.finetune: options of encoders wav2vec2 and "
-                                      "whisper only"),
+    (["model.encoder.finetune=lora"], "model: bad ModelConfig: encoder.finetune: options of encoders wav2vec2, "
+                                      "whisper and whisper_asr only"),
     (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
                                      "encoder.name_or_path) or decoder.hf_config"),
     (["model.semantic.kind=perceiver"], "model: bad ModelConfig: unknown semantic 'perceiver'; expected one of "

@@ -54,7 +54,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     from speechmt.models.hf_whisper import whisper_models
 
     kinds = (cfg.encoder.kind, cfg.decoder.kind)
-    hf_enc, hf_dec = whisper_models(cfg, pretrained) if "whisper" in kinds else (None, None)
+    hf_enc, hf_dec = whisper_models(cfg, pretrained) if {"whisper", "whisper_asr"} & set(kinds) else (None, None)
     decoder = None
     if hf_dec is not None:
         decoder, cfg = _whisper_decoder(cfg, hf_dec)
@@ -69,6 +69,8 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
 
         speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers)
         cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
+    elif cfg.encoder.kind == "whisper_asr":
+        speech, cfg = _whisper_asr_encoder(cfg, hf_enc)
     else:
         speech = _conv_encoder(cfg)
         shared = speech.encoder
@@ -165,10 +167,23 @@ def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelCon
                             decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
 
 
+def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[nn.Module, ModelConfig]:
+    """Whisper transcribing (frozen), its decoder's states projected to d_model; `cfg` with the complete HF
+    config and the search's prompt filled in."""
+    from speechmt.models.hf_whisper import hf_config_dict, whisper_asr_encoder_from_hf, whisper_asr_prompt
+
+    e = cfg.encoder
+    prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt)
+    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
+
+
 def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:
     """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both); with
     encoder.frozen_layers N (whisper), to the layers above N and the final LayerNorm only."""
     e = cfg.encoder
+    if e.kind == "whisper_asr":  # frozen when built; only its projection trains
+        return
     if e.frozen_layers:
         speech.model.requires_grad_(False)
         for layer in speech.model.layers[e.frozen_layers:]:

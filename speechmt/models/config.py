@@ -24,19 +24,22 @@ from speechmt.tokenizers.whisper import language_token
 __all__ = ["DECODERS", "ENCODERS", "ENCODER_INPUTS", "DecoderConfig", "EncoderConfig", "ModelConfig", "PARTS",
            "PRESETS", "PRETRAINED_ENCODERS", "TEXT_EMBEDDINGS", "TextEncoderConfig", "preset"]
 
-ENCODERS = ("conv", "wav2vec2", "whisper")
+ENCODERS = ("conv", "wav2vec2", "whisper", "whisper_asr")
 DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
-PRETRAINED_ENCODERS = ("wav2vec2", "whisper")
-ENCODER_INPUTS = {"conv": "fbank", "wav2vec2": "waveform", "whisper": "whisper_mel"}
+PRETRAINED_ENCODERS = ("wav2vec2", "whisper", "whisper_asr")
+ENCODER_INPUTS = {"conv": "fbank", "wav2vec2": "waveform", "whisper": "whisper_mel", "whisper_asr": "whisper_mel"}
 """The front end (speechmt.frontend, by name) whose output each acoustic encoder reads."""
 
 
 @dataclass
 class EncoderConfig:
     """The acoustic encoder: "conv" (fbank -> subsampler -> Transformer: input_dim, subsampler, conv_*,
-    layers), "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms) or "whisper"
-    (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length)."""
+    layers), "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms), "whisper"
+    (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length) or
+    "whisper_asr" (a whole Whisper model, frozen, transcribing its 30 s input greedily: its decoder's states at
+    the transcript's tokens, speechmt.models.encoders.whisper_asr; needs finetune frozen and
+    data.whisper_pad_30s)."""
 
     kind: str = "conv"
     layers: int = checked(12, lo=0)  # conv: Transformer layers
@@ -64,9 +67,14 @@ class EncoderConfig:
     mask_time_prob: float = checked(0.0, lo=0, hi=1, hi_in=False)
     mask_time_length: int = checked(10, lo=1)  # wav2vec2: frames per masked span
     gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
+    # whisper_asr: the decoder prompt's ids (<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>),
+    # filled in from the Whisper model's generation config for `asr_language` when the model is built
+    asr_prompt: tuple[int, ...] = ()
+    asr_language: str = "en"
 
     def __post_init__(self):
         self.conv_kernels, self.hf_config = tuple(self.conv_kernels), dict(self.hf_config)
+        self.asr_prompt = tuple(int(i) for i in self.asr_prompt)
         pretrained_only = [f"encoder.{name}" for name in ("name_or_path", "hf_config", "layerdrop")
                            if getattr(self, name)] + ["encoder.finetune"] * (self.finetune != "full")
         w2v_only = [f"encoder.{name}" for name in ("freeze_feature_extractor", "mask_time_prob",
@@ -74,7 +82,8 @@ class EncoderConfig:
         raise_problems("bad ModelConfig", field_problems(self, "encoder.") + [
             self.kind not in ENCODERS and f"unknown encoder {self.kind!r}; expected one of {', '.join(ENCODERS)}",
             self.kind == "conv" and pretrained_only and
-            f"{', '.join(pretrained_only)}: options of encoders {' and '.join(PRETRAINED_ENCODERS)} only",
+            f"{', '.join(pretrained_only)}: options of encoders {', '.join(PRETRAINED_ENCODERS[:-1])} and "
+            f"{PRETRAINED_ENCODERS[-1]} only",
             self.kind != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
             self.finetune not in FINETUNE_MODES and
             f"unknown encoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
@@ -84,6 +93,8 @@ class EncoderConfig:
             self.subsampler not in ("conv1d", "conv2d") and
             f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
             not self.conv_kernels and "encoder.conv_kernels is empty",
+            self.kind == "whisper_asr" and self.finetune != "frozen" and
+            f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
         ])
 
     @property
@@ -100,7 +111,8 @@ class EncoderConfig:
     def cacheable_states(self) -> bool:
         """True when some of the encoder's states are computed by nothing trained, so data.cache_encoder can
         cache them once per split: a Whisper encoder's, frozen or below encoder.frozen_layers."""
-        return self.kind == "whisper" and (self.finetune == "frozen" or self.frozen_layers > 0)
+        return self.kind == "whisper_asr" or \
+            self.kind == "whisper" and (self.finetune == "frozen" or self.frozen_layers > 0)
 
 
 @dataclass

@@ -78,6 +78,11 @@ class TransformerDecoder(nn.Module):
         """tokens (B, U): all positions, or with a cache only the new ones; memory (B / group, S, D),
         memory_lengths (B / group,), with the cache's `group` (1 without a cache) -> logits (B, U, V).
         A cache is updated in place (keys/values appended, offset advanced)."""
+        return self.output(self.hidden(tokens, memory, memory_lengths, cache))
+
+    def hidden(self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor,
+               cache: DecoderCache | None = None) -> Tensor:
+        """`forward` before the output layer: the final LayerNorm's states (B, U, D)."""
         offset, group = (cache.offset, cache.group) if cache is not None else (0, 1)
         if tokens.size(0) != memory.size(0) * group:
             raise ValueError(f"{tokens.size(0)} decoder rows for {memory.size(0)} memory rows of {group} each")
@@ -89,7 +94,7 @@ class TransformerDecoder(nn.Module):
             x = layer(x, memory, memory_mask, self_mask, cache.layers[i] if cache is not None else None, group)
         if cache is not None:
             cache.offset += n
-        return self.output(self.norm(x))
+        return self.norm(x)
 
 
 def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, ffn_dim: int,

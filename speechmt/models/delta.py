@@ -23,7 +23,7 @@ from speechmt.checkpoint import CheckpointError, state_checksum
 def base_sources(cfg: ModelConfig) -> list[str]:
     """The pretrained folders or hub ids a model's frozen weights come from (Whisper parts, an LM decoder)."""
     enc = cfg.encoder
-    sources = [enc.name_or_path] if enc.kind == "whisper" and enc.name_or_path else []
+    sources = [enc.name_or_path] if enc.kind in ("whisper", "whisper_asr") and enc.name_or_path else []
     if cfg.decoder.kind == "whisper" and cfg.whisper_decoder_source and cfg.whisper_decoder_source not in sources:
         sources.append(cfg.whisper_decoder_source)
     if cfg.decoder.kind == "lm" and cfg.decoder.name_or_path:

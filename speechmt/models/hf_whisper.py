@@ -103,7 +103,7 @@ def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.
 def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
     """The HF Whisper models the encoder and the decoder come from (one load when they name the same)."""
     e, d = cfg.encoder, cfg.decoder
-    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained) if e.kind == "whisper" else None
+    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained) if e.kind in ("whisper", "whisper_asr") else None
     if d.kind != "whisper":
         return enc, None
     if enc is not None and cfg.whisper_decoder_source == e.name_or_path and \
@@ -118,3 +118,32 @@ def whisper_decoder_config(cfg, hf_model: nn.Module):
     decoder = replace(cfg.decoder, layers=c.decoder_layers, tie_embeddings=True, hf_config=hf_config_dict(hf_model))
     return replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
                    tgt_vocab_size=c.vocab_size, decoder=decoder)
+
+
+def whisper_asr_prompt(hf_model: nn.Module, language: str) -> tuple[int, ...]:
+    """Whisper's transcription prompt for `language`: <|startoftranscript|> <|lang|> <|transcribe|>
+    <|notimestamps|> from its generation config; <|startoftranscript|> alone for a model without one (an
+    English-only or randomly initialised Whisper)."""
+    g = getattr(hf_model, "generation_config", None)
+    start = int(hf_model.config.decoder_start_token_id)
+    langs, tasks = getattr(g, "lang_to_id", None) or {}, getattr(g, "task_to_id", None) or {}
+    if not langs:
+        return (start,)
+    tag = f"<|{language}|>"
+    if tag not in langs:
+        raise ValueError(f"encoder.asr_language {language!r}: not a language of this Whisper model")
+    notimestamps = getattr(g, "no_timestamps_token_id", None)
+    return (start, int(langs[tag]), int(tasks["transcribe"])) + ((int(notimestamps),) if notimestamps else ())
+
+
+def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...]) -> nn.Module:
+    """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
+    its encoder and decoder, frozen, searching from `prompt`, projected to `dim`."""
+    from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
+
+    decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
+    encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
+    asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim)
+    asr.encoder.requires_grad_(False)
+    asr.decoder.requires_grad_(False)
+    return asr

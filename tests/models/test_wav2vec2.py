@@ -262,7 +262,7 @@ def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
 @pytest.mark.parametrize("overrides, message", [
     (dict(encoder="hubert"), "unknown encoder 'hubert'"),
     (dict(encoder="conv", lna_finetune=True, mask_time_prob=0.1),
-     r"encoder\.finetune: options of encoders wav2vec2 and whisper only; encoder\.mask_time_prob: options of "
+     r"encoder\.finetune: options of encoders wav2vec2, whisper and whisper_asr only; encoder\.mask_time_prob: options of "
      r"encoder 'wav2vec2' only$"),
     (dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1),
      r"encoder\.mask_time_prob: options of encoder 'wav2vec2'"),

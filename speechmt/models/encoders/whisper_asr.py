@@ -1,0 +1,130 @@
+"""The `whisper_asr` acoustic encoder: Whisper's own recognition, searched, and its decoder's hidden states
+as the speech representation (the "searchable hidden intermediates" of Dalmia et al., NAACL 2021, ESPnet's
+multi-decoder ST, here with a pretrained Whisper as the ASR sub-net).
+
+Whisper (encoder and decoder, frozen) transcribes the utterance greedily from its own 30 s input (the wave
+zero-padded to 3000 mel frames: data.whisper_pad_30s, which keeps its zero-shot robustness on real speech);
+the output is the decoder's final LayerNorm states at the transcript's tokens, one per token (each after
+reading that token), projected to the model's width: a token-level sequence, so no shrink is needed, that
+carries what Whisper heard and how sure it was, which a downstream translator (speechmt's LM decoder) reads
+as it reads source text. Nothing before the projection trains, so `states` (the search and its states) is
+computed once per split and cached (speechmt.data.encoder_cache); an update runs the projection alone.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from speechmt.models.decoder import TransformerDecoder
+from speechmt.models.encoders.base import EncoderOutput, Record, note
+from speechmt.models.encoders.whisper import WhisperEncoder
+from speechmt.sequence import lengths_to_padding_mask
+
+WHISPER_FRAMES = 3000
+"""Mel frames of Whisper's 30 s input window."""
+
+MAX_TOKENS = 160
+"""Transcript tokens searched at most per utterance (a 30 s window holds about 100 English tokens)."""
+
+
+class WhisperAsrEncoder(nn.Module):
+    """mels (B, 3000, n_mels) -> Whisper's greedy transcript -> its decoder states (B, U, H) -> Linear to `dim`.
+
+    `prompt`: the decoder's first inputs (<|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>);
+    `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated."""
+
+    def __init__(self, encoder: WhisperEncoder, decoder: TransformerDecoder, prompt: tuple[int, ...], eos_id: int,
+                 dim: int, max_tokens: int = MAX_TOKENS):
+        super().__init__()
+        if not prompt:
+            raise ValueError("the whisper_asr encoder needs a decoder prompt (at least <|startoftranscript|>)")
+        if encoder.splits_inside:
+            raise ValueError("the whisper_asr encoder runs all of Whisper's encoder layers (no frozen_layers)")
+        self.encoder, self.decoder = encoder, decoder
+        self.prompt, self.eos_id = tuple(int(i) for i in prompt), int(eos_id)
+        positions = getattr(getattr(decoder, "positions", None), "weight", None)  # Whisper's: learned, 448
+        room = positions.size(0) - len(self.prompt) - 1 if positions is not None else max_tokens
+        if room < 1:
+            raise ValueError(f"the Whisper decoder's {positions.size(0)} positions leave no room after a prompt of "
+                             f"{len(self.prompt)}")
+        self.max_tokens = min(max_tokens, room)
+        hidden = decoder.embed.embedding_dim
+        self.proj = nn.Linear(hidden, dim) if hidden != dim else nn.Identity()
+
+    @property
+    def hidden_size(self) -> int:
+        return self.decoder.embed.embedding_dim
+
+    splits_inside = False
+    states_name = "asr"
+
+    def states_part(self) -> dict[str, Tensor]:
+        """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
+        return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
+                | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
+                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens])})
+
+    def states_frozen(self) -> bool:
+        """True when neither Whisper part trains (always so: `states` searches without gradients)."""
+        return not any(p.requires_grad for m in (self.encoder, self.decoder) for p in m.parameters())
+
+    @torch.no_grad()
+    def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
+        """mels (B, 3000, n_mels), lengths (B,) -> Whisper's decoder states at its greedy transcript's tokens
+        (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at least 1 token each)."""
+        if mels.size(1) > WHISPER_FRAMES:
+            raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
+        if mels.size(1) != WHISPER_FRAMES:
+            raise ValueError(f"encoder whisper_asr reads Whisper's own 30 s input ({WHISPER_FRAMES} mel frames), "
+                             f"got {mels.size(1)}: set data.whisper_pad_30s true")
+        memory, memory_lengths = self.encoder.states(mels, lengths)
+        note(record, "whisper.out", memory, memory_lengths)
+        x, token_lengths = self.transcribe(memory, memory_lengths)[1:]
+        note(record, "asr", x, token_lengths)
+        return x, token_lengths
+
+    def transcribe(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor]:
+        """Greedy search over Whisper's text tokens: memory (B, S, H) -> (token ids per row, states (B, U, H),
+        lengths (B,)). The first token is never <|endoftext|> (nor a lone space, as Whisper's own first-step
+        suppression), so every row has at least one token; a row stops at <|endoftext|> or max_tokens."""
+        rows = memory.size(0)
+        cache = self.decoder.new_cache()
+        inputs = torch.tensor(self.prompt, device=memory.device).expand(rows, -1)
+        h = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]  # (B, H)
+        done = torch.zeros(rows, dtype=torch.bool, device=memory.device)
+        steps, states = [], []
+        for step in range(self.max_tokens + 1):
+            logits = self.decoder.output(h).float()
+            logits[:, self.eos_id + 1:] = float("-inf")
+            if step == 0:
+                logits[:, [self.eos_id, *_space_ids(logits.size(1), self.eos_id)]] = float("-inf")
+            if step == self.max_tokens:
+                break
+            token = logits.argmax(-1).masked_fill(done, self.eos_id)  # (B,)
+            done |= token == self.eos_id
+            if done.all():
+                break
+            h = self.decoder.hidden(token[:, None], memory, memory_lengths, cache)[:, -1]
+            steps.append(token)
+            states.append(h.masked_fill(done[:, None], 0.0))
+        tokens = torch.stack(steps, 1)  # (B, U)
+        lengths = (tokens != self.eos_id).sum(1)
+        ids = [row[: int(n)] for row, n in zip(tokens.tolist(), lengths)]
+        return ids, torch.stack(states, 1), lengths
+
+    def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """`states`' output (B, U, H) -> EncoderOutput x (B, U, D), padded positions zero."""
+        x = self.proj(states)
+        x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
+        note(record, "projected", x, lengths)
+        return EncoderOutput(x, lengths)
+
+    def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
+        """mels (B, 3000, n_mels), lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
+        return self.project(*self.states(mels, lengths, record), record)
+
+
+def _space_ids(vocab: int, eos_id: int) -> list[int]:
+    """Whisper's lone-space token (220 in its GPT-2 byte-level vocabulary), where the vocabulary has it."""
+    return [220] if 220 < min(vocab, eos_id) else []

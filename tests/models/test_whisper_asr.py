@@ -1,0 +1,114 @@
+"""The whisper_asr encoder (searchable hidden intermediates): Whisper's greedy transcript and its decoder's
+states, checked against transformers' WhisperForConditionalGeneration run teacher-forced on that transcript."""
+
+import numpy as np
+import pytest
+import torch
+
+from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
+from speechmt.models.build import build_model
+from speechmt.models.config import ModelConfig
+from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_encoder_from_hf, whisper_asr_prompt
+from tests.lm_helpers import tiny_lm_dir
+from tests.whisper_helpers import tiny_whisper_dir
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory):
+    return tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_asr"), d_model=32)
+
+
+@pytest.fixture(scope="module")
+def hf(whisper_dir):
+    return load_hf_whisper(str(whisper_dir), {}).eval()
+
+
+@pytest.fixture(scope="module")
+def asr(hf):
+    return whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en")).eval()
+
+
+def _mels(seconds=(1.3, 0.7, 2.05)):
+    rng = np.random.RandomState(0)
+    waves = [(0.3 * np.sin(2 * np.pi * (150 + 200 * i) * np.arange(int(s * 16000)) / 16000)
+              + 0.05 * rng.randn(int(s * 16000))).astype(np.float32) for i, s in enumerate(seconds)]
+    mels = torch.stack([whisper_log_mel(w, WhisperMelConfig(pad_to_30s=True)) for w in waves])
+    return mels, torch.full((len(waves),), mels.size(1))
+
+
+def _banned(logits: torch.Tensor, step: int, eos: int) -> torch.Tensor:
+    logits = logits.clone()
+    logits[eos + 1:] = float("-inf")
+    if step == 0:
+        logits[eos] = float("-inf")
+        logits[220] = float("-inf")
+    return logits
+
+
+@torch.no_grad()
+def test_the_search_and_its_states_equal_whisper_run_teacher_forced_on_its_transcript(hf, asr):
+    mels, lengths = _mels()
+    memory, memory_lengths = asr.encoder.states(mels, lengths)
+    ids, states, token_lengths = asr.transcribe(memory, memory_lengths)
+    assert token_lengths.tolist() == [len(i) for i in ids] and min(token_lengths) >= 1
+    assert states.shape == (3, int(token_lengths.max()), 32)
+    prompt, eos = list(asr.prompt), asr.eos_id
+    assert prompt == [hf.config.decoder_start_token_id]  # the tiny model has no generation config
+    for row, tokens in enumerate(ids):
+        out = hf(input_features=mels[row:row + 1].transpose(1, 2), decoder_input_ids=torch.tensor([prompt + tokens]),
+                 output_hidden_states=True)
+        logits, hidden = out.logits[0], out.decoder_hidden_states[-1][0]  # after the decoder's final LayerNorm
+        p = len(prompt)
+        greedy = [int(_banned(logits[p - 1 + i], i, eos).argmax()) for i in range(len(tokens) + 1)]
+        stopped = len(tokens) == asr.max_tokens or greedy[-1] == eos
+        assert greedy[:-1] == tokens and stopped
+        torch.testing.assert_close(states[row, : len(tokens)], hidden[p: p + len(tokens)], atol=1e-4, rtol=1e-4)
+        assert states[row, len(tokens):].abs().max() == 0 if len(tokens) < states.size(1) else True
+
+
+@torch.no_grad()
+def test_an_utterance_alone_gets_what_it_gets_in_a_batch(asr):
+    mels, lengths = _mels()
+    batch, batch_lengths = asr.states(mels, lengths)
+    for row in range(3):
+        alone, alone_length = asr.states(mels[row:row + 1], lengths[row:row + 1])
+        n = int(alone_length)
+        assert n == int(batch_lengths[row])
+        torch.testing.assert_close(batch[row, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
+    out = asr.project(batch, batch_lengths)
+    assert out.x.shape == (3, batch.size(1), 48) and out.lengths.tolist() == batch_lengths.tolist()
+
+
+def test_the_search_fits_the_decoder_positions_and_needs_whisper_own_30_s_input(asr):
+    assert asr.max_tokens == 64 - len(asr.prompt) - 1  # the tiny model's 64 learned positions
+    mels, lengths = _mels((1.0,))
+    with pytest.raises(ValueError, match="30 s input.*whisper_pad_30s"):
+        asr.states(mels[:, :100], torch.tensor([100]))
+    assert asr.states_frozen() and not any(p.requires_grad for p in asr.decoder.parameters())
+    assert {k.split(".")[0] for k in asr.states_part()} == {"encoder", "decoder", "prompt"}
+
+
+def test_the_prompt_comes_from_the_generation_config_for_the_source_language(hf):
+    g = hf.generation_config
+    saved = (getattr(g, "lang_to_id", None), getattr(g, "task_to_id", None), getattr(g, "no_timestamps_token_id", None))
+    try:
+        g.lang_to_id, g.task_to_id, g.no_timestamps_token_id = {"<|en|>": 7, "<|de|>": 8}, {"transcribe": 11}, 16
+        assert whisper_asr_prompt(hf, "de") == (hf.config.decoder_start_token_id, 8, 11, 16)
+        with pytest.raises(ValueError, match="asr_language 'xx'"):
+            whisper_asr_prompt(hf, "xx")
+    finally:
+        g.lang_to_id, g.task_to_id, g.no_timestamps_token_id = saved
+
+
+def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(whisper_dir, tmp_path):
+    lm = tiny_lm_dir(tmp_path / "lm", hidden=48)
+    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+                      decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7],
+                               "prompt": [2]}, n_heads=2)
+    model = build_model(cfg)
+    assert model.config.encoder.asr_prompt == (model.speech_encoder.prompt) and model.config.d_model == 48
+    trained = {n.split(".")[1] for n, p in model.named_parameters() if p.requires_grad}
+    assert trained == {"proj"}
+    assert model.config.encoder.cacheable_states
+    with pytest.raises(ValueError, match="whisper_asr needs encoder.finetune frozen"):
+        ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "lora"})
