@@ -70,7 +70,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
         speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers)
         cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
     elif cfg.encoder.kind == "whisper_asr":
-        speech, cfg = _whisper_asr_encoder(cfg, hf_enc)
+        speech, cfg = _whisper_asr_encoder(cfg, hf_enc, decoder)
     else:
         speech = _conv_encoder(cfg)
         shared = speech.encoder
@@ -167,14 +167,19 @@ def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelCon
                             decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
 
 
-def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[nn.Module, ModelConfig]:
-    """Whisper transcribing (frozen), its decoder's states projected to d_model; `cfg` with the complete HF
-    config and the search's prompt filled in."""
-    from speechmt.models.hf_whisper import hf_config_dict, whisper_asr_encoder_from_hf, whisper_asr_prompt
+def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Module) -> tuple[nn.Module, ModelConfig]:
+    """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm: plus the LM
+    decoder's soft embeddings of its tokens); `cfg` with the complete HF config and the search's prompt filled in."""
+    from speechmt.models.hf_whisper import hf_config_dict, whisper_asr_encoder_from_hf, whisper_asr_prompt, whisper_lm_table
 
     e = cfg.encoder
     prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt)
+    pieces = None
+    if e.asr_embed == "lm":
+        if cfg.decoder.kind != "lm":
+            raise ValueError("encoder.asr_embed lm needs decoder 'lm' (its input embeddings are the table)")
+        pieces = whisper_lm_table(e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder)
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces)
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 

@@ -71,6 +71,9 @@ class EncoderConfig:
     # filled in from the Whisper model's generation config for `asr_language` when the model is built
     asr_prompt: tuple[int, ...] = ()
     asr_language: str = "en"
+    # whisper_asr: what each transcript token becomes: "states" (its decoder state, projected) or "lm" (the LM
+    # decoder's soft embeddings of Whisper's candidates for it, plus that projection; needs decoder 'lm')
+    asr_embed: str = "states"
 
     def __post_init__(self):
         self.conv_kernels, self.hf_config = tuple(self.conv_kernels), dict(self.hf_config)
@@ -93,6 +96,7 @@ class EncoderConfig:
             self.subsampler not in ("conv1d", "conv2d") and
             f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
             not self.conv_kernels and "encoder.conv_kernels is empty",
+            self.asr_embed not in ("states", "lm") and f"unknown encoder.asr_embed {self.asr_embed!r}; expected states or lm",
             self.kind == "whisper_asr" and self.finetune != "frozen" and
             f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
         ])

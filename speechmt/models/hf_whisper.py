@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -136,14 +137,34 @@ def whisper_asr_prompt(hf_model: nn.Module, language: str) -> tuple[int, ...]:
     return (start, int(langs[tag]), int(tasks["transcribe"])) + ((int(notimestamps),) if notimestamps else ())
 
 
-def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...]) -> nn.Module:
+def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
+    """PieceEmbeddings: each text piece of the Whisper model `whisper` as the LM decoder (of the LM `lm`, each a
+    name, folder or hub id) embeds that piece's text; both tokenizers are read from their folders."""
+    from speechmt.models.encoders.whisper_asr import PieceEmbeddings, whisper_lm_pieces
+    from speechmt.tokenizers.lm import LMTokenizer
+
+    if not whisper or not lm:
+        raise ValueError("encoder.asr_embed lm needs encoder.name_or_path and decoder.name_or_path (their tokenizers)")
+    folder = resolve_pretrained(whisper)
+    try:
+        tokenizer_json = (Path(folder) / "tokenizer.json").read_text(encoding="utf-8")
+    except OSError:
+        from huggingface_hub import hf_hub_download
+
+        tokenizer_json = Path(hf_hub_download(folder, "tokenizer.json")).read_text(encoding="utf-8")
+    lm_tokenizer = LMTokenizer.from_pretrained(lm, role="source")
+    return PieceEmbeddings(whisper_lm_pieces(tokenizer_json, lm_tokenizer.text_ids, eos_id), decoder)
+
+
+def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None) -> nn.Module:
     """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
-    its encoder and decoder, frozen, searching from `prompt`, projected to `dim`."""
+    its encoder and decoder, frozen, searching from `prompt`, projected to `dim`; `pieces` (PieceEmbeddings):
+    asr_embed lm."""
     from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 
     decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
     encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
-    asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim)
+    asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim, pieces=pieces)
     asr.encoder.requires_grad_(False)
     asr.decoder.requires_grad_(False)
     return asr

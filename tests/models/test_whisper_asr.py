@@ -49,7 +49,7 @@ def _banned(logits: torch.Tensor, step: int, eos: int) -> torch.Tensor:
 def test_the_search_and_its_states_equal_whisper_run_teacher_forced_on_its_transcript(hf, asr):
     mels, lengths = _mels()
     memory, memory_lengths = asr.encoder.states(mels, lengths)
-    ids, states, token_lengths = asr.transcribe(memory, memory_lengths)
+    ids, states, token_lengths, first = asr.transcribe(memory, memory_lengths)
     assert token_lengths.tolist() == [len(i) for i in ids] and min(token_lengths) >= 1
     assert states.shape == (3, int(token_lengths.max()), 32)
     prompt, eos = list(asr.prompt), asr.eos_id
@@ -63,6 +63,7 @@ def test_the_search_and_its_states_equal_whisper_run_teacher_forced_on_its_trans
         stopped = len(tokens) == asr.max_tokens or greedy[-1] == eos
         assert greedy[:-1] == tokens and stopped
         torch.testing.assert_close(states[row, : len(tokens)], hidden[p: p + len(tokens)], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(first[row], hidden[p - 1], atol=1e-4, rtol=1e-4)
         assert states[row, len(tokens):].abs().max() == 0 if len(tokens) < states.size(1) else True
 
 
@@ -77,6 +78,7 @@ def test_an_utterance_alone_gets_what_it_gets_in_a_batch(asr):
         torch.testing.assert_close(batch[row, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
     out = asr.project(batch, batch_lengths)
     assert out.x.shape == (3, batch.size(1), 48) and out.lengths.tolist() == batch_lengths.tolist()
+    torch.testing.assert_close(asr.project(8 * batch + 1, batch_lengths).x, out.x, atol=1e-4, rtol=1e-4)  # normalised
 
 
 def test_the_search_fits_the_decoder_positions_and_needs_whisper_own_30_s_input(asr):
@@ -112,3 +114,68 @@ def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(wh
     assert model.config.encoder.cacheable_states
     with pytest.raises(ValueError, match="whisper_asr needs encoder.finetune frozen"):
         ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "lora"})
+    with pytest.raises(ValueError, match="unknown encoder.asr_embed 'text'; expected states or lm"):
+        ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                             "asr_embed": "text"})
+    with pytest.raises(ValueError, match="asr_embed lm needs decoder 'lm'"):
+        build_model(ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                                         "asr_embed": "lm"}, tgt_vocab_size=10, n_heads=2))
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return tiny_lm_dir(tmp_path_factory.mktemp("tiny_lm_asr"), hidden=48)
+
+
+@pytest.fixture(scope="module")
+def soft(whisper_dir, lm_dir):
+    """A Translator whose whisper_asr encoder hands the LM soft embeddings of Whisper's tokens (asr_embed lm)."""
+    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                               "asr_embed": "lm"},
+                      decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7],
+                               "prompt": [2]}, n_heads=2)
+    return build_model(cfg).eval()
+
+
+def test_each_whisper_piece_maps_to_the_lm_tokens_of_its_text(whisper_dir, lm_dir):
+    from tokenizers import Tokenizer
+
+    from speechmt.models.encoders.whisper_asr import MAX_PIECE_TOKENS, whisper_lm_pieces
+    from speechmt.tokenizers.lm import LMTokenizer
+
+    whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
+    eos = whisper.token_to_id("<|endoftext|>")
+    lm = LMTokenizer.from_pretrained(str(lm_dir), role="source")
+    pieces = whisper_lm_pieces(whisper.to_str(), lm.text_ids, eos)
+    assert pieces.shape == (eos + 1, MAX_PIECE_TOKENS) and (pieces[eos] == -1).all()
+    for i in (0, 100, whisper.token_to_id("Ġthe"), eos - 1):
+        want = lm.text_ids(whisper.decode([i]))[:MAX_PIECE_TOKENS]
+        assert pieces[i, : len(want)].tolist() == want and (pieces[i, len(want):] == -1).all()
+
+
+@torch.no_grad()
+def test_soft_tokens_are_whisper_own_distribution_over_each_token_times_the_lm_piece_embeddings(soft):
+    from speechmt.models.encoders.whisper_asr import TOP_K
+
+    asr = soft.speech_encoder
+    mels, lengths = _mels()
+    states, n = asr.states(mels, lengths)
+    memory, memory_lengths = asr.encoder.states(mels, lengths)
+    ids = asr.transcribe(memory, memory_lengths)[0]
+    assert (n - 1).tolist() == [len(i) for i in ids]  # the prompt's last state comes first
+    before = states[:, :-1]
+    out = asr.project(states, n)
+    assert out.lengths.tolist() == [len(i) for i in ids] and out.x.size(-1) == 48
+    table = soft.decoder.embed.weight * soft.decoder.embed.embed_scale  # Gemma scales its input embeddings
+    for row, tokens in enumerate(ids):
+        for t, token in enumerate(tokens):
+            logits = asr.decoder.output(before[row, t]).float()
+            logits[asr.eos_id:] = float("-inf")
+            if t == 0 and 220 < asr.eos_id:
+                logits[220] = float("-inf")
+            assert int(logits.argmax()) == token  # the state before a token is the one that chose it
+            top, cand = logits.topk(TOP_K)
+            pieces = [asr._pieces[0].pieces[c][asr._pieces[0].pieces[c] >= 0] for c in cand]
+            vectors = torch.stack([table[p].mean(0) if len(p) else torch.zeros(48) for p in pieces])
+            want = top.softmax(-1) @ vectors
+            torch.testing.assert_close(out.x[row, t], want, atol=1e-4, rtol=1e-4)  # the projection starts at zero

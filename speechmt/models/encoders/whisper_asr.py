@@ -9,11 +9,19 @@ reading that token), projected to the model's width: a token-level sequence, so 
 carries what Whisper heard and how sure it was, which a downstream translator (speechmt's LM decoder) reads
 as it reads source text. Nothing before the projection trains, so `states` (the search and its states) is
 computed once per split and cached (speechmt.data.encoder_cache); an update runs the projection alone.
+
+With `embed` "lm" (a language-model decoder) each transcript token becomes what the LM reads for text, as the CTC
+bridge's soft embeddings do (speechmt.models.shrink): Whisper's own distribution over that token (its output layer
+at the state before it; top TOP_K, renormalised) times the LM's input embeddings of each candidate piece (the
+mean over the LM tokens of that piece's text), plus the projection of the state after it, which starts at zero.
+The LM's MT then translates Whisper's transcript from the first update, and the projection learns what the
+text alone does not carry. `states` then also keeps the prompt's last state (the distribution of the first token).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.models.decoder import TransformerDecoder
@@ -27,6 +35,42 @@ WHISPER_FRAMES = 3000
 MAX_TOKENS = 160
 """Transcript tokens searched at most per utterance (a 30 s window holds about 100 English tokens)."""
 
+TOP_K = 16
+"""Candidates per token in embed "lm"'s soft embeddings."""
+
+MAX_PIECE_TOKENS = 8
+"""LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
+
+ASR_EMBEDS = ("states", "lm")
+
+
+class PieceEmbeddings:
+    """Whisper token ids (...,) -> the mean of an LM decoder's input embeddings (scaled as it scales them) of each
+    piece's LM tokens (..., D); `pieces` (V_w, L): those LM ids, -1 padded. Read at each call (they follow the
+    LM's table); held by the encoder outside its modules, as the CTC bridge holds its LabelEmbeddings."""
+
+    def __init__(self, pieces: Tensor, decoder: nn.Module):
+        self.pieces, self.decoder = pieces, decoder
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        lm_ids = self.pieces.to(ids.device)[ids]  # (..., L)
+        valid = (lm_ids >= 0)[..., None]
+        vectors = self.decoder.embed(lm_ids.clamp(min=0)) * valid  # (..., L, D)
+        return vectors.sum(-2) / valid.sum(-2).clamp(min=1)
+
+
+def whisper_lm_pieces(whisper_tokenizer_json: str, lm_text_ids, eos_id: int) -> Tensor:
+    """(eos_id + 1, MAX_PIECE_TOKENS) the LM ids of each Whisper text piece's text (`lm_text_ids`: text -> ids, no
+    specials), -1 padded; <|endoftext|>'s row is empty."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(whisper_tokenizer_json)
+    pieces = torch.full((eos_id + 1, MAX_PIECE_TOKENS), -1, dtype=torch.long)
+    for i in range(eos_id):
+        ids = lm_text_ids(tok.decode([i]))[:MAX_PIECE_TOKENS]
+        pieces[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return pieces
+
 
 class WhisperAsrEncoder(nn.Module):
     """mels (B, 3000, n_mels) -> Whisper's greedy transcript -> its decoder states (B, U, H) -> Linear to `dim`.
@@ -35,8 +79,9 @@ class WhisperAsrEncoder(nn.Module):
     `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated."""
 
     def __init__(self, encoder: WhisperEncoder, decoder: TransformerDecoder, prompt: tuple[int, ...], eos_id: int,
-                 dim: int, max_tokens: int = MAX_TOKENS):
+                 dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None):
         super().__init__()
+        self._pieces = (pieces,) if pieces is not None else None  # a tuple: the LM's table is not our submodule
         if not prompt:
             raise ValueError("the whisper_asr encoder needs a decoder prompt (at least <|startoftranscript|>)")
         if encoder.splits_inside:
@@ -50,7 +95,15 @@ class WhisperAsrEncoder(nn.Module):
                              f"{len(self.prompt)}")
         self.max_tokens = min(max_tokens, room)
         hidden = decoder.embed.embedding_dim
-        self.proj = nn.Linear(hidden, dim) if hidden != dim else nn.Identity()
+        self.proj = nn.Linear(hidden, dim)
+        if pieces is not None:  # the LM reads Whisper's soft transcript at first
+            nn.init.zeros_(self.proj.weight)
+            nn.init.zeros_(self.proj.bias)
+
+    @property
+    def embed(self) -> str:
+        """"lm" when transcript tokens become the LM's soft piece embeddings, else "states"."""
+        return "lm" if self._pieces is not None else "states"
 
     @property
     def hidden_size(self) -> int:
@@ -63,7 +116,7 @@ class WhisperAsrEncoder(nn.Module):
         """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
         return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
                 | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
-                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens])})
+                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, self._pieces is not None])})
 
     def states_frozen(self) -> bool:
         """True when neither Whisper part trains (always so: `states` searches without gradients)."""
@@ -72,7 +125,8 @@ class WhisperAsrEncoder(nn.Module):
     @torch.no_grad()
     def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
         """mels (B, 3000, n_mels), lengths (B,) -> Whisper's decoder states at its greedy transcript's tokens
-        (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at least 1 token each)."""
+        (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at least 1 token each); with embed
+        "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U."""
         if mels.size(1) > WHISPER_FRAMES:
             raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
         if mels.size(1) != WHISPER_FRAMES:
@@ -80,25 +134,24 @@ class WhisperAsrEncoder(nn.Module):
                              f"got {mels.size(1)}: set data.whisper_pad_30s true")
         memory, memory_lengths = self.encoder.states(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        x, token_lengths = self.transcribe(memory, memory_lengths)[1:]
+        _, x, token_lengths, first = self.transcribe(memory, memory_lengths)
+        if self._pieces is not None:
+            x, token_lengths = torch.cat([first[:, None], x], dim=1), token_lengths + 1
         note(record, "asr", x, token_lengths)
         return x, token_lengths
 
-    def transcribe(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor]:
+    def transcribe(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor, Tensor]:
         """Greedy search over Whisper's text tokens: memory (B, S, H) -> (token ids per row, states (B, U, H),
-        lengths (B,)). The first token is never <|endoftext|> (nor a lone space, as Whisper's own first-step
+        lengths (B,), the prompt's last state (B, H)). The first token is never <|endoftext|> (nor a lone space, as Whisper's own first-step
         suppression), so every row has at least one token; a row stops at <|endoftext|> or max_tokens."""
         rows = memory.size(0)
         cache = self.decoder.new_cache()
         inputs = torch.tensor(self.prompt, device=memory.device).expand(rows, -1)
-        h = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]  # (B, H)
+        h = first = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]  # (B, H)
         done = torch.zeros(rows, dtype=torch.bool, device=memory.device)
         steps, states = [], []
         for step in range(self.max_tokens + 1):
-            logits = self.decoder.output(h).float()
-            logits[:, self.eos_id + 1:] = float("-inf")
-            if step == 0:
-                logits[:, [self.eos_id, *_space_ids(logits.size(1), self.eos_id)]] = float("-inf")
+            logits = self._allowed(self.decoder.output(h).float(), step == 0)
             if step == self.max_tokens:
                 break
             token = logits.argmax(-1).masked_fill(done, self.eos_id)  # (B,)
@@ -111,11 +164,40 @@ class WhisperAsrEncoder(nn.Module):
         tokens = torch.stack(steps, 1)  # (B, U)
         lengths = (tokens != self.eos_id).sum(1)
         ids = [row[: int(n)] for row, n in zip(tokens.tolist(), lengths)]
-        return ids, torch.stack(states, 1), lengths
+        return ids, torch.stack(states, 1), lengths, first
+
+    def _allowed(self, logits: Tensor, first: Tensor | bool) -> Tensor:
+        """logits (..., V) with what the search never writes banned: ids above <|endoftext|>, and at a first step
+        (`first`: bool, or (...,) bool) <|endoftext|> and a lone space."""
+        logits = logits.clone()
+        logits[..., self.eos_id + 1:] = float("-inf")
+        banned = [self.eos_id, *_space_ids(logits.size(-1), self.eos_id)]
+        first = torch.as_tensor(first, device=logits.device)
+        logits[..., banned] = logits[..., banned].masked_fill(first[..., None], float("-inf"))
+        return logits
+
+    def soft_tokens(self, before: Tensor) -> Tensor:
+        """The states before each transcript token (B, U, H) -> the LM's soft embeddings of those tokens (B, U, D):
+        Whisper's distribution over the token (top TOP_K, renormalised; <|endoftext|> excluded) times each
+        candidate piece's LM embedding."""
+        first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
+        first[:, 0] = True
+        logits = self._allowed(self.decoder.output(before).float(), first)
+        logits[..., self.eos_id] = float("-inf")
+        top, ids = logits.topk(min(TOP_K, self.eos_id), dim=-1)  # (B, U, K)
+        vectors = self._pieces[0](ids)  # (B, U, K, D)
+        return (top.softmax(-1)[..., None].to(vectors.dtype) * vectors).sum(-2)
 
     def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
-        """`states`' output (B, U, H) -> EncoderOutput x (B, U, D), padded positions zero."""
-        x = self.proj(states)
+        """`states`' output (B, U, H) -> each state normalised (zero mean, unit variance; no gains: Whisper's final
+        LayerNorm leaves its states ~290 long, a Gemma input embedding is ~26) -> Linear -> EncoderOutput x
+        (B, U, D), padded positions zero. With embed "lm" (states (B, 1 + U, H)): the soft embeddings of the U
+        tokens (`soft_tokens`) plus the projection of the states after them."""
+        if self._pieces is not None:
+            before, states, lengths = states[:, :-1], states[:, 1:], lengths - 1
+            x = self.soft_tokens(before) + self.proj(F.layer_norm(states, states.shape[-1:]))
+        else:
+            x = self.proj(F.layer_norm(states, states.shape[-1:]))
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
         note(record, "projected", x, lengths)
         return EncoderOutput(x, lengths)
