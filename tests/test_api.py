@@ -113,7 +113,7 @@ def test_a_loaded_model_keeps_its_task_device_and_input_limit():
 
 def test_load_model_without_a_path_loads_the_bundled_model_and_translate_takes_one_file():
     lm = speechmt.load_model()
-    assert lm.path == str(DEFAULT_MODEL) and lm.task == "st" and lm.tag == "<|de|>"
+    assert lm.path == str(DEFAULT_MODEL) and lm.task == "st" and lm.tag == "<de>"
     with open(ROOT / "examples/default_model_outputs.tsv", encoding="utf-8") as f:
         expected = {row["file"]: row["translation"] for row in csv.DictReader(f, delimiter="\t")}
     (result,) = speechmt.translate(lm, ROOT / "examples/01_weather.flac", beam=5, nbest=2, device="cpu")

@@ -35,7 +35,7 @@ def test_a_bundle_round_trips_through_a_checkpoint(bundle, tmp_path):
 def test_the_bundled_model_reads_as_a_bundle():
     bundle = ModelBundle.from_checkpoint(load_checkpoint(DEFAULT_MODEL))
     assert bundle.frontend.name == bundle.config.encoder.frontend == "whisper_mel"
-    assert bundle.tag("st") == "<|de|>" and bundle.base["sources"] == ["whisper-base"]
+    assert bundle.tag("st") == "<de>" and bundle.base["sources"] == ["whisper-base", "gemma-3-270m"]
     assert bundle.decoder_tokenizer("st") is bundle.tokenizers.tgt
 
 

@@ -69,6 +69,7 @@ usage() {
     echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF] [--tts-conf CONF]"
     echo "          [--lm-st-conf conf/st_lm_gemma.yaml [--lm-mt-conf conf/mt_lm_gemma.yaml]]"
     echo "          [--lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml]"
+    echo "          [--lm-st-conf conf/st_lm_gemma_whisper_asr.yaml]   # Whisper's own search as the bridge"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"

@@ -30,15 +30,17 @@ def test_default_model_is_bundled_small_and_loads_as_float32():
     state = load_checkpoint(path)
     assert "train_state" not in state and "optimizer" not in state
     assert all(v.dtype == torch.float16 for v in state["model"].values() if v.is_floating_point())
-    assert state["base"]["sources"] == ["whisper-base"] and len(state["base"]["sha256"]) == 64
-    assert all(".lora_" in k for k in state["model"])  # the file holds the adapters; Whisper base is set-up's
-    lm = load_model(path)  # from $SPEECHMT_HOME/whisper-base, its checksum checked
-    assert lm.task == "st" and lm.tag == "<|de|>" and lm.frontend.name == "whisper_mel" and lm.frontend.config.n_mels == 80
+    assert state["base"]["sources"] == ["whisper-base", "gemma-3-270m"] and len(state["base"]["sha256"]) == 64
+    # the file holds the projection and the LM's adapters; Whisper base and Gemma 3 270M are set-up's
+    assert all(".lora_" in k or k.startswith("speech_encoder.proj.") for k in state["model"])
+    lm = load_model(path)  # from $SPEECHMT_HOME/whisper-base and gemma-3-270m, their checksum checked
+    assert lm.task == "st" and lm.tokenizer.kind == "lm" and lm.frontend.name == "whisper_mel"
+    assert lm.frontend.config.n_mels == 80 and lm.frontend.config.pad_to_30s  # Whisper's own 30 s input
     assert (lm.min_input_samples, lm.max_input_seconds) == (201, 30.0)  # one log-mel frame; Whisper's window
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())
     assert count_parameters(lm.model, trainable_only=True) == \
-        sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 3_440_640
-    assert 72_000_000 < count_parameters(lm.model) < 78_000_000  # Whisper base + the adapters
+        sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 4_125_312
+    assert 340_000_000 < count_parameters(lm.model) < 350_000_000  # Whisper base + Gemma 3 270M + the adapters
     assert state["provenance"]["data"].startswith("MuST-C-mini full")
 
 
@@ -49,22 +51,18 @@ def test_default_model_translates_the_examples_as_recorded():
     assert {Path(r.source).name: r.text for r in results} == expected
 
 
-def test_the_default_model_adapts_whispers_top_encoder_layers_and_decoder_with_lora():
-    """LoRA rank 32 in every attention and feed-forward projection of Whisper base's top 3 encoder layers
-    (its convolutions and first 3 layers frozen, encoder.frozen_layers 3) and 6 decoder layers: 884,736 encoder
-    and 2,555,904 decoder parameters."""
+def test_the_default_model_reads_whispers_own_search_into_gemma_with_lora():
+    """Whisper base transcribes (frozen, encoder whisper_asr, asr_embed lm); a Linear(512 -> 640) of its decoder's
+    states and LoRA rank 16 in the 7 projections of Gemma 3 270M's 18 layers train: 328,320 + 3,796,992."""
     state = load_checkpoint(default_model_path())
     cfg = ModelConfig.from_dict(state["model_config"])
-    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune, cfg.encoder.frozen_layers) == \
-        ("whisper", "whisper-base", "lora", 3)
-    assert (cfg.decoder.kind, cfg.decoder.finetune, cfg.lora.rank, cfg.lora.alpha, cfg.lora.dropout) == \
-        ("whisper", "lora", 32, 64, 0.05)
-    assert not any(f".layers.{i}." in k for k in state["model"] if k.startswith("speech_encoder.") for i in range(3))
+    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune, cfg.encoder.asr_embed) == \
+        ("whisper_asr", "whisper-base", "frozen", "lm")
+    assert (cfg.decoder.kind, cfg.decoder.name_or_path, cfg.decoder.finetune, cfg.lora.rank, cfg.lora.alpha) == \
+        ("lm", "gemma-3-270m", "lora", 16, 32)
     sizes = {part: sum(v.numel() for k, v in state["model"].items() if k.startswith(part))
              for part in ("speech_encoder.", "decoder.")}
-    assert sizes == {"speech_encoder.": 3 * (4 * 2 * 512 * 32 + 2 * (512 + 2048) * 32),
-                     "decoder.": 6 * (8 * 2 * 512 * 32 + 2 * (512 + 2048) * 32)} == \
-        {"speech_encoder.": 884_736, "decoder.": 2_555_904}
+    assert sizes == {"speech_encoder.": 512 * 640 + 640, "decoder.": 4_125_312 - 328_320}
 
 
 def test_cli_translate_uses_the_default_model(capsys):
