@@ -1,0 +1,73 @@
+"""What Whisper's own search (the whisper_asr encoder) hears, and what it costs, against how much padding its
+input gets: the clip padded to 30 s (Whisper's window, what whisper_asr reads), to 15 s or 10 s (clips longer than
+that keep their length), or not at all. Greedy transcripts scored by WER (jiwer; lower-cased, punctuation dropped)
+against the manifest's transcripts, and the seconds the encoder and search took, in one process.
+
+    python benchmarks/whisper_window_wer.py --data /work/rs/DATA --split tst-REAL --windows 30 15 10 0 --out w.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+
+import jiwer
+import torch
+
+from speechmt.audio import read_audio
+from speechmt.data.manifest import read_split
+from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
+from speechmt.hub import resolve_pretrained
+from speechmt.models.encoders.whisper_asr import WHISPER_FRAMES
+from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_encoder_from_hf, whisper_asr_prompt
+from speechmt.tokenizers.whisper import WhisperTokenizer
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[^\w\s']", " ", text.lower())).strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--whisper", default="whisper-base")
+    parser.add_argument("--windows", type=int, nargs="+", default=[30, 15, 10, 0], help="seconds; 0: the clip's length")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    hf = load_hf_whisper(args.whisper, {})
+    asr = whisper_asr_encoder_from_hf(hf, hf.config.d_model, whisper_asr_prompt(hf, "en")).eval()
+    tokenizer = WhisperTokenizer.from_pretrained(resolve_pretrained(args.whisper))
+    records = read_split(args.data, args.split)[: args.limit or None]
+    padded = []
+    for r in records:
+        wave = read_audio(r.audio, offset=r.offset, duration=r.duration)
+        padded.append((whisper_log_mel(wave, WhisperMelConfig(pad_to_30s=True)), len(wave) // 160))
+    refs = [normalise(r.src_text) for r in records]
+    rows = []
+    for window in args.windows:
+        hyps, start = [], time.perf_counter()
+        for mel, frames in padded:
+            n = WHISPER_FRAMES if window >= 30 else max(frames, window * 100) if window else frames
+            n = min(n + n % 2, WHISPER_FRAMES)
+            with torch.no_grad():
+                memory, lengths = asr.encoder.states(mel[None, :n], torch.tensor([n]))
+                hyps.append(normalise(tokenizer.decode(asr.transcribe(memory, lengths)[0][0])))
+        seconds = time.perf_counter() - start
+        rows.append({"window_s": window, "wer": round(100 * jiwer.wer(refs, hyps), 2), "seconds": round(seconds, 1),
+                     "n": len(records)})
+        print(f"window {window or 'clip'} s: WER {rows[-1]['wer']:.1f}, {seconds:.1f} s for {len(records)} clips",
+              flush=True)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"data": args.data, "split": args.split, "whisper": args.whisper, "threads": args.threads,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
