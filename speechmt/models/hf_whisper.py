@@ -139,21 +139,21 @@ def whisper_asr_prompt(hf_model: nn.Module, language: str) -> tuple[int, ...]:
 
 def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     """PieceEmbeddings: each text piece of the Whisper model `whisper` as the LM decoder (of the LM `lm`, each a
-    name, folder or hub id) embeds that piece's text; both tokenizers are read from their folders."""
+    name or folder) embeds that piece's text; both tokenizers are read from their folders."""
     from speechmt.models.encoders.whisper_asr import PieceEmbeddings, whisper_lm_pieces
+    from tokenizers import Tokenizer
+
     from speechmt.tokenizers.lm import LMTokenizer
 
     if not whisper or not lm:
         raise ValueError("encoder.asr_embed lm needs encoder.name_or_path and decoder.name_or_path (their tokenizers)")
-    folder = resolve_pretrained(whisper)
-    try:
-        tokenizer_json = (Path(folder) / "tokenizer.json").read_text(encoding="utf-8")
-    except OSError:
-        from huggingface_hub import hf_hub_download
-
-        tokenizer_json = Path(hf_hub_download(folder, "tokenizer.json")).read_text(encoding="utf-8")
+    path = Path(resolve_pretrained(whisper)) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{whisper}: no tokenizer.json in {path.parent} (encoder.asr_embed lm reads it)")
+    whisper_tokenizer = Tokenizer.from_file(str(path))  # raw pieces: " the" keeps its space, as the LM reads text
     lm_tokenizer = LMTokenizer.from_pretrained(lm, role="source")
-    return PieceEmbeddings(whisper_lm_pieces(tokenizer_json, lm_tokenizer.text_ids, eos_id), decoder)
+    pieces = whisper_lm_pieces(lambda i: whisper_tokenizer.decode([i]), lm_tokenizer.text_ids, eos_id)
+    return PieceEmbeddings(pieces, decoder)
 
 
 def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None) -> nn.Module:

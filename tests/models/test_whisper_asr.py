@@ -146,7 +146,7 @@ def test_each_whisper_piece_maps_to_the_lm_tokens_of_its_text(whisper_dir, lm_di
     whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
     eos = whisper.token_to_id("<|endoftext|>")
     lm = LMTokenizer.from_pretrained(str(lm_dir), role="source")
-    pieces = whisper_lm_pieces(whisper.to_str(), lm.text_ids, eos)
+    pieces = whisper_lm_pieces(lambda i: whisper.decode([i]), lm.text_ids, eos)
     assert pieces.shape == (eos + 1, MAX_PIECE_TOKENS) and (pieces[eos] == -1).all()
     for i in (0, 100, whisper.token_to_id("Ġthe"), eos - 1):
         want = lm.text_ids(whisper.decode([i]))[:MAX_PIECE_TOKENS]

@@ -20,6 +20,8 @@ text alone does not carry. `states` then also keeps the prompt's last state (the
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -59,15 +61,12 @@ class PieceEmbeddings:
         return vectors.sum(-2) / valid.sum(-2).clamp(min=1)
 
 
-def whisper_lm_pieces(whisper_tokenizer_json: str, lm_text_ids, eos_id: int) -> Tensor:
-    """(eos_id + 1, MAX_PIECE_TOKENS) the LM ids of each Whisper text piece's text (`lm_text_ids`: text -> ids, no
-    specials), -1 padded; <|endoftext|>'s row is empty."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_str(whisper_tokenizer_json)
+def whisper_lm_pieces(piece_text: Callable[[int], str], lm_text_ids: Callable[[str], list[int]], eos_id: int) -> Tensor:
+    """(eos_id + 1, MAX_PIECE_TOKENS) the LM ids (`lm_text_ids`: text -> ids, no specials) of each Whisper text
+    piece's text (`piece_text`: id -> text), -1 padded; <|endoftext|>'s row is empty."""
     pieces = torch.full((eos_id + 1, MAX_PIECE_TOKENS), -1, dtype=torch.long)
     for i in range(eos_id):
-        ids = lm_text_ids(tok.decode([i]))[:MAX_PIECE_TOKENS]
+        ids = lm_text_ids(piece_text(i))[:MAX_PIECE_TOKENS]
         pieces[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     return pieces
 
