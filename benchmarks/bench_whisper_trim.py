@@ -64,7 +64,7 @@ def main() -> None:
     audio = sum(len(w) for w in waves) / 16000
     mel = mel_settings(folder)
     modes = {"trimmed": [whisper_log_mel(w, mel) for w in waves],
-             "padded_30s": [whisper_log_mel(w, WhisperMelConfig(mel.n_mels, pad_to_30s=True)) for w in waves]}
+             "padded_30s": [whisper_log_mel(w, WhisperMelConfig(mel.n_mels, pad_seconds=30)) for w in waves]}
     times: dict[str, list[float]] = {m: [] for m in modes}
     outs = {}
     for _ in range(args.repeats):

@@ -47,7 +47,7 @@ def main() -> None:
     padded = []
     for r in records:
         wave = read_audio(r.audio, offset=r.offset, duration=r.duration)
-        padded.append((whisper_log_mel(wave, WhisperMelConfig(pad_to_30s=True)), len(wave) // 160))
+        padded.append((whisper_log_mel(wave, WhisperMelConfig(pad_seconds=30)), len(wave) // 160))
     refs = [normalise(r.src_text) for r in records]
     rows = []
     for window in args.windows:

@@ -40,7 +40,8 @@ class DataConfig:
     tgt_lang: str = "de"
     lang_tag: bool = True  # targets start with the target language tag, e.g. <de> (Whisper decoder: <|de|>)
     whisper_task: str = "transcribe"  # Whisper decoder: the task token after the language token
-    whisper_pad_30s: bool = False  # Whisper encoder: Whisper's own 30 s input instead of the clip's length
+    # Whisper encoder input: each clip zero-padded to this many seconds (30: Whisper's own input; 0: the clip's length)
+    whisper_pad_seconds: float = checked(0.0, lo=0, hi=30)
     cmvn: str = "utterance"  # "utterance" or "global" (statistics from preparation)
     spec_augment: str = "lb"  # "", "lb" or "ld"
     cache_encoder: bool = True  # a frozen Whisper encoder's states are computed once per split and cached
@@ -163,7 +164,7 @@ class ExperimentConfig:
             built = preset(name, **model) if name else ModelConfig(**model)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"model: {e}") from None
-        return cls(model=built, data=_build(DataConfig, _section(d, "data"), "data"),
+        return cls(model=built, data=_build(DataConfig, _data_section(d), "data"),
                    train=_build(TrainConfig, _section(d, "train"), "train"))
 
 
@@ -175,6 +176,17 @@ def _section(d: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{name}: expected a mapping of options, got {value!r}")
     return dict(value)
+
+
+def _data_section(d: dict[str, Any]) -> dict[str, Any]:
+    """The data section, its `whisper_pad_30s` flag (before `whisper_pad_seconds`) read as 30 s or none."""
+    data = _section(d, "data")
+    if "whisper_pad_30s" in data:
+        flag = data.pop("whisper_pad_30s")
+        if not isinstance(flag, bool):
+            raise ConfigError(f"data: whisper_pad_30s must be true or false, got {flag!r} (now whisper_pad_seconds)")
+        data["whisper_pad_seconds"] = 30.0 if flag else 0.0
+    return data
 
 
 def _model_section(d: dict[str, Any]) -> dict[str, Any]:

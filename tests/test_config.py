@@ -348,3 +348,15 @@ def test_malformed_yaml_is_one_line_naming_file_line_and_column(tmp_path, capfd,
 def test_an_override_that_is_not_yaml_is_one_line():
     with pytest.raises(ConfigError, match=r"^value '\[' is not a YAML value"):
         load_config(None, ["data.dir=["])
+
+
+def test_whisper_padding_is_seconds_and_the_older_flag_reads_as_30_s_or_none(tmp_path):
+    assert load_config(None, ["data.whisper_pad_seconds=15"]).data.whisper_pad_seconds == 15.0
+    assert load_config(None, ["data.whisper_pad_30s=true"]).data.whisper_pad_seconds == 30.0
+    (tmp_path / "old.yaml").write_text("data:\n  whisper_pad_30s: false\n")
+    assert load_config(tmp_path / "old.yaml").data.whisper_pad_seconds == 0.0
+    assert load_config(tmp_path / "old.yaml", ["data.whisper_pad_30s=true"]).data.whisper_pad_seconds == 30.0
+    with pytest.raises(ConfigError, match="^data: whisper_pad_30s must be true or false, got 15 "):
+        load_config(None, ["data.whisper_pad_30s=15"])
+    with pytest.raises(ConfigError, match="^invalid value '31' for data.whisper_pad_seconds: expected a number from 0 to 30$"):
+        load_config(None, ["data.whisper_pad_seconds=31"])

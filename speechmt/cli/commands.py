@@ -427,7 +427,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from speechmt.pretrained import export_model
 
-    info = export_model(args.checkpoint, args.out, half=not args.fp32, merge=args.merge)
+    info = export_model(args.checkpoint, args.out, half=not args.fp32, merge=args.merge,
+                        whisper_pad_seconds=args.whisper_pad_seconds)
     print(f"{args.out}: {info['params']:,} parameters in {info['bytes'] / 2**20:.1f} MiB "
           f"({'float32' if args.fp32 else 'float16'} weights, inference only)")
     return 0

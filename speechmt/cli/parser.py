@@ -397,6 +397,9 @@ def _export(sub) -> None:
     exp.add_argument("--fp32", action="store_true", help="keep float32 weights")
     exp.add_argument("--merge", action="store_true", help="a checkpoint of trained parameters on a pretrained base "
                      "(LoRA, LNA): write the whole model, adapters folded in, so that it needs no base")
+    exp.add_argument("--whisper-pad-seconds", type=opt.number(0, 30), default=None, metavar="S",
+                     help="a model on Whisper's log-mel input: pad each clip to S seconds instead (30: Whisper's own "
+                     "window; 10-15 hear short clips as well at half the encoder's cost; see docs/lm-decoders.md)")
     exp.set_defaults(func=commands.cmd_export)
 
 

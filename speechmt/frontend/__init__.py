@@ -17,7 +17,7 @@ def frontend_from_state(features: dict) -> Frontend:
     """The front end a checkpoint's "features" describe: Whisper's log-mel or the waveform when their settings
     are there (checkpoints before this room also hold fbank and CMVN beside them, unused), else fbank + CMVN."""
     if features.get("whisper_mel"):
-        return WhisperMelFrontend(WhisperMelConfig(**features["whisper_mel"]))
+        return WhisperMelFrontend(WhisperMelConfig.from_state(features["whisper_mel"]))
     if features.get("waveform"):
         return WaveformFrontend(WaveformConfig(**features["waveform"]))
     return FbankFrontend(FbankConfig(**features["fbank"]), CMVNConfig(**features["cmvn"]))

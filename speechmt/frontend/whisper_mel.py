@@ -1,6 +1,7 @@
 """Whisper's front end: the log-mel spectrogram OpenAI's Whisper was trained on (25 ms Hann window, 10 ms hop,
 80 or 128 Slaney mel bins, log10, floored at 8 below the utterance's maximum, then (x + 4) / 4), computed by
-transformers' `WhisperFeatureExtractor` at the utterance's own length: no padding to 30 s.
+transformers' `WhisperFeatureExtractor` at the utterance's own length (no padding to 30 s), or of the wave
+zero-padded to `pad_seconds` (30: Whisper's own input; 10-15 s hears as well for short clips, at half the cost).
 
 The trimmed features equal the first frames of the 30 s-padded ones (the floor is set by the loudest frame,
 which padding with zeros never changes; only a last frame whose window reaches past the end of the audio
@@ -32,14 +33,24 @@ class WhisperMelConfig:
     sample_rate: int = SAMPLE_RATE
     n_fft: int = 400
     hop_length: int = HOP
-    pad_to_30s: bool = False  # Whisper's own input: the wave zero-padded to 30 s (3000 frames)
+    pad_seconds: float = 0.0  # the wave zero-padded to this many seconds (30: Whisper's own input); 0: none
 
     def __post_init__(self):
+        if not 0 <= self.pad_seconds <= CHUNK_SECONDS:
+            raise ValueError(f"Whisper features pad to 0 (none) to {CHUNK_SECONDS} seconds; got {self.pad_seconds}")
         if self.sample_rate != SAMPLE_RATE or self.hop_length != HOP or self.n_fft != 400:
             raise ValueError(f"Whisper features need 16 kHz, n_fft 400 and hop 160; got {self.sample_rate} Hz, "
                              f"n_fft {self.n_fft}, hop {self.hop_length}")
         if self.n_mels not in (80, 128):
             raise ValueError(f"Whisper models use 80 or 128 mel bins; got {self.n_mels}")
+
+    @classmethod
+    def from_state(cls, d: dict) -> "WhisperMelConfig":
+        """The settings a checkpoint's "features" hold (its `pad_to_30s` flag, before `pad_seconds`, read as 30 s)."""
+        d = dict(d)
+        if "pad_to_30s" in d:
+            d.setdefault("pad_seconds", float(CHUNK_SECONDS) if d.pop("pad_to_30s") else 0.0)
+        return cls(**d)
 
 
 @lru_cache(maxsize=4)
@@ -50,11 +61,11 @@ def _extractor(n_mels: int):
 
 
 def whisper_log_mel(wave: np.ndarray, cfg: WhisperMelConfig = WhisperMelConfig()) -> torch.Tensor:
-    """A 16 kHz wave (S,) -> log-mel features (S // 160, n_mels) float32: at the wave's length, or of 30 s
-    (3000 frames) when cfg.pad_to_30s; none for a wave shorter than MIN_SAMPLES."""
+    """A 16 kHz wave (S,) -> log-mel features (S' // 160, n_mels) float32: S' = S, or at least cfg.pad_seconds
+    (30: 3000 frames, Whisper's own input) when the wave is zero-padded; none for a wave shorter than MIN_SAMPLES."""
     wave = np.asarray(wave, dtype=np.float32)
-    if cfg.pad_to_30s:
-        wave = np.pad(wave, (0, max(0, CHUNK_SECONDS * cfg.sample_rate - len(wave))))
+    if cfg.pad_seconds:
+        wave = np.pad(wave, (0, max(0, round(cfg.pad_seconds * cfg.sample_rate) - len(wave))))
     if len(wave) < MIN_SAMPLES:  # the STFT's reflect padding needs more samples than it pads
         return torch.zeros(0, cfg.n_mels)
     mel = _extractor(cfg.n_mels)(wave, sampling_rate=cfg.sample_rate, padding="longest", truncation=False,

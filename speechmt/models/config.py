@@ -37,9 +37,9 @@ class EncoderConfig:
     """The acoustic encoder: "conv" (fbank -> subsampler -> Transformer: input_dim, subsampler, conv_*,
     layers), "wav2vec2" (a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms), "whisper"
     (a Hugging Face Whisper model's encoder on its log-mel features, at the utterance's length) or
-    "whisper_asr" (a whole Whisper model, frozen, transcribing its 30 s input greedily: its decoder's states at
-    the transcript's tokens, speechmt.models.encoders.whisper_asr; needs finetune frozen and
-    data.whisper_pad_30s)."""
+    "whisper_asr" (a whole Whisper model, frozen, transcribing its padded input greedily: its decoder's states
+    at the transcript's tokens, speechmt.models.encoders.whisper_asr; needs finetune frozen and
+    data.whisper_pad_seconds of at least 10)."""
 
     kind: str = "conv"
     layers: int = checked(12, lo=0)  # conv: Transformer layers

@@ -27,13 +27,15 @@ def default_model_path() -> Path:
 
 
 def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bool = True,
-                 provenance: dict | None = None, merge: bool = False) -> dict:
+                 provenance: dict | None = None, merge: bool = False, whisper_pad_seconds: float | None = None) -> dict:
     """Writes an inference-only copy of `checkpoint` to `out`: what `load_model` needs (no optimiser or
     training state), floating-point weights in float16 when `half`. Returns {"params", "bytes"}.
 
-    float16 weights are cast back to float32 when loaded; `provenance` (commands, data) is stored as-is.
+    float16 weights are cast back to float32 when loaded; `provenance` (commands, data) is stored as-is (by
+    default the checkpoint's own, with the padding below added when it is changed).
     `merge`: a checkpoint of trained parameters on a pretrained base becomes a full one that needs no base
-    (the base's weights included, LoRA adapters folded into them).
+    (the base's weights included, LoRA adapters folded into them). `whisper_pad_seconds`: a model on Whisper's
+    log-mel input pads each clip to that many seconds (its features' pad_seconds) instead of what it trained with.
     """
     state = load_checkpoint(checkpoint)
     missing = [k for k in ("model_config", "model", "tokenizers", "features") if k not in state]
@@ -42,15 +44,33 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     if merge and state.get("base") is not None:
         state = _merged(checkpoint, state)
     slim = {k: state[k] for k in INFERENCE_KEYS if k in state}
+    if whisper_pad_seconds is not None:
+        slim["features"] = _padded_features(checkpoint, state["features"], whisper_pad_seconds)
     cast = torch.float16 if half else None
     done: dict[int, torch.Tensor] = {}  # a tied tensor (one object under two names) stays one
     slim["model"] = {k: done.setdefault(id(v), v.to(cast) if cast is not None and v.is_floating_point() else v)
                      for k, v in state["model"].items()}
+    provenance = provenance or state.get("provenance")  # a re-export keeps what the model was made from
+    if whisper_pad_seconds is not None and provenance:
+        provenance = {**provenance, "whisper_pad_seconds": float(whisper_pad_seconds)}
     if provenance:
         slim["provenance"] = provenance
     save_checkpoint(out, slim)
     params = sum(v.numel() for v in slim["model"].values() if v.is_floating_point())
     return {"params": params, "bytes": Path(out).stat().st_size}
+
+
+def _padded_features(checkpoint: str | os.PathLike, features: dict, seconds: float) -> dict:
+    """`features` of a model on Whisper's log-mel input, padding to `seconds`; CheckpointError for another input."""
+    from dataclasses import replace
+
+    from speechmt.frontend import frontend_from_state
+
+    frontend = frontend_from_state(features)
+    if frontend.name != "whisper_mel":
+        raise CheckpointError(f"{checkpoint}: --whisper-pad-seconds is for models on Whisper's log-mel input; "
+                              f"this one reads {frontend.name}")
+    return replace(frontend, config=replace(frontend.config, pad_seconds=float(seconds))).state_dict()
 
 
 def _merged(checkpoint: str | os.PathLike, state: dict) -> dict:

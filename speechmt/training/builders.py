@@ -146,7 +146,7 @@ def waveform_frontend(cfg: ExperimentConfig) -> WaveformFrontend:
 
 def whisper_frontend(cfg: ExperimentConfig) -> WhisperMelFrontend:
     """A Whisper encoder's front end: its feature extractor's mel bins (its config's for a random one), at the
-    clip's length or padded to 30 s (data.whisper_pad_30s)."""
+    clip's length or padded to data.whisper_pad_seconds (30: Whisper's own input)."""
     from speechmt.frontend.whisper_mel import mel_settings
     from speechmt.hub import resolve_pretrained
 
@@ -155,7 +155,7 @@ def whisper_frontend(cfg: ExperimentConfig) -> WhisperMelFrontend:
         mel = WhisperMelConfig(int(encoder.hf_config.get("num_mel_bins", 80)))
     else:
         mel = mel_settings(resolve_pretrained(encoder.name_or_path))
-    return WhisperMelFrontend(dataclasses.replace(mel, pad_to_30s=cfg.data.whisper_pad_30s))
+    return WhisperMelFrontend(dataclasses.replace(mel, pad_seconds=cfg.data.whisper_pad_seconds))
 
 
 FRONTENDS = {"fbank": fbank_frontend, "waveform": waveform_frontend, "whisper_mel": whisper_frontend}

@@ -30,6 +30,8 @@ CASES = [
     *[(cmd + ["--beam", v], "--beam", "expected an integer from 1 to 256")
       for cmd in (TRANSLATE, EVALUATE, BENCHMARK) for v in ("0", "-1", "abc", "1.5", "100000")],
     (TRANSLATE + ["--nbest", "9"], "--nbest", "expected an integer from 1 to --beam (5)"),
+    *[(["export", "m.safetensors", "--out", "o", "--whisper-pad-seconds", v], "--whisper-pad-seconds",
+       "expected a number from 0 to 30") for v in ("31", "-1", "x")],
     (TRANSLATE + ["--nbest", "3", "--beam", "2"], "--nbest", "expected an integer from 1 to --beam (2)"),
     (TRANSLATE + ["--nbest", "0"], "--nbest", "expected an integer from 1 to 256"),
     *[(TRANSLATE + ["--batch-size", v], "--batch-size", "expected an integer from 1 to 4096") for v in ("0", "-3")],

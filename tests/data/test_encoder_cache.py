@@ -40,7 +40,7 @@ def test_cache_equals_the_live_encoder_within_float16(tiny_data, encoder):
 def test_key_changes_with_weights_and_front_end(encoder):
     key, description = cache_key(encoder, WhisperMelConfig())
     assert len(key) == 16 and description["frontend"]["n_mels"] == 80
-    assert cache_key(encoder, WhisperMelConfig(pad_to_30s=True))[0] != key
+    assert cache_key(encoder, WhisperMelConfig(pad_seconds=30))[0] != key
     with torch.no_grad():
         encoder.model.layer_norm.bias.add_(1e-3)
     try:

@@ -46,7 +46,7 @@ def test_only_whisper_has_a_longest_input():
 
 @pytest.mark.parametrize("frontend", [FbankFrontend(FbankConfig(num_mel_bins=40), CMVNConfig("global", (1.0,), (2.0,))),
                                       WaveformFrontend(WaveformConfig(do_normalize=False)),
-                                      WhisperMelFrontend(WhisperMelConfig(128, pad_to_30s=True))])
+                                      WhisperMelFrontend(WhisperMelConfig(128, pad_seconds=30))])
 def test_the_checkpoint_form_reads_back(frontend):
     assert frontend_from_state(frontend.state_dict()) == frontend
 
@@ -57,3 +57,20 @@ def test_features_of_older_checkpoints_read_as_their_front_end():
     assert frontend_from_state(old) == FbankFrontend(FbankConfig(), CMVNConfig("global", (0.5,), (2.0,)))
     assert frontend_from_state({**old, "waveform": asdict(WaveformConfig())}) == WaveformFrontend()
     assert frontend_from_state({**old, "whisper_mel": asdict(WhisperMelConfig(80))}) == WhisperMelFrontend()
+
+
+def test_whisper_features_padded_to_a_shorter_window_are_the_first_frames_of_the_30_s_ones():
+    padded = {s: whisper_log_mel(WAVE, WhisperMelConfig(pad_seconds=s)) for s in (30, 15, 10.5)}
+    assert [len(padded[s]) for s in (30, 15, 10.5)] == [3000, 1500, 1050]
+    torch.testing.assert_close(padded[15], padded[30][:1500], atol=1e-6, rtol=0)
+    torch.testing.assert_close(padded[10.5], padded[30][:1050], atol=1e-6, rtol=0)
+    long = np.tile(WAVE, 12)  # 12 s: longer than a 10 s window keeps its length
+    assert len(whisper_log_mel(long, WhisperMelConfig(pad_seconds=10))) == 1200
+
+
+def test_whisper_features_of_checkpoints_from_before_the_window_read_as_30_s_or_none():
+    old = {"n_mels": 80, "sample_rate": 16000, "n_fft": 400, "hop_length": 160}
+    assert frontend_from_state({"whisper_mel": {**old, "pad_to_30s": True}}).config.pad_seconds == 30
+    assert frontend_from_state({"whisper_mel": {**old, "pad_to_30s": False}}).config.pad_seconds == 0
+    with pytest.raises(ValueError, match="pad to 0 \\(none\\) to 30 seconds; got 31"):
+        WhisperMelConfig(pad_seconds=31)

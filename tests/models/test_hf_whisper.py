@@ -69,7 +69,7 @@ def test_trimmed_encoder_equals_hf_modules_per_utterance_inside_a_padded_batch(h
 @torch.no_grad()
 def test_30s_padded_input_equals_hf_whisper_encoder_and_differs_from_trimmed(hf, model):
     (wave,) = _waves((1.3,))
-    padded = whisper_log_mel(wave, WhisperMelConfig(pad_to_30s=True))
+    padded = whisper_log_mel(wave, WhisperMelConfig(pad_seconds=30))
     assert padded.shape == (3000, 80)
     trimmed = whisper_log_mel(wave)
     torch.testing.assert_close(padded[: len(trimmed) - 1], trimmed[:-1])  # only the last frame's window differs

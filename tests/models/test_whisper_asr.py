@@ -28,12 +28,17 @@ def asr(hf):
     return whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en")).eval()
 
 
-def _mels(seconds=(1.3, 0.7, 2.05)):
+def _mels(seconds=(1.3, 0.7, 2.05), pad=30):
+    """Waves of `seconds`, their features padded to `pad` s, zero-padded to the longest: (B, T, 80), lengths (B,)."""
     rng = np.random.RandomState(0)
     waves = [(0.3 * np.sin(2 * np.pi * (150 + 200 * i) * np.arange(int(s * 16000)) / 16000)
               + 0.05 * rng.randn(int(s * 16000))).astype(np.float32) for i, s in enumerate(seconds)]
-    mels = torch.stack([whisper_log_mel(w, WhisperMelConfig(pad_to_30s=True)) for w in waves])
-    return mels, torch.full((len(waves),), mels.size(1))
+    feats = [whisper_log_mel(w, WhisperMelConfig(pad_seconds=pad)) for w in waves]
+    lengths = torch.tensor([len(f) for f in feats])
+    mels = torch.zeros(len(feats), int(lengths.max()), 80)
+    for i, f in enumerate(feats):
+        mels[i, : len(f)] = f
+    return mels, lengths
 
 
 def _banned(logits: torch.Tensor, step: int, eos: int) -> torch.Tensor:
@@ -81,11 +86,24 @@ def test_an_utterance_alone_gets_what_it_gets_in_a_batch(asr):
     torch.testing.assert_close(asr.project(8 * batch + 1, batch_lengths).x, out.x, atol=1e-4, rtol=1e-4)  # normalised
 
 
-def test_the_search_fits_the_decoder_positions_and_needs_whisper_own_30_s_input(asr):
+@torch.no_grad()
+def test_a_shorter_window_batched_with_a_longer_clip_gets_what_it_gets_alone(asr):
+    mels, lengths = _mels((1.3, 12.5, 0.7), pad=10)  # 1000, 1250 and 1000 frames
+    assert lengths.tolist() == [1000, 1250, 1000] and mels.size(1) == 1250
+    batch, batch_lengths = asr.states(mels, lengths)
+    for row in range(3):
+        n = int(lengths[row])
+        alone, alone_length = asr.states(mels[row:row + 1, :n], lengths[row:row + 1])
+        assert int(alone_length) == int(batch_lengths[row])
+        torch.testing.assert_close(batch[row, : int(alone_length)], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_the_search_fits_the_decoder_positions_and_needs_padded_input(asr):
     assert asr.max_tokens == 64 - len(asr.prompt) - 1  # the tiny model's 64 learned positions
-    mels, lengths = _mels((1.0,))
-    with pytest.raises(ValueError, match="30 s input.*whisper_pad_30s"):
-        asr.states(mels[:, :100], torch.tensor([100]))
+    mels, lengths = _mels((1.0, 1.0), pad=0)
+    with pytest.raises(ValueError, match=r"padded to at least 10 s \(1000 mel frames\), got 100: set "
+                                         "data.whisper_pad_seconds from 10 to 30"):
+        asr.states(mels, lengths)
     assert asr.states_frozen() and not any(p.requires_grad for p in asr.decoder.parameters())
     assert {k.split(".")[0] for k in asr.states_part()} == {"encoder", "decoder", "prompt"}
 

@@ -10,7 +10,7 @@ import torch
 import speechmt.pretrained as pretrained
 from speechmt import load_model, translate
 from speechmt.cli import main
-from speechmt.checkpoint import load_checkpoint
+from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.models.build import count_parameters
 from speechmt.models.config import ModelConfig
 from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model
@@ -35,7 +35,7 @@ def test_default_model_is_bundled_small_and_loads_as_float32():
     assert all(".lora_" in k or k.startswith("speech_encoder.proj.") for k in state["model"])
     lm = load_model(path)  # from $SPEECHMT_HOME/whisper-base and gemma-3-270m, their checksum checked
     assert lm.task == "st" and lm.tokenizer.kind == "lm" and lm.frontend.name == "whisper_mel"
-    assert lm.frontend.config.n_mels == 80 and lm.frontend.config.pad_to_30s  # Whisper's own 30 s input
+    assert lm.frontend.config.n_mels == 80 and lm.frontend.config.pad_seconds == 15  # trained at 30 s, level at 15 s
     assert (lm.min_input_samples, lm.max_input_seconds) == (201, 30.0)  # one log-mel frame; Whisper's window
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())
     assert count_parameters(lm.model, trainable_only=True) == \
@@ -111,6 +111,12 @@ def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny
         la, lb = a.model.decode(prefix, ea), b.model.decode(prefix, eb)
     assert la.shape == (2, 4, a.model.config.tgt_vocab_size)
     assert (la.log_softmax(-1) - lb.log_softmax(-1)).abs().max() < 5e-2  # float16 rounding of the weights only
+    again = tmp_path / "again.safetensors"
+    export_model(tmp_path / "m.safetensors", again)  # a re-export keeps the provenance
+    assert load_checkpoint(again)["provenance"] == {"data": "replica"}
+    with pytest.raises(CheckpointError, match="--whisper-pad-seconds is for models on Whisper's log-mel input; "
+                                              "this one reads fbank$"):
+        export_model(tiny_checkpoint, tmp_path / "x.safetensors", whisper_pad_seconds=15)
 
 
 def test_cli_export_fp32_is_exact(tiny_checkpoint, tmp_path, capsys):

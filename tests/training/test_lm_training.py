@@ -171,7 +171,7 @@ def trained_whisper_asr(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
               {"name": "st", "tasks": [{"task": "st"}]}]
     cfg = lm_config(tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=1e-2,
                     save_interval_updates=60, log_interval=10)
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_30s=True))
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0))
     run_training(cfg)
     return cfg, save_dir
 
@@ -188,7 +188,7 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     encoder = ckpt["model_config"]["encoder"]
     assert list(encoder["asr_prompt"]) == [encoder["hf_config"]["decoder_start_token_id"]]
     metas = [json.loads(p.read_text()) for p in (tiny_data / "encoder_cache").glob("*/meta.json")]
-    assert any(m["encoder"] == "WhisperAsrEncoder" and m["frontend"]["pad_to_30s"] for m in metas)
+    assert any(m["encoder"] == "WhisperAsrEncoder" and m["frontend"]["pad_seconds"] == 30 for m in metas)
     log = [json.loads(line) for line in (save_dir / "train_log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if r["type"] == "train"]
     assert len(losses) == 6 and losses[-1] < 0.8 * losses[0], losses

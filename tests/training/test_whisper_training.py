@@ -4,6 +4,7 @@ their base, the Whisper prefix forced at decoding."""
 from pathlib import Path
 
 import pytest
+import torch
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model
@@ -96,8 +97,8 @@ def test_whispers_own_30s_input_is_a_data_option_kept_with_the_features(tiny_dat
 
     cfg = whisper_config(tiny_data, whisper_dir, tmp_path)
     assert frontend_for(cfg) == WhisperMelFrontend(WhisperMelConfig(80))
-    cfg.data.whisper_pad_30s = True
-    assert frontend_for(cfg) == WhisperMelFrontend(WhisperMelConfig(80, pad_to_30s=True))
+    cfg.data.whisper_pad_seconds = 30.0
+    assert frontend_for(cfg) == WhisperMelFrontend(WhisperMelConfig(80, pad_seconds=30))
 
 
 def test_export_merge_writes_a_full_model_that_needs_no_base_and_decodes_the_same(trained, tiny_data, tmp_path):
@@ -268,3 +269,17 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
             outputs.append(model.decode(prefix, model.encode_speech(mels, lengths)))
     assert outputs[0].shape == outputs[1].shape and outputs[0].size(-1) == vocab
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_export_pads_whisper_input_to_a_shorter_window_and_keeps_the_weights(trained, tmp_path):
+    from speechmt.cli.main import main
+
+    _, save_dir = trained
+    out = tmp_path / "pad15.safetensors"
+    assert main(["export", str(_last(save_dir)), "--out", str(out), "--fp32", "--whisper-pad-seconds", "15"]) == 0
+    source, padded = load_checkpoint(_last(save_dir)), load_checkpoint(out)
+    assert padded["features"]["whisper_mel"]["pad_seconds"] == 15.0
+    assert {k: v for k, v in padded["features"]["whisper_mel"].items() if k != "pad_seconds"} == \
+        {k: v for k, v in source["features"]["whisper_mel"].items() if k not in ("pad_seconds", "pad_to_30s")}
+    assert all(torch.equal(padded["model"][k], v) for k, v in source["model"].items())
+    assert load_model(out).frontend.config.pad_seconds == 15.0

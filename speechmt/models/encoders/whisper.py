@@ -8,7 +8,7 @@ transformers' `WhisperEncoder.forward` refuses anything but 3000 input frames. H
 to it, with a key-padding mask inside a padded batch, so each utterance's states equal those of the
 utterance encoded alone. A 3 s clip costs 150 frames instead of 1500. The states differ from those of
 Whisper's padded 30 s input (there, every frame also attends to the padding); feed 30 s-padded features
-(`WhisperMelConfig(pad_to_30s=True)`) to get those exactly. README ("Whisper backbones") gives the
+(`WhisperMelConfig(pad_seconds=30)`) to get those exactly. README ("Whisper backbones") gives the
 measured cost and quality of each.
 
 The encoder runs in two parts: `states` (the convolutions, positions and the first `split` layers; with

@@ -2,8 +2,9 @@
 as the speech representation (the "searchable hidden intermediates" of Dalmia et al., NAACL 2021, ESPnet's
 multi-decoder ST, here with a pretrained Whisper as the ASR sub-net).
 
-Whisper (encoder and decoder, frozen) transcribes the utterance greedily from its own 30 s input (the wave
-zero-padded to 3000 mel frames: data.whisper_pad_30s, which keeps its zero-shot robustness on real speech);
+Whisper (encoder and decoder, frozen) transcribes the utterance greedily from its own padded input (the wave
+zero-padded to 30 s, 3000 mel frames, Whisper's window, or to at least MIN_PAD_SECONDS: data.whisper_pad_seconds;
+the padding keeps its zero-shot robustness on real speech: unpadded, it loops; benchmarks/whisper_window_wer.py);
 the output is the decoder's final LayerNorm states at the transcript's tokens, one per token (each after
 reading that token), projected to the model's width: a token-level sequence, so no shrink is needed, that
 carries what Whisper heard and how sure it was, which a downstream translator (speechmt's LM decoder) reads
@@ -33,6 +34,10 @@ from speechmt.sequence import lengths_to_padding_mask
 
 WHISPER_FRAMES = 3000
 """Mel frames of Whisper's 30 s input window."""
+
+MIN_PAD_SECONDS = 10
+"""The least padding the search is given: below it Whisper base hears worse (tst-REAL WER 5.9 / 5.6 / 6.9 at
+30 / 15 / 10 s) and, unpadded, loops (WER 728; benchmarks/whisper_window_wer.py)."""
 
 MAX_TOKENS = 160
 """Transcript tokens searched at most per utterance (a 30 s window holds about 100 English tokens)."""
@@ -123,14 +128,15 @@ class WhisperAsrEncoder(nn.Module):
 
     @torch.no_grad()
     def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
-        """mels (B, 3000, n_mels), lengths (B,) -> Whisper's decoder states at its greedy transcript's tokens
+        """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> Whisper's decoder states at its greedy transcript's tokens
         (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at least 1 token each); with embed
         "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U."""
         if mels.size(1) > WHISPER_FRAMES:
             raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
-        if mels.size(1) != WHISPER_FRAMES:
-            raise ValueError(f"encoder whisper_asr reads Whisper's own 30 s input ({WHISPER_FRAMES} mel frames), "
-                             f"got {mels.size(1)}: set data.whisper_pad_30s true")
+        if len(lengths) and int(lengths.min()) < MIN_PAD_SECONDS * 100:
+            raise ValueError(f"encoder whisper_asr reads input padded to at least {MIN_PAD_SECONDS} s "
+                             f"({MIN_PAD_SECONDS * 100} mel frames), got {int(lengths.min())}: set "
+                             f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)")
         memory, memory_lengths = self.encoder.states(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
         _, x, token_lengths, first = self.transcribe(memory, memory_lengths)
@@ -202,7 +208,7 @@ class WhisperAsrEncoder(nn.Module):
         return EncoderOutput(x, lengths)
 
     def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
-        """mels (B, 3000, n_mels), lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
+        """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
         return self.project(*self.states(mels, lengths, record), record)
 
 
