@@ -35,13 +35,14 @@ def main() -> None:
     parser.add_argument("--split", required=True)
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--whisper", default="whisper-base")
+    parser.add_argument("--language", default="en", help="the language Whisper transcribes (the source's)")
     parser.add_argument("--windows", type=int, nargs="+", default=[30, 15, 10, 0], help="seconds; 0: the clip's length")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf = load_hf_whisper(args.whisper, {})
-    asr = whisper_asr_encoder_from_hf(hf, hf.config.d_model, whisper_asr_prompt(hf, "en")).eval()
+    asr = whisper_asr_encoder_from_hf(hf, hf.config.d_model, whisper_asr_prompt(hf, args.language)).eval()
     tokenizer = WhisperTokenizer.from_pretrained(resolve_pretrained(args.whisper))
     records = read_split(args.data, args.split)[: args.limit or None]
     padded = []
@@ -65,7 +66,8 @@ def main() -> None:
               flush=True)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"data": args.data, "split": args.split, "whisper": args.whisper, "threads": args.threads,
+            json.dump({"data": args.data, "split": args.split, "whisper": args.whisper, "language": args.language,
+                   "threads": args.threads,
                        "rows": rows}, f, indent=1)
 
 

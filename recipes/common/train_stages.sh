@@ -161,6 +161,8 @@ train_stages() {
         log "stage 15: a language model as the decoder: MT ($lm_mt_conf) -> $exp/lm_mt, then ST ($lm_st_conf)" \
             "from its adapters -> $exp/lm_st; scored as MT, ST and its own ASR -> MT cascade"
         extra_mt_text
+        st_hear=()  # Whisper's own search (encoder whisper_asr) transcribes the source language
+        if grep -q "kind: whisper_asr" "$lm_st_conf"; then st_hear=(model.encoder.asr_language="$src_lang"); fi
         if [ -n "$lm_ctc_conf" ]; then  # the CTC bridge trains beside the MT run (one thread each when jobs > 1)
             threads=$([ "$jobs" -gt 1 ] && echo 1 || echo 0)
             "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
@@ -179,7 +181,7 @@ train_stages() {
                 data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_mt"
             "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
             "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
-                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_st" \
+                data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_st" "${st_hear[@]}" \
                 train.init_encoder_from="$exp/lm_mt/checkpoint_avg.safetensors"
         fi
         "$SPEECHMT" average "$exp/lm_st" --last 2 --out "$exp/lm_st/checkpoint_avg.safetensors"

@@ -21,7 +21,8 @@
 #      in $exp/<config name>
 #  15  with --lm-st-conf (conf/st_lm_gemma.yaml): Gemma 3 270M as the decoder: text MT ($lm_mt_conf) -> $exp/lm_mt,
 #      then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as MT and ST
-#      (X -> English: the LM's strong direction)
+#      (X -> English: the LM's strong direction); conf/st_lm_gemma_whisper_asr.yaml: Whisper's own search of the
+#      source language (model.encoder.asr_language = --src-lang) as the bridge, the best on MuST-C-mini
 # Stages run unchanged on the released corpus (Common Voice 4 clips + CoVoST 2 TSVs) and on the mini one.
 set -euo pipefail
 cd "$(dirname "$0")"

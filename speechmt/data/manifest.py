@@ -10,8 +10,6 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from speechmt.audio import read_audio
-
 
 @dataclass
 class Record:
@@ -103,6 +101,8 @@ def manifest_texts(paths: Sequence[str | os.PathLike], fields: Sequence[str]) ->
 
 def record_audio(record: Record, base_dir: str | os.PathLike) -> np.ndarray:
     """The 16 kHz slice of audio a manifest record names (paths relative to `base_dir`, the manifest's folder)."""
+    from speechmt.audio import read_audio  # here: the manifest itself is read where no audio library is (.venv-peers)
+
     path = Path(record.audio)
     if not path.is_absolute():
         path = Path(base_dir) / path

@@ -1,6 +1,8 @@
 """Manifests: round trip, a malformed line named by file and line, and a missing split named with the
 splits that are prepared (one line for every command that reads a split)."""
 
+from pathlib import Path
+
 import pytest
 
 from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split, split_manifest, write_manifest
@@ -38,3 +40,15 @@ def test_a_missing_split_names_the_prepared_ones(tmp_path):
         read_split(tmp_path / "nope", "dev")
     assert str(e.value) == (f"{tmp_path / 'nope' / 'dev.jsonl'}: no split 'dev' in {tmp_path / 'nope'} (no such "
                             "folder); prepared: none")
+
+
+def test_manifests_are_read_without_the_audio_libraries():
+    """The peer scripts read manifests in .venv-peers, which has numpy but neither soundfile nor torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules.update(soundfile=None, torch=None, scipy=None)\n"
+            "from speechmt.data.manifest import iter_manifest, read_split\n"
+            "assert 'speechmt.audio' not in sys.modules")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    assert res.returncode == 0, res.stderr
