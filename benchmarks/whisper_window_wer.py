@@ -1,9 +1,10 @@
 """What Whisper's own search (the whisper_asr encoder) hears, and what it costs, against how much padding its
 input gets: the clip padded to 30 s (Whisper's window, what whisper_asr reads), to 15 s or 10 s (clips longer than
-that keep their length), or not at all. Greedy transcripts scored by WER (jiwer; lower-cased, punctuation dropped)
+that keep their length), or not at all. Greedy (or --beam) transcripts scored by WER (jiwer; lower-cased, punctuation dropped)
 against the manifest's transcripts, and the seconds the encoder and search took, in one process.
 
     python benchmarks/whisper_window_wer.py --data /work/rs/DATA --split tst-REAL --windows 30 15 10 0 --out w.json
+    python benchmarks/whisper_window_wer.py --data DATA --split test --language de --windows 15 --beam 5 --out b.json
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--whisper", default="whisper-base")
     parser.add_argument("--language", default="en", help="the language Whisper transcribes (the source's)")
+    parser.add_argument("--beam", type=int, default=1, help="1: whisper_asr's greedy search; more: its beam search")
     parser.add_argument("--windows", type=int, nargs="+", default=[30, 15, 10, 0], help="seconds; 0: the clip's length")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf = load_hf_whisper(args.whisper, {})
-    asr = whisper_asr_encoder_from_hf(hf, hf.config.d_model, whisper_asr_prompt(hf, args.language)).eval()
+    asr = whisper_asr_encoder_from_hf(hf, hf.config.d_model, whisper_asr_prompt(hf, args.language), beam=args.beam).eval()
     tokenizer = WhisperTokenizer.from_pretrained(resolve_pretrained(args.whisper))
     records = read_split(args.data, args.split)[: args.limit or None]
     padded = []
@@ -58,15 +60,17 @@ def main() -> None:
             n = min(n + n % 2, WHISPER_FRAMES)
             with torch.no_grad():
                 memory, lengths = asr.encoder.states(mel[None, :n], torch.tensor([n]))
-                hyps.append(normalise(tokenizer.decode(asr.transcribe(memory, lengths)[0][0])))
+                ids = asr.transcribe(memory, lengths)[0] if args.beam == 1 else asr.beam_tokens(memory, lengths)
+                hyps.append(normalise(tokenizer.decode(ids[0])))
         seconds = time.perf_counter() - start
-        rows.append({"window_s": window, "wer": round(100 * jiwer.wer(refs, hyps), 2), "seconds": round(seconds, 1),
+        rows.append({"window_s": window, "beam": args.beam, "wer": round(100 * jiwer.wer(refs, hyps), 2), "seconds": round(seconds, 1),
                      "n": len(records)})
         print(f"window {window or 'clip'} s: WER {rows[-1]['wer']:.1f}, {seconds:.1f} s for {len(records)} clips",
               flush=True)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({"data": args.data, "split": args.split, "whisper": args.whisper, "language": args.language,
+                   "beam": args.beam,
                    "threads": args.threads,
                        "rows": rows}, f, indent=1)
 

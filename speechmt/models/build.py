@@ -179,7 +179,7 @@ def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Modu
         if cfg.decoder.kind != "lm":
             raise ValueError("encoder.asr_embed lm needs decoder 'lm' (its input embeddings are the table)")
         pieces = whisper_lm_table(e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder)
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces)
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam)
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 

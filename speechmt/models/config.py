@@ -71,6 +71,7 @@ class EncoderConfig:
     # filled in from the Whisper model's generation config for `asr_language` when the model is built
     asr_prompt: tuple[int, ...] = ()
     asr_language: str = "en"
+    asr_beam: int = checked(1, lo=1, hi=16)  # whisper_asr: 1 greedy search; more: a beam search of that many
     # whisper_asr: what each transcript token becomes: "states" (its decoder state, projected) or "lm" (the LM
     # decoder's soft embeddings of Whisper's candidates for it, plus that projection; needs decoder 'lm')
     asr_embed: str = "states"

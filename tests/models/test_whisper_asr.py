@@ -197,3 +197,53 @@ def test_soft_tokens_are_whisper_own_distribution_over_each_token_times_the_lm_p
             vectors = torch.stack([table[p].mean(0) if len(p) else torch.zeros(48) for p in pieces])
             want = top.softmax(-1) @ vectors
             torch.testing.assert_close(out.x[row, t], want, atol=1e-4, rtol=1e-4)  # the projection starts at zero
+
+
+def _score(hf, mels, prompt, tokens, eos, ended):
+    """Whisper's (transformers') summed log-probability of `tokens` (and <|endoftext|> when `ended`) after `prompt`,
+    over their count: the search's score of a hypothesis."""
+    logits = hf(input_features=mels.transpose(1, 2), decoder_input_ids=torch.tensor([prompt + tokens])).logits[0]
+    p, written = len(prompt), tokens + [eos] * ended
+    logp = [_banned(logits[p - 1 + i], i, eos).log_softmax(-1)[t] for i, t in enumerate(written)]
+    return float(sum(logp)) / len(written)
+
+
+@torch.no_grad()
+def test_a_beam_of_one_is_the_greedy_search_and_its_states_are_the_teacher_forced_ones(asr):
+    mels, lengths = _mels()
+    memory, memory_lengths = asr.encoder.states(mels, lengths)
+    greedy = asr.transcribe(memory, memory_lengths)
+    asr.beam = 1
+    assert asr.beam_tokens(memory, memory_lengths) == greedy[0]
+    ids, states, token_lengths, first = asr.transcribe_beam(memory, memory_lengths)
+    assert ids == greedy[0] and token_lengths.tolist() == greedy[2].tolist()
+    torch.testing.assert_close(states, greedy[1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(first, greedy[3], atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_a_wider_beam_finds_a_transcript_whisper_scores_at_least_as_high_and_batches_as_alone(hf, asr):
+    mels, lengths = _mels()
+    memory, memory_lengths = asr.encoder.states(mels, lengths)
+    greedy = asr.transcribe(memory, memory_lengths)[0]
+    try:
+        asr.beam = 4
+        beam = asr.beam_tokens(memory, memory_lengths)
+        for row in range(3):
+            assert asr.beam_tokens(memory[row:row + 1], memory_lengths[row:row + 1]) == [beam[row]]
+        states, states_lengths = asr.states(mels, lengths)
+        assert states_lengths.tolist() == [len(b) for b in beam]
+    finally:
+        asr.beam = 1
+    prompt, eos = list(asr.prompt), asr.eos_id
+    for row in range(3):  # beam search may prune greedy's path, but on these clips it finds better
+        score = [_score(hf, mels[row:row + 1], prompt, h, eos, len(h) < asr.max_tokens) for h in (beam[row], greedy[row])]
+        assert score[0] >= score[1] - 1e-4
+    assert asr.states_part()["prompt"].tolist()[-1] != 4  # greedy keys are those of before the beam
+
+
+def test_the_beam_is_a_checked_option():
+    from speechmt.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="asr_beam.*expected an integer from 1 to 16"):
+        load_config(None, ["model.encoder.asr_beam=0"])

@@ -83,8 +83,11 @@ class WhisperAsrEncoder(nn.Module):
     `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated."""
 
     def __init__(self, encoder: WhisperEncoder, decoder: TransformerDecoder, prompt: tuple[int, ...], eos_id: int,
-                 dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None):
+                 dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None, beam: int = 1):
         super().__init__()
+        if beam < 1:
+            raise ValueError(f"the whisper_asr search's beam must be at least 1, got {beam}")
+        self.beam = int(beam)
         self._pieces = (pieces,) if pieces is not None else None  # a tuple: the LM's table is not our submodule
         if not prompt:
             raise ValueError("the whisper_asr encoder needs a decoder prompt (at least <|startoftranscript|>)")
@@ -120,7 +123,8 @@ class WhisperAsrEncoder(nn.Module):
         """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
         return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
                 | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
-                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, self._pieces is not None])})
+                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, self._pieces is not None]
+                                          + ([self.beam] if self.beam > 1 else []))})  # greedy: the keys as before
 
     def states_frozen(self) -> bool:
         """True when neither Whisper part trains (always so: `states` searches without gradients)."""
@@ -139,7 +143,8 @@ class WhisperAsrEncoder(nn.Module):
                              f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)")
         memory, memory_lengths = self.encoder.states(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        _, x, token_lengths, first = self.transcribe(memory, memory_lengths)
+        _, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
+                                      else self.transcribe_beam(memory, memory_lengths))
         if self._pieces is not None:
             x, token_lengths = torch.cat([first[:, None], x], dim=1), token_lengths + 1
         note(record, "asr", x, token_lengths)
@@ -170,6 +175,64 @@ class WhisperAsrEncoder(nn.Module):
         lengths = (tokens != self.eos_id).sum(1)
         ids = [row[: int(n)] for row, n in zip(tokens.tolist(), lengths)]
         return ids, torch.stack(states, 1), lengths, first
+
+    def transcribe_beam(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor, Tensor]:
+        """As `transcribe`, the transcript found by beam search (`beam_tokens`); its states from one teacher-forced
+        pass of Whisper's decoder over the prompt and the transcript."""
+        ids = self.beam_tokens(memory, memory_lengths)
+        lengths = torch.tensor([len(i) for i in ids], device=memory.device)
+        tokens = torch.full((len(ids), int(lengths.max())), self.eos_id, dtype=torch.long, device=memory.device)
+        for row, i in enumerate(ids):
+            tokens[row, : len(i)] = torch.tensor(i, dtype=torch.long)
+        prompt = torch.tensor(self.prompt, device=memory.device).expand(len(ids), -1)
+        h = self.decoder.hidden(torch.cat([prompt, tokens], 1), memory, memory_lengths)  # (B, P + U, H)
+        p = len(self.prompt)
+        states = h[:, p:].masked_fill(lengths_to_padding_mask(lengths, tokens.size(1))[..., None], 0.0)
+        return ids, states, lengths, h[:, p - 1]
+
+    def beam_tokens(self, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
+        """Whisper's transcript of each row by beam search (`beam` hypotheses; the same bans as the greedy search;
+        a hypothesis scores its summed log-probability, <|endoftext|>'s included, over its length with it; a row
+        ends with `beam` finished hypotheses, or at max_tokens, where the live ones count as finished)."""
+        rows, k = memory.size(0), self.beam
+        memory, memory_lengths = memory.repeat_interleave(k, 0), memory_lengths.repeat_interleave(k, 0)
+        cache = self.decoder.new_cache()
+        inputs = torch.tensor(self.prompt, device=memory.device).expand(rows * k, -1)
+        h = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]
+        scores = torch.full((rows, k), float("-inf"), device=memory.device)
+        scores[:, 0] = 0.0  # one live hypothesis per row at first
+        hyps: list[list[int]] = [[] for _ in range(rows * k)]
+        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(rows)]
+        for step in range(self.max_tokens + 1):
+            logp = self._allowed(self.decoder.output(h).float(), step == 0).log_softmax(-1)  # (B K, V)
+            if step == self.max_tokens:
+                for r in range(rows):
+                    finished[r] += [(float(scores[r, j]) / step, hyps[r * k + j]) for j in range(k)
+                                    if len(finished[r]) < k and scores[r, j] > float("-inf")]
+                break
+            vocab = logp.size(-1)
+            top, index = (scores.view(-1, 1) + logp).view(rows, -1).topk(2 * k, dim=-1)  # (B, 2K)
+            keep = (torch.arange(rows, device=memory.device) * k)[:, None].repeat(1, k)  # a done row keeps its own
+            token = torch.full((rows, k), self.eos_id, dtype=torch.long, device=memory.device)
+            new = torch.full((rows, k), float("-inf"), device=memory.device)
+            for r in range(rows):
+                slot = 0
+                for score, i in zip(top[r].tolist(), index[r].tolist()):
+                    if slot == k or len(finished[r]) >= k or score == float("-inf"):
+                        break
+                    source, t = r * k + i // vocab, i % vocab
+                    if t == self.eos_id:
+                        finished[r].append((score / (step + 1), hyps[source]))
+                        continue
+                    keep[r, slot], token[r, slot], new[r, slot] = source, t, score
+                    slot += 1
+            if all(len(f) >= k for f in finished):
+                break
+            scores, index = new, keep.view(-1)
+            hyps = [hyps[i] + [t] for i, t in zip(index.tolist(), token.view(-1).tolist())]
+            cache.reorder(index)
+            h = self.decoder.hidden(token.view(-1, 1), memory, memory_lengths, cache)[:, -1]
+        return [max(f, key=lambda s: s[0])[1] for f in finished]
 
     def _allowed(self, logits: Tensor, first: Tensor | bool) -> Tensor:
         """logits (..., V) with what the search never writes banned: ids above <|endoftext|>, and at a first step
