@@ -195,10 +195,11 @@ class WhisperAsrEncoder(nn.Module):
         a hypothesis scores its summed log-probability, <|endoftext|>'s included, over its length with it; a row
         ends with `beam` finished hypotheses, or at max_tokens, where the live ones count as finished)."""
         rows, k = memory.size(0), self.beam
-        memory, memory_lengths = memory.repeat_interleave(k, 0), memory_lengths.repeat_interleave(k, 0)
         cache = self.decoder.new_cache()
-        inputs = torch.tensor(self.prompt, device=memory.device).expand(rows * k, -1)
-        h = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]
+        inputs = torch.tensor(self.prompt, device=memory.device).expand(rows, -1)
+        h = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1].repeat_interleave(k, 0)  # (B K, H)
+        # the beams of a row share its memory and its cross-attention keys/values: only self-attention is reordered
+        cache.regroup(torch.arange(rows, device=memory.device).repeat_interleave(k), None, k)
         scores = torch.full((rows, k), float("-inf"), device=memory.device)
         scores[:, 0] = 0.0  # one live hypothesis per row at first
         hyps: list[list[int]] = [[] for _ in range(rows * k)]
@@ -230,7 +231,7 @@ class WhisperAsrEncoder(nn.Module):
                 break
             scores, index = new, keep.view(-1)
             hyps = [hyps[i] + [t] for i, t in zip(index.tolist(), token.view(-1).tolist())]
-            cache.reorder(index)
+            cache.reorder(index, cross=False)
             h = self.decoder.hidden(token.view(-1, 1), memory, memory_lengths, cache)[:, -1]
         return [max(f, key=lambda s: s[0])[1] for f in finished]
 
