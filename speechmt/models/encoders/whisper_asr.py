@@ -193,7 +193,9 @@ class WhisperAsrEncoder(nn.Module):
     def beam_tokens(self, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
         """Whisper's transcript of each row by beam search (`beam` hypotheses; the same bans as the greedy search;
         a hypothesis scores its summed log-probability, <|endoftext|>'s included, over its length with it; a row
-        ends with `beam` finished hypotheses, or at max_tokens, where the live ones count as finished)."""
+        ends with `beam` finished hypotheses, or at max_tokens, where the live ones count as finished). The
+        algorithm of speechmt.decoding.search.BeamSearch, which searches a Translator from the floor above models/
+        (an encoder cannot call up to it), here over Whisper's decoder alone."""
         rows, k = memory.size(0), self.beam
         cache = self.decoder.new_cache()
         inputs = torch.tensor(self.prompt, device=memory.device).expand(rows, -1)
@@ -206,10 +208,9 @@ class WhisperAsrEncoder(nn.Module):
         finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(rows)]
         for step in range(self.max_tokens + 1):
             logp = self._allowed(self.decoder.output(h).float(), step == 0).log_softmax(-1)  # (B K, V)
-            if step == self.max_tokens:
-                for r in range(rows):
-                    finished[r] += [(float(scores[r, j]) / step, hyps[r * k + j]) for j in range(k)
-                                    if len(finished[r]) < k and scores[r, j] > float("-inf")]
+            if step == self.max_tokens:  # the live hypotheses end here (a done row has none: its scores are -inf)
+                for r, j in (scores > float("-inf")).nonzero().tolist():
+                    finished[r].append((float(scores[r, j]) / step, hyps[r * k + j]))
                 break
             vocab = logp.size(-1)
             top, index = (scores.view(-1, 1) + logp).view(rows, -1).topk(2 * k, dim=-1)  # (B, 2K)
