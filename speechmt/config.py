@@ -94,6 +94,9 @@ class TrainConfig:
     log_interval: int = checked(50, lo=1)
     precision: str = "fp32"  # fp32, bf16 or fp16 (autocast on CUDA)
     device: str = checked("auto", device=True)
+    # deterministic kernels (torch.use_deterministic_algorithms; ops without one, such as CTC's backward on CUDA,
+    # warn): on a GPU, a resumed run then equals an uninterrupted one bit for bit, as on the CPU; slower
+    deterministic: bool = False
     # torch CPU threads (0: torch's default, OMP_NUM_THREADS); 1 per job when jobs share cores
     threads: int = checked(0, lo=0)
     init_encoder_from: str = ""  # a checkpoint (e.g. ASR) whose tensors under init_prefixes initialise this model

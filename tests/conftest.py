@@ -7,6 +7,11 @@ import torch
 
 ASSETS = Path(__file__).parent / "assets"
 
+if torch.cuda.is_available():  # the tests train on the GPU where there is one, and compare resumed runs bit for bit
+    from speechmt.training.run import use_deterministic_kernels
+
+    use_deterministic_kernels()
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

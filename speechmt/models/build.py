@@ -170,16 +170,19 @@ def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelCon
 def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Module) -> tuple[nn.Module, ModelConfig]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm: plus the LM
     decoder's soft embeddings of its tokens); `cfg` with the complete HF config and the search's prompt filled in."""
-    from speechmt.models.hf_whisper import hf_config_dict, whisper_asr_encoder_from_hf, whisper_asr_prompt, whisper_lm_table
+    from speechmt.models.hf_whisper import (hf_config_dict, whisper_asr_encoder_from_hf, whisper_asr_prompt,
+                                            whisper_lm_table, whisper_lm_text)
 
     e = cfg.encoder
     prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
-    pieces = None
-    if e.asr_embed == "lm":
-        if cfg.decoder.kind != "lm":
-            raise ValueError("encoder.asr_embed lm needs decoder 'lm' (its input embeddings are the table)")
-        pieces = whisper_lm_table(e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder)
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam)
+    if e.asr_embed != "states" and cfg.decoder.kind != "lm":
+        raise ValueError(f"encoder.asr_embed {e.asr_embed} needs decoder 'lm' (its input embeddings are the table)")
+    hand_over = {"lm": whisper_lm_table, "text": whisper_lm_text}.get(e.asr_embed)
+    table = hand_over(e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder) \
+        if hand_over else None
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, beam=e.asr_beam,
+                                         pieces=table if e.asr_embed == "lm" else None,
+                                         text=table if e.asr_embed == "text" else None)
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 

@@ -28,6 +28,7 @@ ENCODERS = ("conv", "wav2vec2", "whisper", "whisper_asr")
 DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper", "whisper_asr")
+ASR_EMBEDS = ("states", "lm", "text")  # whisper_asr: what a transcript token becomes (EncoderConfig.asr_embed)
 ENCODER_INPUTS = {"conv": "fbank", "wav2vec2": "waveform", "whisper": "whisper_mel", "whisper_asr": "whisper_mel"}
 """The front end (speechmt.frontend, by name) whose output each acoustic encoder reads."""
 
@@ -72,8 +73,10 @@ class EncoderConfig:
     asr_prompt: tuple[int, ...] = ()
     asr_language: str = "en"
     asr_beam: int = checked(1, lo=1, hi=16)  # whisper_asr: 1 greedy search; more: a beam search of that many
-    # whisper_asr: what each transcript token becomes: "states" (its decoder state, projected) or "lm" (the LM
-    # decoder's soft embeddings of Whisper's candidates for it, plus that projection; needs decoder 'lm')
+    # whisper_asr: what each transcript token becomes: "states" (its decoder state, projected), "lm" (the LM
+    # decoder's soft embeddings of Whisper's candidates for it, plus that projection) or "text" (the transcript
+    # re-tokenised as the LM's own source text, each LM token's embedding plus the projection of the state of
+    # the Whisper piece that completes it); lm and text need decoder 'lm'
     asr_embed: str = "states"
 
     def __post_init__(self):
@@ -97,7 +100,8 @@ class EncoderConfig:
             self.subsampler not in ("conv1d", "conv2d") and
             f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
             not self.conv_kernels and "encoder.conv_kernels is empty",
-            self.asr_embed not in ("states", "lm") and f"unknown encoder.asr_embed {self.asr_embed!r}; expected states or lm",
+            self.asr_embed not in ASR_EMBEDS and
+            f"unknown encoder.asr_embed {self.asr_embed!r}; expected {', '.join(ASR_EMBEDS[:-1])} or {ASR_EMBEDS[-1]}",
             self.kind == "whisper_asr" and self.finetune != "frozen" and
             f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
         ])

@@ -141,31 +141,50 @@ def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     """PieceEmbeddings: each text piece of the Whisper model `whisper` as the LM decoder (of the LM `lm`, each a
     name or folder) embeds that piece's text; both tokenizers are read from their folders."""
     from speechmt.models.encoders.whisper_asr import PieceEmbeddings, whisper_lm_pieces
-    from tokenizers import Tokenizer
-
     from speechmt.tokenizers.lm import LMTokenizer
 
-    if not whisper or not lm:
-        raise ValueError("encoder.asr_embed lm needs encoder.name_or_path and decoder.name_or_path (their tokenizers)")
-    path = Path(resolve_pretrained(whisper)) / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{whisper}: no tokenizer.json in {path.parent} (encoder.asr_embed lm reads it)")
-    whisper_tokenizer = Tokenizer.from_file(str(path))  # raw pieces: " the" keeps its space, as the LM reads text
+    whisper_tokenizer = _whisper_tokenizer(whisper, lm, "lm")
     lm_tokenizer = LMTokenizer.from_pretrained(lm, role="source")
     pieces = whisper_lm_pieces(lambda i: whisper_tokenizer.decode([i]), lm_tokenizer.text_ids, eos_id)
     return PieceEmbeddings(pieces, decoder)
 
 
+def whisper_lm_text(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
+    """TranscriptTokens: the transcripts of the Whisper model `whisper` re-tokenised as the LM `lm` (each a name or
+    folder) reads source text (asr_embed text); both tokenizers are read from their folders."""
+    from speechmt.models.encoders.whisper_asr import TranscriptTokens, piece_bytes
+    from speechmt.tokenizers.lm import LMTokenizer
+
+    whisper_tokenizer = _whisper_tokenizer(whisper, lm, "text")
+    lm_tokenizer = LMTokenizer.from_pretrained(lm, role="source")
+    pieces = piece_bytes([whisper_tokenizer.id_to_token(i) for i in range(eos_id)])
+    return TranscriptTokens(pieces, lm_tokenizer.text_offsets, decoder, lm_tokenizer.unk_id)
+
+
+def _whisper_tokenizer(whisper: str, lm: str, embed: str):
+    """The Whisper model's tokenizer.json, raw (" the" keeps its space); one-line errors for what asr_embed needs."""
+    from tokenizers import Tokenizer
+
+    if not whisper or not lm:
+        raise ValueError(f"encoder.asr_embed {embed} needs encoder.name_or_path and decoder.name_or_path (their "
+                         "tokenizers)")
+    path = Path(resolve_pretrained(whisper)) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{whisper}: no tokenizer.json in {path.parent} (encoder.asr_embed {embed} reads it)")
+    return Tokenizer.from_file(str(path))
+
+
 def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None,
-                                beam: int = 1) -> nn.Module:
+                                beam: int = 1, text=None) -> nn.Module:
     """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
     its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`), projected to `dim`;
-    `pieces` (PieceEmbeddings): asr_embed lm."""
+    `pieces` (PieceEmbeddings): asr_embed lm; `text` (TranscriptTokens): asr_embed text."""
     from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 
     decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
     encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
-    asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim, pieces=pieces, beam=beam)
+    asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim, pieces=pieces, beam=beam,
+                            text=text)
     asr.encoder.requires_grad_(False)
     asr.decoder.requires_grad_(False)
     return asr

@@ -153,6 +153,11 @@ class LMTokenizer:
         """The LM's own ids of `text` as it is (no specials added, no trimming)."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def text_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """`text_ids(text)` and each token's (start, end) character offsets in `text`."""
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return enc.ids, [tuple(o) for o in enc.offsets]
+
     def _map(self, lm_ids: Iterable[int]) -> list[int]:
         if self.config.role == "source":
             return list(lm_ids)

@@ -44,6 +44,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def use_deterministic_kernels() -> None:
+    """Deterministic CUDA kernels from here on (train.deterministic): cuBLAS with a fixed workspace (set before
+    its first use) and torch's deterministic algorithms, warning for ops that have none."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+
+
 def init_encoder_from(model: torch.nn.Module, path: str,
                       prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")) -> int:
     """Copies the tensors under `prefixes` of another checkpoint whose shapes agree, e.g. an ASR model's speech
@@ -97,6 +105,8 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
         torch.set_num_threads(cfg.train.threads)
     device = pick_device(cfg.train.device)
     dist.init(device)
+    if cfg.train.deterministic:
+        use_deterministic_kernels()
     seed_everything(cfg.train.seed)
     toks = tokenizers_for(cfg)
     frontend = frontend_for(cfg)

@@ -48,9 +48,11 @@ CASES = [
       for cmd in (TRANSLATE, EVALUATE) for v in ("-1", "2.5", "99999999999999999999")],
     *[(cmd + ["--max-tokens", v], "--max-tokens", "expected an integer from 1 to 1000000000")
       for cmd in (EVALUATE, BENCHMARK) for v in ("0", "-20000", "lots")],
-    *[(cmd + ["--beam=--"], "--beam", "expected one argument")  # Python 3.11's argparse gave [] as the value
+    # Python 3.11's argparse gave [] as the value ("expected one argument"); 3.12 hands "--" to the option's type
+    *[(cmd + ["--beam=--"], "--beam", ("expected one argument", "invalid value '--': expected an integer from 1"))
       for cmd in (TRANSLATE, EVALUATE, BENCHMARK)],
-    (BENCHMARK + ["--buckets=--"], "--buckets", "expected at least one argument"),
+    (BENCHMARK + ["--buckets=--"], "--buckets",
+     ("expected at least one argument", "invalid value '--': expected a finite number")),
     (BENCHMARK + ["--limit", "0"], "--limit", "expected an integer from 1 to"),
     (BENCHMARK + ["--threads", "0"], "--threads", "expected an integer from 1 to 1024"),
     (BENCHMARK + ["--buckets", "2", "nan"], "--buckets", "expected a finite number > 0"),
@@ -110,7 +112,8 @@ def test_a_bad_option_is_one_line_naming_it_and_exit_status_2(argv, option, allo
     line = _one_line(err)
     assert status == 2
     command = " ".join(argv[:2] if argv[0] == "prepare" else argv[:1])
-    assert line.startswith(f"speechmt {command}: error: ") and option in line and allowed in line, line
+    allowed = (allowed,) if isinstance(allowed, str) else allowed  # alternatives: Python versions word it apart
+    assert line.startswith(f"speechmt {command}: error: ") and option in line and any(a in line for a in allowed), line
 
 
 def test_the_error_line_names_the_value_as_given():

@@ -132,9 +132,9 @@ def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(wh
     assert model.config.encoder.cacheable_states
     with pytest.raises(ValueError, match="whisper_asr needs encoder.finetune frozen"):
         ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "lora"})
-    with pytest.raises(ValueError, match="unknown encoder.asr_embed 'text'; expected states or lm"):
+    with pytest.raises(ValueError, match="unknown encoder.asr_embed 'words'; expected states, lm or text"):
         ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                             "asr_embed": "text"})
+                             "asr_embed": "words"})
     with pytest.raises(ValueError, match="asr_embed lm needs decoder 'lm'"):
         build_model(ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
                                          "asr_embed": "lm"}, tgt_vocab_size=10, n_heads=2))
@@ -247,3 +247,84 @@ def test_the_beam_is_a_checked_option():
 
     with pytest.raises(ConfigError, match="asr_beam.*expected an integer from 1 to 16"):
         load_config(None, ["model.encoder.asr_beam=0"])
+
+
+def test_byte_level_pieces_give_back_the_bytes_of_the_text_they_encode(whisper_dir):
+    from tokenizers import Tokenizer
+
+    from speechmt.models.encoders.whisper_asr import piece_bytes
+
+    whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
+    eos = whisper.token_to_id("<|endoftext|>")
+    table = piece_bytes([whisper.id_to_token(i) for i in range(eos)])
+    for text in (" Größe über die Straße", " the cat sat on the mat", " ½ café ñ\t€"):
+        ids = whisper.encode(text, add_special_tokens=False).ids
+        assert b"".join(table[i] for i in ids) == text.encode("utf-8")
+    whole = [i for i in range(eos) if "\ufffd" not in whisper.decode([i])]
+    assert len(whole) > 150 and all(table[i].decode("utf-8") == whisper.decode([i]) for i in whole)
+
+
+def _words(text):
+    """A stand-in LM tokenizer: one token per space-led word (id = its length), with character offsets."""
+    import re
+
+    spans = [m.span() for m in re.finditer(r" ?[^ ]+| +$", text)]
+    return [e - s for s, e in spans], spans
+
+
+def test_each_lm_token_of_the_retokenised_transcript_reads_the_piece_that_completes_it():
+    from speechmt.models.encoders.whisper_asr import TranscriptTokens
+
+    pieces = [b" Gr\xc3", b"\xb6\xc3\x9fe", b" \xc3\xbc", b"ber", b"  ", b"x"]
+    text = TranscriptTokens(pieces, _words, decoder=None, fallback=99)
+    assert text([0, 1, 2, 3]) == ([6, 5], [1, 3])  # " Größe" ends in piece 1 (inside which "ö" completes), " über" in 3
+    assert text([4, 0, 1]) == ([6], [2])  # leading spaces stripped: " Größe" as the LM reads source text
+    assert text([2, 3, 4, 5]) == ([5, 2], [1, 3])  # " über" then " x" (the double space becomes the LM's single one)
+    assert text([4]) == ([99], [0])  # whitespace alone: the fallback token
+    assert text([0]) == ([4], [0])  # a transcript ending inside a character: "\ufffd" closes it in its last piece
+
+
+@pytest.fixture(scope="module")
+def retok(whisper_dir, lm_dir):
+    """A Translator whose whisper_asr encoder hands the LM its transcript as the LM's own text (asr_embed text)."""
+    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                               "asr_embed": "text"},
+                      decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7],
+                               "prompt": [2]}, n_heads=2, text_encoder={"embed_only": True, "embeddings": "lm"},
+                      src_vocab_size=10)
+    return build_model(cfg).eval()
+
+
+@torch.no_grad()
+def test_the_text_hand_over_starts_as_the_lm_reading_the_transcript_as_source_text(retok, whisper_dir, lm_dir):
+    from tokenizers import Tokenizer
+
+    from speechmt.tokenizers.lm import LMTokenizer
+
+    asr = retok.speech_encoder
+    assert asr.embed == "text" and asr.hidden_size == 32 + 2
+    mels, lengths = _mels()
+    states, n = asr.states(mels, lengths)
+    memory, memory_lengths = asr.encoder.states(mels, lengths)
+    ids, whisper_states, _, _ = asr.transcribe(memory, memory_lengths)
+    whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
+    lm = LMTokenizer.from_pretrained(str(lm_dir), role="source")
+    out = asr.project(states.half().float(), n)  # as read back from the float16 encoder cache
+    for row, tokens in enumerate(ids):
+        source = lm.encode(whisper.decode(tokens))  # what the LM's MT reads for this transcript
+        assert int(n[row]) == len(source) and states.size(-1) == 34
+        torch.testing.assert_close(out.x[row, : len(source)], retok.encode_text(torch.tensor([source]),
+                                                                                torch.tensor([len(source)])).x[0])
+        assert out.x[row, len(source):].abs().sum() == 0
+        _, pos = asr._text[0](tokens)  # each LM token's state: Whisper's, after the piece completing it
+        torch.testing.assert_close(states[row, : len(pos), :-2], whisper_states[row, pos])
+    alone = asr.states(mels[1:2], lengths[1:2])
+    torch.testing.assert_close(alone[0][0, : int(alone[1])], states[1, : int(n[1])], atol=1e-4, rtol=1e-4)
+    assert retok.config.encoder.cacheable_states
+    assert asr.states_part()["prompt"].tolist()[-1] == 2  # its own cache key (states 0, lm 1)
+
+
+def test_the_text_hand_over_needs_an_lm_decoder(whisper_dir):
+    with pytest.raises(ValueError, match="asr_embed text needs decoder 'lm'"):
+        build_model(ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                                         "asr_embed": "text"}, tgt_vocab_size=10, n_heads=2))

@@ -13,23 +13,30 @@ from speechmt.training.run import run_training
 from tests.helpers import tiny_config
 
 
-def _config(data, save_dir, update_freq):
+def _config(data, save_dir, update_freq, device="cpu"):
     # one utterance per batch (max_tokens 250 >= the longest, 240 frames): six batches an epoch, so two
     # ranks x update_freq 1 and one process x update_freq 2 see the same pairs of batches per update
     cfg = tiny_config(data, save_dir, max_updates=3, update_freq=update_freq, save_interval_updates=0,
                       validate_interval_updates=0)
     cfg.data.max_tokens = 250
+    cfg.train.device = device  # two CPU ranks on any machine (tests/test_cuda.py runs NCCL on a GPU)
     return cfg
+
+
+def torchrun(config, processes: int) -> subprocess.CompletedProcess:
+    """`python -m torch.distributed.run` of `speechmt train --config config` over `processes` local ranks."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+           "--module", "speechmt", "train", "--config", str(config)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
 def test_two_process_torchrun_matches_single_process(tiny_data, tmp_path):
     run_training(_config(tiny_data, tmp_path / "single", update_freq=2))
     save_config(_config(tiny_data, tmp_path / "ddp", update_freq=1), tmp_path / "ddp.yaml")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "--module", "speechmt", "train", "--config", str(tmp_path / "ddp.yaml")]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    res = torchrun(tmp_path / "ddp.yaml", 2)
     assert res.returncode == 0, res.stderr[-3000:]
     single = load_checkpoint(tmp_path / "single/checkpoint_last.safetensors")
     ddp = load_checkpoint(tmp_path / "ddp/checkpoint_last.safetensors")

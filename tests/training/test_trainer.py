@@ -153,7 +153,8 @@ def test_kill_9_mid_run_then_resume_equals_uninterrupted(tiny_data, tmp_path, st
     from speechmt.config import save_config
 
     save_config(tiny_config(tiny_data, tmp_path / "exp", max_updates=12), tmp_path / "conf.yaml")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "speechmt", "train", "--config", str(tmp_path / "conf.yaml")],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

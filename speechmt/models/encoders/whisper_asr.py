@@ -17,9 +17,18 @@ at the state before it; top TOP_K, renormalised) times the LM's input embeddings
 mean over the LM tokens of that piece's text), plus the projection of the state after it, which starts at zero.
 The LM's MT then translates Whisper's transcript from the first update, and the projection learns what the
 text alone does not carry. `states` then also keeps the prompt's last state (the distribution of the first token).
+
+With `embed` "text" the transcript is handed over as the LM's own text: its bytes are decoded and re-tokenised
+as the LM tokenises source text, and each LM token becomes its own input embedding plus the projection of the
+Whisper state that completes it (the piece whose bytes end that token's text). A piece's text and an LM token
+rarely coincide outside English (Whisper's " Grö" "ße" against Gemma's " Größe"), and a mean over the LM tokens
+of each piece is not text the LM has read; here, with the projection at zero, the model is exactly the cascade
+(Whisper's transcript -> the LM's MT), and training starts from it.
 """
 
 from __future__ import annotations
+
+import codecs
 
 from typing import Callable
 
@@ -48,7 +57,9 @@ TOP_K = 16
 MAX_PIECE_TOKENS = 8
 """LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
 
-ASR_EMBEDS = ("states", "lm")
+ID_BASE = 2048
+"""embed "text" stores each LM id as two channels (id // ID_BASE, id % ID_BASE) beside the states: the encoder
+cache's float16 holds every integer up to 2048 exactly."""
 
 
 class PieceEmbeddings:
@@ -76,6 +87,71 @@ def whisper_lm_pieces(piece_text: Callable[[int], str], lm_text_ids: Callable[[s
     return pieces
 
 
+def byte_level_bytes() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (Whisper's BPE): the printable character standing for each byte -> the byte."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)}
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
+
+def piece_bytes(tokens: list[str]) -> list[bytes]:
+    """Byte-level BPE pieces as the tokenizer stores them ("\u0120Gr\u00c3\u00b6") -> their bytes (b" Gr\xc3\xb6"); a piece
+    may end inside a character."""
+    table = byte_level_bytes()
+    return [b"".join(bytes([table[c]]) if c in table else c.encode("utf-8") for c in t) for t in tokens]
+
+
+class TranscriptTokens:
+    """Whisper ids of one transcript -> (the LM's ids of its text, as the LM encodes source text: " " + the
+    stripped text; for each, the index of the Whisper piece whose bytes complete it). `pieces`: each Whisper
+    text piece's bytes; `text_offsets`: text -> (LM ids, (start, end) character offsets); `fallback`: the LM id
+    read for a transcript of whitespace alone. `embed(lm_ids)` is the LM decoder's input embedding (held
+    outside the encoder's modules, as PieceEmbeddings)."""
+
+    def __init__(self, pieces: list[bytes], text_offsets: Callable[[str], tuple[list[int], list[tuple[int, int]]]],
+                 decoder: nn.Module, fallback: int):
+        self.pieces, self.text_offsets, self.decoder, self.fallback = pieces, text_offsets, decoder, int(fallback)
+
+    def __call__(self, ids: list[int]) -> tuple[list[int], list[int]]:
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        chars, owner = [], []
+        for k, i in enumerate(ids):
+            chunk = utf8.decode(self.pieces[i])
+            chars.append(chunk)
+            owner += [k] * len(chunk)
+        tail = utf8.decode(b"", final=True)  # a transcript ending inside a character
+        chars.append(tail)
+        owner += [len(ids) - 1] * len(tail)
+        text = "".join(chars)
+        body, lead = text.strip(), len(text) - len(text.lstrip())
+        lm_ids, offsets = self.text_offsets(" " + body) if body else ([], [])
+        if not lm_ids:
+            return [self.fallback], [0]
+        # LM character j >= 1 is text character lead + j - 1; a token of the added space alone reads the first piece
+        return list(lm_ids), [owner[lead + max(end - 1, 1) - 1] for _, end in offsets]
+
+    def embed(self, lm_ids: Tensor) -> Tensor:
+        return self.decoder.embed(lm_ids)
+
+
+def pack_ids(ids: Tensor) -> Tensor:
+    """LM ids (...,) -> (..., 2) float channels (id // ID_BASE, id % ID_BASE)."""
+    return torch.stack([ids // ID_BASE, ids % ID_BASE], -1).float()
+
+
+def unpack_ids(channels: Tensor) -> Tensor:
+    """pack_ids' channels (..., 2), in any float dtype -> the ids (...,)."""
+    hi, lo = channels.float().round().long().unbind(-1)
+    return hi * ID_BASE + lo
+
+
 class WhisperAsrEncoder(nn.Module):
     """mels (B, 3000, n_mels) -> Whisper's greedy transcript -> its decoder states (B, U, H) -> Linear to `dim`.
 
@@ -83,12 +159,16 @@ class WhisperAsrEncoder(nn.Module):
     `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated."""
 
     def __init__(self, encoder: WhisperEncoder, decoder: TransformerDecoder, prompt: tuple[int, ...], eos_id: int,
-                 dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None, beam: int = 1):
+                 dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None, beam: int = 1,
+                 text: TranscriptTokens | None = None):
         super().__init__()
         if beam < 1:
             raise ValueError(f"the whisper_asr search's beam must be at least 1, got {beam}")
+        if pieces is not None and text is not None:
+            raise ValueError("the whisper_asr encoder hands the LM either soft pieces or re-tokenised text, not both")
         self.beam = int(beam)
         self._pieces = (pieces,) if pieces is not None else None  # a tuple: the LM's table is not our submodule
+        self._text = (text,) if text is not None else None
         if not prompt:
             raise ValueError("the whisper_asr encoder needs a decoder prompt (at least <|startoftranscript|>)")
         if encoder.splits_inside:
@@ -103,18 +183,20 @@ class WhisperAsrEncoder(nn.Module):
         self.max_tokens = min(max_tokens, room)
         hidden = decoder.embed.embedding_dim
         self.proj = nn.Linear(hidden, dim)
-        if pieces is not None:  # the LM reads Whisper's soft transcript at first
+        if pieces is not None or text is not None:  # the LM reads Whisper's transcript at first
             nn.init.zeros_(self.proj.weight)
             nn.init.zeros_(self.proj.bias)
 
     @property
     def embed(self) -> str:
-        """"lm" when transcript tokens become the LM's soft piece embeddings, else "states"."""
-        return "lm" if self._pieces is not None else "states"
+        """"lm" when transcript tokens become the LM's soft piece embeddings, "text" when the transcript is
+        re-tokenised as the LM's text, else "states"."""
+        return "lm" if self._pieces is not None else "text" if self._text is not None else "states"
 
     @property
     def hidden_size(self) -> int:
-        return self.decoder.embed.embedding_dim
+        """The width of `states`' output: Whisper's decoder width (+ 2 id channels with embed "text")."""
+        return self.decoder.embed.embedding_dim + (2 if self._text is not None else 0)
 
     splits_inside = False
     states_name = "asr"
@@ -123,7 +205,7 @@ class WhisperAsrEncoder(nn.Module):
         """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
         return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
                 | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
-                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, self._pieces is not None]
+                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, ("states", "lm", "text").index(self.embed)]
                                           + ([self.beam] if self.beam > 1 else []))})  # greedy: the keys as before
 
     def states_frozen(self) -> bool:
@@ -132,9 +214,11 @@ class WhisperAsrEncoder(nn.Module):
 
     @torch.no_grad()
     def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
-        """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> Whisper's decoder states at its greedy transcript's tokens
-        (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at least 1 token each); with embed
-        "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U."""
+        """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> Whisper's decoder
+        states at its transcript's tokens (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at
+        least 1 token each); with embed "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U; with
+        embed "text" one row per LM token of the re-tokenised transcript: the state of the piece completing it and
+        its packed id (B, U', H + 2) (`retokenized`)."""
         if mels.size(1) > WHISPER_FRAMES:
             raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
         if len(lengths) and int(lengths.min()) < MIN_PAD_SECONDS * 100:
@@ -143,12 +227,26 @@ class WhisperAsrEncoder(nn.Module):
                              f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)")
         memory, memory_lengths = self.encoder.states(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        _, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
-                                      else self.transcribe_beam(memory, memory_lengths))
+        ids, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
+                                        else self.transcribe_beam(memory, memory_lengths))
         if self._pieces is not None:
             x, token_lengths = torch.cat([first[:, None], x], dim=1), token_lengths + 1
+        elif self._text is not None:
+            x, token_lengths = self.retokenized(ids, x)
         note(record, "asr", x, token_lengths)
         return x, token_lengths
+
+    def retokenized(self, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
+        """Whisper's transcripts (ids per row) and their states (B, U, H) -> per LM token of each re-tokenised
+        transcript the state of the piece completing it and the token's packed id (B, U', H + 2), padded rows
+        zero, and lengths (B,)."""
+        rows = [self._text[0](i) for i in ids]
+        lengths = torch.tensor([len(lm_ids) for lm_ids, _ in rows], device=states.device)
+        out = states.new_zeros(len(rows), int(lengths.max()), states.size(-1) + 2)
+        for row, (lm_ids, pos) in enumerate(rows):
+            out[row, : len(pos), :-2] = states[row, torch.tensor(pos, device=states.device)]
+            out[row, : len(pos), -2:] = pack_ids(torch.tensor(lm_ids, device=states.device))
+        return out, lengths
 
     def transcribe(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor, Tensor]:
         """Greedy search over Whisper's text tokens: memory (B, S, H) -> (token ids per row, states (B, U, H),
@@ -262,10 +360,16 @@ class WhisperAsrEncoder(nn.Module):
         """`states`' output (B, U, H) -> each state normalised (zero mean, unit variance; no gains: Whisper's final
         LayerNorm leaves its states ~290 long, a Gemma input embedding is ~26) -> Linear -> EncoderOutput x
         (B, U, D), padded positions zero. With embed "lm" (states (B, 1 + U, H)): the soft embeddings of the U
-        tokens (`soft_tokens`) plus the projection of the states after them."""
+        tokens (`soft_tokens`) plus the projection of the states after them. With embed "text" (`retokenized`'
+        (B, U', H + 2)): each LM token's input embedding plus the projection of its state."""
         if self._pieces is not None:
             before, states, lengths = states[:, :-1], states[:, 1:], lengths - 1
             x = self.soft_tokens(before) + self.proj(F.layer_norm(states, states.shape[-1:]))
+        elif self._text is not None:
+            ids, states = unpack_ids(states[..., -2:]), states[..., :-2]
+            text = self._text[0].embed(ids.masked_fill(lengths_to_padding_mask(lengths, ids.size(1)), 0))
+            x = self.proj(F.layer_norm(states, states.shape[-1:]))
+            x = x + text.to(x.dtype)
         else:
             x = self.proj(F.layer_norm(states, states.shape[-1:]))
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
