@@ -61,7 +61,8 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
             needs the Whisper base that `make setup` installs).
         device: cpu, cuda, cuda:N (a CUDA device of this machine) or mps.
         task: what a multi-task model's decoder does: "st" translates, "asr" transcribes, "mt" translates
-            text (evaluate); None: the checkpoint's own task.
+            text (evaluate); None: the checkpoint's own task. "asr" of a model whose speech encoder is
+            whisper_asr (the bundled one) is Whisper's own transcript, which the model computes anyway.
 
     Raises OptionError for a bad device or task, and speechmt.checkpoint.CheckpointError (one line naming the
     file) for a missing, unsafe (pickled) or unusable checkpoint, or a task it was not trained for.
@@ -104,6 +105,10 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
             (what `--format srt` does with 300); 0 to 10000; 0: only where a chunk would pass max_chunk_seconds.
         errors: "raise": an unreadable file raises speechmt.audio.AudioError (one line naming it); "keep":
             it gets an empty result with the reason in `error`, and the others are translated.
+
+    Task "asr" of a whisper_asr model (the bundled one) returns Whisper's own transcript, found by the encoder's
+    search (encoder.asr_beam): beam, nbest and the length options, which drive the decoder's search, do not
+    apply to it (`nbest` holds the one transcript).
 
     Returns one speechmt.decoding.translate.Translation per input: `source`, `text`, `nbest`, `chunks`
     (start, end seconds) and `chunk_texts`, `voiced` (each chunk less its edge silence; `timed_texts()` pairs

@@ -302,6 +302,9 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
     each commit as it is made (module docstring)."""
     if lm.task == "mt":
         raise SimultaneousError(f"{lm.path}: simultaneous translation needs a speech model, not a text (mt) one")
+    if lm.whisper_transcript:
+        raise SimultaneousError(f"{lm.path}: task asr of a whisper_asr model is Whisper's transcript of the whole "
+                                "input; it is not streamed")
     limit = lm.max_input_seconds
     if limit is not None and cfg.max_seconds > limit:
         raise SimultaneousError(f"{lm.path} takes at most {limit:g} s of audio at once; the window is "

@@ -28,6 +28,7 @@ from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
 from speechmt.models.build import build_model
 from speechmt.models.encoders import EncoderOutput
+from speechmt.models.hf_whisper import whisper_transcript_tokenizer
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
@@ -47,6 +48,7 @@ class LoadedModel:
     device: torch.device
     source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
+    whisper_transcript: bool = False  # task asr of a whisper_asr model: Whisper's own transcript, not the decoder's
 
     @property
     def max_input_seconds(self) -> float | None:
@@ -76,22 +78,35 @@ class LoadedModel:
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None) -> LoadedModel:
     """Rebuilds a model from one checkpoint file (its bundle and weights). `task` (None: the checkpoint's own)
     is what a multi-task model's decoder writes: "st" translates, "asr" transcribes, each started by its tag
-    (speechmt.bundle.ModelBundle). CheckpointError (one line) for a task the checkpoint was not trained for."""
+    (speechmt.bundle.ModelBundle). CheckpointError (one line) for a task the checkpoint was not trained for.
+
+    Task asr of a model whose speech encoder is whisper_asr is Whisper's own transcript, whatever the decoder
+    was trained for: the encoder's search (greedy, or encoder.asr_beam) decoded by the Whisper model's
+    tokenizer.json (FileNotFoundError, one line, where its folder lacks one); the decoder does not run."""
     ckpt = load_checkpoint(path, map_location="cpu")
     bundle = ModelBundle.from_checkpoint(ckpt, path)
+    task = task or bundle.task
+    tag, tokenizer, whisper = _task_output(bundle, task, path)
     try:  # a checkpoint on a pretrained base holds trained parameters only: the rest comes from the base
         model = build_model(bundle.config, pretrained=bundle.base is not None)
         load_model_state(model, ckpt["model"], bundle.base, path)
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
-    task = task or bundle.task
+    device = torch.device(device)
+    return LoadedModel(model.to(device).eval(), tokenizer, tag, bundle.frontend, task, str(path), device,
+                       bundle.tokenizers.src, bundle.decoder_start, whisper)
+
+
+def _task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
+    """(the decoder's tag for `task`, the tokenizer its output is decoded with, whether that output is Whisper's
+    own transcript: task asr of a whisper_asr encoder, read with Whisper's tokenizer, no tag)."""
+    encoder = bundle.config.encoder
+    if task == "asr" and encoder.kind == "whisper_asr":
+        return None, whisper_transcript_tokenizer(encoder.name_or_path), True
     try:
-        tag = bundle.tag(task)
+        return bundle.tag(task), bundle.decoder_tokenizer(task), False
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    device = torch.device(device)
-    return LoadedModel(model.to(device).eval(), bundle.decoder_tokenizer(task), tag, bundle.frontend, task, str(path),
-                       device, bundle.tokenizers.src, bundle.decoder_start)
 
 
 @dataclass
@@ -160,10 +175,24 @@ def encode_texts(lm: LoadedModel, texts: Sequence[str]) -> EncoderOutput:
 
 
 @torch.no_grad()
+def decode_inputs(lm: LoadedModel, inputs: list[torch.Tensor],
+                  options: DecodeOptions) -> tuple[list[list[str]], list[int]]:
+    """Front-end outputs of one batch (each (T_i, ...)) -> each one's n-best texts, best first, and the length
+    of what the text was read from (the decoder's memory: the encoder output it attends to): the one place
+    translate, evaluate and the cascade decode speech. Task asr of a whisper_asr model (`whisper_transcript`):
+    Whisper's transcript, one text each (`options` do not apply), and its length in Whisper's tokens."""
+    if lm.whisper_transcript:
+        x, lengths = collate_sequences(inputs)
+        ids = lm.model.speech_encoder.transcripts(x.to(lm.device), lengths.to(lm.device))
+        return [[lm.tokenizer.decode(i)] for i in ids], [len(i) for i in ids]
+    enc = encode_inputs(lm, inputs)
+    nbest = search(lm.model, enc, options)
+    return [[lm.tokenizer.decode(tokens) for tokens in n] for n in nbest], enc.lengths.tolist()
+
+
 def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:
     """n-best texts for a batch of 16 kHz waves."""
-    enc = encode_audio(lm, waves)
-    return [[lm.tokenizer.decode(tokens) for tokens in nbest] for nbest in search(lm.model, enc, options)]
+    return decode_inputs(lm, [lm.frontend(w) for w in waves], options)[0]
 
 
 def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int, results: list[Translation],

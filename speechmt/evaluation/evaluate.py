@@ -2,7 +2,8 @@
 
 Speech models read the split's stored features (with the checkpoint's CMVN; the fbank settings of the
 data must equal the checkpoint's), wav2vec2 models the utterances' audio. ST and MT are scored with BLEU
-and chrF against the translations, ASR with WER and CER (fairseq's normalisation) against the transcripts.
+and chrF against the translations, ASR with WER and CER (fairseq's normalisation) against the transcripts; the
+ASR of a whisper_asr model is Whisper's own transcript (speechmt.decoding.translate.decode_inputs).
 
 A model that reads audio (wav2vec2, Whisper) has every utterance's audio read once before decoding: when some
 cannot be read, evaluation stops with their count and the first few names, or with `skip_bad_audio` scores
@@ -28,7 +29,7 @@ from speechmt.data.dataset import load_split
 from speechmt.data.manifest import Record, read_manifest, record_audio, split_manifest
 from speechmt.decoding.cascade import check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions, search
-from speechmt.decoding.translate import LoadedModel, encode_audio, encode_inputs, encode_texts
+from speechmt.decoding.translate import LoadedModel, decode_inputs, encode_texts
 from speechmt.frontend import FbankFrontend
 from speechmt.evaluation.metrics import cer, optional_comet, translation_scores, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
@@ -46,12 +47,18 @@ def _check_features(lm: LoadedModel, data_dir: Path) -> None:
 
 
 @torch.no_grad()
-def _encode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Path):
+def _decode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Path,
+                  options: DecodeOptions) -> tuple[list[str], list[int]]:
+    """The best text of each utterance `idx` and the length of what it was read from (decode_inputs)."""
     if lm.task == "mt":
-        return encode_texts(lm, [records[i].src_text for i in idx])
+        enc = encode_texts(lm, [records[i].src_text for i in idx])
+        return [lm.tokenizer.decode(n[0]) for n in search(lm.model, enc, options)], enc.lengths.tolist()
     if lm.reads_audio:  # wav2vec2 and Whisper models read the utterances' audio, not the stored features
-        return encode_audio(lm, [record_audio(records[i], data_dir) for i in idx])
-    return encode_inputs(lm, [lm.frontend.normalise(store.get(i)) for i in idx])  # prepared fbank
+        inputs = [lm.frontend(record_audio(records[i], data_dir)) for i in idx]
+    else:
+        inputs = [lm.frontend.normalise(store.get(i)) for i in idx]  # prepared fbank
+    nbest, lengths = decode_inputs(lm, inputs, options)
+    return [n[0] for n in nbest], lengths
 
 
 class DecodedSplit(NamedTuple):
@@ -77,9 +84,9 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     start = time.perf_counter()
     with Progress(len(records), f"decode {split} with {Path(lm.path).name}", "utt") as bar:
         for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
-            enc = _encode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir)
-            for j, nbest, length in zip(idx, search(lm.model, enc, options), enc.lengths.tolist()):
-                hyps[j], memory[j] = lm.tokenizer.decode(nbest[0]), length
+            texts, lengths = _decode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir, options)
+            for j, text, length in zip(idx, texts, lengths):
+                hyps[j], memory[j] = text, length
             bar.update(len(idx))
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
 
@@ -161,7 +168,7 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
     comet, skipped = (None, None) if lm.task == "asr" else optional_comet(hyps, refs, srcs, comet_model)
     metrics.update({comet.name: comet} if comet else {})
     audio = sum(r.duration for r in records)
-    extra = {"task": lm.task, "decode": asdict(options), "decode_seconds": round(seconds, 3),
+    extra = {"task": lm.task, "decode": _search_facts(lm, options), "decode_seconds": round(seconds, 3),
              "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
              "memory": memory_per_target(lm, refs, memory), "commit": git_commit(), "device": str(lm.device),
              "checkpoint": lm.path, **_skipped(bad), **({"comet_skipped": skipped} if skipped else {})}
@@ -169,6 +176,11 @@ def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: 
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
     return report
+
+
+def _search_facts(lm: LoadedModel, options: DecodeOptions) -> dict:
+    """The search that wrote the hypotheses: the decoder's options, or Whisper's own (whisper_transcript)."""
+    return {"whisper_asr_beam": lm.model.speech_encoder.beam} if lm.whisper_transcript else asdict(options)
 
 
 def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathLike, split: str, beam: int = 5,

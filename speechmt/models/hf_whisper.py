@@ -161,6 +161,16 @@ def whisper_lm_text(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     return TranscriptTokens(pieces, lm_tokenizer.text_offsets, decoder, lm_tokenizer.unk_id)
 
 
+def whisper_transcript_tokenizer(whisper: str):
+    """WhisperTokenizer (speechmt.tokenizers.whisper) of the Whisper model `whisper` (a name or folder): what
+    turns a whisper_asr encoder's transcript ids into text (task asr). One-line errors: no name, no tokenizer.json."""
+    from speechmt.tokenizers.whisper import WhisperTokenizer
+
+    if not whisper:
+        raise ValueError("task asr of a whisper_asr model needs encoder.name_or_path (Whisper's tokenizer)")
+    return WhisperTokenizer(_whisper_tokenizer_file(whisper, "task asr").read_text(encoding="utf-8"))
+
+
 def _whisper_tokenizer(whisper: str, lm: str, embed: str):
     """The Whisper model's tokenizer.json, raw (" the" keeps its space); one-line errors for what asr_embed needs."""
     from tokenizers import Tokenizer
@@ -168,10 +178,16 @@ def _whisper_tokenizer(whisper: str, lm: str, embed: str):
     if not whisper or not lm:
         raise ValueError(f"encoder.asr_embed {embed} needs encoder.name_or_path and decoder.name_or_path (their "
                          "tokenizers)")
+    return Tokenizer.from_file(str(_whisper_tokenizer_file(whisper, f"encoder.asr_embed {embed}")))
+
+
+def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:
+    """The tokenizer.json of the Whisper model `whisper` (a name resolved as the model's own); FileNotFoundError
+    (one line naming it and `reader`, what reads it) when its folder lacks one."""
     path = Path(resolve_pretrained(whisper)) / "tokenizer.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{whisper}: no tokenizer.json in {path.parent} (encoder.asr_embed {embed} reads it)")
-    return Tokenizer.from_file(str(path))
+        raise FileNotFoundError(f"{whisper}: no tokenizer.json in {path.parent} ({reader} reads it)")
+    return path
 
 
 def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None,

@@ -24,6 +24,11 @@ Whisper state that completes it (the piece whose bytes end that token's text). A
 rarely coincide outside English (Whisper's " Grö" "ße" against Gemma's " Größe"), and a mean over the LM tokens
 of each piece is not text the LM has read; here, with the projection at zero, the model is exactly the cascade
 (Whisper's transcript -> the LM's MT), and training starts from it.
+
+Task asr of a model on this encoder is Whisper's transcript itself (`transcripts`, the configured search: greedy or
+`asr_beam`), decoded by Whisper's own tokenizer (speechmt.decoding.translate.load_model): the model has heard the
+speech through that search, and its decoder (an LM prompted for the source language, or one trained for asr)
+would only write it again. The decoder's search options do not apply to it.
 """
 
 from __future__ import annotations
@@ -219,13 +224,7 @@ class WhisperAsrEncoder(nn.Module):
         least 1 token each); with embed "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U; with
         embed "text" one row per LM token of the re-tokenised transcript: the state of the piece completing it and
         its packed id (B, U', H + 2) (`retokenized`)."""
-        if mels.size(1) > WHISPER_FRAMES:
-            raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
-        if len(lengths) and int(lengths.min()) < MIN_PAD_SECONDS * 100:
-            raise ValueError(f"encoder whisper_asr reads input padded to at least {MIN_PAD_SECONDS} s "
-                             f"({MIN_PAD_SECONDS * 100} mel frames), got {int(lengths.min())}: set "
-                             f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)")
-        memory, memory_lengths = self.encoder.states(mels, lengths)
+        memory, memory_lengths = self._memory(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
         ids, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
                                         else self.transcribe_beam(memory, memory_lengths))
@@ -235,6 +234,27 @@ class WhisperAsrEncoder(nn.Module):
             x, token_lengths = self.retokenized(ids, x)
         note(record, "asr", x, token_lengths)
         return x, token_lengths
+
+    @torch.no_grad()
+    def transcripts(self, mels: Tensor, lengths: Tensor) -> list[list[int]]:
+        """mels (B, T, n_mels) padded as `states` reads them, lengths (B,) -> Whisper's transcript of each row: its
+        text token ids (each below eos_id; at least one), found by the configured search (greedy, or a beam of
+        `beam`): the transcript whose states `states` hands on, and the model's output for task asr."""
+        memory, memory_lengths = self._memory(mels, lengths)
+        if self.beam == 1:
+            return self.transcribe(memory, memory_lengths)[0]
+        return self.beam_tokens(memory, memory_lengths)
+
+    def _memory(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """mels (B, T, n_mels), lengths (B,) -> Whisper's encoder states (B, S, H) and their lengths (B,); a
+        one-line ValueError for input longer than Whisper's window or padded less than MIN_PAD_SECONDS."""
+        if mels.size(1) > WHISPER_FRAMES:
+            raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
+        if len(lengths) and int(lengths.min()) < MIN_PAD_SECONDS * 100:
+            raise ValueError(f"encoder whisper_asr reads input padded to at least {MIN_PAD_SECONDS} s "
+                             f"({MIN_PAD_SECONDS * 100} mel frames), got {int(lengths.min())}: set "
+                             f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)")
+        return self.encoder.states(mels, lengths)
 
     def retokenized(self, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
         """Whisper's transcripts (ids per row) and their states (B, U, H) -> per LM token of each re-tokenised
