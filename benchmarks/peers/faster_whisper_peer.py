@@ -47,6 +47,7 @@ class Clip:
     audio: str
     offset: float
     duration: float
+    src_lang: str = ""
 
 
 def read_clips(data_dir: Path, split: str) -> list[Clip]:
@@ -60,10 +61,22 @@ def read_clips(data_dir: Path, split: str) -> list[Clip]:
         records = list(iter_manifest(path))
     except ManifestError as e:  # names the file and line
         raise PeerError(str(e)) from None
-    clips = [Clip(r.id, str(data_dir / r.audio), float(r.offset), float(r.duration)) for r in records]
+    clips = [Clip(r.id, str(data_dir / r.audio), float(r.offset), float(r.duration), r.src_lang) for r in records]
     if not clips:
         raise PeerError(f"{path}: no records")
     return clips
+
+
+def source_language(clips: list[Clip], given: str | None) -> str:
+    """Whisper's language code for the clips: `given` (--language), else the one src_lang their manifest names;
+    PeerError when it names none or several (Whisper told the wrong language translates nonsense)."""
+    if given:
+        return given
+    langs = sorted({c.src_lang.split("-")[0] for c in clips if c.src_lang})
+    if len(langs) != 1:
+        named = "no source language" if not langs else "source languages " + ", ".join(langs)
+        raise PeerError(f"the split's records name {named}; pass --language CODE (Whisper's)")
+    return langs[0]
 
 
 def slice_audio(wave: np.ndarray, offset: float, duration: float, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
@@ -152,6 +165,7 @@ def write_json(path: Path, obj: dict) -> None:
 def run(args: argparse.Namespace) -> dict:
     """Loads the model and the clips, times decoding, and returns the peer hypotheses object."""
     clips = read_clips(Path(args.data), args.split)[: args.limit]
+    args.language = source_language(clips, args.language)
     model = load_model(Path(args.model_dir), args.compute_type, args.threads)
     waves = load_waves(clips)
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -183,7 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL_DIR), help="assembled CTranslate2 Whisper base")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--task", choices=tuple(TASKS), default="translate")
-    p.add_argument("--language", default="de", help="source language code (Whisper's)")
+    p.add_argument("--language", default=None, help="source language code (Whisper's; default: the manifest's src_lang)")
     p.add_argument("--compute-type", default="int8", help="CTranslate2 compute type: int8, float32, ...")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--fallback", choices=tuple(FALLBACKS), default="repetition",
