@@ -185,7 +185,12 @@ def decode_inputs(lm: LoadedModel, inputs: list[torch.Tensor],
         x, lengths = collate_sequences(inputs)
         ids = lm.model.speech_encoder.transcripts(x.to(lm.device), lengths.to(lm.device))
         return [[lm.tokenizer.decode(i)] for i in ids], [len(i) for i in ids]
-    enc = encode_inputs(lm, inputs)
+    return decode_encoded(lm, encode_inputs(lm, inputs), options)
+
+
+@torch.no_grad()
+def decode_encoded(lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions) -> tuple[list[list[str]], list[int]]:
+    """An encoder output (speech or text) -> each row's n-best texts, best first, and its length."""
     nbest = search(lm.model, enc, options)
     return [[lm.tokenizer.decode(tokens) for tokens in n] for n in nbest], enc.lengths.tolist()
 

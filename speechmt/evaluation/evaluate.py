@@ -28,8 +28,8 @@ from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
 from speechmt.data.manifest import Record, read_manifest, record_audio, split_manifest
 from speechmt.decoding.cascade import check_cascade, translate_texts
-from speechmt.decoding.search import DecodeOptions, search
-from speechmt.decoding.translate import LoadedModel, decode_inputs, encode_texts
+from speechmt.decoding.search import DecodeOptions
+from speechmt.decoding.translate import LoadedModel, decode_encoded, decode_inputs, encode_texts
 from speechmt.frontend import FbankFrontend
 from speechmt.evaluation.metrics import cer, optional_comet, translation_scores, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
@@ -51,8 +51,8 @@ def _decode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Pat
                   options: DecodeOptions) -> tuple[list[str], list[int]]:
     """The best text of each utterance `idx` and the length of what it was read from (decode_inputs)."""
     if lm.task == "mt":
-        enc = encode_texts(lm, [records[i].src_text for i in idx])
-        return [lm.tokenizer.decode(n[0]) for n in search(lm.model, enc, options)], enc.lengths.tolist()
+        nbest, lengths = decode_encoded(lm, encode_texts(lm, [records[i].src_text for i in idx]), options)
+        return [n[0] for n in nbest], lengths
     if lm.reads_audio:  # wav2vec2 and Whisper models read the utterances' audio, not the stored features
         inputs = [lm.frontend(record_audio(records[i], data_dir)) for i in idx]
     else:

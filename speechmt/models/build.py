@@ -177,12 +177,10 @@ def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Modu
     prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
     if e.asr_embed != "states" and cfg.decoder.kind != "lm":
         raise ValueError(f"encoder.asr_embed {e.asr_embed} needs decoder 'lm' (its input embeddings are the table)")
-    hand_over = {"lm": whisper_lm_table, "text": whisper_lm_text}.get(e.asr_embed)
-    table = hand_over(e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder) \
-        if hand_over else None
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, beam=e.asr_beam,
-                                         pieces=table if e.asr_embed == "lm" else None,
-                                         text=table if e.asr_embed == "text" else None)
+    tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder)
+    pieces = whisper_lm_table(*tokenizers) if e.asr_embed == "lm" else None
+    text = whisper_lm_text(*tokenizers) if e.asr_embed == "text" else None
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text)
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 

@@ -34,7 +34,6 @@ would only write it again. The decoder's search options do not apply to it.
 from __future__ import annotations
 
 import codecs
-
 from typing import Callable
 
 import torch
@@ -61,6 +60,9 @@ TOP_K = 16
 
 MAX_PIECE_TOKENS = 8
 """LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
+
+EMBED_KEYS = ("states", "lm", "text")
+"""Each `embed` mode's code in the cache key (`states_part`): append, never reorder (older caches keep theirs)."""
 
 ID_BASE = 2048
 """embed "text" stores each LM id as two channels (id // ID_BASE, id % ID_BASE) beside the states: the encoder
@@ -210,7 +212,7 @@ class WhisperAsrEncoder(nn.Module):
         """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
         return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
                 | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
-                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, ("states", "lm", "text").index(self.embed)]
+                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, EMBED_KEYS.index(self.embed)]
                                           + ([self.beam] if self.beam > 1 else []))})  # greedy: the keys as before
 
     def states_frozen(self) -> bool:
@@ -387,9 +389,8 @@ class WhisperAsrEncoder(nn.Module):
             x = self.soft_tokens(before) + self.proj(F.layer_norm(states, states.shape[-1:]))
         elif self._text is not None:
             ids, states = unpack_ids(states[..., -2:]), states[..., :-2]
-            text = self._text[0].embed(ids.masked_fill(lengths_to_padding_mask(lengths, ids.size(1)), 0))
-            x = self.proj(F.layer_norm(states, states.shape[-1:]))
-            x = x + text.to(x.dtype)
+            x = self.proj(F.layer_norm(states, states.shape[-1:]))  # padded rows: id 0, zeroed below
+            x = x + self._text[0].embed(ids).to(x.dtype)
         else:
             x = self.proj(F.layer_norm(states, states.shape[-1:]))
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
