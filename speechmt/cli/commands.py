@@ -354,13 +354,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
-    """Streams the split through the policy for each --k; prints scores and latency per k. With several k (or
-    --compare) it also decodes the same utterances offline (--beam) and writes the quality-latency table, its
-    JSON and plot (quality_latency.md, .json, .png) into the report folder, one subfolder per k."""
+    """Streams the split through the policy for each --k (one pass: each utterance through every k, its encoder
+    outputs shared); prints scores and latency per k. With several k (or --compare) it also decodes the same
+    utterances offline (--beam) and writes the quality-latency table, its JSON and plot (quality_latency.md,
+    .json, .png) into the report folder, one subfolder per k."""
     from speechmt.decoding.simultaneous import DEFAULT_K, SimultaneousConfig
     from speechmt.decoding.translate import load_model
     from speechmt.evaluation.evaluate import evaluate
-    from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, latency_line, latency_row,
+    from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous_settings, latency_line, latency_row,
                                                        read_quality_latency, write_quality_latency)
 
     lm = load_model(args.model, args.device, args.task)
@@ -368,11 +369,11 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     rows = []
     for folder in args.compare or []:
         rows += read_quality_latency(folder)
-    for k in ks:
-        cfg = SimultaneousConfig(args.simultaneous, k, args.step_ms)
-        folder = out if len(ks) == 1 else str(Path(out) / f"{args.simultaneous}-k{k}")
-        report = evaluate_simultaneous(lm, args.data, args.split, cfg, folder, args.name, args.limit,
-                                       lm.decode_options(1, **_decode_kwargs(args)))
+    cfgs = [SimultaneousConfig(args.simultaneous, k, args.step_ms) for k in ks]
+    folders = [out] if len(ks) == 1 else [str(Path(out) / f"{args.simultaneous}-k{k}") for k in ks]
+    reports = evaluate_simultaneous_settings(lm, args.data, args.split, cfgs, folders, args.name, args.limit,
+                                             lm.decode_options(1, **_decode_kwargs(args)))
+    for k, cfg, report in zip(ks, cfgs, reports):
         rows.append(latency_row(cfg, report))
         scores = ", ".join(f"{s.name} = {s.score:.2f}" for s in report.metrics.values())
         print(f"{args.simultaneous} k={k} step {args.step_ms:g} ms: {scores}; {latency_line(report.extra['latency'])}; "

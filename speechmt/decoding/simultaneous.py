@@ -24,6 +24,10 @@ before the input has ended is not committed; the policy waits for more input.
 
 Each commit records the source read (ms) and, for computation-aware latency, that plus the wall-clock time
 spent computing so far (speechmt.evaluation.latency).
+
+Several policy settings over one input (the k of a quality-latency table) can share an `EncoderMemo`: what a
+step encodes depends on the audio read and the window, never on the policy, so a later run reuses the earlier
+runs' encoder outputs and is charged the seconds they took, its computation-aware latency as if it ran alone.
 """
 
 from __future__ import annotations
@@ -216,6 +220,36 @@ class _Greedy:
         return self.step >= int(self.max_len[0])
 
 
+class EncoderMemo:
+    """Encoder outputs of one input's windows, keyed by (samples read, samples in the window), with the seconds
+    each took to compute; `saved` sums the seconds that hits did not spend. Use one memo per input (`clear`
+    between inputs): the key names a window only within one input."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, int], tuple[EncoderOutput, float]] = {}
+        self.saved = 0.0
+
+    def encode(self, lm: LoadedModel, wave: np.ndarray, read: int) -> tuple[EncoderOutput, float]:
+        """The encoder output of the window `wave` after `read` samples of the input, and the seconds to charge
+        for it beyond the wall clock (its recorded cost on a hit, 0 when computed now)."""
+        key = (read, len(wave))
+        if key in self.entries:
+            enc, seconds = self.entries[key]
+            self.saved += seconds
+            return enc, seconds
+        start = time.perf_counter()
+        enc = encode_audio(lm, [wave])
+        self.entries[key] = (enc, time.perf_counter() - start)
+        return enc, 0.0
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+def _encode(lm: LoadedModel, wave: np.ndarray, read: int, memo: EncoderMemo | None) -> tuple[EncoderOutput, float]:
+    return memo.encode(lm, wave, read) if memo is not None else (encode_audio(lm, [wave]), 0.0)
+
+
 def _blocks_of(blocks: Iterable[np.ndarray], size: int) -> Iterator[tuple[np.ndarray, bool]]:
     """Re-blocks a stream of 1-D 16 kHz arrays into steps of `size` samples (the last may be shorter), each with
     whether it is the last."""
@@ -257,15 +291,16 @@ class _Window:
 
 
 def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: DecodeOptions, ended: bool,
-           attention: _CrossAttention | None) -> list[int]:
-    """The tokens the policy commits after this step (greedy on the window's input so far)."""
+           attention: _CrossAttention | None, read: int, memo: EncoderMemo | None) -> tuple[list[int], float]:
+    """The tokens the policy commits after this step (greedy on the window's input so far), and the encoder
+    seconds a memo hit saved (charged to this step)."""
     if window.done or window.samples < lm.min_input_samples:
-        return []
+        return [], 0.0
     allowed = None if ended else window.steps - cfg.k + 1 if cfg.policy == "wait-k" else None
     if allowed is not None and allowed <= len(window.tokens):
-        return []
+        return [], 0.0
     with torch.no_grad():
-        enc = encode_audio(lm, [window.wave()])
+        enc, saved = _encode(lm, window.wave(), read, memo)
         greedy = _Greedy(lm, enc, options, window.tokens, attention)
         frames = int(enc.lengths[0])
         new: list[int] = []
@@ -283,7 +318,7 @@ def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: D
         else:
             window.done = True
     window.tokens += new
-    return new
+    return new, saved
 
 
 def _at_pause(window: _Window, cfg: SimultaneousConfig) -> bool:
@@ -297,9 +332,11 @@ def _at_pause(window: _Window, cfg: SimultaneousConfig) -> bool:
 
 def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
                            cfg: SimultaneousConfig = SimultaneousConfig(),
-                           options: DecodeOptions | None = None) -> Iterator[Commit]:
+                           options: DecodeOptions | None = None, memo: EncoderMemo | None = None
+                           ) -> Iterator[Commit]:
     """Translates 16 kHz mono audio arriving as blocks (any sizes: re-blocked into `cfg.step_ms` steps), yielding
-    each commit as it is made (module docstring)."""
+    each commit as it is made (module docstring); `memo`: encoder outputs shared with other runs over the same
+    input."""
     if lm.task == "mt":
         raise SimultaneousError(f"{lm.path}: simultaneous translation needs a speech model, not a text (mt) one")
     if lm.whisper_transcript:
@@ -319,8 +356,8 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
         window.add(block)
         read += len(block)
         ends = window.samples + cfg.step_samples > window_samples or _at_pause(window, cfg)
-        tokens = _write(lm, window, cfg, options, last or ends, attention)
-        spent += time.perf_counter() - start
+        tokens, saved = _write(lm, window, cfg, options, last or ends, attention, read, memo)
+        spent += time.perf_counter() - start + saved
         if tokens:
             text = lm.tokenizer.decode(window.tokens)
             before = lm.tokenizer.decode(window.tokens[:-len(tokens)])
@@ -334,18 +371,22 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
 
 
 def translate_stream(lm: LoadedModel, blocks: Iterable[np.ndarray], cfg: SimultaneousConfig = SimultaneousConfig(),
-                     options: DecodeOptions | None = None, on_commit=None) -> SimultaneousResult:
-    """Runs `simultaneous_translate` to the end of the input; `on_commit(commit)` is called at each commit."""
+                     options: DecodeOptions | None = None, on_commit=None,
+                     memo: EncoderMemo | None = None) -> SimultaneousResult:
+    """Runs `simultaneous_translate` to the end of the input; `on_commit(commit)` is called at each commit.
+    `compute_ms` includes the encoder seconds a shared `memo` saved (the run's cost as if alone)."""
     result = SimultaneousResult()
     blocks = [blocks] if isinstance(blocks, np.ndarray) else blocks
     counted = _Counted(blocks)
+    saved = memo.saved if memo is not None else 0.0
     start = time.perf_counter()
-    for commit in simultaneous_translate(lm, counted, cfg, options):
+    for commit in simultaneous_translate(lm, counted, cfg, options, memo):
         result.commits.append(commit)
         result.text += commit.text
         if on_commit is not None:
             on_commit(commit)
-    result.compute_ms = (time.perf_counter() - start) * 1000
+    saved = memo.saved - saved if memo is not None else 0.0
+    result.compute_ms = (time.perf_counter() - start + saved) * 1000
     result.text = result.text.strip()
     result.source_ms = counted.samples * 1000 / SAMPLE_RATE
     return result

@@ -1,20 +1,20 @@
 """`evaluate_simultaneous(model, data_dir, split, config)`: translate each utterance of a prepared split as a
 stream (speechmt.decoding.simultaneous) and report quality (BLEU, chrF, chrF++; WER, CER for ASR) with latency
-(AL, LAAL, computation-unaware and -aware, speechmt.evaluation.latency) in `extra["latency"]`; and
+(AL, LAAL, computation-unaware and -aware, speechmt.evaluation.latency) in `extra["latency"]`;
+`evaluate_simultaneous_settings`: several settings in one pass, the encoder's work shared; and
 `quality_latency`: the quality-latency table of one model for several k."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 from speechmt.data.manifest import read_split
 from speechmt.data.manifest import record_audio
 from speechmt.decoding.search import DecodeOptions
-from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
+from speechmt.decoding.simultaneous import EncoderMemo, SimultaneousConfig, translate_stream
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.evaluate import references, score
 from speechmt.evaluation.latency import Delays, corpus_latency, word_delays
@@ -27,27 +27,47 @@ def evaluate_simultaneous(lm: LoadedModel, data_dir: str | os.PathLike, split: s
     """Streams the split's utterances (the first `limit`) through the policy of `cfg` (greedy search with
     `options`; None: the model's defaults); scores and latency. An unreadable utterance raises AudioError
     naming it."""
+    return evaluate_simultaneous_settings(lm, data_dir, split, [cfg], [out_dir], name, limit, options)[0]
+
+
+def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike, split: str,
+                                   cfgs: list[SimultaneousConfig], out_dirs: list[str | os.PathLike | None],
+                                   name: str | None = None, limit: int | None = None,
+                                   options: DecodeOptions | None = None) -> list[EvalReport]:
+    """`evaluate_simultaneous` for several settings at once, one report each (written to its out_dirs entry):
+    each utterance is read once and streamed through every setting with one EncoderMemo, so a window's input is
+    encoded once for all of them; each setting's decode seconds, RTF and computation-aware latency are what it
+    would have cost alone (the shared encoder seconds charged to every setting that used them)."""
     records = read_split(data_dir, split)[:limit]
     refs = references(lm.task, records)
-    hyps, items = [], []
-    start = time.perf_counter()
+    hyps: list[list[str]] = [[] for _ in cfgs]
+    items: list[list[Delays]] = [[] for _ in cfgs]
+    compute_ms = [0.0] * len(cfgs)
+    memo = EncoderMemo()
     for record, ref in zip(records, refs):
-        result = translate_stream(lm, record_audio(record, data_dir), cfg, options)
-        hyps.append(result.text)
-        delays, elapsed = word_delays(result.events())
-        items.append(Delays(tuple(delays), tuple(elapsed), result.source_ms, len(ref.split())))
-    seconds = time.perf_counter() - start
-    audio = sum(d.source_ms for d in items) / 1000
-    extra = {"task": lm.task, "simultaneous": asdict(cfg), "latency": corpus_latency(items),
-             "decode": asdict(options or lm.decode_options(1)),
-             "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
-             "rtf": round(seconds / audio, 5) if audio else None, "commit": git_commit(), "device": str(lm.device),
-             "checkpoint": lm.path}
-    report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records),
-                        metrics=score(lm.task, hyps, refs), extra=extra)
-    if out_dir is not None:
-        write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
-    return report
+        wave = record_audio(record, data_dir)
+        for i, cfg in enumerate(cfgs):
+            result = translate_stream(lm, wave, cfg, options, memo=memo)
+            hyps[i].append(result.text)
+            delays, elapsed = word_delays(result.events())
+            items[i].append(Delays(tuple(delays), tuple(elapsed), result.source_ms, len(ref.split())))
+            compute_ms[i] += result.compute_ms
+        memo.clear()
+    audio = sum(d.source_ms for d in items[0]) / 1000 if records else 0.0
+    reports = []
+    for cfg, out_dir, hyp, item, ms in zip(cfgs, out_dirs, hyps, items, compute_ms):
+        seconds = ms / 1000
+        extra = {"task": lm.task, "simultaneous": asdict(cfg), "latency": corpus_latency(item),
+                 "decode": asdict(options or lm.decode_options(1)),
+                 "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
+                 "rtf": round(seconds / audio, 5) if audio else None, "commit": git_commit(),
+                 "device": str(lm.device), "checkpoint": lm.path}
+        report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records),
+                            metrics=score(lm.task, hyp, refs), extra=extra)
+        if out_dir is not None:
+            write_report(report, out_dir, hyp, refs, [r.id for r in records], [r.src_text for r in records])
+        reports.append(report)
+    return reports
 
 
 def latency_line(latency: dict) -> str:

@@ -14,13 +14,14 @@ from speechmt.audio import read_audio
 from speechmt.cli import main
 from speechmt.config import save_config
 from speechmt.decoding.search import search
-from speechmt.decoding.simultaneous import (SimultaneousConfig, SimultaneousError, _blocks_of, _CrossAttention,
-                                            alignment_heads, attends_to_last, simultaneous_translate,
-                                            translate_stream)
+from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError, _blocks_of,
+                                            _CrossAttention, alignment_heads, attends_to_last,
+                                            simultaneous_translate, translate_stream)
 from speechmt.decoding.translate import encode_audio, load_model
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import EvalReport
-from speechmt.evaluation.simultaneous_eval import evaluate_simultaneous, latency_row, quality_latency_table
+from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, evaluate_simultaneous_settings, latency_row,
+                                                   quality_latency_table)
 from tests.conftest import ASSETS
 from tests.helpers import tiny_config
 
@@ -230,6 +231,62 @@ def test_evaluate_simultaneous_reports_latency_and_a_quality_latency_table(check
     assert 0 < laal[0] < laal[1]  # waiting longer lags more
     assert all(r.extra["latency"]["LAAL_CA"] > r.extra["latency"]["LAAL"] for r in reports)
     assert reports[0].n == 2 and set(reports[0].metrics) == {"BLEU", "chrF", "chrF++"}
+
+
+def _counting_encoder(lm, monkeypatch) -> list[int]:
+    """Counts the encoder runs of simultaneous decoding (the window's length in samples, each call)."""
+    calls, encode = [], simultaneous.encode_audio
+
+    def counted(model, waves):
+        calls.append(len(waves[0]))
+        return encode(model, waves)
+
+    monkeypatch.setattr(simultaneous, "encode_audio", counted)
+    return calls
+
+
+def test_a_shared_encoder_memo_changes_no_output_and_encodes_each_window_once(lm, monkeypatch):
+    wave = np.random.default_rng(1).normal(0, 0.1, 16000).astype(np.float32)  # 10 steps of 100 ms
+    cfgs = [SimultaneousConfig("wait-k", k, step_ms=100) for k in (1, 3, 9)]
+    calls = _counting_encoder(lm, monkeypatch)
+    alone, windows = [], []  # each run alone, and the windows (samples) it encoded
+    for cfg in cfgs:
+        alone.append(translate_stream(lm, wave, cfg, _exactly(lm, 8)))
+        windows.append(list(calls))
+        calls.clear()
+    memo = EncoderMemo()
+    shared = [translate_stream(lm, wave, cfg, _exactly(lm, 8), memo=memo) for cfg in cfgs]
+    assert [r.text for r in shared] == [r.text for r in alone]
+    assert [[(c.tokens, c.delay_ms) for c in r.commits] for r in shared] == \
+        [[(c.tokens, c.delay_ms) for c in r.commits] for r in alone]
+    # alone, k = 1 encodes the windows of steps 1-9 (1600, 3200, ... samples; its 8 tokens end it), k = 3 those of
+    # steps 3-10, k = 9 steps 9-10; shared, each of the 10 windows is encoded once
+    assert windows == [[1600 * i for i in range(1, 10)], [1600 * i for i in range(3, 11)], [14400, 16000]]
+    assert calls == [1600 * i for i in range(1, 11)]
+    # a run served by the memo is charged the encoder seconds it reused (one window: read = its samples)
+    # (k = 3 computed the last window itself, the first to need it)
+    reused = [sum(memo.entries[(n, n)][1] for n in w) for w in windows]
+    assert memo.saved == pytest.approx(reused[1] - memo.entries[(16000, 16000)][1] + reused[2])
+    assert shared[1].compute_ms > 1000 * reused[1] and shared[2].compute_ms > 1000 * reused[2]
+    assert all(c.elapsed_ms > c.delay_ms for r in shared for c in r.commits)
+
+
+def test_evaluating_several_settings_at_once_equals_each_alone(lm, tiny_data, monkeypatch):
+    cfgs = [SimultaneousConfig("wait-k", k, 200) for k in (1, 4)]
+    calls = _counting_encoder(lm, monkeypatch)
+    alone, n_alone = [], []
+    for cfg in cfgs:
+        alone.append(evaluate_simultaneous(lm, tiny_data, "dev", cfg, limit=2, options=_exactly(lm, 5)))
+        n_alone.append(len(calls))
+        calls.clear()
+    together = evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs, [None, None], limit=2,
+                                              options=_exactly(lm, 5))
+    for a, t in zip(alone, together):
+        assert {k: s.score for k, s in t.metrics.items()} == {k: s.score for k, s in a.metrics.items()}
+        assert t.extra["latency"]["LAAL"] == a.extra["latency"]["LAAL"]
+        assert t.extra["latency"]["AL"] == a.extra["latency"]["AL"]
+        assert t.extra["simultaneous"]["k"] == a.extra["simultaneous"]["k"] and t.n == a.n == 2
+    assert n_alone[0] <= len(calls) < sum(n_alone)  # k = 4 reuses the windows k = 1 encoded
 
 
 def test_quality_latency_table_gives_each_row_as_a_share_of_offline(lm, tiny_data):
