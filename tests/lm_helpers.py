@@ -90,3 +90,26 @@ def certain_ctc(model, ids: list[list[int]]):
     frames = torch.tensor([len(r) for r in rows])
     logits = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
     return EncoderOutput(torch.zeros(len(ids), logits.size(1), model.config.d_model), frames, logits, frames)
+
+
+def train_whisper_lm(data, lm: Path, whisper: Path, encoder_kind: str, save_dir: Path, mt: bool = False) -> Path:
+    """A model (Whisper encoder `encoder_kind`, frozen, and the LM) trained for ST (`mt`: ST and MT, the LM
+    reading source text) for one update on the prepared corpus `data`; its checkpoint path."""
+    from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
+    from speechmt.models.config import ModelConfig
+    from speechmt.training.run import run_training
+
+    text = {"text_encoder": {"embed_only": True, "embeddings": "lm"}} if mt else {}
+    model = ModelConfig(encoder={"kind": encoder_kind, "name_or_path": str(whisper), "finetune": "frozen"},
+                        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "full"}, n_heads=2,
+                        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, **text)
+    stages = [{"name": "st+mt", "tasks": [{"task": "st"}, {"task": "mt"}]}] if mt else []
+    cfg = ExperimentConfig(model=model,
+                           data=DataConfig(dir=str(data), spec_augment="", max_tokens=4000, max_sentences=6,
+                                           src_lang="en", tgt_lang="de", lang_tag=True, whisper_pad_seconds=30.0),
+                           train=TrainConfig(task="st", lr=1e-3, warmup_updates=1, max_updates=1, seed=1,
+                                             save_dir=str(save_dir), save_interval_updates=1, keep_last=1,
+                                             validate_interval_updates=1, log_interval=1, valid_decode=False,
+                                             stages=stages))
+    run_training(cfg)
+    return save_dir / "checkpoint_last.safetensors"

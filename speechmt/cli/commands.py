@@ -212,10 +212,10 @@ def _translate_simultaneous(lm, args: argparse.Namespace) -> int:
     import json
 
     from speechmt.audio import read_audio
-    from speechmt.decoding.simultaneous import DEFAULT_K, SimultaneousConfig, translate_stream
+    from speechmt.decoding.simultaneous import SimultaneousConfig, default_k, translate_stream
     from speechmt.evaluation.latency import corpus_latency, Delays, word_delays
 
-    cfg = SimultaneousConfig(args.simultaneous, args.k or DEFAULT_K[args.simultaneous], args.step_ms,
+    cfg = SimultaneousConfig(args.simultaneous, args.k or default_k(args.simultaneous, lm), args.step_ms,
                              min(args.max_chunk_seconds, 30.0))
     failed = False
     for path in args.audio:
@@ -358,14 +358,14 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     outputs shared); prints scores and latency per k. With several k (or --compare) it also decodes the same
     utterances offline (--beam) and writes the quality-latency table, its JSON and plot (quality_latency.md,
     .json, .png) into the report folder, one subfolder per k."""
-    from speechmt.decoding.simultaneous import DEFAULT_K, SimultaneousConfig
+    from speechmt.decoding.simultaneous import SimultaneousConfig, default_k
     from speechmt.decoding.translate import load_model
     from speechmt.evaluation.evaluate import evaluate
     from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous_settings, latency_line, latency_row,
                                                        read_quality_latency, write_quality_latency)
 
     lm = load_model(args.model, args.device, args.task)
-    ks = args.k or [DEFAULT_K[args.simultaneous]]
+    ks = args.k or [default_k(args.simultaneous, lm)]
     rows = []
     for folder in args.compare or []:
         rows += read_quality_latency(folder)

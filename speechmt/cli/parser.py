@@ -55,11 +55,12 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
 def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None:
     p.add_argument("--simultaneous", choices=("wait-k", "alignatt"),
                    help="translate as the audio arrives (docs/subtitles.md): wait-k writes a token per step after k "
-                   "steps; alignatt writes while the attention is not on the last k encoder frames")
+                   "steps; alignatt writes while the attention is not on the last k source positions")
     p.add_argument("--k", type=opt.integer(1, 1000), nargs="+" if several else None,
-                   help="wait-k: steps read before the first token; alignatt: encoder frames (Whisper: 20 ms) "
-                   + ("(several: a quality-latency table) " if several else "") + "(default: 3 for wait-k, 30 for "
-                   "alignatt)")
+                   help="wait-k: steps read before the first token; alignatt: source positions, encoder frames "
+                   "(Whisper: 20 ms) or, into a language-model decoder, its source positions (whisper_asr: "
+                   "transcript tokens) " + ("(several: a quality-latency table, one pass) " if several else "")
+                   + "(default: 3 for wait-k; 30 for alignatt, 2 into a language-model decoder)")
     p.add_argument("--step-ms", type=opt.number(25, 10000), default=400.0,
                    help="the decision step in milliseconds of audio, 25 to 10000 (default: 400)")
 

@@ -11,7 +11,11 @@ more target tokens to commit (greedy search on the input read so far); committed
   least half of them vote for the last f frames (`attends_to_last`). Averaging the weights of all heads first,
   as this module did before, lets the many heads that rest on other frames outvote the few that track the
   input: on the bundled model's partial inputs it kept fewer of the tokens the whole input confirms for as
-  many wrong ones (recipes/mustc/reports/simultaneous). Needs a decoder with cross-attention.
+  many wrong ones (recipes/mustc/reports/simultaneous). A language-model decoder (speechmt.models.lm_decoder)
+  has no cross-attention: it reads the source in its own sequence, after the prompt, so its self-attention from
+  the next token's position over the source positions plays that part (every head of the top half of its
+  layers), and f counts source positions: the bridge's frames, or a whisper_asr encoder's transcript tokens
+  (`default_k`).
 
 The encoder runs over the whole input of the current window at every step (re-encoding: Whisper's and the
 other encoders' self-attention is bidirectional, so earlier states change as input grows). A window ends, its
@@ -52,6 +56,7 @@ from speechmt.models.encoders import EncoderOutput
 
 POLICIES = ("wait-k", "alignatt")
 DEFAULT_K = {"wait-k": 3, "alignatt": 30}  # wait-k: steps; alignatt: encoder frames (Whisper: 600 ms)
+DEFAULT_K_LM = 2  # alignatt on a language-model decoder: source positions (whisper_asr: transcript tokens)
 
 
 class SimultaneousError(ValueError):
@@ -115,6 +120,18 @@ class SimultaneousResult:
             text += c.text
             out.append((text, c.delay_ms, c.elapsed_ms))
         return out
+
+
+def default_k(policy: str, lm: LoadedModel) -> int:
+    """The policy's k when none is given: wait-k 3 steps; alignatt 30 encoder frames (Whisper: 600 ms), or on a
+    language-model decoder 2 source positions."""
+    if policy == "alignatt" and _is_lm_decoder(lm.model.decoder):
+        return DEFAULT_K_LM
+    return DEFAULT_K[policy]
+
+
+def _is_lm_decoder(decoder: torch.nn.Module) -> bool:
+    return hasattr(decoder, "lm") and hasattr(decoder, "prompt")
 
 
 def alignment_heads(config) -> list[tuple[int, int]] | None:
@@ -188,11 +205,54 @@ class _CrossAttention:
         return weights
 
 
+class _SourceAttention:
+    """A language-model decoder's counterpart of `_CrossAttention`: records, while active, the self-attention of
+    the last position over the source (the key positions after the prompt: a single utterance has no padding)
+    at every head of the top half of the LM's layers. While recording, the LM computes attention eagerly (the
+    only implementation that returns its weights) and forward hooks keep them; both are undone after."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        self.lm = decoder.lm
+        layers = self.lm.model.layers
+        self.modules = [layer.self_attn for layer in layers[len(layers) // 2:]]
+        self.start = decoder.prompt.numel()
+        self.weights: list[Tensor] = []
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator["_SourceAttention"]:
+        previous = self.lm.config._attn_implementation
+        self.lm.set_attn_implementation("eager")
+        hooks = [m.register_forward_hook(self._keep) for m in self.modules]
+        try:
+            yield self
+        finally:
+            for hook in hooks:
+                hook.remove()
+            self.lm.set_attn_implementation(previous)
+
+    def _keep(self, module, args, output) -> None:
+        self.weights.append(output[1][0, :, -1, self.start:].float())  # (H, K - P): from the source on
+
+    def take(self) -> Tensor:
+        """The recorded weights of the last step, (N, S') over the source and what follows it; clears them."""
+        weights = torch.cat(self.weights)
+        self.weights.clear()
+        return weights
+
+
+def _attention(lm: LoadedModel) -> _CrossAttention | _SourceAttention:
+    """The attention AlignAtt reads on this model's decoder."""
+    decoder = lm.model.decoder
+    if _is_lm_decoder(decoder):
+        return _SourceAttention(decoder)
+    return _CrossAttention(decoder, alignment_heads(lm.model.config))
+
+
 class _Greedy:
     """Greedy next tokens after the committed ones, on one encoder output; tokens pushed extend the prefix."""
 
     def __init__(self, lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions, committed: list[int],
-                 attention: _CrossAttention | None):
+                 attention: _CrossAttention | _SourceAttention | None):
         self.lm, self.enc, self.options, self.attention = lm, enc, options, attention
         self.max_len = max_lengths(lm.model, enc, options)
         self.cache = lm.model.new_cache()
@@ -291,7 +351,7 @@ class _Window:
 
 
 def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: DecodeOptions, ended: bool,
-           attention: _CrossAttention | None, read: int, memo: EncoderMemo | None) -> tuple[list[int], float]:
+           attention: _CrossAttention | _SourceAttention | None, read: int, memo: EncoderMemo | None) -> tuple[list[int], float]:
     """The tokens the policy commits after this step (greedy on the window's input so far), and the encoder
     seconds a memo hit saved (charged to this step)."""
     if window.done or window.samples < lm.min_input_samples:
@@ -347,8 +407,7 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
         raise SimultaneousError(f"{lm.path} takes at most {limit:g} s of audio at once; the window is "
                                 f"{cfg.max_seconds:g} s")
     options = options or lm.decode_options(1)
-    attention = (_CrossAttention(lm.model.decoder, alignment_heads(lm.model.config))
-                 if cfg.policy == "alignatt" else None)
+    attention = _attention(lm) if cfg.policy == "alignatt" else None
     window, read, spent, written = _Window(), 0, 0.0, False
     window_samples = round(cfg.max_seconds * SAMPLE_RATE)
     for block, last in _blocks_of(blocks, cfg.step_samples):

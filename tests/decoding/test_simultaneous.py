@@ -15,15 +15,18 @@ from speechmt.cli import main
 from speechmt.config import save_config
 from speechmt.decoding.search import search
 from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError, _blocks_of,
-                                            _CrossAttention, alignment_heads, attends_to_last,
-                                            simultaneous_translate, translate_stream)
+                                            _CrossAttention, _SourceAttention, alignment_heads, attends_to_last,
+                                            default_k, simultaneous_translate, translate_stream)
 from speechmt.decoding.translate import encode_audio, load_model
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import EvalReport
 from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, evaluate_simultaneous_settings, latency_row,
                                                    quality_latency_table)
+from speechmt.models.lm_decoder import load_causal_lm, lm_decoder
 from tests.conftest import ASSETS
 from tests.helpers import tiny_config
+from tests.lm_helpers import tiny_lm_dir, train_whisper_lm
+from tests.whisper_helpers import tiny_whisper_dir
 
 WAV = ASSETS / "mustc/en-de/data/dev/wav/ted_3.wav"
 
@@ -149,6 +152,52 @@ def test_alignatt_records_the_chosen_heads(lm):
         _CrossAttention(decoder, [(0, 99)])
 
 
+def test_an_lm_decoders_source_attention_is_transformers_own(tmp_path):
+    lm = load_causal_lm(str(tiny_lm_dir(tmp_path / "lm", layers=4)), {}).eval()
+    decoder = lm_decoder(lm, list(range(4, 40)), [2, 5, 6])  # a prompt of 3 tokens, then the source
+    memory = torch.randn(1, 7, lm.config.hidden_size)
+    tokens = torch.tensor([[3, 9, 11]])
+    recorder = _SourceAttention(decoder)
+    previous = lm.config._attn_implementation
+    with torch.no_grad(), recorder.recording():
+        decoder(tokens, memory, torch.tensor([7]), decoder.new_cache())
+    weights = recorder.take()  # (2 top layers x 2 heads, 7 source + 3 target positions)
+    assert weights.shape == (4, 10) and recorder.weights == [] and lm.config._attn_implementation == previous
+    # the reference: transformers' own eager attention weights of the same sequence, last position, top layers
+    lm.set_attn_implementation("eager")
+    with torch.no_grad():
+        x, mask, positions = decoder._first_inputs(decoder.embed(decoder.vocab[tokens]), memory, torch.tensor([7]), 1)
+        out = lm.model(inputs_embeds=x, attention_mask=mask, position_ids=positions, output_attentions=True)
+    lm.set_attn_implementation(previous)
+    expected = torch.cat([a[0, :, -1, 3:] for a in out.attentions[2:]])
+    assert torch.allclose(weights, expected, atol=1e-6)
+    assert torch.all(weights.sum(-1) < 1)  # the prompt's share is left out
+
+
+@pytest.fixture(scope="module")
+def wasr_lm(tiny_data, tmp_path_factory):
+    """A whisper_asr encoder (tiny random Whisper) into a tiny random LM decoder, one update: no cross-attention."""
+    folder = tmp_path_factory.mktemp("simul_wasr")
+    lm_dir = tiny_lm_dir(folder / "lm", hidden=48)
+    whisper_dir = tiny_whisper_dir(folder / "whisper", d_model=32, seed=5)
+    return load_model(str(train_whisper_lm(tiny_data, lm_dir, whisper_dir, "whisper_asr", folder / "exp")))
+
+
+def test_alignatt_on_an_lm_decoder_reads_its_source_attention(wasr_lm):
+    wave = read_audio(WAV)
+    assert default_k("alignatt", wasr_lm) == 2 and default_k("wait-k", wasr_lm) == 3
+    options = wasr_lm.decode_options(1, max_len_b=8)
+    with torch.no_grad():
+        offline = wasr_lm.tokenizer.decode(search(wasr_lm.model, encode_audio(wasr_lm, [wave]), options)[0][0])
+    waits = translate_stream(wasr_lm, wave, SimultaneousConfig("alignatt", k=10000, step_ms=400), options)
+    assert waits.text == offline.strip() and all(c.delay_ms == pytest.approx(len(wave) / 16) for c in waits.commits)
+    before = wasr_lm.model.decoder.lm.config._attn_implementation
+    result = translate_stream(wasr_lm, wave, SimultaneousConfig("alignatt", k=1, step_ms=400),
+                              wasr_lm.decode_options(1, min_len=6, max_len_b=6))
+    assert sum(len(c.tokens) for c in result.commits) == 6
+    assert wasr_lm.model.decoder.lm.config._attn_implementation == before
+
+
 def test_whisper_alignment_heads_come_from_the_base_generation_config(tmp_path, lm):
     base = tmp_path / "whisper-x"
     base.mkdir()
@@ -161,7 +210,8 @@ def test_whisper_alignment_heads_come_from_the_base_generation_config(tmp_path, 
     assert alignment_heads(whisper) is None
 
 
-def test_alignatt_needs_cross_attention_and_settings_are_checked():
+def test_alignatt_needs_cross_attention_or_an_lm_decoder_and_settings_are_checked(lm):
+    assert default_k("alignatt", lm) == 30 and default_k("wait-k", lm) == 3
     with pytest.raises(SimultaneousError, match="alignatt needs a decoder with cross-attention.*use --simultaneous wait-k"):
         _CrossAttention(torch.nn.Linear(2, 2))
     with pytest.raises(SimultaneousError, match="unknown policy 'wait-x'"):

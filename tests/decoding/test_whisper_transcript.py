@@ -17,17 +17,14 @@ import speechmt
 from speechmt.audio import read_audio
 from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from speechmt.cli import main
-from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.decoding.cascade import cascade_translate, load_cascade, translate_texts
 from speechmt.decoding.translate import load_model, translate
 from speechmt.evaluation.metrics import normalize_for_wer
-from speechmt.models.config import ModelConfig
 from speechmt.models.encoders.whisper_asr import piece_bytes
-from speechmt.training.run import run_training
 from tests.conftest import ASSETS
-from tests.lm_helpers import tiny_lm_dir
+from tests.lm_helpers import tiny_lm_dir, train_whisper_lm
 from tests.whisper_helpers import tiny_whisper_dir
 
 WAVS = [ASSETS / f"mustc/en-de/data/{split}/wav/ted_{i}.wav" for split, i in (("dev", 3), ("train", 1), ("train", 2))]
@@ -43,29 +40,10 @@ def whisper_dir(tmp_path_factory):
     return tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_wt"), d_model=32, seed=5)  # writes "i i i ..."
 
 
-def _train_one_update(data, lm, whisper, encoder_kind, save_dir, mt=False):
-    """A model (Whisper encoder `encoder_kind`, frozen, and the LM) trained for ST (`mt`: ST and MT, the LM
-    reading source text) for one update; its checkpoint path."""
-    text = {"text_encoder": {"embed_only": True, "embeddings": "lm"}} if mt else {}
-    model = ModelConfig(encoder={"kind": encoder_kind, "name_or_path": str(whisper), "finetune": "frozen"},
-                        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "full"}, n_heads=2,
-                        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, **text)
-    stages = [{"name": "st+mt", "tasks": [{"task": "st"}, {"task": "mt"}]}] if mt else []
-    cfg = ExperimentConfig(model=model,
-                           data=DataConfig(dir=str(data), spec_augment="", max_tokens=4000, max_sentences=6,
-                                           src_lang="en", tgt_lang="de", lang_tag=True, whisper_pad_seconds=30.0),
-                           train=TrainConfig(task="st", lr=1e-3, warmup_updates=1, max_updates=1, seed=1,
-                                             save_dir=str(save_dir), save_interval_updates=1, keep_last=1,
-                                             validate_interval_updates=1, log_interval=1, valid_decode=False,
-                                             stages=stages))
-    run_training(cfg)
-    return save_dir / "checkpoint_last.safetensors"
-
-
 @pytest.fixture(scope="module")
 def wasr(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
     """A whisper_asr + LM model trained for ST and MT (its bundle names no asr tag)."""
-    return _train_one_update(tiny_data, lm_dir, whisper_dir, "whisper_asr", tmp_path_factory.mktemp("wt_wasr"), mt=True)
+    return train_whisper_lm(tiny_data, lm_dir, whisper_dir, "whisper_asr", tmp_path_factory.mktemp("wt_wasr"), mt=True)
 
 
 def _whisper_texts(lm, whisper_dir, waves):
@@ -165,7 +143,7 @@ def test_a_missing_whisper_tokenizer_is_one_line_naming_it(wasr, whisper_dir, tm
 
 
 def test_another_encoder_not_trained_for_asr_still_refuses_it(tiny_data, lm_dir, whisper_dir, tmp_path, capsys):
-    path = _train_one_update(tiny_data, lm_dir, whisper_dir, "whisper", tmp_path / "whisper_lm")
+    path = train_whisper_lm(tiny_data, lm_dir, whisper_dir, "whisper", tmp_path / "whisper_lm")
     with pytest.raises(CheckpointError) as e:
         load_model(path, task="asr")
     assert str(e.value) == f"{path}: not trained for task 'asr'; it does st"
