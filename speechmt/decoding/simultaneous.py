@@ -351,7 +351,8 @@ class _Window:
 
 
 def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: DecodeOptions, ended: bool,
-           attention: _CrossAttention | _SourceAttention | None, read: int, memo: EncoderMemo | None) -> tuple[list[int], float]:
+           attention: _CrossAttention | _SourceAttention | None, read: int,
+           memo: EncoderMemo | None) -> tuple[list[int], float]:
     """The tokens the policy commits after this step (greedy on the window's input so far), and the encoder
     seconds a memo hit saved (charged to this step)."""
     if window.done or window.samples < lm.min_input_samples:
