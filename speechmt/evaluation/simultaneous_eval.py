@@ -19,6 +19,7 @@ from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.evaluate import references, score
 from speechmt.evaluation.latency import Delays, corpus_latency, word_delays
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
+from speechmt.progress import progress
 
 
 def evaluate_simultaneous(lm: LoadedModel, data_dir: str | os.PathLike, split: str, cfg: SimultaneousConfig,
@@ -44,7 +45,8 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
     items: list[list[Delays]] = [[] for _ in cfgs]
     compute_ms = [0.0] * len(cfgs)
     memo = EncoderMemo()
-    for record, ref in zip(records, refs):
+    policies = ", ".join(f"{c.policy} k={c.k}" for c in cfgs)
+    for record, ref in progress(list(zip(records, refs)), f"stream {split} ({policies})", "utt"):
         wave = record_audio(record, data_dir)
         for i, cfg in enumerate(cfgs):
             result = translate_stream(lm, wave, cfg, options, memo=memo)
