@@ -12,11 +12,15 @@ near-silent noise, and each yaml item gives its segment's exact offset and durat
 With a held-out voice (`hold_out_voice="kal"`), that voice speaks no talk of train, dev or tst-COMMON and
 speaks every talk of one more test split, `tst-<voice>` (e.g. tst-kal): tst-COMMON's talks and sentences
 again, so that the two test sets differ in their voices only (seen voices against one never trained on).
+`add_unseen_voice` adds such a split to a finished build afterwards, for a voice none of its talks uses (a
+build from before flite's voices joined, say), so that models trained on it are measured without a rebuild.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from speechmt_corpora.common import (ensure_free, finish_summary, low_noise, publish, run_parallel,
-                                        split_pool, staging_dir, write_lines)
+from speechmt_corpora.common import (SynthError, ensure_free, finish_summary, low_noise, publish,
+                                        run_parallel, split_pool, staging_dir, write_lines)
 from speechmt_corpora.text import Pair, ding_pairs
 from speechmt_corpora.voices import (Speaker, TTSError, Voice, check_voices, draw_speaker, find_voice, other_voices,
                                        synthesize, voice_label)
@@ -201,3 +205,82 @@ def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str 
     publish(root, final)
     return finish_summary(summary, len(text_only))
 
+
+
+_YAML_WAV = re.compile(r"wav: (ted_(\d+)\.wav)")
+
+
+def read_talks(split_dir: Path, name: str) -> list[tuple[int, tuple[Pair, ...]]]:
+    """The talks of a written split in order: (talk number, its (English, German) segments), from
+    <name>.yaml, .en and .de (write_split's files). Raises SynthError naming a file that does not line up."""
+    txt = split_dir / "txt"
+    paths = [txt / f"{name}.{ext}" for ext in ("yaml", "en", "de")]
+    missing = [str(q) for q in paths if not q.is_file()]
+    if missing:
+        raise SynthError(f"{missing[0]}: no such file (a MuST-C-mini split written by `speechmt synth`)")
+    yaml, en, de = (q.read_text(encoding="utf-8").splitlines() for q in paths)
+    if not len(yaml) == len(en) == len(de):
+        raise SynthError(f"{txt}: {name}.yaml, .en and .de have {len(yaml)}, {len(en)} and {len(de)} lines")
+    talks: dict[int, list[Pair]] = {}
+    for line_no, (item, src, tgt) in enumerate(zip(yaml, en, de), 1):
+        found = _YAML_WAV.search(item)
+        if not found:
+            raise SynthError(f"{paths[0]}: line {line_no} names no wav: ted_<N>.wav")
+        talks.setdefault(int(found.group(2)), []).append(Pair(src, tgt))
+    return [(talk, tuple(pairs)) for talk, pairs in talks.items()]
+
+
+def _speakers_of(out: Path, summary: dict) -> set[str]:
+    """Every speaker label of a build: its summary's voice counts and each split's talk_voices.tsv."""
+    labels = set(summary.get("voices", {}))
+    for path in (out / PAIR / "data").glob(f"*/{TALK_VOICES}"):
+        labels |= {line.split("\t")[1] for line in path.read_text(encoding="utf-8").splitlines()[1:] if "\t" in line}
+    return labels
+
+
+def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -> tuple[str, dict]:
+    """Adds to the finished MuST-C-mini build at `out` the split tst-<voice>: tst-COMMON's talks and sentences
+    spoken again by `voice_name`, which must speak no talk of the build (a voice never trained on; each talk at
+    a seeded speed and pitch, as with a held-out voice). The build's summary records the split under
+    `splits` and its voice under `unseen_voices`; returns the split's name and the summary. A split already
+    added is kept as it is.
+    Raises SynthError for a missing build or a voice the build already uses."""
+    path = out / "synth_summary.json"
+    test_dir = out / PAIR / "data" / SPLIT_DIRS["test"]
+    if not path.is_file() or not test_dir.is_dir():
+        raise SynthError(f"{out}: no finished MuST-C-mini build (synth_summary.json and {PAIR}/data/tst-COMMON); "
+                         "build it first with `speechmt synth --corpus mustc`")
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    voice = find_voice("en", voice_name)
+    label, split = voice_label(voice), held_out_split(voice)
+    split_dir = out / PAIR / "data" / split
+    if summary.get("unseen_voices", {}).get(split) == label and split_dir.is_dir():
+        return split, summary
+    if split_dir.exists():  # voiced, but the summary was not updated: voice it again
+        shutil.rmtree(split_dir)
+    used = sorted(s for s in _speakers_of(out, summary) if s == label or s.startswith(label + ":"))
+    if used:
+        raise SynthError(f"voice {label}: the build at {out} already speaks with it ({used[0]}); an unseen voice "
+                         "must speak none of its talks")
+    test = read_talks(test_dir, SPLIT_DIRS["test"])
+    numbers = [int(m.group(1)) for m in (re.fullmatch(r"ted_(\d+)\.wav", w.name)
+                                         for w in (out / PAIR / "data").glob("*/wav/ted_*.wav")) if m]
+    staging = split_dir.with_name(f".{split}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    (staging / "wav").mkdir(parents=True)
+    (staging / "txt").mkdir()
+    jobs_of_split = plan_held_out([TalkJob(talk, None, pairs, Path(), seed) for talk, pairs in test], voice,
+                                  max(numbers, default=0) + 1, staging / "wav", seed)
+    results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {split}", "talk")
+    write_split(staging / "txt", split, results)
+    publish(staging, split_dir)
+    summary["splits"][split] = split_summary(results)
+    summary["unseen_voices"] = {**summary.get("unseen_voices", {}), split: label}
+    summary["voices"] = Counter(summary.get("voices", {})) + voice_counts(results)
+    summary["failures"] = summary.get("failures", []) + [dict(f, split=split) for r in results for f in r.failures]
+    summary = finish_summary(summary, summary.get("text_only_pairs", 0))
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return split, summary

@@ -37,9 +37,21 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
     from speechmt_corpora import build_mini_corpus
 
-    if args.hold_out_voice and args.corpus != "mustc":
-        print("speechmt synth: error: --hold-out-voice is for --corpus mustc only", file=sys.stderr)
-        return 2
+    for flag, value in (("--hold-out-voice", args.hold_out_voice), ("--unseen-voice", args.unseen_voice)):
+        if value and args.corpus != "mustc":
+            print(f"speechmt synth: error: {flag} is for --corpus mustc only", file=sys.stderr)
+            return 2
+    if args.unseen_voice:
+        from speechmt_corpora.mustc import add_unseen_voice
+
+        if args.hold_out_voice:
+            print("speechmt synth: error: --unseen-voice adds to a finished build; --hold-out-voice makes a new one",
+                  file=sys.stderr)
+            return 2
+        split, summary = add_unseen_voice(Path(args.out), args.unseen_voice, args.seed, args.jobs)
+        print(json.dumps({"split": split, **summary["splits"][split], "voice": summary["unseen_voices"][split]},
+                         indent=1, ensure_ascii=False))
+        return 0
     summary = build_mini_corpus(args.corpus, args.size, Path(args.out), seed=args.seed, jobs=args.jobs,
                                 hold_out_voice=args.hold_out_voice)
     print(json.dumps(summary, indent=1, ensure_ascii=False))

@@ -175,6 +175,9 @@ def _synth(sub) -> None:
     synth.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
     synth.add_argument("--hold-out-voice", metavar="VOICE", help="mustc: this voice (e.g. kal or flite:kal) speaks "
                        "no train, dev or tst-COMMON talk, only the test split tst-VOICE (tst-COMMON's sentences again)")
+    synth.add_argument("--unseen-voice", metavar="VOICE", help="mustc: add to the finished build at --out the test "
+                       "split tst-VOICE, tst-COMMON's sentences spoken by a voice none of its talks uses (a voice "
+                       "never trained on, measured without rebuilding)")
     synth.set_defaults(func=commands.cmd_synth)
     mt = sub.add_parser("synth-mt", help="extra text-only MT pairs for a mini corpus, none of its sentences")
     mt.add_argument("--corpus", required=True, choices=("mustc", "covost2"))

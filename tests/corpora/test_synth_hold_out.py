@@ -1,6 +1,7 @@
 """A held-out voice: MuST-C-mini tiny built with `hold_out_voice="kal"` voices no train, dev or tst-COMMON talk
 with flite's kal and every talk of tst-kal (tst-COMMON's sentences again); synth-tts keeps it out too; BLEU per
-voice of an evaluation, and of a benchmark's system, pools the seen voices against it."""
+voice of an evaluation, and of a benchmark's system, pools the seen voices against it; a voice the build does
+not use added afterwards (`synth --unseen-voice`)."""
 
 import json
 import re
@@ -16,7 +17,7 @@ from speechmt.data.manifest import Record, write_manifest
 from speechmt.evaluation.benchmark import ids_digest
 from speechmt_corpora import SynthError, build_mini_corpus
 from speechmt_corpora.common import split_pool
-from speechmt_corpora.mustc import TALK_VOICES, plan_talks
+from speechmt_corpora.mustc import TALK_VOICES, add_unseen_voice, plan_talks, read_talks
 from speechmt_corpora.text import Pair
 from speechmt_corpora.voice_scores import (Scored, held_out_voice, read_benchmark, read_evaluation, scores_by_voice,
                                            talk_voices, voice_of)
@@ -156,3 +157,40 @@ def test_a_benchmark_system_reads_in_manifest_order(tmp_path):
     scores = scores_by_voice(rows, {"ted_1": "flite:kal:r90:p88", "ted_2": "espeak-ng:en-us:s140:p35"}, "flite:kal")
     assert scores["voices"]["flite:kal"]["n"] == 2 and scores["seen"]["n"] == 1
     assert np.isclose(scores["held_out"]["bleu"], 0.0)
+
+
+def test_an_unseen_voice_is_added_to_a_finished_build(corpus, capsys):
+    root, _ = corpus
+    before = json.loads((root / "synth_summary.json").read_text())
+    used = {voice_of(label) for label in before["voices"]}
+    voice = next(v for v in VOICES["en"] if v.engine == "flite" and f"flite:{v.name}" not in used)
+    split = f"tst-{voice.name}"
+    assert main(["synth", "--corpus", "mustc", "--size", "tiny", "--out", str(root), "--unseen-voice", voice.name]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["split"] == split and printed["voice"] == f"flite:{voice.name}" and printed["sentences"] == 4
+    for lang in ("en", "de"):  # tst-COMMON's sentences, in its order, talk by talk
+        assert _lines(root, split, lang) == _lines(root, "tst-COMMON", lang)
+    talks = _voices(root, split)
+    assert len(talks) == 1 and all(v.startswith(f"flite:{voice.name}:") for v in talks.values())
+    assert set(talks).isdisjoint(set().union(*(_voices(root, s) for s in SPLITS)))  # a new talk number
+    assert [len(p) for _, p in read_talks(root / "en-de" / "data" / split, split)] == [4]
+    after = json.loads((root / "synth_summary.json").read_text())
+    assert after["unseen_voices"] == {split: f"flite:{voice.name}"} and after["sentences"][split] == 4
+    assert sum(after["voices"].values()) == sum(before["voices"].values()) + 4
+    assert after["hold_out_voice"] == before["hold_out_voice"]  # the build's own hold-out unchanged
+    wav = next((root / "en-de" / "data" / split / "wav").iterdir())
+    stamp = wav.stat().st_mtime_ns
+    assert add_unseen_voice(root, voice.name) == (split, after) and wav.stat().st_mtime_ns == stamp  # kept
+    seen = voice_of(next(iter(_voices(root, "train").values()))).split(":")[1]
+    with pytest.raises(SynthError, match=f"already speaks with it .*an unseen voice must speak none of its talks"):
+        add_unseen_voice(root, seen)
+    with pytest.raises(SynthError, match="no finished MuST-C-mini build"):
+        add_unseen_voice(root / "nothing", "kal")
+
+
+def test_unseen_voice_options_are_checked(tmp_path, capsys):
+    assert main(["synth", "--corpus", "covost2", "--out", str(tmp_path), "--unseen-voice", "kal"]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt synth: error: --unseen-voice is for --corpus mustc only"
+    assert main(["synth", "--corpus", "mustc", "--out", str(tmp_path), "--unseen-voice", "kal",
+                 "--hold-out-voice", "slt"]) == 2
+    assert "--unseen-voice adds to a finished build" in capsys.readouterr().err
