@@ -369,7 +369,8 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     """Streams the split through the policy for each --k (one pass: each utterance through every k, its encoder
     outputs shared); prints scores and latency per k. With several k (or --compare) it also decodes the same
     utterances offline (--beam) and writes the quality-latency table, its JSON and plot (quality_latency.md,
-    .json, .png) into the report folder, one subfolder per k."""
+    .json, .png) into the report folder, one subfolder per k. Each finished utterance is kept in
+    OUT/streams.jsonl: a killed run started again with the same options resumes after it."""
     from speechmt.decoding.simultaneous import SimultaneousConfig, default_k
     from speechmt.decoding.translate import load_model
     from speechmt.evaluation.evaluate import evaluate
@@ -384,7 +385,8 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     cfgs = [SimultaneousConfig(args.simultaneous, k, args.step_ms) for k in ks]
     folders = [out] if len(ks) == 1 else [str(Path(out) / f"{args.simultaneous}-k{k}") for k in ks]
     reports = evaluate_simultaneous_settings(lm, args.data, args.split, cfgs, folders, args.name, args.limit,
-                                             lm.decode_options(1, **_decode_kwargs(args)))
+                                             lm.decode_options(1, **_decode_kwargs(args)),
+                                             journal=Path(out) / "streams.jsonl")
     for k, cfg, report in zip(ks, cfgs, reports):
         rows.append(latency_row(cfg, report))
         scores = ", ".join(f"{s.name} = {s.score:.2f}" for s in report.metrics.values())

@@ -14,7 +14,8 @@ from pathlib import Path
 from speechmt.data.manifest import read_split
 from speechmt.data.manifest import record_audio
 from speechmt.decoding.search import DecodeOptions
-from speechmt.decoding.simultaneous import EncoderMemo, SimultaneousConfig, translate_stream
+from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError,
+                                            SimultaneousResult, translate_stream)
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.evaluate import references, score
 from speechmt.evaluation.latency import Delays, corpus_latency, word_delays
@@ -34,34 +35,39 @@ def evaluate_simultaneous(lm: LoadedModel, data_dir: str | os.PathLike, split: s
 def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike, split: str,
                                    cfgs: list[SimultaneousConfig], out_dirs: list[str | os.PathLike | None],
                                    name: str | None = None, limit: int | None = None,
-                                   options: DecodeOptions | None = None) -> list[EvalReport]:
+                                   options: DecodeOptions | None = None,
+                                   journal: str | os.PathLike | None = None) -> list[EvalReport]:
     """`evaluate_simultaneous` for several settings at once, one report each (written to its out_dirs entry):
     each utterance is read once and streamed through every setting with one EncoderMemo, so a window's input is
     encoded once for all of them; each setting's decode seconds, RTF and computation-aware latency are what it
-    would have cost alone (the shared encoder seconds charged to every setting that used them)."""
+    would have cost alone (the shared encoder seconds charged to every setting that used them). `journal`: a
+    JSON-lines file that keeps each finished utterance's streams (text, word delays, compute), so that a run
+    killed midway resumes after its last finished utterance (`StreamJournal`)."""
     records = read_split(data_dir, split)[:limit]
     refs = references(lm.task, records)
-    hyps: list[list[str]] = [[] for _ in cfgs]
-    items: list[list[Delays]] = [[] for _ in cfgs]
-    compute_ms = [0.0] * len(cfgs)
+    options = options or lm.decode_options(1)
+    book = StreamJournal(journal, {"model": lm.path, "data": str(data_dir), "split": split,
+                                   "settings": [asdict(c) for c in cfgs], "decode": asdict(options)})
+    done = book.read()
     memo = EncoderMemo()
     policies = ", ".join(f"{c.policy} k={c.k}" for c in cfgs)
-    for record, ref in progress(list(zip(records, refs)), f"stream {split} ({policies})", "utt"):
-        wave = record_audio(record, data_dir)
-        for i, cfg in enumerate(cfgs):
-            result = translate_stream(lm, wave, cfg, options, memo=memo)
-            hyps[i].append(result.text)
-            delays, elapsed = word_delays(result.events())
-            items[i].append(Delays(tuple(delays), tuple(elapsed), result.source_ms, len(ref.split())))
-            compute_ms[i] += result.compute_ms
-        memo.clear()
-    audio = sum(d.source_ms for d in items[0]) / 1000 if records else 0.0
+    streams: list[list[dict]] = []
+    for record in progress(records, f"stream {split} ({policies})", "utt"):
+        if record.id not in done:
+            wave = record_audio(record, data_dir)
+            done[record.id] = [_stream(translate_stream(lm, wave, cfg, options, memo=memo)) for cfg in cfgs]
+            memo.clear()
+            book.append(record.id, done[record.id])
+        streams.append(done[record.id])
+    audio = sum(s[0]["source_ms"] for s in streams) / 1000 if records else 0.0
     reports = []
-    for cfg, out_dir, hyp, item, ms in zip(cfgs, out_dirs, hyps, items, compute_ms):
-        seconds = ms / 1000
-        extra = {"task": lm.task, "simultaneous": asdict(cfg), "latency": corpus_latency(item),
-                 "decode": asdict(options or lm.decode_options(1)),
-                 "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
+    for i, (cfg, out_dir) in enumerate(zip(cfgs, out_dirs)):
+        hyp = [s[i]["text"] for s in streams]
+        items = [Delays(tuple(s[i]["delays"]), tuple(s[i]["elapsed"]), s[i]["source_ms"], len(ref.split()))
+                 for s, ref in zip(streams, refs)]
+        seconds = sum(s[i]["compute_ms"] for s in streams) / 1000
+        extra = {"task": lm.task, "simultaneous": asdict(cfg), "latency": corpus_latency(items),
+                 "decode": asdict(options), "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
                  "rtf": round(seconds / audio, 5) if audio else None, "commit": git_commit(),
                  "device": str(lm.device), "checkpoint": lm.path}
         report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records),
@@ -70,6 +76,53 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
             write_report(report, out_dir, hyp, refs, [r.id for r in records], [r.src_text for r in records])
         reports.append(report)
     return reports
+
+
+def _stream(result: SimultaneousResult) -> dict:
+    """What a report needs of one utterance's stream: its text, word delays and compute, as JSON."""
+    delays, elapsed = word_delays(result.events())
+    return {"text": result.text, "delays": delays, "elapsed": elapsed, "source_ms": result.source_ms,
+            "compute_ms": result.compute_ms}
+
+
+class StreamJournal:
+    """A JSON-lines record of a simultaneous evaluation: a first line naming the run (model, data, split,
+    settings, search), then one line per finished utterance (its id and one stream per setting), each flushed to
+    disk as it is written. `read` gives the streams of a journal of the same run (a last line cut short by a
+    kill is dropped) and raises SimultaneousError for one of another run; no path: nothing kept."""
+
+    def __init__(self, path: str | os.PathLike | None, run: dict):
+        self.path, self.run = (Path(path) if path is not None else None), json.loads(json.dumps(run))
+
+    def read(self) -> dict[str, list[dict]]:
+        if self.path is None:
+            return {}
+        if not self.path.is_file() or not self.path.stat().st_size:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({"run": self.run}) + "\n", encoding="utf-8")
+            return {}
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        if json.loads(lines[0]).get("run") != self.run:
+            raise SimultaneousError(f"{self.path}: the journal of another run (model, data, split, settings or "
+                                    "search differ); remove it or write to another --out")
+        done, kept = {}, [lines[0]]
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                break  # the line a kill cut short, and nothing after it
+            done[entry["id"]] = entry["streams"]
+            kept.append(line)
+        self.path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        return done
+
+    def append(self, utt_id: str, streams: list[dict]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"id": utt_id, "streams": streams}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def latency_line(latency: dict) -> str:

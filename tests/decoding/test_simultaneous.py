@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import speechmt.decoding.simultaneous as simultaneous
+import speechmt.evaluation.simultaneous_eval as simultaneous_eval
 from speechmt.audio import read_audio
 from speechmt.cli import main
 from speechmt.config import save_config
@@ -337,6 +338,35 @@ def test_evaluating_several_settings_at_once_equals_each_alone(lm, tiny_data, mo
         assert t.extra["latency"]["AL"] == a.extra["latency"]["AL"]
         assert t.extra["simultaneous"]["k"] == a.extra["simultaneous"]["k"] and t.n == a.n == 2
     assert n_alone[0] <= len(calls) < sum(n_alone)  # k = 4 reuses the windows k = 1 encoded
+
+
+def test_a_killed_evaluation_resumes_from_its_journal(lm, tiny_data, tmp_path, monkeypatch):
+    cfgs = [SimultaneousConfig("wait-k", k, 200) for k in (1, 4)]
+    journal = tmp_path / "streams.jsonl"
+
+    def run():
+        return evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs, [None, None], options=_exactly(lm, 5),
+                                              journal=journal)
+
+    whole = run()
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[0])["run"]["settings"][1]["k"] == 4  # the run, 2 utterances
+    journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])  # killed while writing the second
+    streamed = []
+    translate = simultaneous_eval.translate_stream
+    monkeypatch.setattr(simultaneous_eval, "translate_stream",
+                        lambda lm, wave, *a, **k: streamed.append(len(wave)) or translate(lm, wave, *a, **k))
+    resumed = run()
+    assert len(streamed) == 2  # the second utterance only, through both settings
+    assert len(journal.read_text().splitlines()) == 3
+    for a, b in zip(whole, resumed):
+        assert {k: s.score for k, s in a.metrics.items()} == {k: s.score for k, s in b.metrics.items()}
+        assert {k: a.extra["latency"][k] for k in ("AL", "LAAL")} == {k: b.extra["latency"][k] for k in ("AL", "LAAL")}
+    streamed.clear()
+    assert [r.metrics["BLEU"].score for r in run()] == [r.metrics["BLEU"].score for r in whole] and not streamed
+    with pytest.raises(SimultaneousError, match="streams.jsonl: the journal of another run"):
+        evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs[:1], [None], options=_exactly(lm, 5),
+                                       journal=journal)
 
 
 def test_quality_latency_table_gives_each_row_as_a_share_of_offline(lm, tiny_data):
