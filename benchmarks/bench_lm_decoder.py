@@ -3,7 +3,8 @@ base encoder, cached, -> conv bridge -> Gemma 3 270M with LoRA, output layer tri
 `lm-ctc`, conf/st_lm_gemma_ctc.yaml's stage: LoRA in Whisper's top 3 layers, a CTC head over the LM's tokens and
 the CTC compressor's soft embeddings, trained with CE + 0.3 CTC), against the top-3 Whisper recipe
 (conf/st_whisper_base_top3_lora.yaml, the default model's), on the same real batches in one process; and the LM
-with its whole 262k-row output layer, to show what the trimming saves.
+with its whole 262k-row output layer, to show what the trimming saves. A setting with `@bf16` (e.g. `lm@bf16`) is
+the same model trained under bf16 autocast on the CPU (`train.precision: bf16`): float32 weights, bf16 matmuls.
 
 Each setting's encoder input is prepared once outside the timing, as training reads it from the cache: the
 states after Whisper's layer 3 (top-3 recipe) or after its last layer (LM). A timed update is forward,
@@ -90,14 +91,15 @@ def ctc_labels(model, src: LMTokenizer, texts: list[str]) -> tuple[torch.Tensor,
     return torch.cat(rows), torch.tensor([len(r) for r in rows])
 
 
-def update(model, opt, x, lengths, inp, gold, ctc_targets=None) -> float:
+def update(model, opt, x, lengths, inp, gold, ctc_targets=None, bf16: bool = False) -> float:
     start = time.perf_counter()
-    enc = model.encode_speech(x, lengths, precomputed=True)
-    logits = model.decode(inp, enc)
-    loss = F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=0.1)
-    if ctc_targets is not None:  # conf/st_lm_gemma_ctc.yaml's 0.3 CTC, per target token as the trainer normalises
-        labels, label_lengths = ctc_targets
-        loss = loss + 0.3 * ctc_loss(enc.ctc_logits, enc.ctc_lengths, labels, label_lengths, 4) / label_lengths.sum()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        enc = model.encode_speech(x, lengths, precomputed=True)
+        logits = model.decode(inp, enc)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=0.1)
+        if ctc_targets is not None:  # conf/st_lm_gemma_ctc.yaml's 0.3 CTC, per target token as the trainer does
+            labels, label_lengths = ctc_targets
+            loss = loss + 0.3 * ctc_loss(enc.ctc_logits, enc.ctc_lengths, labels, label_lengths, 4) / label_lengths.sum()
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -109,8 +111,8 @@ def main() -> None:
     p.add_argument("--manifest", required=True)
     p.add_argument("--whisper", default="whisper-base")
     p.add_argument("--lm", default="gemma-3-270m")
-    p.add_argument("--settings", nargs="+", default=["top3", "lm", "lm-ctc", "lm-fullhead"],
-                   choices=["top3", "lm", "lm-ctc", "lm-fullhead"])
+    names = ["top3", "lm", "lm-ctc", "lm-fullhead"]
+    p.add_argument("--settings", nargs="+", default=names, choices=names + [f"{n}@bf16" for n in names])
     p.add_argument("--seconds", type=float, default=40.0, help="audio per batch (conf/st_lm_gemma.yaml's max_tokens)")
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
@@ -129,8 +131,9 @@ def main() -> None:
     transcripts = [[r.src_text for r in records[s:s + len(b)]] for s, b in zip(starts, data)]
     runs = {}
     for name in args.settings:
-        model, tok, tag, frozen = build(name, args.whisper, args.lm, texts, [r.src_text for r in records])
-        if name == "lm-ctc" and args.ctc_checkpoint:
+        base = name.removesuffix("@bf16")
+        model, tok, tag, frozen = build(base, args.whisper, args.lm, texts, [r.src_text for r in records])
+        if base == "lm-ctc" and args.ctc_checkpoint:
             init_encoder_from(model, args.ctc_checkpoint, ("speech_encoder.", "ctc_head."))
         tok, src = tok if isinstance(tok, tuple) else (tok, None)
         opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=1e-4)
@@ -140,7 +143,7 @@ def main() -> None:
     times: dict[str, list[float]] = {n: [] for n in args.settings}
     for _ in range(args.repeats):
         for name, (model, opt, prepared) in runs.items():
-            times[name] += [update(model, opt, *b) for b in prepared]
+            times[name] += [update(model, opt, *b, bf16=name.endswith("@bf16")) for b in prepared]
     ref = statistics.median(times[args.settings[0]])
     report = {"whisper": args.whisper, "lm": args.lm, "threads": args.threads, "batches": len(data),
               "seconds_of_audio_per_batch": args.seconds, "repeats": args.repeats,

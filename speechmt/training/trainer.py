@@ -191,7 +191,7 @@ class Trainer:
 
     def _autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.cfg.train.precision)
-        enabled = dtype is not None and self.device.type == "cuda"
+        enabled = dtype is not None and (self.device.type == "cuda" or dtype == torch.bfloat16)
         return torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=enabled)
 
     def train(self) -> TrainState:

@@ -73,6 +73,22 @@ def test_lm_mt_learns_its_training_translations_and_stores_the_lm_by_reference(t
     assert exact >= 5, pairs
 
 
+def test_bf16_autocast_trains_on_the_cpu_with_float32_weights(trained_mt, tiny_data, lm_dir, tmp_path):
+    fp32_cfg, fp32_dir = trained_mt
+    cfg = lm_config(tiny_data, lm_dir, tmp_path, {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
+                    task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80,
+                    precision="bf16")
+    run_training(cfg)
+    ckpt = load_checkpoint(_last(tmp_path))
+    assert {t.dtype for t in ckpt["model"].values() if t.is_floating_point()} == {torch.float32}  # master weights
+    logged = [json.loads((d / "train_log.jsonl").read_text().splitlines()[0]) for d in (fp32_dir, tmp_path)]
+    # the same batches from the same weights: bf16 matmuls move the loss at update 50 a little, not much
+    assert logged[0]["step"] == logged[1]["step"] == 50 and logged[0]["loss"] != logged[1]["loss"]
+    assert logged[1]["loss"] == pytest.approx(logged[0]["loss"], abs=0.15)
+    exact, pairs = _exact(load_model(_last(tmp_path)), tiny_data, "train", "mt")
+    assert exact >= 5, pairs
+
+
 @pytest.fixture(scope="module")
 def trained_st(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
     """ST + ASR on a frozen tiny Whisper (cached), conv-shrunk 4x, into the LM with LoRA."""
