@@ -92,7 +92,7 @@ class TrainConfig:
     keep_last: int = checked(10, lo=0)
     validate_interval_updates: int = checked(1000, lo=0)
     log_interval: int = checked(50, lo=1)
-    precision: str = "fp32"  # fp32, bf16 or fp16 (autocast on CUDA)
+    precision: str = "fp32"  # fp32, bf16 (autocast on CUDA and CPU) or fp16 (autocast on CUDA)
     device: str = checked("auto", device=True)
     # deterministic kernels (torch.use_deterministic_algorithms; ops without one, such as CTC's backward on CUDA,
     # warn): on a GPU, a resumed run then equals an uninterrupted one bit for bit, as on the CPU; slower
