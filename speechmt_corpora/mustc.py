@@ -18,6 +18,7 @@ build from before flite's voices joined, say), so that models trained on it are 
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from speechmt.evaluation.report import write_text_atomic
 from speechmt_corpora.common import (SynthError, ensure_free, finish_summary, low_noise, publish,
                                         run_parallel, split_pool, staging_dir, write_lines)
 from speechmt_corpora.text import Pair, ding_pairs
@@ -207,7 +209,7 @@ def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str 
 
 
 
-_YAML_WAV = re.compile(r"wav: (ted_(\d+)\.wav)")
+_TALK_WAV = re.compile(r"ted_(\d+)\.wav")  # a talk's wav name; its number
 
 
 def read_talks(split_dir: Path, name: str) -> list[tuple[int, tuple[Pair, ...]]]:
@@ -223,19 +225,22 @@ def read_talks(split_dir: Path, name: str) -> list[tuple[int, tuple[Pair, ...]]]
         raise SynthError(f"{txt}: {name}.yaml, .en and .de have {len(yaml)}, {len(en)} and {len(de)} lines")
     talks: dict[int, list[Pair]] = {}
     for line_no, (item, src, tgt) in enumerate(zip(yaml, en, de), 1):
-        found = _YAML_WAV.search(item)
+        found = _TALK_WAV.search(item)
         if not found:
             raise SynthError(f"{paths[0]}: line {line_no} names no wav: ted_<N>.wav")
-        talks.setdefault(int(found.group(2)), []).append(Pair(src, tgt))
+        talks.setdefault(int(found.group(1)), []).append(Pair(src, tgt))
     return [(talk, tuple(pairs)) for talk, pairs in talks.items()]
 
 
-def _speakers_of(out: Path, summary: dict) -> set[str]:
-    """Every speaker label of a build: its summary's voice counts and each split's talk_voices.tsv."""
-    labels = set(summary.get("voices", {}))
-    for path in (out / PAIR / "data").glob(f"*/{TALK_VOICES}"):
-        labels |= {line.split("\t")[1] for line in path.read_text(encoding="utf-8").splitlines()[1:] if "\t" in line}
-    return labels
+def read_talk_voices(data_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """Talk name (`ted_5`) -> speaker label (`flite:kal:r110:p114`) from the talk_voices.tsv of every split under
+    `data_dir` (a build's <pair>/data) but those named in `skip`; {} for a build from before the files."""
+    found: dict[str, str] = {}
+    for path in sorted(data_dir.glob(f"*/{TALK_VOICES}")):
+        if path.parent.name not in skip:
+            with open(path, encoding="utf-8", newline="") as f:
+                found.update((Path(row["wav"]).stem, row["voice"]) for row in csv.DictReader(f, delimiter="\t"))
+    return found
 
 
 def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -> tuple[str, dict]:
@@ -256,14 +261,18 @@ def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -
     split_dir = out / PAIR / "data" / split
     if summary.get("unseen_voices", {}).get(split) == label and split_dir.is_dir():
         return split, summary
-    if split_dir.exists():  # voiced, but the summary was not updated: voice it again
-        shutil.rmtree(split_dir)
-    used = sorted(s for s in _speakers_of(out, summary) if s == label or s.startswith(label + ":"))
+    # a split the summary does not know is a run's leftover (voiced, the summary not yet written): not the build's
+    speakers = set(summary.get("voices", {})) | set(read_talk_voices(out / PAIR / "data", skip=(split,)).values())
+    used = sorted(s for s in speakers if s == label or s.startswith(label + ":"))
     if used:
         raise SynthError(f"voice {label}: the build at {out} already speaks with it ({used[0]}); an unseen voice "
                          "must speak none of its talks")
+    if split in summary.get("splits", {}):
+        raise SynthError(f"{split_dir}: a split of the build already; an unseen voice needs a name of its own")
+    if split_dir.exists():  # the leftover: voiced again
+        shutil.rmtree(split_dir)
     test = read_talks(test_dir, SPLIT_DIRS["test"])
-    numbers = [int(m.group(1)) for m in (re.fullmatch(r"ted_(\d+)\.wav", w.name)
+    numbers = [int(m.group(1)) for m in (_TALK_WAV.fullmatch(w.name)
                                          for w in (out / PAIR / "data").glob("*/wav/ted_*.wav")) if m]
     staging = split_dir.with_name(f".{split}.partial")
     if staging.exists():
@@ -280,7 +289,5 @@ def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -
     summary["voices"] = Counter(summary.get("voices", {})) + voice_counts(results)
     summary["failures"] = summary.get("failures", []) + [dict(f, split=split) for r in results for f in r.failures]
     summary = finish_summary(summary, summary.get("text_only_pairs", 0))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return split, summary

@@ -23,7 +23,7 @@ from speechmt.evaluation.benchmark import ids_digest
 from speechmt.evaluation.benchmark_report import slug
 from speechmt.evaluation.metrics import bleu, chrf
 from speechmt_corpora.common import SynthError
-from speechmt_corpora.mustc import PAIR, TALK_VOICES
+from speechmt_corpora.mustc import PAIR, TALK_VOICES, read_talk_voices
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,7 @@ def corpus_dir(root: Path) -> Path:
 
 def talk_voices(root: Path) -> dict[str, str]:
     """Talk name (`ted_5`) -> speaker label (`flite:kal:r110:p114`) over every split of the corpus at `root`."""
-    found: dict[str, str] = {}
-    for path in sorted((corpus_dir(root) / PAIR / "data").glob(f"*/{TALK_VOICES}")):
-        with open(path, encoding="utf-8", newline="") as f:
-            for row in csv.DictReader(f, delimiter="\t"):
-                found[Path(row["wav"]).stem] = row["voice"]
+    found = read_talk_voices(corpus_dir(root) / PAIR / "data")
     if not found:
         raise SynthError(f"{root}: no {PAIR}/data/<split>/{TALK_VOICES} (build the corpus with this version of "
                          "`speechmt synth`)")

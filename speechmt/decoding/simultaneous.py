@@ -53,6 +53,7 @@ from speechmt.decoding.segment import voiced_span
 from speechmt.decoding.translate import LoadedModel, encode_audio
 from speechmt.hub import resolve_pretrained
 from speechmt.models.encoders import EncoderOutput
+from speechmt.models.lm_decoder import LMDecoder
 
 POLICIES = ("wait-k", "alignatt")
 DEFAULT_K = {"wait-k": 3, "alignatt": 30}  # wait-k: steps; alignatt: encoder frames (Whisper: 600 ms)
@@ -131,7 +132,7 @@ def default_k(policy: str, lm: LoadedModel) -> int:
 
 
 def _is_lm_decoder(decoder: torch.nn.Module) -> bool:
-    return hasattr(decoder, "lm") and hasattr(decoder, "prompt")
+    return isinstance(decoder, LMDecoder)
 
 
 def alignment_heads(config) -> list[tuple[int, int]] | None:

@@ -184,6 +184,9 @@ def test_an_unseen_voice_is_added_to_a_finished_build(corpus, capsys):
     seen = voice_of(next(iter(_voices(root, "train").values()))).split(":")[1]
     with pytest.raises(SynthError, match=f"already speaks with it .*an unseen voice must speak none of its talks"):
         add_unseen_voice(root, seen)
+    with pytest.raises(SynthError, match="voice flite:kal: .* already speaks with it"):
+        add_unseen_voice(root, "kal")  # the build's own held-out voice: refused, its split tst-kal untouched
+    assert _lines(root, "tst-kal", "en") == _lines(root, "tst-COMMON", "en")
     with pytest.raises(SynthError, match="no finished MuST-C-mini build"):
         add_unseen_voice(root / "nothing", "kal")
 
