@@ -228,7 +228,7 @@ def _translate_simultaneous(lm, args: argparse.Namespace) -> int:
     from speechmt.evaluation.latency import corpus_latency, Delays, word_delays
 
     cfg = SimultaneousConfig(args.simultaneous, args.k or default_k(args.simultaneous, lm), args.step_ms,
-                             min(args.max_chunk_seconds, 30.0))
+                             min(args.max_chunk_seconds, 30.0), tail_beam=args.tail_beam or 1)
     failed = False
     for path in args.audio:
         try:
@@ -375,14 +375,14 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     from speechmt.decoding.translate import load_model
     from speechmt.evaluation.evaluate import evaluate
     from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous_settings, latency_line, latency_row,
-                                                       read_quality_latency, write_quality_latency)
+                                                       policy_label, read_quality_latency, write_quality_latency)
 
     lm = load_model(args.model, args.device, args.task)
     ks = args.k or [default_k(args.simultaneous, lm)]
     rows = []
     for folder in args.compare or []:
         rows += read_quality_latency(folder)
-    cfgs = [SimultaneousConfig(args.simultaneous, k, args.step_ms) for k in ks]
+    cfgs = [SimultaneousConfig(args.simultaneous, k, args.step_ms, tail_beam=args.tail_beam or 1) for k in ks]
     folders = [out] if len(ks) == 1 else [str(Path(out) / f"{args.simultaneous}-k{k}") for k in ks]
     reports = evaluate_simultaneous_settings(lm, args.data, args.split, cfgs, folders, args.name, args.limit,
                                              lm.decode_options(1, **_decode_kwargs(args)),
@@ -390,7 +390,7 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     for k, cfg, report in zip(ks, cfgs, reports):
         rows.append(latency_row(cfg, report))
         scores = ", ".join(f"{s.name} = {s.score:.2f}" for s in report.metrics.values())
-        print(f"{args.simultaneous} k={k} step {args.step_ms:g} ms: {scores}; {latency_line(report.extra['latency'])}; "
+        print(f"{policy_label(cfg)} k={k} step {args.step_ms:g} ms: {scores}; {latency_line(report.extra['latency'])}; "
               f"RTF {report.extra['rtf']}")
     if len(rows) == 1:
         print(f"report in {out}")

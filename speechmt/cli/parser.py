@@ -63,12 +63,17 @@ def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None
                    + "(default: 3 for wait-k; 30 for alignatt, 2 into a language-model decoder)")
     p.add_argument("--step-ms", type=opt.number(25, 10000), default=400.0,
                    help="the decision step in milliseconds of audio, 25 to 10000 (default: 400)")
+    p.add_argument("--tail-beam", type=opt.integer(1, opt.MAX_BEAM), default=None,
+                   help="beam size for what is written after the input has ended, behind the committed tokens "
+                   f"(1 to {opt.MAX_BEAM}; default: 1, greedy like the committed tokens)")
 
 
 def _check_simultaneous(args: argparse.Namespace) -> str | None:
     if args.simultaneous is None:
         if args.k is not None:
             return "argument --k: only with --simultaneous"
+        if args.tail_beam is not None:
+            return "argument --tail-beam: only with --simultaneous"
         return None
     if args.cascade:
         return "--simultaneous takes a --model, not a --cascade"

@@ -3,6 +3,9 @@ more target tokens to commit (greedy search on the input read so far); committed
 
 - wait-k (Ma et al., ACL 2019; on speech with a fixed pre-decision step, Ma et al., AACL 2020): read k steps,
   then write one token per step read; once the input has ended, write to the end.
+- What follows the end of the input can be searched with a beam (`tail_beam`, as STACL did for wait-k): once the
+  input has ended nothing more is read, so the rest of the sentence is written at once, behind the committed
+  prefix, by beam search instead of greedy steps; the latency of those tokens is the input's end either way.
 - AlignAtt (Papi et al., Interspeech 2023): after each step, write tokens while the decoder's cross-attention
   for the next token is not on the last f = k encoder frames (Whisper: 20 ms each); a token that looks there
   waits for more input. Which attention: a Whisper decoder's alignment heads (the heads OpenAI found to follow
@@ -40,7 +43,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +51,7 @@ import torch
 from torch import Tensor
 
 from speechmt.audio import SAMPLE_RATE
-from speechmt.decoding.search import DecodeOptions, constrain, max_lengths, start_tokens
+from speechmt.decoding.search import DecodeOptions, beam_search, constrain, max_lengths, start_tokens
 from speechmt.decoding.segment import voiced_span
 from speechmt.decoding.translate import LoadedModel, encode_audio
 from speechmt.hub import resolve_pretrained
@@ -75,6 +78,7 @@ class SimultaneousConfig:
     max_seconds: float = 20.0
     pause_after_seconds: float = 6.0  # a window this long also ends at a pause; 0: only when full
     min_pause_ms: float = 300.0
+    tail_beam: int = 1  # beam size for what is written after a window's input has ended (1: greedy)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -85,6 +89,8 @@ class SimultaneousConfig:
             raise SimultaneousError(f"step_ms must be at least 25 ms (one analysis window); got {self.step_ms:g}")
         if self.max_seconds * 1000 < self.step_ms:
             raise SimultaneousError(f"max_seconds ({self.max_seconds:g}) must hold at least one step")
+        if self.tail_beam < 1:
+            raise SimultaneousError(f"tail_beam must be >= 1; got {self.tail_beam}")
         if self.pause_after_seconds < 0 or self.min_pause_ms <= 0:
             raise SimultaneousError(f"pause_after_seconds must be >= 0 and min_pause_ms > 0; got "
                                     f"{self.pause_after_seconds:g}, {self.min_pause_ms:g}")
@@ -363,6 +369,11 @@ def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: D
         return [], 0.0
     with torch.no_grad():
         enc, saved = _encode(lm, window.wave(), read, memo)
+        if ended and cfg.tail_beam > 1:
+            new = _tail(lm, enc, options, window.tokens, cfg.tail_beam)
+            window.tokens += new
+            window.done = True
+            return new, saved
         greedy = _Greedy(lm, enc, options, window.tokens, attention)
         frames = int(enc.lengths[0])
         new: list[int] = []
@@ -381,6 +392,17 @@ def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: D
             window.done = True
     window.tokens += new
     return new, saved
+
+
+def _tail(lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions, committed: list[int], beam: int) -> list[int]:
+    """The best continuation of the committed tokens to the end of the sentence, by beam search (EOS excluded);
+    the length limits count the committed tokens too."""
+    tail = replace(options, beam_size=beam, nbest=1, prefix=(*options.prefix, *committed),
+                   max_len_b=options.max_len_b - len(committed), min_len=max(0, options.min_len - len(committed)))
+    if int(max_lengths(lm.model, enc, tail)[0]) <= 0:
+        return []
+    hyps = beam_search(lm.model, enc, tail)[0]
+    return hyps[0].tokens if hyps else []
 
 
 def _at_pause(window: _Window, cfg: SimultaneousConfig) -> bool:

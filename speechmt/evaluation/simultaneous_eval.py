@@ -138,11 +138,16 @@ def latency_line(latency: dict) -> str:
 LATENCIES = ("AL", "LAAL", "AL_CA", "LAAL_CA")
 
 
+def policy_label(cfg: SimultaneousConfig) -> str:
+    """The policy's name, with its tail beam when that is not greedy: "wait-k", "wait-k, tail beam 5"."""
+    return cfg.policy if cfg.tail_beam == 1 else f"{cfg.policy}, tail beam {cfg.tail_beam}"
+
+
 def latency_row(cfg: SimultaneousConfig, report: EvalReport) -> dict:
     """One row of a quality-latency table: the policy setting, its quality (BLEU and chrF++, or WER and CER),
     the four latencies in seconds (None: every utterance skipped) and the RTF."""
     lat = report.extra["latency"]
-    return {"policy": cfg.policy, "k": cfg.k, "step_ms": cfg.step_ms, "n": report.n,
+    return {"policy": policy_label(cfg), "k": cfg.k, "step_ms": cfg.step_ms, "n": report.n,
             **{name: s.score for name, s in report.metrics.items()},
             **{k: None if lat.get(k) is None else lat[k] / 1000 for k in LATENCIES}, "rtf": report.extra["rtf"]}
 

@@ -14,7 +14,7 @@ import speechmt.evaluation.simultaneous_eval as simultaneous_eval
 from speechmt.audio import read_audio
 from speechmt.cli import main
 from speechmt.config import save_config
-from speechmt.decoding.search import search
+from speechmt.decoding.search import search, start_tokens
 from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError, _blocks_of,
                                             _CrossAttention, _SourceAttention, alignment_heads, attends_to_last,
                                             default_k, simultaneous_translate, translate_stream)
@@ -22,7 +22,7 @@ from speechmt.decoding.translate import encode_audio, load_model
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import EvalReport
 from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, evaluate_simultaneous_settings, latency_row,
-                                                   quality_latency_table)
+                                                   policy_label, quality_latency_table)
 from speechmt.models.lm_decoder import load_causal_lm, lm_decoder
 from tests.conftest import ASSETS
 from tests.helpers import tiny_config
@@ -108,6 +108,15 @@ def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
     assert all(c.delay_ms == pytest.approx(len(wave) / 16) for c in result.commits)
 
 
+def test_a_tail_beam_over_the_whole_input_equals_offline_beam_search(lm):
+    wave = read_audio(WAV)
+    with torch.no_grad():
+        offline = lm.tokenizer.decode(search(lm.model, encode_audio(lm, [wave]), lm.decode_options(4, max_len_b=12))[0][0])
+    cfg = SimultaneousConfig("wait-k", k=100, step_ms=200, tail_beam=4)
+    result = translate_stream(lm, wave, cfg, lm.decode_options(1, max_len_b=12))
+    assert result.text == offline.strip() and all(c.delay_ms == pytest.approx(len(wave) / 16) for c in result.commits)
+
+
 def test_alignatt_writes_before_the_end_and_restores_the_decoder(lm):
     wave = read_audio(WAV)
     result = translate_stream(lm, wave, SimultaneousConfig("alignatt", k=1, step_ms=200), _exactly(lm, 8))
@@ -184,6 +193,37 @@ def wasr_lm(tiny_data, tmp_path_factory):
     return load_model(str(train_whisper_lm(tiny_data, lm_dir, whisper_dir, "whisper_asr", folder / "exp")))
 
 
+@pytest.mark.parametrize("model", ["lm", "wasr_lm"])
+def test_a_tail_beam_continues_the_committed_tokens_with_the_best_tail(request, model, monkeypatch):
+    lm = request.getfixturevalue(model)
+    searched = []
+    beam_search = simultaneous.beam_search
+    monkeypatch.setattr(simultaneous, "beam_search", lambda m, enc, o: searched.append(o) or beam_search(m, enc, o))
+    wave = np.random.default_rng(0).normal(0, 0.1, 16000).astype(np.float32)  # 10 steps of 100 ms
+    options = _exactly(lm, 4)
+    greedy = list(simultaneous_translate(lm, [wave], SimultaneousConfig("wait-k", k=7, step_ms=100), options))
+    vocab = lm.model.decode(start_tokens(options, 1, torch.device("cpu")), encode_audio(lm, [wave])).size(-1)
+    cfg = SimultaneousConfig("wait-k", k=7, step_ms=100, tail_beam=vocab)  # every one-token tail searched
+    beam = list(simultaneous_translate(lm, [wave], cfg, options))
+    assert [(c.tokens, c.delay_ms) for c in beam[:3]] == [(c.tokens, c.delay_ms) for c in greedy[:3]]
+    assert [(len(c.tokens), c.delay_ms) for c in beam] == [(1, 700.0), (1, 800.0), (1, 900.0), (1, 1000.0)]
+    # by hand: the tail token a maximising log p(a | committed) + log p(EOS | committed, a), over allowed tokens
+    committed = [c.tokens[0] for c in beam[:3]]
+    prefix = torch.cat([start_tokens(options, 1, torch.device("cpu")), torch.tensor([committed])], dim=1)
+    tails = torch.arange(vocab)
+    with torch.no_grad():
+        enc = encode_audio(lm, [wave])
+        first = lm.model.decode(prefix, enc)[0, -1].float().log_softmax(-1)  # (V,)
+        rows = torch.cat([prefix.expand(vocab, -1), tails[:, None]], dim=1)
+        wide = type(enc)(enc.x.expand(vocab, -1, -1), enc.lengths.expand(vocab))
+        eos = lm.model.decode(rows, wide)[:, -1].float().log_softmax(-1)[:, options.eos_id]  # (V,)
+    score = first + eos
+    score[[options.pad_id, options.bos_id, options.eos_id, *options.suppress]] = float("-inf")
+    assert beam[3].tokens == [int(score.argmax())]
+    assert [(o.prefix, o.min_len, o.max_len_b) for o in searched] == [((*options.prefix, *committed), 1, 1)]
+    assert policy_label(cfg) == f"wait-k, tail beam {vocab}" and policy_label(SimultaneousConfig()) == "wait-k"
+
+
 def test_alignatt_on_an_lm_decoder_reads_its_source_attention(wasr_lm):
     wave = read_audio(WAV)
     assert default_k("alignatt", wasr_lm) == 2 and default_k("wait-k", wasr_lm) == 3
@@ -219,6 +259,8 @@ def test_alignatt_needs_cross_attention_or_an_lm_decoder_and_settings_are_checke
         SimultaneousConfig("wait-x")
     with pytest.raises(SimultaneousError, match="step_ms must be at least 25 ms"):
         SimultaneousConfig(step_ms=10)
+    with pytest.raises(SimultaneousError, match="tail_beam must be >= 1; got 0"):
+        SimultaneousConfig(tail_beam=0)
 
 
 def test_cli_streams_a_file_and_standard_input(checkpoint, capsys, monkeypatch):
@@ -244,6 +286,9 @@ def test_cli_checks_simultaneous_options(checkpoint, capsys):
     assert capsys.readouterr().err.strip() == "speechmt translate: error: audio '-' (standard input) needs --simultaneous"
     assert main(["translate", str(WAV), "--k", "3"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt translate: error: argument --k: only with --simultaneous"
+    assert main(["translate", str(WAV), "--tail-beam", "5"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "speechmt translate: error: argument --tail-beam: only with --simultaneous"
     assert main(["translate", str(WAV), "--simultaneous", "wait-k", "--format", "srt"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt translate: error: --simultaneous writes text or json, not srt"
 
