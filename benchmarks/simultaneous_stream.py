@@ -67,7 +67,8 @@ def one_run(args) -> dict:
     from speechmt.pretrained import default_model_path
 
     lm = load_model(args.model or default_model_path())
-    cfg = SimultaneousConfig(args.policy, args.k, args.step_ms, args.window, args.pause_after)
+    cfg = SimultaneousConfig(args.policy, args.k, args.step_ms, args.window, args.pause_after,
+                             tail_beam=args.tail_beam)
     wave = clip_sequence(args.data, args.split, args.seconds[0])
     translate_stream(lm, wave[: 2 * SAMPLE_RATE], cfg)  # warm-up: first calls allocate and pick kernels
     step = cfg.step_samples
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, nargs="+", default=[30.0, 60.0, 120.0])
     parser.add_argument("--policy", default="wait-k")
     parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--tail-beam", type=int, default=1, help="beam after each window's end (1: greedy)")
     parser.add_argument("--step-ms", type=float, default=400.0)
     parser.add_argument("--window", type=float, default=20.0, help="max_seconds of the re-encoding window")
     parser.add_argument("--pause-after", type=float, default=6.0,
@@ -132,8 +134,8 @@ def main() -> None:
     medians = {s: {k: statistics.median(r[k] for r in rs) for k in rs[0] if rs[0][k] is not None}
                for s, rs in runs.items()}
     first = medians[args.seconds[0]]
-    print(f"{args.policy} k={args.k}, step {args.step_ms:g} ms, window {args.window:g} s, ends at a pause after "
-          f"{args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs")
+    print(f"{args.policy} k={args.k}, tail beam {args.tail_beam}, step {args.step_ms:g} ms, window {args.window:g} s, "
+          f"ends at a pause after {args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs")
     print("| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s | LAAL s "
           "| LAAL CA s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
