@@ -360,8 +360,8 @@ class _Window:
 def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: DecodeOptions, ended: bool,
            attention: _CrossAttention | _SourceAttention | None, read: int,
            memo: EncoderMemo | None) -> tuple[list[int], float]:
-    """The tokens the policy commits after this step (greedy on the window's input so far), and the encoder
-    seconds a memo hit saved (charged to this step)."""
+    """The tokens the policy commits after this step (greedy on the window's input so far; once it has ended, a
+    beam of `cfg.tail_beam` for the rest), and the encoder seconds a memo hit saved (charged to this step)."""
     if window.done or window.samples < lm.min_input_samples:
         return [], 0.0
     allowed = None if ended else window.steps - cfg.k + 1 if cfg.policy == "wait-k" else None
@@ -371,27 +371,34 @@ def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: D
         enc, saved = _encode(lm, window.wave(), read, memo)
         if ended and cfg.tail_beam > 1:
             new = _tail(lm, enc, options, window.tokens, cfg.tail_beam)
-            window.tokens += new
             window.done = True
-            return new, saved
-        greedy = _Greedy(lm, enc, options, window.tokens, attention)
-        frames = int(enc.lengths[0])
-        new: list[int] = []
-        while not greedy.at_max:
-            if greedy.token == options.eos_id:
-                window.done = ended
-                break
-            if not ended and attention is not None and \
-                    attends_to_last(greedy.attention_weights, frames, cfg.k):
-                break
-            new.append(greedy.token)
-            if allowed is not None and len(window.tokens) + len(new) >= allowed:
-                break
-            greedy.push()
         else:
-            window.done = True
+            new = _greedy_tokens(lm, enc, window, cfg, options, ended, attention, allowed)
     window.tokens += new
     return new, saved
+
+
+def _greedy_tokens(lm: LoadedModel, enc: EncoderOutput, window: _Window, cfg: SimultaneousConfig,
+                   options: DecodeOptions, ended: bool, attention: _CrossAttention | _SourceAttention | None,
+                   allowed: int | None) -> list[int]:
+    """Greedy tokens after the window's committed ones until the policy stops (EOS, AlignAtt's attention on the
+    last k frames, wait-k's allowance, the length limit); sets `window.done` when the window's sentence ends."""
+    greedy = _Greedy(lm, enc, options, window.tokens, attention)
+    frames = int(enc.lengths[0])
+    new: list[int] = []
+    while not greedy.at_max:
+        if greedy.token == options.eos_id:
+            window.done = ended
+            break
+        if not ended and attention is not None and attends_to_last(greedy.attention_weights, frames, cfg.k):
+            break
+        new.append(greedy.token)
+        if allowed is not None and len(window.tokens) + len(new) >= allowed:
+            break
+        greedy.push()
+    else:
+        window.done = True
+    return new
 
 
 def _tail(lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions, committed: list[int], beam: int) -> list[int]:
@@ -399,8 +406,6 @@ def _tail(lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions, committed
     the length limits count the committed tokens too."""
     tail = replace(options, beam_size=beam, nbest=1, prefix=(*options.prefix, *committed),
                    max_len_b=options.max_len_b - len(committed), min_len=max(0, options.min_len - len(committed)))
-    if int(max_lengths(lm.model, enc, tail)[0]) <= 0:
-        return []
     hyps = beam_search(lm.model, enc, tail)[0]
     return hyps[0].tokens if hyps else []
 
