@@ -27,18 +27,31 @@ import torch
 SAMPLE_RATE = 16000
 
 
+PAUSE_SECONDS = 0.3  # the silence between two segments of a clip sequence
+
+
 def clip_sequence(data: str, split: str, seconds: float) -> np.ndarray:
     """The split's segments, in manifest order, joined by 0.3 s of silence and cut to `seconds`."""
+    return clip_sequence_segments(data, split, seconds)[0]
+
+
+def clip_sequence_segments(data: str, split: str,
+                           seconds: float) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+    """`clip_sequence`'s wave and, for each segment wholly inside it, (start ms in the wave, duration ms, its
+    tgt_text); the segment the cut runs through, if any, is left out."""
     from speechmt.audio import read_audio
     from speechmt.data.manifest import read_manifest
 
-    pieces, total, want = [], 0, int(seconds * SAMPLE_RATE)
+    pause = int(PAUSE_SECONDS * SAMPLE_RATE)
+    pieces, segments, total, want = [], [], 0, int(seconds * SAMPLE_RATE)
     for r in read_manifest(f"{data}/{split}.jsonl"):
         w = read_audio(r.audio, r.offset, r.duration)
-        pieces += [w, np.zeros(int(0.3 * SAMPLE_RATE), np.float32)]
-        total += len(w) + int(0.3 * SAMPLE_RATE)
+        if total + len(w) <= want:
+            segments.append((total * 1000 / SAMPLE_RATE, len(w) * 1000 / SAMPLE_RATE, r.tgt_text))
+        pieces += [w, np.zeros(pause, np.float32)]
+        total += len(w) + pause
         if total >= want:
-            return np.concatenate(pieces)[:want].astype(np.float32)
+            return np.concatenate(pieces)[:want].astype(np.float32), segments
     raise SystemExit(f"{data}/{split}.jsonl holds less than {seconds:g} s of audio")
 
 

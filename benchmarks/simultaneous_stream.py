@@ -17,8 +17,16 @@ length, medians over --repeats:
   arrived and the previous one is done, and the backlog is how long after its arrival its computation ends.
   The largest over the stream stays below a step or two when the policy keeps up, and grows with the length
   when it does not;
-- LAAL, computation-unaware and -aware (speechmt.evaluation.latency; no reference: the output's word count),
-  the aware one as SimulEval defines it: the source read plus all compute time spent so far.
+- StreamLAAL, computation-unaware and -aware (`stream_laal_s`, `stream_laal_ca_s`; Papi et al. 2024, as the
+  IWSLT simultaneous track scores a stream: speechmt.evaluation.stream_latency): the output words are
+  re-segmented to the reference translations (tgt_text) of the segments wholly inside the stream by a minimal
+  word edit distance alignment, and each segment's LAAL counts its words' delays from the segment's start, its
+  duration as the source length. The aware one as SimulEval defines it: the source read plus all compute time
+  spent so far. A segment the cut runs through has no whole reference: it is left out, and so are the words
+  written after its audio began to be read (its start; the end of the stream when no segment is cut), which may
+  translate it. The JSON also says how many segments were scored and how many got no word (skipped). This is
+  the latency to read: `laal_s` and `laal_ca_s` (JSON only) take the whole stream as one utterance with the
+  output's word count as reference, which says little for a stream of many sentences.
 """
 
 from __future__ import annotations
@@ -55,12 +63,33 @@ def backlog(step_seconds: float, compute: list[float]) -> float:
     return worst
 
 
+def stream_scores(words: list[str], delays: list[float], elapsed: list[float],
+                  segments: list[tuple[float, float, str]], source_ms: float) -> dict:
+    """StreamLAAL (s) of a stream's output `words` against its whole `segments` (start ms, duration ms,
+    tgt_text), without the words written after the audio of a segment cut short began to be read (module
+    docstring)."""
+    from bench_memory_decoding import PAUSE_SECONDS
+    from speechmt.evaluation.stream_latency import stream_laal
+
+    if len(words) != len(delays):
+        raise RuntimeError(f"{len(words)} output words but {len(delays)} word delays")
+    if not segments:  # the cut runs through the first segment
+        return {"stream_laal_s": None, "stream_laal_ca_s": None, "stream_segments": 0, "stream_skipped": 0}
+    start, duration, _ = segments[-1]
+    cut = min(start + duration + PAUSE_SECONDS * 1000, source_ms)  # the next segment's start, or the end
+    keep = sum(d <= cut for d in delays)  # delays never decrease: the first `keep` words
+    out = stream_laal(words[:keep], delays[:keep], elapsed[:keep], segments)
+    seconds = {k: out[k] / 1000 if out[k] is not None else None for k in ("StreamLAAL", "StreamLAAL_CA")}
+    return {"stream_laal_s": seconds["StreamLAAL"], "stream_laal_ca_s": seconds["StreamLAAL_CA"],
+            "stream_segments": out["n"], "stream_skipped": out["skipped"]}
+
+
 def one_run(args) -> dict:
     """Streams one clip sequence in this process: the numbers of one run."""
     import torch
 
     torch.set_num_threads(args.threads)
-    from bench_memory_decoding import clip_sequence
+    from bench_memory_decoding import clip_sequence_segments
     from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
     from speechmt.decoding.translate import load_model
     from speechmt.evaluation.latency import length_adaptive_average_lagging, word_delays
@@ -69,7 +98,7 @@ def one_run(args) -> dict:
     lm = load_model(args.model or default_model_path())
     cfg = SimultaneousConfig(args.policy, args.k, args.step_ms, args.window, args.pause_after,
                              tail_beam=args.tail_beam)
-    wave = clip_sequence(args.data, args.split, args.seconds[0])
+    wave, segments = clip_sequence_segments(args.data, args.split, args.seconds[0])
     translate_stream(lm, wave[: 2 * SAMPLE_RATE], cfg)  # warm-up: first calls allocate and pick kernels
     step = cfg.step_samples
     pulled: list[float] = []
@@ -100,7 +129,8 @@ def one_run(args) -> dict:
             "step_p95_s": float(np.percentile(compute, 95)) if compute else 0.0,
             "laal_s": length_adaptive_average_lagging(delays, result.source_ms) / 1000 if delays else None,
             "laal_ca_s": length_adaptive_average_lagging(elapsed, result.source_ms) / 1000 if delays else None,
-            "words": len(result.text.split())}
+            "words": len(result.text.split()),
+            **stream_scores(result.text.split(), delays, elapsed, segments, result.source_ms)}
 
 
 def main() -> None:
@@ -131,18 +161,18 @@ def main() -> None:
             cmd = [sys.executable, __file__, *child, "--one", "--seconds", str(s)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             runs[s].append(json.loads(out.strip().splitlines()[-1]))
-    medians = {s: {k: statistics.median(r[k] for r in rs) for k in rs[0] if rs[0][k] is not None}
-               for s, rs in runs.items()}
+    medians = {s: {k: statistics.median(v) for k in rs[0] if (v := [r[k] for r in rs if r[k] is not None])}
+               for s, rs in runs.items()}  # over the runs that have the value (StreamLAAL: some output)
     first = medians[args.seconds[0]]
     print(f"{args.policy} k={args.k}, tail beam {args.tail_beam}, step {args.step_ms:g} ms, window {args.window:g} s, "
           f"ends at a pause after {args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs")
-    print("| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s | LAAL s "
-          "| LAAL CA s |")
+    print("| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s "
+          "| StreamLAAL s | StreamLAAL CA s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s, m in medians.items():
         print(f"| {s:g} | {m['peak_mib']:.0f} | {m['peak_mib'] / max(first['peak_mib'], 1e-9):.2f} | {m['rtf']:.3f} | "
               f"{m['cpu_rtf']:.3f} | {m['backlog_s']:.2f} | {m['step_p95_s']:.2f} | "
-              f"{m.get('laal_s', float('nan')):.2f} | {m.get('laal_ca_s', float('nan')):.2f} |")
+              f"{m.get('stream_laal_s', float('nan')):.2f} | {m.get('stream_laal_ca_s', float('nan')):.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "one"},
                                                "runs": {str(s): r for s, r in runs.items()},
