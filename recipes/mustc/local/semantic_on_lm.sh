@@ -6,7 +6,8 @@
 #   lut        conf/st_lm_gemma_ctc_lut.yaml         chimera  conf/st_lm_gemma_ctc_chimera.yaml
 #   fat-st     conf/st_lm_gemma_ctc_fatst.yaml, after FAT-MLM conf/fat_mlm_lm_gemma_ctc.yaml
 #   align      conf/st_lm_gemma_ctc_align.yaml       procrustes conf/st_lm_gemma_ctc_procrustes.yaml (MT run only)
-#   fusion     conf/st_lm_gemma_ctc_fusion.yaml
+#   fusion     conf/st_lm_gemma_ctc_fusion.yaml      fusion-gate  the same, its gates starting at 0.5 (half the mix)
+#   NAME-bf16  NAME trained with train.precision=bf16 (a row to compare bf16 runs with at equal precision)
 # Every system starts from the MT run (--mt, decoder.) and the CTC run (--ctc, speech_encoder.,ctc_head.) of stage 15
 # (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A killed run resumes where
 # it stopped; a system whose checkpoint_avg exists is not trained again, nor one with an analysis analysed, nor one
@@ -47,6 +48,8 @@ start="\"$mt:decoder.\", \"$ctc:speech_encoder.,ctc_head.\""
 
 conf_of() {  # a system's config
     case "$1" in
+        *-bf16) conf_of "${1%-bf16}" ;;
+        fusion-gate) echo conf/st_lm_gemma_ctc_fusion.yaml ;;
         baseline) echo conf/st_lm_gemma_ctc.yaml ;;
         fat-st) echo conf/st_lm_gemma_ctc_fatst.yaml ;;
         xstnet|lut|chimera|align|procrustes|fusion) echo "conf/st_lm_gemma_ctc_$1.yaml" ;;
@@ -54,12 +57,19 @@ conf_of() {  # a system's config
     esac
 }
 
+variant_overrides() {  # what a system's name adds to its config
+    local name=$1
+    if [[ $name == *-bf16 ]]; then printf 'train.precision=bf16 '; name=${name%-bf16}; fi
+    case "$name" in fusion-gate) echo "model.fusion.gate=0.5" ;; *) echo ;; esac
+}
+
 train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME; a killed run resumes, a finished one is kept
     local dir="$exp/sem_$1"
     if [ -f "$dir/checkpoint_avg.safetensors" ]; then log "$1: $dir has finished"; return; fi
     log "$1: training $2 -> $dir"
-    # shellcheck disable=SC2086  # $overrides is a list of key=value words
-    "$SPEECHMT" train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" $overrides
+    # shellcheck disable=SC2046,SC2086  # key=value word lists
+    "$SPEECHMT" train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" \
+        $(variant_overrides "$1") $overrides
 }
 
 averaged() {  # averaged NAME: the average of the run's last $average numbered checkpoints, written once
