@@ -183,14 +183,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if args.cascade:
         from speechmt.decoding.cascade import cascade_translate, load_cascade
 
-        asr, mt = load_cascade(*args.cascade, args.device)
+        asr, mt = load_cascade(*args.cascade, args.device, args.dtype)
         if (problem := _chunk_limit_problem(args, asr)) is not None:
             return problem
         results = cascade_translate(asr, mt, args.audio, **kwargs)
     else:
         from speechmt.pretrained import default_model_path
 
-        lm = load_model(args.model or default_model_path(), args.device, args.task)
+        lm = load_model(args.model or default_model_path(), args.device, args.task, args.dtype)
         if args.simultaneous:
             return _translate_simultaneous(lm, args)
         if (problem := _chunk_limit_problem(args, lm)) is not None:
@@ -341,12 +341,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from speechmt.decoding.cascade import load_cascade
         from speechmt.evaluation.evaluate import evaluate_cascade
 
-        asr, mt = load_cascade(*args.cascade, args.device)
+        asr, mt = load_cascade(*args.cascade, args.device, args.dtype)
         report = evaluate_cascade(asr, mt, args.data, args.split, args.beam, out, args.max_tokens, args.name,
                                   skip_bad_audio=args.skip_bad_audio, comet_model=args.comet, **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     else:
-        lm = load_model(args.model, args.device, args.task)
+        lm = load_model(args.model, args.device, args.task, args.dtype)
         report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
                           args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio, comet_model=args.comet)
     for score in report.metrics.values():
@@ -377,7 +377,7 @@ def _evaluate_simultaneous(args: argparse.Namespace, out: str) -> int:
     from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous_settings, latency_line, latency_row,
                                                        policy_label, read_quality_latency, write_quality_latency)
 
-    lm = load_model(args.model, args.device, args.task)
+    lm = load_model(args.model, args.device, args.task, args.dtype)
     ks = args.k or [default_k(args.simultaneous, lm)]
     rows = []
     for folder in args.compare or []:
@@ -413,7 +413,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model),
                           cascades=tuple(tuple(c) for c in args.cascade), peers=tuple(args.peer),
                           compare=tuple(args.compare), names=tuple(args.name), tasks=tuple(args.task), beam=args.beam,
-                          max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device,
+                          max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device, dtype=args.dtype,
                           edges=tuple(args.buckets), analyses=tuple(args.analysis))
     bench, hyps = run_benchmark(cfg)
     written = write_benchmark(bench, args.out, hyps)

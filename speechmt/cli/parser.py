@@ -47,9 +47,16 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
     p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
                    help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
     p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    _add_dtype_option(p)
     p.add_argument("--task", choices=tasks, help="what a multi-task --model does: st translates, asr transcribes"
                    + (", mt translates the transcripts (text input)" if "mt" in tasks else "")
                    + " (default: the model's own task)")
+
+
+def _add_dtype_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="the weights' type while decoding: bfloat16 runs the matrix products about twice as fast on "
+                   "CPUs with AVX512-BF16 or AMX and on GPUs, at a small cost in precision (default: float32)")
 
 
 def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None:
@@ -375,6 +382,7 @@ def _benchmark(sub) -> None:
     bench.add_argument("--threads", type=opt.integer(1, 1024),
                        help="torch CPU threads (default: torch's, e.g. OMP_NUM_THREADS)")
     bench.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    _add_dtype_option(bench)
     bench.add_argument("--buckets", type=opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True), nargs="+",
                        default=[2.0, 4.0, 6.0, 8.0], help="duration bucket edges in seconds (default: 2 4 6 8)")
     bench.set_defaults(func=commands.cmd_benchmark, check=_check_benchmark, parser=bench)

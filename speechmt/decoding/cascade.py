@@ -20,18 +20,20 @@ from speechmt.decoding.translate import LoadedModel, Translation, encode_texts, 
 from speechmt.checkpoint import CheckpointError
 
 
-def load_cascade(asr_path: str | os.PathLike, mt_path: str | os.PathLike,
-                 device: str | torch.device = "cpu") -> tuple[LoadedModel, LoadedModel]:
-    """The cascade's two models, the first asked to transcribe and the second to translate text: one
-    multi-task checkpoint (XSTNet's) can be both. CheckpointError (one line) for a model not trained so."""
-    asr, mt = _load_for(asr_path, device, "asr", "first"), _load_for(mt_path, device, "mt", "second")
+def load_cascade(asr_path: str | os.PathLike, mt_path: str | os.PathLike, device: str | torch.device = "cpu",
+                 dtype: str = "float32") -> tuple[LoadedModel, LoadedModel]:
+    """The cascade's two models (weights as `dtype`, load_model's), the first asked to transcribe and the second
+    to translate text: one multi-task checkpoint (XSTNet's) can be both. CheckpointError (one line) for a model
+    not trained so."""
+    asr, mt = _load_for(asr_path, device, "asr", "first", dtype), _load_for(mt_path, device, "mt", "second", dtype)
     check_cascade(asr, mt)
     return asr, mt
 
 
-def _load_for(path: str | os.PathLike, device: str | torch.device, task: str, which: str) -> LoadedModel:
+def _load_for(path: str | os.PathLike, device: str | torch.device, task: str, which: str,
+              dtype: str = "float32") -> LoadedModel:
     try:
-        return load_model(path, device, task)
+        return load_model(path, device, task, dtype)
     except CheckpointError as e:
         if "not trained for task" not in str(e):
             raise

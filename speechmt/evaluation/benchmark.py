@@ -76,6 +76,7 @@ class BenchmarkConfig:
     limit: int | None = None
     threads: int | None = None
     device: str = "cpu"
+    dtype: str = "float32"  # the decoded models' weights (load_model's dtype)
     edges: tuple[float, ...] = DEFAULT_EDGES
     analyses: tuple[str, ...] = ()  # "NAME=DIR": the `speechmt analyze` output of the system named NAME
 
@@ -222,20 +223,25 @@ def _default_name(path: str) -> str:
     return f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem
 
 
+def _device_label(lm) -> str:
+    """The report's device cell: "cpu", "cuda:0", with the weights' type when not float32 ("cpu bfloat16")."""
+    return str(lm.device) if lm.dtype == torch.float32 else f"{lm.device} {str(lm.dtype).removeprefix('torch.')}"
+
+
 def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkConfig,
                     commit: str | None, task: str | None = None) -> tuple[SystemResult, list[str]]:
     """Decodes the benchmarked utterances with a checkpoint (as `task`: None for its own; "mt" reads the
     transcripts), timed with the model loaded; (row, hyps)."""
     from speechmt.decoding.translate import load_model
 
-    lm = load_model(path, cfg.device, task)
+    lm = load_model(path, cfg.device, task, cfg.dtype)
     _, hyps, seconds, _ = decode_split(lm, cfg.data, cfg.split, lm.decode_options(cfg.beam), cfg.max_tokens,
                                     len(records))
     params = sum(p.numel() for p in lm.model.parameters())
     row = _score_system(lm.task, hyps, records, cfg.edges, name=name, kind="model", source=str(path), params=params,
                         timed_utterances=len(records), decode_seconds=seconds,
                         audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
-                        threads=torch.get_num_threads(), device=str(lm.device), commit=commit)
+                        threads=torch.get_num_threads(), device=_device_label(lm), commit=commit)
     return row, hyps
 
 
@@ -246,7 +252,7 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
 
     from speechmt.decoding.cascade import load_cascade, translate_texts
 
-    asr, mt = load_cascade(asr_path, mt_path, cfg.device)
+    asr, mt = load_cascade(asr_path, mt_path, cfg.device, cfg.dtype)
     _, transcripts, asr_seconds, _ = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
                                                cfg.max_tokens, len(records))
     start = time.perf_counter()
@@ -257,7 +263,7 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
                         f"{_default_name(mt_path)}", kind="model", source=f"{asr_path} -> {mt_path}", params=params,
                         timed_utterances=len(records), decode_seconds=seconds,
                         audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
-                        threads=torch.get_num_threads(), device=str(asr.device), commit=commit,
+                        threads=torch.get_num_threads(), device=_device_label(asr), commit=commit,
                         notes="ASR transcripts translated by the MT model")
     return row, hyps
 
