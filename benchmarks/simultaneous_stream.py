@@ -24,7 +24,10 @@ length, medians over --repeats:
   duration as the source length. The aware one as SimulEval defines it: the source read plus all compute time
   spent so far. A segment the cut runs through has no whole reference: it is left out, and so are the words
   written after its audio began to be read (its start; the end of the stream when no segment is cut), which may
-  translate it. The JSON also says how many segments were scored and how many got no word (skipped). This is
+  translate it. The aware one grows with the stream (all compute so far counts, as if the whole stream had been
+  waiting at the start); `stream_laal_rt_s` is the computation-aware StreamLAAL of a real-time stream instead:
+  each word emitted when the step that read its source finished under real-time arrival (the backlog's
+  timing). The JSON also says how many segments were scored and how many got no word (skipped). This is
   the latency to read: `laal_s` and `laal_ca_s` (JSON only) take the whole stream as one utterance with the
   output's word count as reference, which says little for a stream of many sentences.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import statistics
 import subprocess
@@ -52,36 +56,51 @@ def _rss_kib(field: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def finish_times(step_seconds: float, compute: list[float]) -> list[float]:
+    """When each step's computation ends (s from the stream's start) when step n arrives at (n + 1) *
+    `step_seconds` and starts once it has arrived and the previous one is done (module docstring)."""
+    done, out = 0.0, []
+    for n, c in enumerate(compute):
+        done = max(done, (n + 1) * step_seconds) + c
+        out.append(done)
+    return out
+
+
 def backlog(step_seconds: float, compute: list[float]) -> float:
     """The largest real-time backlog (s) of steps arriving every `step_seconds` whose computations take
     `compute` seconds each, in order (module docstring)."""
-    done, worst = 0.0, 0.0
-    for n, c in enumerate(compute):
-        arrival = (n + 1) * step_seconds
-        done = max(done, arrival) + c
-        worst = max(worst, done - arrival)
-    return worst
+    finish = finish_times(step_seconds, compute)
+    return max((f - (n + 1) * step_seconds for n, f in enumerate(finish)), default=0.0)
+
+
+def real_time_elapsed(delays: list[float], step_ms: float, compute: list[float]) -> list[float]:
+    """Each word's emission time (ms) in real time: the end of the computation of the step that read its
+    source (the step whose arrival is the word's delay; the stream's last step for words written at its end)."""
+    finish = finish_times(step_ms / 1000, compute)
+    last = len(finish) - 1
+    return [finish[min(last, max(0, math.ceil(d / step_ms) - 1))] * 1000 for d in delays]
 
 
 def stream_scores(words: list[str], delays: list[float], elapsed: list[float],
-                  segments: list[tuple[float, float, str]], source_ms: float) -> dict:
+                  segments: list[tuple[float, float, str]], source_ms: float, prefix: str = "stream") -> dict:
     """StreamLAAL (s) of a stream's output `words` against its whole `segments` (start ms, duration ms,
     tgt_text), without the words written after the audio of a segment cut short began to be read (module
-    docstring)."""
+    docstring); `elapsed` gives the computation-aware one. Keys start with `prefix`."""
     from bench_memory_decoding import PAUSE_SECONDS
     from speechmt.evaluation.stream_latency import stream_laal
 
     if len(words) != len(delays):
         raise RuntimeError(f"{len(words)} output words but {len(delays)} word delays")
     if not segments:  # the cut runs through the first segment
-        return {"stream_laal_s": None, "stream_laal_ca_s": None, "stream_segments": 0, "stream_skipped": 0}
+        return {f"{prefix}_laal_s": None, f"{prefix}_laal_ca_s": None, f"{prefix}_segments": 0,
+                f"{prefix}_skipped": 0}
     start, duration, _ = segments[-1]
     cut = min(start + duration + PAUSE_SECONDS * 1000, source_ms)  # the next segment's start, or the end
     keep = sum(d <= cut for d in delays)  # delays never decrease: the first `keep` words
     out = stream_laal(words[:keep], delays[:keep], elapsed[:keep], segments)
     seconds = {k: out[k] / 1000 if out[k] is not None else None for k in ("StreamLAAL", "StreamLAAL_CA")}
-    return {"stream_laal_s": seconds["StreamLAAL"], "stream_laal_ca_s": seconds["StreamLAAL_CA"],
-            "stream_segments": out["n"], "stream_skipped": out["skipped"]}
+    return {f"{prefix}_laal_s": seconds["StreamLAAL"], f"{prefix}_laal_ca_s": seconds["StreamLAAL_CA"],
+            f"{prefix}_segments": out["n"], f"{prefix}_skipped": out["skipped"]}
 
 
 def one_run(args) -> dict:
@@ -130,7 +149,10 @@ def one_run(args) -> dict:
             "laal_s": length_adaptive_average_lagging(delays, result.source_ms) / 1000 if delays else None,
             "laal_ca_s": length_adaptive_average_lagging(elapsed, result.source_ms) / 1000 if delays else None,
             "words": len(result.text.split()),
-            **stream_scores(result.text.split(), delays, elapsed, segments, result.source_ms)}
+            **stream_scores(result.text.split(), delays, elapsed, segments, result.source_ms),
+            "stream_laal_rt_s": stream_scores(result.text.split(), delays,
+                                              real_time_elapsed(delays, cfg.step_ms, compute), segments,
+                                              result.source_ms, "rt")["rt_laal_ca_s"]}
 
 
 def main() -> None:
@@ -167,12 +189,13 @@ def main() -> None:
     print(f"{args.policy} k={args.k}, tail beam {args.tail_beam}, step {args.step_ms:g} ms, window {args.window:g} s, "
           f"ends at a pause after {args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs")
     print("| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s "
-          "| StreamLAAL s | StreamLAAL CA s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| StreamLAAL s | StreamLAAL CA s | StreamLAAL real time s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s, m in medians.items():
         print(f"| {s:g} | {m['peak_mib']:.0f} | {m['peak_mib'] / max(first['peak_mib'], 1e-9):.2f} | {m['rtf']:.3f} | "
               f"{m['cpu_rtf']:.3f} | {m['backlog_s']:.2f} | {m['step_p95_s']:.2f} | "
-              f"{m.get('stream_laal_s', float('nan')):.2f} | {m.get('stream_laal_ca_s', float('nan')):.2f} |")
+              f"{m.get('stream_laal_s', float('nan')):.2f} | {m.get('stream_laal_ca_s', float('nan')):.2f} | "
+              f"{m.get('stream_laal_rt_s', float('nan')):.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "one"},
                                                "runs": {str(s): r for s, r in runs.items()},
