@@ -18,6 +18,17 @@ def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
 
 
+def two_update_st(data: Path, exp: Path) -> str:
+    """Trains tiny_config's ST model for 2 updates into `exp` (speechmt train, no validation decoding) and returns
+    its checkpoint_last path: a model that translates badly, and quickly."""
+    from speechmt.cli import main
+    from speechmt.config import save_config
+
+    save_config(tiny_config(data, exp, max_updates=2, save_interval_updates=2, valid_decode=False), exp / "conf.yaml")
+    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
+    return str(exp / "checkpoint_last.safetensors")
+
+
 AFTER_NESTING = ("ctc_vocab",)  # shared fields added after the nesting: no flat checkpoint has them
 
 

@@ -194,15 +194,9 @@ def test_teacher_cache_reports(every_update, tiny_data, capsys):
 @pytest.fixture(scope="module")
 def checkpoint(tiny_data, tmp_path_factory) -> str:
     """A tiny ST model after 2 updates."""
-    from speechmt.cli import main
-    from speechmt.config import save_config
-    from tests.helpers import tiny_config
+    from tests.helpers import two_update_st
 
-    exp = tmp_path_factory.mktemp("progress_exp")
-    save_config(tiny_config(tiny_data, exp, max_updates=2, save_interval_updates=2, valid_decode=False),
-                exp / "conf.yaml")
-    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
-    return str(exp / "checkpoint_last.safetensors")
+    return two_update_st(tiny_data, tmp_path_factory.mktemp("progress_exp"))
 
 
 def test_analysis_speech_path_reports(every_update, checkpoint, tiny_data, capsys):

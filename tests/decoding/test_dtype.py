@@ -10,12 +10,11 @@ import torch
 from speechmt import api
 from speechmt.audio import read_audio
 from speechmt.cli import main
-from speechmt.config import save_config
 from speechmt.decoding.search import next_log_probs, start_tokens
 from speechmt.decoding.translate import encode_audio, load_model, translate
 from speechmt.evaluation.benchmark import _device_label
 from tests.conftest import ASSETS
-from tests.helpers import tiny_config
+from tests.helpers import two_update_st
 from tests.lm_helpers import tiny_lm_dir, train_whisper_lm
 from tests.whisper_helpers import tiny_whisper_dir
 
@@ -24,11 +23,7 @@ WAV = ASSETS / "mustc/en-de/data/dev/wav/ted_3.wav"
 
 @pytest.fixture(scope="module")
 def conv(tiny_data, tmp_path_factory) -> str:
-    exp = tmp_path_factory.mktemp("dtype_conv")
-    save_config(tiny_config(tiny_data, exp, max_updates=2, save_interval_updates=2, valid_decode=False),
-                exp / "conf.yaml")
-    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
-    return str(exp / "checkpoint_last.safetensors")
+    return two_update_st(tiny_data, tmp_path_factory.mktemp("dtype_conv"))
 
 
 @pytest.fixture(scope="module")

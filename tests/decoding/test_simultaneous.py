@@ -13,7 +13,6 @@ import speechmt.decoding.simultaneous as simultaneous
 import speechmt.evaluation.simultaneous_eval as simultaneous_eval
 from speechmt.audio import read_audio
 from speechmt.cli import main
-from speechmt.config import save_config
 from speechmt.decoding.search import search, start_tokens
 from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError, _blocks_of,
                                             _CrossAttention, _SourceAttention, alignment_heads, attends_to_last,
@@ -25,7 +24,7 @@ from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, evalua
                                                    policy_label, quality_latency_table)
 from speechmt.models.lm_decoder import load_causal_lm, lm_decoder
 from tests.conftest import ASSETS
-from tests.helpers import tiny_config
+from tests.helpers import two_update_st
 from tests.lm_helpers import tiny_lm_dir, train_whisper_lm
 from tests.whisper_helpers import tiny_whisper_dir
 
@@ -35,11 +34,7 @@ WAV = ASSETS / "mustc/en-de/data/dev/wav/ted_3.wav"
 @pytest.fixture(scope="module")
 def checkpoint(tiny_data, tmp_path_factory) -> str:
     """A tiny ST model after 2 updates (it has a cross-attention decoder)."""
-    exp = tmp_path_factory.mktemp("simul_exp")
-    save_config(tiny_config(tiny_data, exp, max_updates=2, save_interval_updates=2, valid_decode=False),
-                exp / "conf.yaml")
-    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
-    return str(exp / "checkpoint_last.safetensors")
+    return two_update_st(tiny_data, tmp_path_factory.mktemp("simul_exp"))
 
 
 @pytest.fixture(scope="module")

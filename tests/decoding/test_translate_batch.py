@@ -14,9 +14,8 @@ import soundfile as sf
 from speechmt import load_model, translate
 from speechmt.audio import AudioError
 from speechmt.cli import main
-from speechmt.config import save_config
 from tests.conftest import ASSETS
-from tests.helpers import tiny_config
+from tests.helpers import two_update_st
 
 GOOD = [ASSETS / "mustc/en-de/data/dev/wav/ted_3.wav", ASSETS / "mustc/en-de/data/tst-COMMON/wav/ted_4.wav"]
 FAST = ["--beam", "1", "--max-len-b", "8"]  # an untrained model would otherwise decode 200 tokens per chunk
@@ -25,11 +24,7 @@ FAST = ["--beam", "1", "--max-len-b", "8"]  # an untrained model would otherwise
 @pytest.fixture(scope="module")
 def checkpoint(tiny_data, tmp_path_factory) -> str:
     """A tiny ST model after 2 updates: it translates badly, and quickly."""
-    exp = tmp_path_factory.mktemp("batch_exp")
-    save_config(tiny_config(tiny_data, exp, max_updates=2, save_interval_updates=2, valid_decode=False),
-                exp / "conf.yaml")
-    assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
-    return str(exp / "checkpoint_last.safetensors")
+    return two_update_st(tiny_data, tmp_path_factory.mktemp("batch_exp"))
 
 
 @pytest.fixture
