@@ -81,26 +81,27 @@ def real_time_elapsed(delays: list[float], step_ms: float, compute: list[float])
     return [finish[min(last, max(0, math.ceil(d / step_ms) - 1))] * 1000 for d in delays]
 
 
-def stream_scores(words: list[str], delays: list[float], elapsed: list[float],
-                  segments: list[tuple[float, float, str]], source_ms: float, prefix: str = "stream") -> dict:
+def stream_scores(words: list[str], delays: list[float], elapsed: list[float], real_time: list[float],
+                  segments: list[tuple[float, float, str]], source_ms: float) -> dict:
     """StreamLAAL (s) of a stream's output `words` against its whole `segments` (start ms, duration ms,
     tgt_text), without the words written after the audio of a segment cut short began to be read (module
-    docstring); `elapsed` gives the computation-aware one. Keys start with `prefix`."""
+    docstring): computation-unaware, aware with `elapsed` (SimulEval's) and with `real_time` (emission times)."""
     from bench_memory_decoding import PAUSE_SECONDS
     from speechmt.evaluation.stream_latency import stream_laal
 
     if len(words) != len(delays):
         raise RuntimeError(f"{len(words)} output words but {len(delays)} word delays")
     if not segments:  # the cut runs through the first segment
-        return {f"{prefix}_laal_s": None, f"{prefix}_laal_ca_s": None, f"{prefix}_segments": 0,
-                f"{prefix}_skipped": 0}
+        return {"stream_laal_s": None, "stream_laal_ca_s": None, "stream_laal_rt_s": None, "stream_segments": 0,
+                "stream_skipped": 0}
     start, duration, _ = segments[-1]
     cut = min(start + duration + PAUSE_SECONDS * 1000, source_ms)  # the next segment's start, or the end
     keep = sum(d <= cut for d in delays)  # delays never decrease: the first `keep` words
     out = stream_laal(words[:keep], delays[:keep], elapsed[:keep], segments)
-    seconds = {k: out[k] / 1000 if out[k] is not None else None for k in ("StreamLAAL", "StreamLAAL_CA")}
-    return {f"{prefix}_laal_s": seconds["StreamLAAL"], f"{prefix}_laal_ca_s": seconds["StreamLAAL_CA"],
-            f"{prefix}_segments": out["n"], f"{prefix}_skipped": out["skipped"]}
+    rt = stream_laal(words[:keep], delays[:keep], real_time[:keep], segments)["StreamLAAL_CA"]
+    seconds = [None if v is None else v / 1000 for v in (out["StreamLAAL"], out["StreamLAAL_CA"], rt)]
+    return {"stream_laal_s": seconds[0], "stream_laal_ca_s": seconds[1], "stream_laal_rt_s": seconds[2],
+            "stream_segments": out["n"], "stream_skipped": out["skipped"]}
 
 
 def one_run(args) -> dict:
@@ -149,10 +150,8 @@ def one_run(args) -> dict:
             "laal_s": length_adaptive_average_lagging(delays, result.source_ms) / 1000 if delays else None,
             "laal_ca_s": length_adaptive_average_lagging(elapsed, result.source_ms) / 1000 if delays else None,
             "words": len(result.text.split()),
-            **stream_scores(result.text.split(), delays, elapsed, segments, result.source_ms),
-            "stream_laal_rt_s": stream_scores(result.text.split(), delays,
-                                              real_time_elapsed(delays, cfg.step_ms, compute), segments,
-                                              result.source_ms, "rt")["rt_laal_ca_s"]}
+            **stream_scores(result.text.split(), delays, elapsed, real_time_elapsed(delays, cfg.step_ms, compute),
+                            segments, result.source_ms)}
 
 
 def main() -> None:

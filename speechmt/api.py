@@ -74,8 +74,8 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
     from speechmt.pretrained import default_model_path
 
     device, task = _device(device), _task(task, ("st", "asr", "mt"))
-    if dtype not in ("float32", "bfloat16"):
-        raise OptionError(f"dtype: invalid value {str(dtype)!r}: expected float32 or bfloat16")
+    if dtype not in opt.DTYPES:
+        raise OptionError(f"dtype: invalid value {str(dtype)!r}: expected {' or '.join(opt.DTYPES)}")
     return _load(default_model_path() if path is None else path, device, task, dtype)
 
 

@@ -39,6 +39,7 @@ MAX_BEAM = 256
 MAX_BATCH = 4096
 MAX_TOKENS = 10**9
 MAX_OUTPUT_TOKENS = 100_000
+DTYPES = ("float32", "bfloat16")  # the weights' types a model decodes in (load_model's dtype)
 MAX_CHUNK_SECONDS = 3600.0
 MAX_JOBS = 256
 

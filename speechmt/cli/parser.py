@@ -54,7 +54,7 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
 
 
 def _add_dtype_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+    p.add_argument("--dtype", choices=opt.DTYPES, default="float32",
                    help="the weights' type while decoding: bfloat16 runs the matrix products about twice as fast on "
                    "CPUs with AVX512-BF16 or AMX and on GPUs, at a small cost in precision (default: float32)")
 

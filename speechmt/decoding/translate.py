@@ -32,6 +32,7 @@ from speechmt.models.hf_whisper import whisper_transcript_tokenizer
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
+from speechmt.checks import DTYPES
 from speechmt.models.delta import load_model_state
 
 
@@ -76,23 +77,21 @@ class LoadedModel:
                              suppress=self.tokenizer.suppress_ids, **kw)
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None,
                dtype: str = "float32") -> LoadedModel:
     """Rebuilds a model from one checkpoint file (its bundle and weights). `task` (None: the checkpoint's own)
     is what a multi-task model's decoder writes: "st" translates, "asr" transcribes, each started by its tag
     (speechmt.bundle.ModelBundle). CheckpointError (one line) for a task the checkpoint was not trained for.
-    `dtype` (a key of DTYPES) is what the weights are cast to for inference: "bfloat16" halves their memory and
-    runs the matrix products in bfloat16 (on a CPU with AVX512-BF16 or AMX, and on GPUs, about twice as fast);
-    scores stay float32 (the search's log-softmax).
+    `dtype` (one of speechmt.checks.DTYPES, torch's names) is what the weights are cast to for inference:
+    "bfloat16" halves their memory and runs the matrix products in bfloat16 (on a CPU with AVX512-BF16 or AMX,
+    and on GPUs, about twice as fast); scores stay float32 (the search's log-softmax).
 
     Task asr of a model whose speech encoder is whisper_asr is Whisper's own transcript, whatever the decoder
     was trained for: the encoder's search (greedy, or encoder.asr_beam) decoded by the Whisper model's
     tokenizer.json (FileNotFoundError, one line, where its folder lacks one); the decoder does not run."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    weights = getattr(torch, dtype)
     ckpt = load_checkpoint(path, map_location="cpu")
     bundle = ModelBundle.from_checkpoint(ckpt, path)
     task = task or bundle.task
@@ -103,8 +102,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
     device = torch.device(device)
-    return LoadedModel(model.to(device=device, dtype=DTYPES[dtype]).eval(), tokenizer, tag, bundle.frontend, task,
-                       str(path), device, bundle.tokenizers.src, bundle.decoder_start, whisper, DTYPES[dtype])
+    return LoadedModel(model.to(device=device, dtype=weights).eval(), tokenizer, tag, bundle.frontend, task,
+                       str(path), device, bundle.tokenizers.src, bundle.decoder_start, whisper, weights)
 
 
 def _task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
