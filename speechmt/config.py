@@ -77,6 +77,8 @@ class TrainConfig:
     task: str = "st"  # st, asr or mt: the task of a one-stage run (when `stages` is empty)
     stages: list[Stage] = field(default_factory=list)  # a progressive multi-task schedule (speechmt.tasks.schedule)
     lr: float = checked(2e-3, lo=0, lo_in=False)
+    # parameter-name glob -> a factor of lr for what it matches (first match counts), e.g. {"*fusion*": 50}
+    lr_scale: dict[str, float] = field(default_factory=dict)
     warmup_updates: int = checked(10000, lo=0)
     max_updates: int = checked(100000, lo=0)
     max_epochs: int = checked(0, lo=0)  # 0: no limit
@@ -117,6 +119,7 @@ class TrainConfig:
         for item in self.init_from:
             init_source(item)  # ConfigError (one line) for a malformed item
         self.stages = parse_stages(self.stages or [])
+        self.lr_scale = lr_scale_checked(self.lr_scale)
         if isinstance(self.align, dict):
             self.align = AlignConfig(**self.align)
         raise_problems("train", [count_problem("init_procrustes", self.init_procrustes, 0, "utterances; 0: none")])
@@ -169,6 +172,19 @@ class ExperimentConfig:
             raise ConfigError(f"model: {e}") from None
         return cls(model=built, data=_build(DataConfig, _data_section(d), "data"),
                    train=_build(TrainConfig, _section(d, "train"), "train"))
+
+
+def lr_scale_checked(scales: dict) -> dict[str, float]:
+    """train.lr_scale as {pattern: factor}, or ConfigError naming the entry that is not a name glob with a
+    positive finite factor."""
+    out = {}
+    for key, value in (scales or {}).items():
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if not isinstance(key, str) or not key or number is None or not 0 < number < float("inf"):
+            raise ConfigError(f"train.lr_scale entry {key!r}: {value!r}: expected a parameter-name glob and a "
+                              "positive finite factor of train.lr, e.g. {'*fusion*': 50}")
+        out[key] = float(number)
+    return out
 
 
 def _section(d: dict[str, Any], name: str) -> dict[str, Any]:

@@ -104,7 +104,7 @@ class Trainer:
         self.trainable = {n: p.requires_grad for n, p in self.model.named_parameters()}
         self.runner = dist.wrap(UpdateRunner(self.model, settings), device)
         t = cfg.train
-        self.optimizer = build_optimizer(self.model, t.lr, t.adam_betas, t.weight_decay)
+        self.optimizer = build_optimizer(self.model, t.lr, t.adam_betas, t.weight_decay, t.lr_scale)
         self.scheduler = build_scheduler(self.optimizer, t.warmup_updates)
         self.scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16" and device.type == "cuda")
         self.streams: list[Stream] = []

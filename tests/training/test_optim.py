@@ -111,3 +111,61 @@ def test_decoupled_decay_applies_to_the_decay_group_only():
     for n, p in net.named_parameters():
         factor = 0.95 if n in ("emb.weight", "proj.weight", "conv.weight") else 1.0
         assert torch.allclose(p.detach(), before[n] * factor, rtol=1e-6, atol=0), n
+
+
+def test_lr_scale_puts_matched_parameters_in_their_own_groups_with_a_factor_of_lr():
+    net = _Net()
+    opt = build_optimizer(net, lr=0.1, betas=(0.9, 0.98), weight_decay=0.5, lr_scale={"proj.*": 10, "sc*": 50})
+    ids = {id(p): n for n, p in net.named_parameters()}
+    got = [([ids[id(p)] for p in g["params"]], g["lr"], g["weight_decay"]) for g in opt.param_groups]
+    assert got == [(["emb.weight", "conv.weight"], 0.1, 0.5), (["norm.weight", "norm.bias", "conv.bias"], 0.1, 0.0),
+                   (["scale"], pytest.approx(5.0), 0.0), (["proj.weight"], pytest.approx(1.0), 0.5),
+                   (["proj.bias"], pytest.approx(1.0), 0.0)]
+
+
+def test_lr_scale_moves_a_scalar_by_the_scaled_rate_and_the_schedule_scales_every_group():
+    # Adam's first step moves each parameter by lr * sign(grad): 50x for the scaled scalar
+    net = _Net()
+    opt = build_optimizer(net, lr=1e-3, betas=(0.9, 0.98), weight_decay=0.0, lr_scale={"scale": 50})
+    sched = build_scheduler(opt, warmup=4)
+    before = {n: p.detach().clone() for n, p in net.named_parameters()}
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    sched.step()
+    moved = {n: (before[n] - p.detach()).abs().max().item() for n, p in net.named_parameters() if p.requires_grad}
+    assert moved["scale"] == pytest.approx(50 * 0.25e-3, rel=1e-3)  # the first warm-up factor, 1 / 4
+    assert moved["emb.weight"] == pytest.approx(0.25e-3, rel=1e-3)  # float32 weights near 1
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.5e-3, 0.5e-3, 25e-3])
+
+
+def test_lr_scale_errors_name_the_pattern():
+    from speechmt.checks import ConfigError
+    from speechmt.config import lr_scale_checked
+
+    with pytest.raises(ConfigError, match=r"'\*fusion\*' scales no trainable parameter"):
+        build_optimizer(_Net(), 0.1, (0.9, 0.98), 0.0, lr_scale={"*fusion*": 50})
+    with pytest.raises(ConfigError, match=r"'frozen\.\*' scales no trainable"):  # matches only frozen ones
+        build_optimizer(_Net(), 0.1, (0.9, 0.98), 0.0, lr_scale={"frozen.*": 2})
+    with pytest.raises(ConfigError, match=r"'proj\.bias' scales no trainable.*earlier pattern"):
+        build_optimizer(_Net(), 0.1, (0.9, 0.98), 0.0, lr_scale={"proj.*": 2, "proj.bias": 3})
+    for bad in ({"x": 0}, {"x": -1}, {"x": "fast"}, {"x": float("nan")}, {"": 2}, {"x": True}):
+        with pytest.raises(ConfigError, match="train.lr_scale entry"):
+            lr_scale_checked(bad)
+    assert lr_scale_checked({"a*": 2}) == {"a*": 2.0}
+
+
+def test_training_with_lr_scale_saves_and_resumes_its_groups(tiny_data, tmp_path):
+    # a run's optimiser groups carry the scaled rates; a resume rebuilds the same groups and continues
+    from speechmt.checkpoint import load_checkpoint
+    from speechmt.training.run import run_training
+    from tests.helpers import tiny_config
+
+    cfg = tiny_config(tiny_data, tmp_path, max_updates=2, save_interval_updates=2, valid_decode=False,
+                      lr_scale={"decoder.*": 0.5})
+    run_training(cfg)
+    groups = load_checkpoint(tmp_path / "checkpoint_last.safetensors")["train_state"]["optimizer"]["param_groups"]
+    assert [g["initial_lr"] for g in groups] == pytest.approx([2e-3, 2e-3, 1e-3, 1e-3])
+    assert all(len(g["params"]) > 0 for g in groups)
+    cfg.train.max_updates = 3
+    assert run_training(cfg).step == 3

@@ -7,6 +7,8 @@
 #   fat-st     conf/st_lm_gemma_ctc_fatst.yaml, after FAT-MLM conf/fat_mlm_lm_gemma_ctc.yaml
 #   align      conf/st_lm_gemma_ctc_align.yaml       procrustes conf/st_lm_gemma_ctc_procrustes.yaml (MT run only)
 #   fusion     conf/st_lm_gemma_ctc_fusion.yaml      fusion-gate  the same, its gates starting at 0.5 (half the mix)
+#   fusion-fast  fusion-gate with the fusion's gates and layer weights at 50x the learning rate (train.lr_scale),
+#              so that a handful of scalars move as far in 200 updates as the adapters' matrices do
 #   NAME-bf16  NAME trained with train.precision=bf16 (a row to compare bf16 runs with at equal precision)
 # Every system starts from the MT run (--mt, decoder.) and the CTC run (--ctc, speech_encoder.,ctc_head.) of stage 15
 # (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A killed run resumes where
@@ -49,7 +51,7 @@ start="\"$mt:decoder.\", \"$ctc:speech_encoder.,ctc_head.\""
 conf_of() {  # a system's config
     case "$1" in
         *-bf16) conf_of "${1%-bf16}" ;;
-        fusion-gate) echo conf/st_lm_gemma_ctc_fusion.yaml ;;
+        fusion-gate|fusion-fast) echo conf/st_lm_gemma_ctc_fusion.yaml ;;
         baseline) echo conf/st_lm_gemma_ctc.yaml ;;
         fat-st) echo conf/st_lm_gemma_ctc_fatst.yaml ;;
         xstnet|lut|chimera|align|procrustes|fusion) echo "conf/st_lm_gemma_ctc_$1.yaml" ;;
@@ -60,7 +62,11 @@ conf_of() {  # a system's config
 variant_overrides() {  # what a system's name adds to its config
     local name=$1
     if [[ $name == *-bf16 ]]; then printf 'train.precision=bf16 '; name=${name%-bf16}; fi
-    case "$name" in fusion-gate) echo "model.fusion.gate=0.5" ;; *) echo ;; esac
+    case "$name" in
+        fusion-gate) echo "model.fusion.gate=0.5" ;;
+        fusion-fast) echo 'model.fusion.gate=0.5 train.lr_scale={"fusion.*":50}' ;;
+        *) echo ;;
+    esac
 }
 
 train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME; a killed run resumes, a finished one is kept
