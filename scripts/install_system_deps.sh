@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# System packages for the synthetic corpora: text sources (Debian main), espeak-ng and flite, and the non-free
+# System packages for the synthetic corpora: text sources (Debian main; fortunes-de: German text for
+# back-translation, `speechmt synth-mono`), espeak-ng and flite, and the non-free
 # voices (pico, mbrola), which are installed from Debian's non-free component without touching /etc/apt.
 # GNOME's user help (gnome-user-docs, CC-BY-SA 3.0) depends on its browser and a web engine (60+ packages):
 # its .deb is unpacked, English, German and Spanish pages only, under $SPEECHMT_HOME/debian/gnome-user-docs.
 set -euo pipefail
-MAIN_PKGS=(espeak-ng flite trans-de-en diatheke sword-text-web sword-text-sparv debian-reference-en debian-reference-de)
+MAIN_PKGS=(espeak-ng flite trans-de-en fortunes-de diatheke sword-text-web sword-text-sparv debian-reference-en debian-reference-de)
 NONFREE_PKGS=(libttspico-utils mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-de2 mbrola-de6)
 
 missing() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done; }
