@@ -144,7 +144,10 @@ class LMDecoder(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """hidden (..., D) -> logits (..., V') over the trimmed vocabulary: the LM's output rows `vocab`."""
-        logits = hidden @ self.head_weight().to(hidden.dtype).t()
+        # through a 2-D view: a 3-D `hidden` that is not contiguous (a slice of positions) would make matmul
+        # expand the (V', D) weight to every row (a copy of B x V' x D values) instead of folding the batch
+        logits = (hidden.reshape(-1, hidden.size(-1)) @ self.head_weight().to(hidden.dtype).t()).view(
+            *hidden.shape[:-1], -1)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -50,6 +50,7 @@ def test_cross_attention_projected_once():
     first = cache.layers[0].cross_kv
     model.decode(tokens[:, 1:2], enc, cache)
     assert cache.layers[0].cross_kv is first
+    assert all(t.is_contiguous() for t in first)  # read at every step: stored contiguous
     assert cache.layers[0].self_kv[0].shape == (3, 2, 2, 32)  # (B, H, t, D/H)
 
 

@@ -1,12 +1,16 @@
 import math
 
+import pytest
 import torch
+import torch.nn.functional as F
 
+from speechmt.models import layers
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.models.layers import (
     MultiHeadAttention,
     SinusoidalPositionalEncoding,
     TransformerEncoderLayer,
+    _few_query_attention,
     causal_mask,
     embedding,
     key_padding_mask,
@@ -54,6 +58,41 @@ def test_attention_matches_naive_softmax_with_padding():
     ref = attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(3, 5, 16))
     assert out.shape == (3, 5, 16)
     assert (out - ref).abs().max() < 1e-5
+
+
+def test_few_query_attention_equals_the_fused_kernel():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4, 2, 16), torch.randn(3, 4, 7, 16), torch.randn(3, 4, 7, 16)
+    mask = key_padding_mask(torch.tensor([7, 4, 0]), 7)  # row 2 may attend to no key
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = _few_query_attention(q, k, v, mask)
+    assert out.shape == (3, 4, 2, 16)
+    assert (out - ref).abs().max() < 1e-6
+    assert torch.equal(out[2], torch.zeros(4, 2, 16))  # zeros, as the fused kernel gives
+    assert (_few_query_attention(q, k, v, None) - F.scaled_dot_product_attention(q, k, v)).abs().max() < 1e-6
+    bf = _few_query_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+    assert bf.dtype == torch.bfloat16 and (bf.float() - ref).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("training, n_queries, few", [(False, 1, True), (False, layers.FEW_QUERIES, True),
+                                                       (False, layers.FEW_QUERIES + 1, False), (True, 1, False)])
+def test_attention_takes_the_few_query_path_out_of_training_only(monkeypatch, training, n_queries, few):
+    calls = []
+    monkeypatch.setattr(layers, "_few_query_attention", lambda *a: calls.append(a) or _few_query_attention(*a))
+    attn = MultiHeadAttention(16, 4).train(training)
+    out = attn(torch.randn(2, n_queries, 16), torch.randn(2, 5, 16), key_padding_mask(torch.tensor([5, 3]), 5))
+    assert out.shape == (2, n_queries, 16)
+    assert len(calls) == int(few)
+
+
+@torch.no_grad()
+def test_one_query_at_a_time_equals_all_queries_at_once():
+    attn = MultiHeadAttention(16, 4).eval()
+    n = layers.FEW_QUERIES + 4  # all at once: the fused kernel; one at a time: the few-query products
+    x, memory, mask = torch.randn(3, n, 16), torch.randn(3, 9, 16), key_padding_mask(torch.tensor([9, 4, 1]), 9)
+    whole = attn(x, memory, mask)
+    single = torch.cat([attn(x[:, i: i + 1], memory, mask) for i in range(n)], dim=1)
+    assert (whole - single).abs().max() < 1e-5
 
 
 def test_encoder_layer_padding_does_not_leak():

@@ -163,6 +163,19 @@ def test_lna_trains_the_lms_norms_and_attention_projections(lm_dir, tok):
     assert not any("mlp" in n or "embed" in n for n in trained)
 
 
+@torch.no_grad()
+def test_logits_of_a_sliced_batch_equal_the_rows_products(lm_dir, tok):
+    dec = lm_model(lm_dir, tok, finetune="frozen").decoder
+    hidden = torch.randn(3, 5, dec.lm.config.hidden_size)[:, 1:4]  # not contiguous: a slice of positions
+    logits = dec.logits(hidden)
+    head = dec.lm.get_output_embeddings().weight[dec.vocab]
+    ref = torch.einsum("btd,vd->btv", hidden, head)
+    if dec.softcap:
+        ref = torch.tanh(ref / dec.softcap) * dec.softcap
+    assert logits.shape == (3, 3, len(dec.vocab))
+    assert (logits - ref).abs().max() < 1e-4
+
+
 def test_the_trimmed_head_is_gathered_once_and_again_after_the_weights_change(lm_dir, tok):
     model = lm_model(lm_dir, tok, finetune="lora", lora=dict(rank=4, targets=["q_proj"]))
     dec = model.decoder

@@ -372,7 +372,8 @@ class WhisperAsrEncoder(nn.Module):
         candidate piece's LM embedding."""
         first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
         first[:, 0] = True
-        logits = self._allowed(self.decoder.output(before).float(), first)
+        # contiguous: a sliced 3-D input makes nn.Linear expand the (V, H) weight to every row instead of folding
+        logits = self._allowed(self.decoder.output(before.contiguous()).float(), first)
         logits[..., self.eos_id] = float("-inf")
         top, ids = logits.topk(min(TOP_K, self.eos_id), dim=-1)  # (B, U, K)
         vectors = self._pieces[0](ids)  # (B, U, K, D)
