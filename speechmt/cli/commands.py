@@ -343,12 +343,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         asr, mt = load_cascade(*args.cascade, args.device, args.dtype)
         report = evaluate_cascade(asr, mt, args.data, args.split, args.beam, out, args.max_tokens, args.name,
-                                  skip_bad_audio=args.skip_bad_audio, comet_model=args.comet, **_decode_kwargs(args))
+                                  skip_bad_audio=args.skip_bad_audio, comet_model=args.comet, limit=args.limit,
+                                  **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     else:
         lm = load_model(args.model, args.device, args.task, args.dtype)
         report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
-                          args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio, comet_model=args.comet)
+                          args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio, comet_model=args.comet,
+                          limit=args.limit)
     for score in report.metrics.values():
         print(f"{score.name} = {score.score:.2f}  ({score.signature})")
     if report.extra.get("comet_skipped"):

@@ -343,8 +343,8 @@ def _evaluate(sub) -> None:
                     "package, pip install 'speechmt[comet]'): a checkpoint file, a model folder, or a name to "
                     "download such as Unbabel/wmt22-comet-da; without it a line says COMET was skipped")
     _add_simultaneous_options(ev, several=True)
-    ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="with --simultaneous: only the first N "
-                    "utterances of the split")
+    ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the "
+                    "split (manifest order)")
     ev.add_argument("--compare", nargs="+", metavar="FOLDER", help="with --simultaneous: report folders of earlier "
                     "runs whose quality-latency rows (quality_latency.json) join this run's table and plot")
     ev.set_defaults(func=commands.cmd_evaluate, check=_check_evaluate, parser=ev)

@@ -185,8 +185,10 @@ def _search_facts(lm: LoadedModel, options: DecodeOptions) -> dict:
 
 def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathLike, split: str, beam: int = 5,
                      out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-                     skip_bad_audio: bool = False, comet_model: str | None = None, **decode) -> EvalReport:
-    """Scores the cascade on a split: `asr` transcribes the stored features, `mt` translates the transcripts.
+                     skip_bad_audio: bool = False, comet_model: str | None = None, limit: int | None = None,
+                     **decode) -> EvalReport:
+    """Scores the cascade on a split (its first `limit` utterances): `asr` transcribes the stored features, `mt`
+    translates the transcripts.
 
     BLEU and chrF against the translations; the transcripts' WER is kept in `extra` beside the timing of
     both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts. COMET (against the
@@ -194,7 +196,7 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
     check_cascade(asr, mt)
     asr_options, mt_options = asr.decode_options(beam, **decode), mt.decode_options(beam, **decode)
     bad = _bad_audio(asr, data_dir, split, skip_bad_audio)
-    records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens,
+    records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens, limit,
                                                         exclude={r.id for r in bad})
     start = time.perf_counter()
     hyps = translate_texts(mt, transcripts, mt_options)

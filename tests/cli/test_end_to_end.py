@@ -45,6 +45,13 @@ def test_cli_average_evaluate_translate(trained, tiny_data, capsys, tmp_path):
     report = json.loads((tmp_path / "ev/report.json").read_text())
     assert report["n"] == 6 and report["metrics"]["BLEU"]["score"] == pytest.approx(100.0)
     assert (tmp_path / "RESULTS.md").read_text().count("| train |") == 1
+    assert main(["evaluate", "--model", str(trained / "checkpoint_last.safetensors"), "--data", str(tiny_data),
+                 "--split", "train", "--limit", "2", "--out", str(tmp_path / "ev2")]) == 0
+    capsys.readouterr()
+    report = json.loads((tmp_path / "ev2/report.json").read_text())
+    ids = [json.loads(line)["id"] for line in (tiny_data / "train.jsonl").read_text().splitlines()]
+    assert report["n"] == 2
+    assert [line.split("\t")[0] for line in (tmp_path / "ev2/results.tsv").read_text().splitlines()[1:]] == ids[:2]
     from tests.conftest import ASSETS
 
     wav = ASSETS / "mustc/en-de/data/train/wav/ted_1.wav"

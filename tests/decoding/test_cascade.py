@@ -56,6 +56,10 @@ def test_cli_evaluate_and_translate_cascade(pair, tiny_data, tmp_path, capsys):
     assert report["n"] == 6 and report["extra"]["task"] == "cascade"
     assert report["extra"]["decode_seconds"] == pytest.approx(report["extra"]["asr_seconds"] +
                                                               report["extra"]["mt_seconds"], abs=2e-3)
+    assert main(["evaluate", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
+                 "--limit", "3", "--out", str(tmp_path / "ev3")]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "ev3/report.json").read_text())["n"] == 3
     wav = read_manifest(tiny_data / "train.jsonl")[0].audio
     assert main(["translate", wav, "--cascade", *pair, "--format", "json"]) == 0
     line = json.loads(capsys.readouterr().out.strip())
