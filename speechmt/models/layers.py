@@ -91,8 +91,11 @@ class LearnedPositionalEmbedding(nn.Module):
 
 FEW_QUERIES = 16
 """Attention of at most this many queries per row, out of training (a decoding step: beams x new tokens), is
-computed with explicit products (`_few_query_attention`): on the CPU, scaled_dot_product_attention's fused kernel
-is several times slower there, most in bfloat16 (one query over 750 keys: 7.9 ms against 1.6 ms)."""
+computed with explicit products (`_few_query_attention`), whose float32 softmax also keeps bfloat16 decoding at
+float32's quality. On the CPU over contiguous keys and values (the decoder's caches) the fused kernel is slower
+there, most in bfloat16 (one query over 750 keys: 7.5 ms against 1.5 ms; float32 2.2 against 1.6; level at 4-16
+queries); over transposed views (a step without a cache: the first) the products are 2-3x slower, which the cached
+steps repay (benchmarks/bench_step_attention.py)."""
 
 
 def _few_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
