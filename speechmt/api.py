@@ -83,7 +83,8 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
               task: Literal["st", "asr"] | None = None, device: str | None = None, beam: int = 5, nbest: int = 1,
               len_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
               batch_size: int = 16, max_chunk_seconds: float = 20.0, cut_pauses: float = 0.0,
-              errors: Literal["raise", "keep"] = "raise") -> list[Translation]:
+              errors: Literal["raise", "keep"] = "raise", mbr: Literal["chrf", "bleu"] | None = None,
+              mbr_samples: int = 0) -> list[Translation]:
     """Translates (or, for an ASR model or task="asr", transcribes) audio files or 16 kHz arrays, in order.
 
     The arguments are `speechmt translate`'s options, under the same rules and with the same one-line
@@ -110,6 +111,11 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
             (what `--format srt` does with 300); 0 to 10000; 0: only where a chunk would pass max_chunk_seconds.
         errors: "raise": an unreadable file raises speechmt.audio.AudioError (one line naming it); "keep":
             it gets an empty result with the reason in `error`, and the others are translated.
+        mbr: "chrf" or "bleu": minimum Bayes risk, each chunk's text the one of the beam's `beam` hypotheses
+            with the highest mean sentence score against the others (`nbest` then in that order); None: the
+            best-scoring hypothesis. Needs beam >= 2 or mbr_samples.
+        mbr_samples: with mbr, this many epsilon samples (epsilon 0.02) per chunk, 0 to 256, are the
+            references the beam's hypotheses are scored against (0: the beam itself).
 
     Task "asr" of a whisper_asr model (the bundled one) returns Whisper's own transcript, found by the encoder's
     search (encoder.asr_beam): beam, nbest and the length options, which drive the decoder's search, do not
@@ -133,6 +139,14 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
     pause_ms = _checked("cut_pauses", opt.number(0, 10000), cut_pauses)
     if errors not in ("raise", "keep"):
         raise OptionError(f"errors: invalid value {str(errors)!r}: expected raise or keep")
+    if mbr not in (None, "chrf", "bleu"):
+        raise OptionError(f"mbr: invalid value {str(mbr)!r}: expected chrf, bleu or None")
+    samples = _checked("mbr_samples", opt.integer(0, opt.MAX_BEAM), mbr_samples)
+    if samples and not mbr:
+        raise OptionError("mbr_samples: only with mbr (chrf or bleu)")
+    if mbr and beam < 2 and not samples:
+        raise OptionError(f"mbr: needs a beam of 2 or more hypotheses, or mbr_samples, to choose from (beam is {beam})")
+    decode.update(mbr=mbr, samples=samples)
     task = _task(task, TRANSLATE_TASKS)
     lm = _model(model, task, None if device is None else _device(device))
     limit = lm.max_input_seconds

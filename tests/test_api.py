@@ -24,7 +24,7 @@ from speechmt.pretrained import DEFAULT_MODEL
 
 ROOT = Path(__file__).parents[1]
 OPTIONS = {"task", "device", "beam", "nbest", "len_penalty", "max_len_a", "max_len_b", "min_len", "batch_size",
-           "max_chunk_seconds", "cut_pauses", "errors"}
+           "max_chunk_seconds", "cut_pauses", "errors", "mbr", "mbr_samples"}
 
 
 def test_version_is_the_package_metadata(capsys):
@@ -50,7 +50,7 @@ def test_translate_names_typed_keyword_options_with_the_cli_defaults():
     assert sig.return_annotation == "list[Translation]"
     cli = parse_args(["translate", "a.wav"])
     for name in ("beam", "nbest", "len_penalty", "max_len_a", "max_len_b", "batch_size", "max_chunk_seconds",
-                 "task"):
+                 "task", "mbr", "mbr_samples"):
         assert params[name].default == getattr(cli, name), name
     doc = inspect.getdoc(speechmt.translate)
     assert all(f"    {name}" in doc or f", {name}:" in doc for name in [*OPTIONS, "model", "inputs"])
@@ -74,7 +74,8 @@ BAD = [({"beam": 0}, ["--beam", "0"]), ({"beam": 2.5}, ["--beam", "2.5"]), ({"be
        ({"max_len_b": 2.5}, ["--max-len-b", "2.5"]), ({"batch_size": 0}, ["--batch-size", "0"]),
        ({"max_chunk_seconds": 1}, ["--max-chunk-seconds", "1"]),
        ({"max_chunk_seconds": float("inf")}, ["--max-chunk-seconds", "inf"]),
-       ({"cut_pauses": -1}, ["--cut-pauses", "-1"]), ({"cut_pauses": 2e4}, ["--cut-pauses", "20000.0"])]
+       ({"cut_pauses": -1}, ["--cut-pauses", "-1"]), ({"cut_pauses": 2e4}, ["--cut-pauses", "20000.0"]),
+       ({"mbr_samples": -1}, ["--mbr-samples", "-1"])]
 
 
 @pytest.mark.parametrize("kwargs,argv", BAD, ids=[next(iter(k)) + "=" + a[1] for k, a in BAD])
@@ -100,6 +101,13 @@ def test_bad_device_task_and_errors():
         speechmt.load_model(task="xx")
     with pytest.raises(speechmt.OptionError, match="^errors: invalid value 'ignore': expected raise or keep$"):
         speechmt.translate(None, "a.wav", errors="ignore")
+    with pytest.raises(speechmt.OptionError, match="^mbr: invalid value 'ter': expected chrf, bleu or None$"):
+        speechmt.translate(None, "a.wav", mbr="ter")
+    with pytest.raises(speechmt.OptionError, match=r"^mbr: needs a beam of 2 or more hypotheses, or mbr_samples, to "
+                                                   r"choose from \(beam is 1\)$"):
+        speechmt.translate(None, "a.wav", mbr="chrf", beam=1)
+    with pytest.raises(speechmt.OptionError, match=r"^mbr_samples: only with mbr \(chrf or bleu\)$"):
+        speechmt.translate(None, "a.wav", mbr_samples=4)
 
 
 def test_a_loaded_model_keeps_its_task_device_and_input_limit():

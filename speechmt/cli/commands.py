@@ -166,7 +166,8 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def _decode_kwargs(args: argparse.Namespace) -> dict:
-    return {"max_len_a": args.max_len_a, "max_len_b": args.max_len_b, "len_penalty": args.len_penalty}
+    return {"max_len_a": args.max_len_a, "max_len_b": args.max_len_b, "len_penalty": args.len_penalty, "mbr": args.mbr,
+            "samples": args.mbr_samples}
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
@@ -415,7 +416,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     cfg = BenchmarkConfig(data=args.data, split=args.split, models=tuple(args.model),
                           cascades=tuple(tuple(c) for c in args.cascade), peers=tuple(args.peer),
                           compare=tuple(args.compare), names=tuple(args.name), tasks=tuple(args.task), beam=args.beam,
-                          max_tokens=args.max_tokens, limit=args.limit, threads=args.threads, device=args.device, dtype=args.dtype,
+                          mbr=args.mbr, mbr_samples=args.mbr_samples, max_tokens=args.max_tokens, limit=args.limit,
+                          threads=args.threads, device=args.device, dtype=args.dtype,
                           edges=tuple(args.buckets), analyses=tuple(args.analysis))
     bench, hyps = run_benchmark(cfg)
     written = write_benchmark(bench, args.out, hyps)

@@ -46,11 +46,32 @@ def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoin
                    help=f"b from 0 to {opt.MAX_OUTPUT_TOKENS} (default: 200)")
     p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
                    help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
+    _add_mbr_option(p)
     p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
     _add_dtype_option(p)
     p.add_argument("--task", choices=tasks, help="what a multi-task --model does: st translates, asr transcribes"
                    + (", mt translates the transcripts (text input)" if "mt" in tasks else "")
                    + " (default: the model's own task)")
+
+
+def _add_mbr_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mbr", choices=("chrf", "bleu"),
+                   help="minimum Bayes risk: of the beam's --beam hypotheses, output the one with the highest mean "
+                   "sentence chrF (or BLEU) against the others (default: the best-scoring hypothesis)")
+    p.add_argument("--mbr-samples", type=opt.integer(0, opt.MAX_BEAM), default=0, metavar="N",
+                   help="with --mbr: draw N epsilon samples (epsilon 0.02) per utterance and choose the beam "
+                   "hypothesis with the highest mean score against them (default: 0: against the beam itself)")
+
+
+def _check_mbr(args: argparse.Namespace) -> str | None:
+    if args.mbr_samples and not args.mbr:
+        return "argument --mbr-samples: only with --mbr (chrf or bleu)"
+    if args.mbr and args.beam < 2 and not args.mbr_samples:
+        return (f"argument --mbr: needs a beam of 2 or more hypotheses, or --mbr-samples, to choose from (--beam is "
+                f"{args.beam})")
+    if args.mbr and getattr(args, "simultaneous", None):
+        return "argument --mbr: not with --simultaneous (it writes one hypothesis as the audio arrives)"
+    return None
 
 
 def _add_dtype_option(p: argparse.ArgumentParser) -> None:
@@ -76,6 +97,9 @@ def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None
 
 
 def _check_simultaneous(args: argparse.Namespace) -> str | None:
+    mbr = _check_mbr(args)
+    if mbr:
+        return mbr
     if args.simultaneous is None:
         if args.k is not None:
             return "argument --k: only with --simultaneous"
@@ -138,6 +162,9 @@ def _check_task(args: argparse.Namespace) -> str | None:
 
 
 def _check_benchmark(args: argparse.Namespace) -> str | None:
+    mbr = _check_mbr(args)
+    if mbr:
+        return mbr
     edges = args.buckets
     if any(b <= a for a, b in zip(edges, edges[1:])):
         return f"argument --buckets: invalid value '{' '.join(f'{e:g}' for e in edges)}': expected increasing seconds"
@@ -377,6 +404,7 @@ def _benchmark(sub) -> None:
     bench.add_argument("--out", required=True, help="output folder")
     bench.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the split")
     bench.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5)
+    _add_mbr_option(bench)
     bench.add_argument("--max-tokens", type=opt.integer(1, opt.MAX_TOKENS), default=20000,
                        help="feature frames per decoding batch")
     bench.add_argument("--threads", type=opt.integer(1, 1024),

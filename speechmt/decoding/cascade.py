@@ -14,9 +14,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from speechmt.decoding.search import DecodeOptions, search
+from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.segment import SegmentConfig
-from speechmt.decoding.translate import LoadedModel, Translation, encode_texts, load_model, translate
+from speechmt.decoding.translate import LoadedModel, Translation, decode_encoded, encode_texts, load_model, translate
 from speechmt.checkpoint import CheckpointError
 
 
@@ -58,9 +58,14 @@ def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOption
     for b in range(0, len(order), batch_size):
         idx = order[b:b + batch_size]
         enc = encode_texts(mt, [texts[i] for i in idx])
-        for i, nbest in zip(idx, search(mt.model, enc, options)):
-            out[i] = mt.tokenizer.decode(nbest[0])
+        for i, nbest in zip(idx, decode_encoded(mt, enc, options)[0]):
+            out[i] = nbest[0]
     return out
+
+
+def asr_stage_options(options: dict) -> dict:
+    """A cascade's decoding options for its ASR stage: MBR (a translation utility) applies to the MT stage only."""
+    return {k: v for k, v in options.items() if k not in ("mbr", "samples")}
 
 
 def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
@@ -69,11 +74,13 @@ def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | 
     """Transcribes audio files or 16 kHz arrays with `asr`, then translates each chunk's transcript with `mt`.
 
     Returns one Translation per input: `text` the joined chunk translations, `transcript` the joined
-    transcripts, `chunks` the chunk boundaries (seconds), `chunk_texts` their translations. `errors` as in `translate`: "keep" gives an
+    transcripts, `chunks` the chunk boundaries (seconds), `chunk_texts` their translations. An `mbr` option
+    chooses the MT stage's outputs only. `errors` as in `translate`: "keep" gives an
     unreadable file an empty Translation with its `error`.
     """
     check_cascade(asr, mt)
-    heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, errors=errors, **options)
+    heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, errors=errors,
+                      **asr_stage_options(options))
     pieces = [t for r in heard for t in r.chunk_texts]
     translated = iter(translate_texts(mt, pieces, mt.decode_options(beam, **options)))
     out = []

@@ -45,6 +45,10 @@ class DecodeOptions:
     pad_id: int = 0
     start_id: int | None = None  # the decoder's first input; None: bos_id
     suppress: tuple[int, ...] = ()  # ids never generated besides pad and bos (Whisper: special tokens)
+    mbr: str | None = None  # "chrf" or "bleu": the beam's K hypotheses come back, for MBR selection (mbr.py)
+    samples: int = 0  # with mbr: this many epsilon samples per utterance, the MBR pseudo-references
+    epsilon: float = 0.02  # the samples' truncation: tokens below this probability are never drawn
+    seed: int = 0  # the samples' random generator
 
     def __post_init__(self):
         object.__setattr__(self, "prefix", tuple(self.prefix))
@@ -53,6 +57,17 @@ class DecodeOptions:
             raise ValueError(f"need beam_size >= 1 and 1 <= nbest <= beam_size; got {self.beam_size}, {self.nbest}")
         if self.min_len < 0:
             raise ValueError(f"min_len must be >= 0; got {self.min_len}")
+        if self.mbr is not None and self.mbr not in ("chrf", "bleu"):
+            raise ValueError(f"mbr must be chrf, bleu or None; got {self.mbr!r}")
+        if self.samples < 0 or (self.samples and not self.mbr):
+            raise ValueError(f"samples must be >= 0, and only with mbr; got {self.samples} (mbr {self.mbr!r})")
+        if not 0.0 <= self.epsilon < 1.0:
+            raise ValueError(f"epsilon must be in [0, 1); got {self.epsilon}")
+
+    @property
+    def returned(self) -> int:
+        """Hypotheses the search returns per utterance: nbest, or the whole beam for MBR selection."""
+        return self.beam_size if self.mbr else self.nbest
 
     def max_lengths(self, source_lengths: Tensor) -> Tensor:
         """(B,) source lengths -> (B,) int64 maximum numbers of generated tokens."""
@@ -112,6 +127,32 @@ def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
 @torch.no_grad()
 def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[int]]:
     """Most probable token at each step, for B utterances at once -> B token lists (beam_size unused)."""
+    return _token_by_token(model, enc, options, lambda lprobs: lprobs.argmax(dim=-1))
+
+
+@torch.no_grad()
+def epsilon_samples(model: Translator, enc: EncoderOutput, options: DecodeOptions) -> list[list[list[int]]]:
+    """`options.samples` ancestral samples per utterance, each token drawn among those of probability at least
+    `options.epsilon` (epsilon sampling: Hewitt et al. 2022; as MBR's pseudo-references, Freitag et al. 2023)
+    -> B lists of token lists. Seeded by `options.seed`: the same batch gives the same samples."""
+    b, k = enc.lengths.size(0), options.samples
+    rows = torch.arange(b, device=enc.x.device).repeat_interleave(k)
+    generator = torch.Generator(device=enc.x.device).manual_seed(options.seed)
+    drawn = _token_by_token(model, enc.select(rows), options, lambda lp: _epsilon_draw(lp, options.epsilon, generator))
+    return [drawn[i * k:(i + 1) * k] for i in range(b)]
+
+
+def _epsilon_draw(lprobs: Tensor, epsilon: float, generator: torch.Generator) -> Tensor:
+    """(R, V) log-probs -> (R,) tokens drawn from each row's distribution less the tokens below `epsilon`
+    (renormalised; the most probable token always stays)."""
+    probs = lprobs.exp()
+    keep = (probs >= epsilon) | (probs == probs.max(dim=-1, keepdim=True).values)
+    return torch.multinomial(probs * keep, 1, generator=generator)[:, 0]
+
+
+def _token_by_token(model: Translator, enc: EncoderOutput, options: DecodeOptions, choose) -> list[list[int]]:
+    """One token per step for each of the B rows, chosen by `choose` ((B, V) constrained log-probs -> (B,)),
+    until EOS or the row's maximum length -> B token lists."""
     n = enc.lengths.size(0)
     if n == 0:
         return []
@@ -121,7 +162,7 @@ def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions 
     steps = []
     for step in range(int(max_lens.max()) + 1):
         lprobs = constrain(next_log_probs(model, inputs, enc, cache), step, max_lens, options)
-        tokens = lprobs.argmax(dim=-1).masked_fill(done, options.eos_id)  # (B,)
+        tokens = choose(lprobs).masked_fill(done, options.eos_id)  # (B,)
         steps.append(tokens)
         done |= tokens == options.eos_id
         if done.all():
@@ -167,7 +208,7 @@ class BeamSearch:
                 break
             beams = self._advance(beams, searching, cand_scores, cand_beams, cand_tokens)
             inputs = beams.history[:, -1:]
-        n = self.options.nbest
+        n = self.options.returned
         return [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[:n] for hyps in finished]
 
     def _start(self, enc: EncoderOutput) -> _Beams:
@@ -237,8 +278,13 @@ def beam_search(model: Translator, enc: EncoderOutput,
 
 
 def search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[list[int]]]:
-    """The one dispatch every caller uses: greedy search when beam_size and nbest are 1, beam search
-    otherwise -> per utterance its n-best token ids (eos stripped), best first."""
-    if options.beam_size == 1 and options.nbest == 1:
-        return [[tokens] for tokens in greedy_search(model, enc, options)]
-    return [[h.tokens for h in hyps] for hyps in beam_search(model, enc, options)]
+    """The one dispatch every caller uses: greedy search when beam_size is 1 (nbest is then 1), beam search
+    otherwise -> per utterance its n-best token ids (the whole beam with `mbr`; eos stripped), best first,
+    then with `samples` that many epsilon samples."""
+    if options.beam_size == 1:
+        found = [[tokens] for tokens in greedy_search(model, enc, options)]
+    else:
+        found = [[h.tokens for h in hyps] for hyps in beam_search(model, enc, options)]
+    if options.samples:
+        return [f + drawn for f, drawn in zip(found, epsilon_samples(model, enc, options))]
+    return found

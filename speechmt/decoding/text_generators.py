@@ -55,15 +55,14 @@ class CheckpointGenerator:
 
     @torch.no_grad()
     def __call__(self, texts: Sequence[str]) -> list[str]:
-        from speechmt.decoding.search import search
-        from speechmt.decoding.translate import encode_texts
+        from speechmt.decoding.translate import decode_encoded, encode_texts
 
         out = [""] * len(texts)
         todo = [i for i, t in enumerate(texts) if t.strip()]
         if todo:
             enc = encode_texts(self.lm, [texts[i] for i in todo])
-            for i, nbest in zip(todo, search(self.lm.model, enc, self.options)):
-                out[i] = self.lm.tokenizer.decode(nbest[0])
+            for i, nbest in zip(todo, decode_encoded(self.lm, enc, self.options)[0]):
+                out[i] = nbest[0]
         return out
 
 

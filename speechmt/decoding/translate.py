@@ -24,6 +24,7 @@ from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resa
 from speechmt.data.batching import collate_sequences
 from speechmt.bundle import ModelBundle
 from speechmt.frontend import Frontend
+from speechmt.decoding.mbr import mbr_order
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
 from speechmt.models.build import build_model
@@ -205,8 +206,19 @@ def decode_inputs(lm: LoadedModel, inputs: list[torch.Tensor],
 @torch.no_grad()
 def decode_encoded(lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions) -> tuple[list[list[str]], list[int]]:
     """An encoder output (speech or text) -> each row's n-best texts, best first, and its length."""
-    nbest = search(lm.model, enc, options)
-    return [[lm.tokenizer.decode(tokens) for tokens in n] for n in nbest], enc.lengths.tolist()
+    return hypothesis_texts(lm, search(lm.model, enc, options), options), enc.lengths.tolist()
+
+
+def hypothesis_texts(lm: LoadedModel, nbest: list[list[list[int]]], options: DecodeOptions) -> list[list[str]]:
+    """The search's token ids per row -> each row's `options.nbest` texts, best first: by the search's score,
+    or with `options.mbr` by expected utility against the whole beam, or with `options.samples` against the
+    samples that follow the beam's hypotheses (speechmt.decoding.mbr)."""
+    texts = [[lm.tokenizer.decode(tokens) for tokens in n] for n in nbest]
+    if options.samples:  # the beam's hypotheses are the candidates, the samples the references
+        texts = [mbr_order(t[:len(t) - options.samples], options.mbr, t[len(t) - options.samples:]) for t in texts]
+    elif options.mbr:
+        texts = [mbr_order(t, options.mbr) for t in texts]
+    return [t[:options.nbest] for t in texts]
 
 
 def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:

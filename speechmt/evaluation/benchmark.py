@@ -72,6 +72,8 @@ class BenchmarkConfig:
     names: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
     beam: int = 5
+    mbr: str | None = None  # "chrf" or "bleu": each utterance's output chosen from the beam by MBR
+    mbr_samples: int = 0  # with mbr: epsilon samples per utterance, the references
     max_tokens: int = 20000
     limit: int | None = None
     threads: int | None = None
@@ -235,14 +237,22 @@ def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkC
     from speechmt.decoding.translate import load_model
 
     lm = load_model(path, cfg.device, task, cfg.dtype)
-    _, hyps, seconds, _ = decode_split(lm, cfg.data, cfg.split, lm.decode_options(cfg.beam), cfg.max_tokens,
-                                    len(records))
+    options = lm.decode_options(cfg.beam, mbr=cfg.mbr, samples=cfg.mbr_samples)
+    _, hyps, seconds, _ = decode_split(lm, cfg.data, cfg.split, options, cfg.max_tokens, len(records))
     params = sum(p.numel() for p in lm.model.parameters())
     row = _score_system(lm.task, hyps, records, cfg.edges, name=name, kind="model", source=str(path), params=params,
                         timed_utterances=len(records), decode_seconds=seconds,
                         audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
-                        threads=torch.get_num_threads(), device=_device_label(lm), commit=commit)
+                        threads=torch.get_num_threads(), device=_device_label(lm), commit=commit,
+                        notes=_mbr_note(cfg))
     return row, hyps
+
+
+def _mbr_note(cfg: BenchmarkConfig) -> str:
+    if not cfg.mbr:
+        return ""
+    against = f"{cfg.mbr_samples} epsilon samples" if cfg.mbr_samples else "each other"
+    return f"MBR ({cfg.mbr}): the beam's {cfg.beam} hypotheses scored against {against}"
 
 
 def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: BenchmarkConfig,
@@ -256,7 +266,7 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
     _, transcripts, asr_seconds, _ = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
                                                cfg.max_tokens, len(records))
     start = time.perf_counter()
-    hyps = translate_texts(mt, transcripts, mt.decode_options(cfg.beam))
+    hyps = translate_texts(mt, transcripts, mt.decode_options(cfg.beam, mbr=cfg.mbr, samples=cfg.mbr_samples))
     seconds = asr_seconds + time.perf_counter() - start
     params = sum(p.numel() for m in (asr, mt) for p in m.model.parameters())
     row = _score_system("st", hyps, records, cfg.edges, name=f"cascade {_default_name(asr_path)} -> "
@@ -264,7 +274,7 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
                         timed_utterances=len(records), decode_seconds=seconds,
                         audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
                         threads=torch.get_num_threads(), device=_device_label(asr), commit=commit,
-                        notes="ASR transcripts translated by the MT model")
+                        notes="ASR transcripts translated by the MT model" + (f"; {_mbr_note(cfg)}" if cfg.mbr else ""))
     return row, hyps
 
 

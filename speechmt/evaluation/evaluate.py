@@ -27,7 +27,7 @@ from speechmt.audio import AudioError, FbankConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
 from speechmt.data.manifest import Record, read_manifest, record_audio, split_manifest
-from speechmt.decoding.cascade import check_cascade, translate_texts
+from speechmt.decoding.cascade import asr_stage_options, check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.translate import LoadedModel, decode_encoded, decode_inputs, encode_texts
 from speechmt.frontend import FbankFrontend
@@ -194,7 +194,7 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
     both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts. COMET (against the
     gold source texts) as in `evaluate`."""
     check_cascade(asr, mt)
-    asr_options, mt_options = asr.decode_options(beam, **decode), mt.decode_options(beam, **decode)
+    asr_options, mt_options = asr.decode_options(beam, **asr_stage_options(decode)), mt.decode_options(beam, **decode)
     bad = _bad_audio(asr, data_dir, split, skip_bad_audio)
     records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens, limit,
                                                         exclude={r.id for r in bad})

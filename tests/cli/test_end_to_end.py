@@ -34,6 +34,22 @@ def test_overfit_model_translates_its_training_audio_exactly(trained, tiny_data)
 
 
 @pytest.mark.slow
+def test_mbr_chooses_from_the_beam_by_expected_chrf(trained, tiny_data):
+    """The API's mbr="chrf" output is mbr_order of the same beam's 4 hypotheses (not always the beam's best: the
+    overfit model's beam holds its target and near variants, and the consensus can be a variant)."""
+    from speechmt.audio import read_audio
+    from speechmt.decoding.mbr import mbr_order
+
+    lm = load_model(trained / "checkpoint_last.safetensors")
+    waves = [read_audio(r.audio, r.offset, r.duration) for r in read_manifest(tiny_data / "train.jsonl")]
+    beams = translate(lm, waves, beam=4, nbest=4)
+    chosen = translate(lm, waves, beam=4, nbest=2, mbr="chrf")
+    assert all(len(b.nbest) == 4 for b in beams)
+    assert [c.nbest for c in chosen] == [mbr_order(b.nbest, "chrf")[:2] for b in beams]
+    assert [c.text for c in chosen] == [c.nbest[0] for c in chosen]
+
+
+@pytest.mark.slow
 def test_cli_average_evaluate_translate(trained, tiny_data, capsys, tmp_path):
     assert main(["average", str(trained), "--last", "2", "--out", str(trained / "avg.safetensors")]) == 0
     out = capsys.readouterr().out
@@ -52,6 +68,12 @@ def test_cli_average_evaluate_translate(trained, tiny_data, capsys, tmp_path):
     ids = [json.loads(line)["id"] for line in (tiny_data / "train.jsonl").read_text().splitlines()]
     assert report["n"] == 2
     assert [line.split("\t")[0] for line in (tmp_path / "ev2/results.tsv").read_text().splitlines()[1:]] == ids[:2]
+    # MBR over the beam: the report keeps the setting; the choice is checked in test_mbr_chooses_from_the_beam
+    assert main(["evaluate", "--model", str(trained / "checkpoint_last.safetensors"), "--data", str(tiny_data),
+                 "--split", "train", "--limit", "3", "--beam", "4", "--mbr", "chrf", "--out", str(tmp_path / "ev3")]) == 0
+    assert "BLEU = " in capsys.readouterr().out
+    report = json.loads((tmp_path / "ev3/report.json").read_text())
+    assert report["n"] == 3 and report["extra"]["decode"]["mbr"] == "chrf" and report["extra"]["decode"]["beam_size"] == 4
     from tests.conftest import ASSETS
 
     wav = ASSETS / "mustc/en-de/data/train/wav/ted_1.wav"

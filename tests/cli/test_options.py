@@ -53,6 +53,13 @@ CASES = [
       for cmd in (TRANSLATE, EVALUATE, BENCHMARK)],
     (BENCHMARK + ["--buckets=--"], "--buckets",
      ("expected at least one argument", "invalid value '--': expected a finite number")),
+    *[(cmd + ["--mbr", "chrf", "--beam", "1"], "--mbr",
+       "needs a beam of 2 or more hypotheses, or --mbr-samples, to choose from (--beam is 1)")
+      for cmd in (TRANSLATE, EVALUATE, BENCHMARK)],
+    *[(cmd + ["--mbr-samples", "4"], "--mbr-samples", "only with --mbr") for cmd in (TRANSLATE, EVALUATE, BENCHMARK)],
+    (EVALUATE + ["--mbr", "chrf", "--mbr-samples", "-1"], "--mbr-samples", "expected an integer from 0 to 256"),
+    *[(cmd + ["--mbr", "ter"], "--mbr", "invalid choice: 'ter'") for cmd in (TRANSLATE, EVALUATE, BENCHMARK)],
+    (TRANSLATE + ["--mbr", "bleu", "--simultaneous", "wait-k"], "--mbr", "not with --simultaneous"),
     (BENCHMARK + ["--limit", "0"], "--limit", "expected an integer from 1 to"),
     (BENCHMARK + ["--threads", "0"], "--threads", "expected an integer from 1 to 1024"),
     (BENCHMARK + ["--buckets", "2", "nan"], "--buckets", "expected a finite number > 0"),
