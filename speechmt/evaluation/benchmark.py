@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from speechmt.data.manifest import Record, read_split
-from speechmt.evaluation.evaluate import decode_split, references, score
+from speechmt.evaluation.evaluate import decode_split, one_line, references, score
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import git_commit, utc_now
 
@@ -266,7 +266,8 @@ def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: B
     _, transcripts, asr_seconds, _ = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
                                                cfg.max_tokens, len(records))
     start = time.perf_counter()
-    hyps = translate_texts(mt, transcripts, mt.decode_options(cfg.beam, mbr=cfg.mbr, samples=cfg.mbr_samples))
+    options = mt.decode_options(cfg.beam, mbr=cfg.mbr, samples=cfg.mbr_samples)
+    hyps = [one_line(h) for h in translate_texts(mt, transcripts, options)]
     seconds = asr_seconds + time.perf_counter() - start
     params = sum(p.numel() for m in (asr, mt) for p in m.model.parameters())
     row = _score_system("st", hyps, records, cfg.edges, name=f"cascade {_default_name(asr_path)} -> "

@@ -26,7 +26,7 @@ import torch
 from speechmt.audio import AudioError, FbankConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
-from speechmt.data.manifest import Record, read_manifest, record_audio, split_manifest
+from speechmt.data.manifest import ManifestError, Record, read_manifest, record_audio, split_manifest
 from speechmt.decoding.cascade import asr_stage_options, check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.translate import LoadedModel, decode_encoded, decode_inputs, encode_texts
@@ -61,6 +61,24 @@ def _decode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Pat
     return [n[0] for n in nbest], lengths
 
 
+def one_line(text: str) -> str:
+    """A hypothesis as one line of the report's line-aligned files: line breaks and tabs become spaces."""
+    return text.translate(_FLATTEN)
+
+
+_FLATTEN = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+
+
+def check_one_line(records: list[Record], manifest: Path) -> None:
+    """ManifestError, before any decoding, when an id or text of `records` holds a line break or tab (the
+    report's hyps.txt, refs.txt and results.tsv are one utterance a line)."""
+    for r in records:
+        for name, text in (("id", r.id), ("src_text", r.src_text), ("tgt_text", r.tgt_text)):
+            if any(c in text for c in "\n\r\t"):
+                raise ManifestError(f"{manifest}: utterance {r.id!r}: its {name} holds a line break or tab "
+                                    f"({text!r}); the report's files are one utterance a line")
+
+
 class DecodedSplit(NamedTuple):
     """A decoded split, all in record order: hypotheses, the decoding seconds, and the length of the
     decoder's memory (the encoder output it attends to, after any shrinking) for each utterance."""
@@ -80,13 +98,14 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     all_records, store = load_split(data_dir, split)
     keep = [i for i, r in enumerate(all_records[:limit]) if r.id not in exclude]  # indices into the store
     records = [all_records[i] for i in keep]
+    check_one_line(records, split_manifest(data_dir, split))
     hyps, memory = [""] * len(records), [0] * len(records)
     start = time.perf_counter()
     with Progress(len(records), f"decode {split} with {Path(lm.path).name}", "utt") as bar:
         for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
             texts, lengths = _decode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir, options)
             for j, text, length in zip(idx, texts, lengths):
-                hyps[j], memory[j] = text, length
+                hyps[j], memory[j] = one_line(text), length
             bar.update(len(idx))
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
 
@@ -199,7 +218,7 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
     records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens, limit,
                                                         exclude={r.id for r in bad})
     start = time.perf_counter()
-    hyps = translate_texts(mt, transcripts, mt_options)
+    hyps = [one_line(h) for h in translate_texts(mt, transcripts, mt_options)]
     mt_seconds = time.perf_counter() - start
     refs = references("st", records)
     audio = sum(r.duration for r in records)

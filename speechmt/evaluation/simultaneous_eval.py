@@ -11,13 +11,13 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from speechmt.data.manifest import read_split
+from speechmt.data.manifest import read_split, split_manifest
 from speechmt.data.manifest import record_audio
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError,
                                             SimultaneousResult, translate_stream)
 from speechmt.decoding.translate import LoadedModel
-from speechmt.evaluation.evaluate import references, score
+from speechmt.evaluation.evaluate import check_one_line, one_line, references, score
 from speechmt.evaluation.latency import Delays, corpus_latency, word_delays
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.progress import progress
@@ -44,6 +44,7 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
     JSON-lines file that keeps each finished utterance's streams (text, word delays, compute), so that a run
     killed midway resumes after its last finished utterance (`StreamJournal`)."""
     records = read_split(data_dir, split)[:limit]
+    check_one_line(records, split_manifest(data_dir, split))
     refs = references(lm.task, records)
     options = options or lm.decode_options(1)
     book = StreamJournal(journal, {"model": lm.path, "data": str(data_dir), "split": split,
@@ -62,7 +63,7 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
     audio = sum(s[0]["source_ms"] for s in streams) / 1000 if records else 0.0
     reports = []
     for i, (cfg, out_dir) in enumerate(zip(cfgs, out_dirs)):
-        hyp = [s[i]["text"] for s in streams]
+        hyp = [one_line(s[i]["text"]) for s in streams]
         items = [Delays(tuple(s[i]["delays"]), tuple(s[i]["elapsed"]), s[i]["source_ms"], len(ref.split()))
                  for s, ref in zip(streams, refs)]
         seconds = sum(s[i]["compute_ms"] for s in streams) / 1000

@@ -44,3 +44,45 @@ def test_memory_per_target_counts_pieces_plus_eos(tiny_data):
     assert m["mean_memory_length"] == 25.0
     assert m["mean_target_tokens"] == pytest.approx(sum(targets) / 2, abs=0.01)
     assert m["memory_per_target_token"] == pytest.approx((40 / targets[0] + 10 / targets[1]) / 2, abs=1e-3)
+
+
+def _copy_with_texts(tiny_data, tmp_path, changes: dict[int, dict]):
+    """The tiny data in tmp_path with record i of train.jsonl changed by changes[i]."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    lines = (data / "train.jsonl").read_text().splitlines()
+    for i, change in changes.items():
+        lines[i] = json.dumps({**json.loads(lines[i]), **change}, ensure_ascii=False)
+    (data / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return data
+
+
+@pytest.mark.parametrize("field", ["tgt_text", "src_text"])
+def test_a_text_with_a_line_break_stops_evaluation_before_any_decoding(tiny_data, tmp_path, monkeypatch, field):
+    import speechmt.evaluation.evaluate as ev
+    from speechmt.data.manifest import ManifestError
+
+    data = _copy_with_texts(tiny_data, tmp_path, {1: {field: "zwei\nZeilen"}})
+    monkeypatch.setattr(ev, "_decode_batch", lambda *a: pytest.fail("decoded before the texts were checked"))
+    lm = _loaded(tiny_data)
+    with pytest.raises(ManifestError, match=rf"train.jsonl: utterance '.*': its {field} holds a line break or tab "
+                                            r"\('zwei\\nZeilen'\); the report's files are one utterance a line"):
+        decode_split(lm, data, "train", lm.decode_options(beam=1, max_len_b=3))
+
+
+def test_a_hypothesis_with_line_breaks_or_tabs_is_written_as_one_line(tiny_data, tmp_path, monkeypatch):
+    import speechmt.evaluation.evaluate as ev
+    from speechmt.evaluation.report import EvalReport, write_report
+
+    monkeypatch.setattr(ev, "_decode_batch", lambda lm, records, store, idx, *a: (["a\nb\tc\r"] * len(idx),
+                                                                                  [1] * len(idx)))
+    lm = _loaded(tiny_data)
+    decoded = decode_split(lm, tiny_data, "train", lm.decode_options(beam=1, max_len_b=3))
+    assert set(decoded.hyps) == {"a b c "}
+    refs = [r.tgt_text for r in decoded.records]
+    write_report(EvalReport("m", "d", "train", len(refs), {}, {}), tmp_path / "out", decoded.hyps, refs,
+                 [r.id for r in decoded.records])
+    assert (tmp_path / "out/hyps.txt").read_text().splitlines() == decoded.hyps
