@@ -10,6 +10,8 @@ from pathlib import Path
 from speechmt import __version__
 from speechmt import checks as opt
 from speechmt.cli import commands
+from speechmt.cli.decode_options import (add_decode_options, add_dtype_option, add_mbr_option,
+                                         add_simultaneous_options, check_mbr, check_simultaneous)
 
 
 
@@ -31,84 +33,6 @@ def pretrain_override(item: str) -> str:
         return opt.check_key_value(PretrainAudioConfig, item)
     except opt.ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file",
-                        tasks: tuple[str, ...] = ("st", "asr")) -> None:
-    p.add_argument("--model", help=model_help)
-    p.add_argument("--cascade", nargs=2, metavar=("ASR", "MT"),
-                   help="instead of --model: an ASR checkpoint whose transcripts an MT checkpoint translates")
-    p.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5,
-                   help=f"beam size, 1 (greedy) to {opt.MAX_BEAM} (default: 5)")
-    p.add_argument("--max-len-a", type=opt.number(0, 10), default=0.0,
-                   help="max output length = a * encoder length + b; a from 0 to 10 (default: 0)")
-    p.add_argument("--max-len-b", type=opt.integer(0, opt.MAX_OUTPUT_TOKENS), default=200,
-                   help=f"b from 0 to {opt.MAX_OUTPUT_TOKENS} (default: 200)")
-    p.add_argument("--len-penalty", type=opt.number(-10, 10), default=1.0,
-                   help="hypothesis scores are divided by length ** len-penalty; -10 to 10 (default: 1)")
-    _add_mbr_option(p)
-    p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    _add_dtype_option(p)
-    p.add_argument("--task", choices=tasks, help="what a multi-task --model does: st translates, asr transcribes"
-                   + (", mt translates the transcripts (text input)" if "mt" in tasks else "")
-                   + " (default: the model's own task)")
-
-
-def _add_mbr_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mbr", choices=("chrf", "bleu"),
-                   help="minimum Bayes risk: of the beam's --beam hypotheses, output the one with the highest mean "
-                   "sentence chrF (or BLEU) against the others (default: the best-scoring hypothesis)")
-    p.add_argument("--mbr-samples", type=opt.integer(0, opt.MAX_BEAM), default=0, metavar="N",
-                   help="with --mbr: draw N epsilon samples (epsilon 0.02) per utterance and choose the beam "
-                   "hypothesis with the highest mean score against them (default: 0: against the beam itself)")
-
-
-def _check_mbr(args: argparse.Namespace) -> str | None:
-    if args.mbr_samples and not args.mbr:
-        return "argument --mbr-samples: only with --mbr (chrf or bleu)"
-    if args.mbr and args.beam < 2 and not args.mbr_samples:
-        return (f"argument --mbr: needs a beam of 2 or more hypotheses, or --mbr-samples, to choose from (--beam is "
-                f"{args.beam})")
-    if args.mbr and getattr(args, "simultaneous", None):
-        return "argument --mbr: not with --simultaneous (it writes one hypothesis as the audio arrives)"
-    return None
-
-
-def _add_dtype_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", choices=opt.DTYPES, default="float32",
-                   help="the weights' type while decoding: bfloat16 runs the matrix products about twice as fast on "
-                   "CPUs with AVX512-BF16 or AMX and on GPUs, at a small cost in precision (default: float32)")
-
-
-def _add_simultaneous_options(p: argparse.ArgumentParser, several: bool) -> None:
-    p.add_argument("--simultaneous", choices=("wait-k", "alignatt"),
-                   help="translate as the audio arrives (docs/subtitles.md): wait-k writes a token per step after k "
-                   "steps; alignatt writes while the attention is not on the last k source positions")
-    p.add_argument("--k", type=opt.integer(1, 1000), nargs="+" if several else None,
-                   help="wait-k: steps read before the first token; alignatt: source positions, encoder frames "
-                   "(Whisper: 20 ms) or, into a language-model decoder, its source positions (whisper_asr: "
-                   "transcript tokens) " + ("(several: a quality-latency table, one pass) " if several else "")
-                   + "(default: 3 for wait-k; 30 for alignatt, 2 into a language-model decoder)")
-    p.add_argument("--step-ms", type=opt.number(25, 10000), default=400.0,
-                   help="the decision step in milliseconds of audio, 25 to 10000 (default: 400)")
-    p.add_argument("--tail-beam", type=opt.integer(1, opt.MAX_BEAM), default=None,
-                   help="beam size for what is written after the input has ended, behind the committed tokens "
-                   f"(1 to {opt.MAX_BEAM}; default: 1, greedy like the committed tokens)")
-
-
-def _check_simultaneous(args: argparse.Namespace) -> str | None:
-    mbr = _check_mbr(args)
-    if mbr:
-        return mbr
-    if args.simultaneous is None:
-        if args.k is not None:
-            return "argument --k: only with --simultaneous"
-        if args.tail_beam is not None:
-            return "argument --tail-beam: only with --simultaneous"
-        return None
-    if args.cascade:
-        return "--simultaneous takes a --model, not a --cascade"
-    return None
 
 
 def _add_prepare_options(p: argparse.ArgumentParser) -> None:
@@ -143,7 +67,7 @@ def _check_translate(args: argparse.Namespace) -> str | None:
         return f"--simultaneous writes text or json, not {args.format}"
     if "-" in args.audio and not args.simultaneous:
         return "audio '-' (standard input) needs --simultaneous"
-    return _check_simultaneous(args) or _check_task(args)
+    return check_mbr(args) or check_simultaneous(args) or _check_task(args)
 
 
 def _check_evaluate(args: argparse.Namespace) -> str | None:
@@ -152,7 +76,7 @@ def _check_evaluate(args: argparse.Namespace) -> str | None:
     missing = [f for f in args.compare or [] if not (Path(f) / "quality_latency.json").is_file()]
     if missing:
         return f"argument --compare: {missing[0]} holds no quality_latency.json (an evaluate --simultaneous folder)"
-    return _check_simultaneous(args) or _check_task(args)
+    return check_mbr(args) or check_simultaneous(args) or _check_task(args)
 
 
 def _check_task(args: argparse.Namespace) -> str | None:
@@ -162,8 +86,7 @@ def _check_task(args: argparse.Namespace) -> str | None:
 
 
 def _check_benchmark(args: argparse.Namespace) -> str | None:
-    mbr = _check_mbr(args)
-    if mbr:
+    if mbr := check_mbr(args):
         return mbr
     edges = args.buckets
     if any(b <= a for a, b in zip(edges, edges[1:])):
@@ -330,7 +253,7 @@ def _translate(sub) -> None:
                         "status is then 1; audio too short to translate gives a warning line and an empty text.")
     tr.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3); with --simultaneous, - reads raw "
                     "16-bit 16 kHz mono PCM from standard input")
-    _add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
+    add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
     tr.add_argument("--nbest", type=opt.integer(1, opt.MAX_BEAM), default=1,
                     help="hypotheses kept in JSON output, 1 to --beam (default: 1)")
     tr.add_argument("--batch-size", type=opt.integer(1, opt.MAX_BATCH), default=16,
@@ -349,13 +272,13 @@ def _translate(sub) -> None:
                     "(needed for several files; default: standard output)")
     tr.add_argument("--timing", action="store_true",
                     help="one file at a time; print file, translation and seconds taken (text format)")
-    _add_simultaneous_options(tr, several=False)
+    add_simultaneous_options(tr, several=False)
     tr.set_defaults(func=commands.cmd_translate, check=_check_translate, parser=tr)
 
 
 def _evaluate(sub) -> None:
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
-    _add_decode_options(ev, "checkpoint file (default: the bundled English->German model)", ("st", "asr", "mt"))
+    add_decode_options(ev, "checkpoint file (default: the bundled English->German model)", ("st", "asr", "mt"))
     ev.add_argument("--data", required=True, help="prepared data folder")
     ev.add_argument("--split", required=True)
     ev.add_argument("--out", help="report folder (default: eval/<model>_<split> in the current directory)")
@@ -369,7 +292,7 @@ def _evaluate(sub) -> None:
     ev.add_argument("--comet", metavar="MODEL", help="also score translations with COMET (needs the unbabel-comet "
                     "package, pip install 'speechmt[comet]'): a checkpoint file, a model folder, or a name to "
                     "download such as Unbabel/wmt22-comet-da; without it a line says COMET was skipped")
-    _add_simultaneous_options(ev, several=True)
+    add_simultaneous_options(ev, several=True)
     ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the "
                     "split (manifest order)")
     ev.add_argument("--compare", nargs="+", metavar="FOLDER", help="with --simultaneous: report folders of earlier "
@@ -404,13 +327,13 @@ def _benchmark(sub) -> None:
     bench.add_argument("--out", required=True, help="output folder")
     bench.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the split")
     bench.add_argument("--beam", type=opt.integer(1, opt.MAX_BEAM), default=5)
-    _add_mbr_option(bench)
+    add_mbr_option(bench)
     bench.add_argument("--max-tokens", type=opt.integer(1, opt.MAX_TOKENS), default=20000,
                        help="feature frames per decoding batch")
     bench.add_argument("--threads", type=opt.integer(1, 1024),
                        help="torch CPU threads (default: torch's, e.g. OMP_NUM_THREADS)")
     bench.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-    _add_dtype_option(bench)
+    add_dtype_option(bench)
     bench.add_argument("--buckets", type=opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True), nargs="+",
                        default=[2.0, 4.0, 6.0, 8.0], help="duration bucket edges in seconds (default: 2 4 6 8)")
     bench.set_defaults(func=commands.cmd_benchmark, check=_check_benchmark, parser=bench)
