@@ -139,7 +139,9 @@ def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Seq
     pause_ms = _checked("cut_pauses", opt.number(0, 10000), cut_pauses)
     if errors not in ("raise", "keep"):
         raise OptionError(f"errors: invalid value {str(errors)!r}: expected raise or keep")
-    if mbr not in (None, "chrf", "bleu"):
+    from speechmt.decoding.mbr import UTILITIES
+
+    if mbr not in (None, *UTILITIES):
         raise OptionError(f"mbr: invalid value {str(mbr)!r}: expected chrf, bleu or None")
     samples = _checked("mbr_samples", opt.integer(0, opt.MAX_BEAM), mbr_samples)
     if samples and not mbr:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from speechmt import checks as opt
+from speechmt.decoding.mbr import UTILITIES
 
 
 def add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint file",
@@ -31,7 +32,7 @@ def add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint
 
 
 def add_mbr_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mbr", choices=("chrf", "bleu"),
+    p.add_argument("--mbr", choices=UTILITIES,
                    help="minimum Bayes risk: of the beam's --beam hypotheses, output the one with the highest mean "
                    "sentence chrF (or BLEU) against the others (default: the best-scoring hypothesis)")
     p.add_argument("--mbr-samples", type=opt.integer(0, opt.MAX_BEAM), default=0, metavar="N",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from speechmt.decoding.mbr import UTILITIES
 from speechmt.models.decoder import DecoderCache
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.translator import Translator
@@ -57,7 +58,7 @@ class DecodeOptions:
             raise ValueError(f"need beam_size >= 1 and 1 <= nbest <= beam_size; got {self.beam_size}, {self.nbest}")
         if self.min_len < 0:
             raise ValueError(f"min_len must be >= 0; got {self.min_len}")
-        if self.mbr is not None and self.mbr not in ("chrf", "bleu"):
+        if self.mbr is not None and self.mbr not in UTILITIES:
             raise ValueError(f"mbr must be chrf, bleu or None; got {self.mbr!r}")
         if self.samples < 0 or (self.samples and not self.mbr):
             raise ValueError(f"samples must be >= 0, and only with mbr; got {self.samples} (mbr {self.mbr!r})")
