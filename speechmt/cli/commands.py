@@ -101,6 +101,16 @@ def cmd_synth_tts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    import json
+
+    from speechmt.data.retrieval import retrieve_splits
+
+    summary = retrieve_splits(args.data, args.splits, args.memory, args.k)
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_backtranslate(args: argparse.Namespace) -> int:
     """`speechmt backtranslate` (mode back) and `speechmt distill` (mode distill)."""
     import json

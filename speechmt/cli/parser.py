@@ -216,6 +216,19 @@ def _vocab(sub) -> None:
     vocab.set_defaults(func=commands.cmd_vocab)
 
 
+def _retrieve(sub) -> None:
+    ret = sub.add_parser("retrieve", help="for each utterance of prepared splits, the most similar translation pairs "
+                         "(BM25 over source words) as few-shot examples for an LM decoder (decoder.examples)")
+    ret.add_argument("--data", required=True, help="the prepared data folder")
+    ret.add_argument("--splits", nargs="+", required=True, metavar="SPLIT",
+                     help="splits to write examples for, e.g. train dev tst-COMMON mt-text/train (a stream's split)")
+    ret.add_argument("--memory", nargs="+", default=["train"], metavar="SPLIT",
+                     help="the splits whose pairs are searched (default: train); a split both searched and given "
+                     "examples never gets an utterance's own pair")
+    ret.add_argument("--k", type=opt.integer(1, 16), default=2, help="examples kept per utterance (default: 2)")
+    ret.set_defaults(func=commands.cmd_retrieve)
+
+
 def _train(sub) -> None:
     train = sub.add_parser("train", help="train a model (resumes from save_dir/checkpoint_last.safetensors)")
     train.add_argument("--config", help="experiment YAML (model, data, train sections)")
@@ -419,7 +432,7 @@ def _import_gguf(sub) -> None:
     img.set_defaults(func=commands.cmd_import_gguf)
 
 
-SUBCOMMANDS = (_prepare, _synth, _vocab, _train, _pretrain_audio, _average, _translate, _evaluate, _benchmark,
+SUBCOMMANDS = (_prepare, _synth, _vocab, _retrieve, _train, _pretrain_audio, _average, _translate, _evaluate, _benchmark,
                _analyze, _export, _convert, _import_hf, _import_whisper, _import_gguf)
 
 

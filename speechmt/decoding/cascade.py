@@ -52,7 +52,12 @@ def check_cascade(asr: LoadedModel, mt: LoadedModel) -> None:
 
 @torch.no_grad()
 def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOptions, batch_size: int = 64) -> list[str]:
-    """Translates texts with a text MT model, `batch_size` at a time (sorted by length), in input order."""
+    """Translates texts with a text MT model, `batch_size` at a time (sorted by length), in input order.
+    CheckpointError for a model that reads retrieved examples (decoder.examples): plain texts have none."""
+    if mt.examples:
+        raise CheckpointError(f"{mt.path}: the model reads {mt.examples} retrieved examples before each source "
+                              "(decoder.examples), which plain texts lack; score it with `speechmt evaluate --task mt` "
+                              "on a split that `speechmt retrieve` prepared")
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = [""] * len(texts)
     for b in range(0, len(order), batch_size):

@@ -66,6 +66,11 @@ class LoadedModel:
         return self.frontend.min_samples
 
     @property
+    def examples(self) -> int:
+        """How many retrieved translation pairs the decoder reads before each text source (decoder.examples)."""
+        return self.model.config.decoder.examples
+
+    @property
     def reads_audio(self) -> bool:
         """Whether the model's front end works on the audio itself (wav2vec2, Whisper) rather than on the
         fbank features that preparation stores."""

@@ -27,6 +27,7 @@ from speechmt.audio import AudioError, FbankConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
 from speechmt.data.manifest import ManifestError, Record, read_manifest, record_audio, split_manifest
+from speechmt.data.retrieval import with_examples
 from speechmt.decoding.cascade import asr_stage_options, check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.translate import LoadedModel, decode_encoded, decode_inputs, encode_texts
@@ -99,6 +100,10 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     keep = [i for i, r in enumerate(all_records[:limit]) if r.id not in exclude]  # indices into the store
     records = [all_records[i] for i in keep]
     check_one_line(records, split_manifest(data_dir, split))
+    if lm.task == "mt" and lm.examples:  # the sources the model reads; the report keeps the plain ones
+        all_records = list(all_records)
+        for i, r in zip(keep, with_examples(records, data_dir, split, lm.examples)):
+            all_records[i] = r
     hyps, memory = [""] * len(records), [0] * len(records)
     start = time.perf_counter()
     with Progress(len(records), f"decode {split} with {Path(lm.path).name}", "utt") as bar:

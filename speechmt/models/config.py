@@ -178,6 +178,9 @@ class DecoderConfig:
     output_bias: bool = False  # a bias on the output projection (imported models)
     vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizers.lm)
     prompt: tuple[int, ...] = ()  # lm: the LM ids before the source ("<bos>English:")
+    # lm, text input: up to this many retrieved translation pairs read before each source, as few-shot examples
+    # (`speechmt retrieve` writes them beside a split; speechmt.data.retrieval); 0: none
+    examples: int = checked(0, lo=0, hi=16)
 
     def __post_init__(self):
         self.hf_config, self.vocab, self.prompt = dict(self.hf_config), tuple(self.vocab), tuple(self.prompt)
@@ -185,6 +188,8 @@ class DecoderConfig:
             self.kind not in DECODERS and f"unknown decoder {self.kind!r}; expected one of {', '.join(DECODERS)}",
             self.finetune not in FINETUNE_MODES and
             f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+            self.examples and self.kind != "lm" and
+            f"decoder.examples ({self.examples}) needs decoder.kind lm (few-shot examples are an LM's prompt)",
         ])
 
     @property

@@ -68,6 +68,15 @@ class LMTokenizerConfig:
             raise ValueError(f"unknown LM tokenizer role {self.role!r}; expected one of {', '.join(ROLES)}")
 
 
+def few_shot_source(text: str, examples: Sequence[tuple[str, str]], src_lang: str, tgt_lang: str) -> str:
+    """A source text with translation `examples` (best first) before it, in the plain few-shot form the LM
+    reads after its prompt "English:" ("ex src\\nGerman: ex tgt\\nEnglish: text"; the best example last, next
+    to the source)."""
+    src, tgt = language_name(src_lang), language_name(tgt_lang)
+    shots = "".join(f"{s.strip()}\n{tgt}: {t.strip()}\n{src}: " for s, t in reversed(examples))
+    return shots + text.strip()
+
+
 @dataclass(frozen=True)
 class SpecialIds:
     """The LM's own ids of its padding, end, start-of-text and unknown tokens, and of the start token (\\n)."""

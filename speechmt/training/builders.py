@@ -13,6 +13,7 @@ import torch
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, StoredFeatures, TextDataset, global_cmvn, speech_source
 from speechmt.data.manifest import read_split
+from speechmt.data.retrieval import with_examples
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.semantic.lut import LM_TEACHER
@@ -195,6 +196,8 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Fron
     sides = _sides(cfg, toks, spec)
     if TASK_INPUTS[spec.task] == "text" or spec.task == "fat_text":
         records = read_split(data_dir, split)
+        if cfg.model.decoder.examples and TASK_INPUTS[spec.task] == "text":
+            records = with_examples(records, data_dir, split, cfg.model.decoder.examples)
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
     records, source = speech_source(data_dir, split, frontend, encoder if cfg.data.cache_encoder else None,
                                     _augmenter(cfg, train))

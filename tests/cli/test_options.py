@@ -69,6 +69,8 @@ CASES = [
     (["synth", "--corpus", "mustc", "--out", "o", "--jobs", "0"], "--jobs", "expected an integer from 1 to 256"),
     (["synth", "--corpus", "mustc", "--out", "o", "--seed", "-1"], "--seed", "expected an integer from 0 to"),
     (["vocab", "a.jsonl", "--out", "s.model", "--vocab-size", "0"], "--vocab-size", "expected an integer from 1 to"),
+    (["retrieve", "--data", "d", "--splits", "train", "--k", "0"], "--k", "expected an integer from 1 to 16"),
+    (["train", "model.decoder.examples=17"], "model.decoder.examples", "expected an integer from 0 to 16"),
     *[(["prepare", *corpus, "--root", "r", "--tgt-lang", "de", "--out", "o", *extra], option, allowed)
       for corpus in (["mustc"], ["covost2", "--src-lang", "en"])
       for extra, option, allowed in ((["--jobs", "0"], "--jobs", "from 1 to 256"),
@@ -166,6 +168,12 @@ def test_a_file_that_is_not_a_model_is_one_line_for_every_command_that_loads_one
                  ["export", str(junk), "--out", str(tmp_path / "m.safetensors")]):
         status, err = _run_in_process(argv)
         assert (status, _one_line(err)) == (2, line), argv
+
+
+def test_retrieve_names_a_missing_split_in_one_line(tiny_data, tmp_path):
+    status, err = _run_in_process(["retrieve", "--data", str(tiny_data), "--splits", "dev", "tst-HE", "--memory", "train"])
+    assert status == 2 and "tst-HE.jsonl: no split 'tst-HE'" in _one_line(err) and "prepared: dev" in err
+    assert not (tiny_data / "examples").exists()  # nothing written when a split is missing
 
 
 def test_translate_takes_a_model_or_a_cascade_not_both():

@@ -3,6 +3,7 @@ Whisper encoder and a bridge, LoRA delta checkpoints that load from their bases,
 several tasks by prompt. A tiny random Gemma 3 and a tiny random Whisper, both in local folders."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,41 @@ def test_bf16_autocast_trains_on_the_cpu_with_float32_weights(trained_mt, tiny_d
     assert logged[1]["loss"] == pytest.approx(logged[0]["loss"], abs=0.15)
     exact, pairs = _exact(load_model(_last(tmp_path)), tiny_data, "train", "mt")
     assert exact >= 5, pairs
+
+
+def test_lm_mt_with_retrieved_examples_reads_them_in_training_and_in_evaluation(tiny_data, lm_dir, tmp_path):
+    from speechmt.checkpoint import CheckpointError
+    from speechmt.data.manifest import ManifestError, read_split
+    from speechmt.data.retrieval import read_examples, retrieve_splits
+    from speechmt.decoding.cascade import translate_texts
+    from speechmt.tokenizers.lm import few_shot_source
+    from speechmt.training.builders import build_dataset, tokenizers_for
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    retrieve_splits(data, ["train", "dev"], ["train"], k=2)
+    decoder = {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "full", "examples": 1}
+    cfg = lm_config(data, lm_dir, tmp_path / "exp", {"text_encoder": {"embed_only": True, "embeddings": "lm"},
+                                                     "decoder": decoder},
+                    task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80)
+    records = read_split(data, "train")
+    composed = [few_shot_source(r.src_text, ex[:1], "en", "de") for r, ex in zip(records, read_examples(data, "train", records))]
+    assert all("\nGerman: " in c for c in composed)  # every training sentence shares a word with another
+    toks = tokenizers_for(cfg)
+    dataset = build_dataset(cfg, "train", toks, None, train=True)
+    assert [list(dataset[i].src_ids) for i in range(len(records))] == [toks.src.encode(c) for c in composed]
+    run_training(cfg)
+    lm = load_model(_last(tmp_path / "exp"))
+    assert lm.examples == 1
+    decoded = decode_split(lm, data, "train", lm.decode_options(beam=2))
+    assert [r.src_text for r in decoded.records] == [r.src_text for r in records]  # the report's sources stay plain
+    assert decoded.memory_lengths == [len(toks.src.encode(c)) for c in composed]  # what the model read
+    exact = sum(h == r.tgt_text for h, r in zip(decoded.hyps, records))
+    assert exact >= 5, list(zip(decoded.hyps, [r.tgt_text for r in records]))
+    with pytest.raises(ManifestError, match="no retrieved examples for split 'tst-COMMON'"):
+        decode_split(lm, data, "tst-COMMON", lm.decode_options(beam=2))
+    with pytest.raises(CheckpointError, match="reads 1 retrieved examples before each source"):
+        translate_texts(lm, ["Hello."], lm.decode_options(beam=2))
 
 
 @pytest.fixture(scope="module")
