@@ -151,8 +151,9 @@ def _split_records(data_dir: str | os.PathLike, split: str) -> list[Record]:
 def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: Sequence[str], k: int) -> dict:
     """Writes the `k` best examples of every utterance of `splits` from the pairs of the `memory` splits (all
     under `data_dir`; "mt-text/train" names a stream's split) to examples_path; a split that is part of the
-    memory never gets an utterance's own pair. Returns the summary (also written as examples/summary.json):
-    per split, its utterances, how many got fewer than k examples (none shares a word) and the mean score."""
+    memory never gets an utterance's own pair. Returns the summary: the memory, and per split its utterances, how
+    many got fewer than k examples (none shares a word) and the mean score; each split's part is also written
+    beside its examples (examples/SPLIT.summary.json), so a later run for other splits keeps it."""
     start = time.perf_counter()
     pairs, offsets = [], {}
     memory_records = {name: _split_records(data_dir, name) for name in dict.fromkeys(memory)}
@@ -174,8 +175,10 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
         summary["splits"][name] = {"utterances": len(records), "fewer_than_k": sum(len(ex) < k for ex in found),
                                    "leave_one_out": base is not None,
                                    "mean_score": round(sum(scores) / max(len(scores), 1), 3)}
+        own_summary = {**{key: summary[key] for key in ("memory", "memory_pairs", "k", "method")},
+                       "split": name, **summary["splits"][name]}
+        _write_jsonl(examples_path(data_dir, name).with_suffix(".summary.json"), [own_summary], indent=1)
     summary["seconds"] = round(time.perf_counter() - start, 1)
-    _write_jsonl(Path(data_dir) / "examples" / "summary.json", [summary], indent=1)
     return summary
 
 

@@ -26,7 +26,7 @@ import torch
 from speechmt.audio import AudioError, FbankConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
-from speechmt.data.manifest import ManifestError, Record, read_manifest, record_audio, split_manifest
+from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split, record_audio, split_manifest
 from speechmt.data.retrieval import with_examples
 from speechmt.decoding.cascade import asr_stage_options, check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions
@@ -96,7 +96,10 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     utterances whose ids are in `exclude`."""
     data_dir = Path(data_dir)
     _check_features(lm, data_dir)
-    all_records, store = load_split(data_dir, split)
+    if lm.task == "mt" or lm.reads_audio:  # text, or audio read from its files: no stored features needed
+        all_records, store = read_split(data_dir, split), None
+    else:
+        all_records, store = load_split(data_dir, split)
     keep = [i for i, r in enumerate(all_records[:limit]) if r.id not in exclude]  # indices into the store
     records = [all_records[i] for i in keep]
     check_one_line(records, split_manifest(data_dir, split))

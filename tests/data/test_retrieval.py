@@ -109,8 +109,10 @@ def test_retrieve_writes_one_line_per_utterance_beside_each_split_and_counts_the
     train = [json.loads(x) for x in examples_path(data_dir, "train").read_text().splitlines()]
     # leave-one-out: "The cat sat..." (train_0) never gets itself, nor the mt-text pair with its source text
     assert all(s != "The cat sat on the mat." and s != "the cat sat on the mat" for s, _, _ in train[0]["examples"])
-    assert summary["splits"]["train"]["leave_one_out"] and json.loads(
-        (data_dir / "examples" / "summary.json").read_text())["k"] == 2
+    written = json.loads((data_dir / "examples" / "train.summary.json").read_text())
+    assert summary["splits"]["train"]["leave_one_out"] and written["k"] == 2 and written["split"] == "train"
+    retrieve_splits(data_dir, ["test"], ["train"], k=1)  # a later run for another split keeps train's summary
+    assert json.loads((data_dir / "examples" / "train.summary.json").read_text()) == written
 
 
 def test_with_examples_composes_the_first_k_and_missing_examples_are_one_line_errors(data_dir):
