@@ -32,6 +32,7 @@ from typing import Sequence
 
 import torch
 
+from speechmt.atomic import write_text_atomic
 from speechmt.data.manifest import ManifestError, Record, read_split
 
 _WORD = re.compile(r"\w+")
@@ -137,15 +138,21 @@ def _key(text: str) -> str:
     return " ".join(words(text))
 
 
+def _split_location(data_dir: str | os.PathLike, split: str) -> tuple[Path, str]:
+    """A split's folder and name: "train" -> (data_dir, "train"), a stream's "mt-text/train" -> (data_dir/mt-text,
+    "train")."""
+    folder, _, name = split.rpartition("/")
+    return Path(data_dir) / folder, name
+
+
 def examples_path(data_dir: str | os.PathLike, split: str) -> Path:
     """Where the retrieved examples of a split ("train", or a stream's "mt-text/train") are written."""
-    folder, _, name = split.rpartition("/")
-    return Path(data_dir) / folder / "examples" / f"{name}.jsonl"
+    folder, name = _split_location(data_dir, split)
+    return folder / "examples" / f"{name}.jsonl"
 
 
 def _split_records(data_dir: str | os.PathLike, split: str) -> list[Record]:
-    folder, _, name = split.rpartition("/")
-    return read_split(Path(data_dir) / folder, name)
+    return read_split(*_split_location(data_dir, split))
 
 
 def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: Sequence[str], k: int) -> dict:
@@ -184,11 +191,7 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
 
 def _write_jsonl(path: Path, rows, indent: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, indent=indent) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False, indent=indent) + "\n" for row in rows))
 
 
 def read_examples(data_dir: str | os.PathLike, split: str, records: Sequence[Record]) -> list[list[tuple[str, str]]]:

@@ -11,12 +11,13 @@ import inspect
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from speechmt.atomic import write_text_atomic  # noqa: F401 (callers import it from here too)
 
 from speechmt.evaluation.metrics import Score, normalize_for_wer
 
@@ -45,18 +46,6 @@ class EvalReport:
     metrics: dict[str, Score]
     extra: dict[str, Any] = field(default_factory=dict)
     created: str = field(default_factory=utc_now)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Writes UTF-8 text to a temporary file next to `path`, then renames it onto `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _check_lines(ids: Sequence[str], hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str] | None) -> None:
