@@ -186,7 +186,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     import json
 
     from speechmt.decoding.segment import SegmentConfig
-    from speechmt.decoding.translate import load_model, translate
+    from speechmt.decoding.translate import load_model, translate, with_memory
 
     cut_pauses = args.cut_pauses if args.cut_pauses is not None else 300.0 if args.format in ("srt", "vtt") else 0
     segment = SegmentConfig(max_seconds=args.max_chunk_seconds, pause_cut_ms=cut_pauses)
@@ -201,7 +201,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     else:
         from speechmt.pretrained import default_model_path
 
-        lm = load_model(args.model or default_model_path(), args.device, args.task, args.dtype)
+        lm = with_memory(load_model(args.model or default_model_path(), args.device, args.task, args.dtype),
+                         args.memory)
         if args.simultaneous:
             return _translate_simultaneous(lm, args)
         if (problem := _chunk_limit_problem(args, lm)) is not None:
@@ -332,7 +333,7 @@ def _translate_timed(lm, paths: list[str], **kwargs) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from speechmt.decoding.translate import load_model
+    from speechmt.decoding.translate import load_model, with_memory
     from speechmt.evaluation.evaluate import evaluate
     from speechmt.evaluation.report import append_results_row
 
@@ -358,7 +359,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                   **_decode_kwargs(args))
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     else:
-        lm = load_model(args.model, args.device, args.task, args.dtype)
+        lm = with_memory(load_model(args.model, args.device, args.task, args.dtype), args.memory)
         report = evaluate(lm, args.data, args.split, lm.decode_options(args.beam, **_decode_kwargs(args)), out,
                           args.max_tokens, args.name, skip_bad_audio=args.skip_bad_audio, comet_model=args.comet,
                           limit=args.limit)

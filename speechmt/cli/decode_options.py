@@ -31,6 +31,13 @@ def add_decode_options(p: argparse.ArgumentParser, model_help: str = "checkpoint
                    + " (default: the model's own task)")
 
 
+def add_memory_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory", nargs="+", metavar="MANIFEST",
+                   help="a model that reads retrieved examples before the speech (decoder.examples): the manifests "
+                   "(.jsonl) whose translation pairs it searches by its own transcript, e.g. the training pairs "
+                   "DATA/train.jsonl DATA/mt-text/train.jsonl")
+
+
 def add_mbr_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mbr", choices=UTILITIES,
                    help="minimum Bayes risk: of the beam's --beam hypotheses, output the one with the highest mean "

@@ -10,7 +10,7 @@ from pathlib import Path
 from speechmt import __version__
 from speechmt import checks as opt
 from speechmt.cli import commands
-from speechmt.cli.decode_options import (add_decode_options, add_dtype_option, add_mbr_option,
+from speechmt.cli.decode_options import (add_decode_options, add_dtype_option, add_mbr_option, add_memory_option,
                                          add_simultaneous_options, check_mbr, check_simultaneous)
 
 
@@ -285,6 +285,7 @@ def _translate(sub) -> None:
                     "(needed for several files; default: standard output)")
     tr.add_argument("--timing", action="store_true",
                     help="one file at a time; print file, translation and seconds taken (text format)")
+    add_memory_option(tr)
     add_simultaneous_options(tr, several=False)
     tr.set_defaults(func=commands.cmd_translate, check=_check_translate, parser=tr)
 
@@ -305,6 +306,7 @@ def _evaluate(sub) -> None:
     ev.add_argument("--comet", metavar="MODEL", help="also score translations with COMET (needs the unbabel-comet "
                     "package, pip install 'speechmt[comet]'): a checkpoint file, a model folder, or a name to "
                     "download such as Unbabel/wmt22-comet-da; without it a line says COMET was skipped")
+    add_memory_option(ev)
     add_simultaneous_options(ev, several=True)
     ev.add_argument("--limit", type=opt.integer(1, opt.MAX_TOKENS), help="only the first N utterances of the "
                     "split (manifest order)")

@@ -61,12 +61,13 @@ class Example:
     tgt_ids: torch.Tensor | None = None
     precomputed: bool = False  # feats are cached encoder states (speechmt.data.encoder_cache)
     teacher: torch.Tensor | None = None  # (N, 2H) a text teacher's states of the transcript (data.teacher_cache)
+    prefix: torch.Tensor | None = None  # (P,) source ids read before the speech (retrieved examples)
 
 
 @dataclass
 class Batch:
-    """Padded examples: feats (B, T, F), src (B, S), tgt (B, U), teacher (B, N, 2H), each with lengths (B,);
-    parts may be None."""
+    """Padded examples: feats (B, T, F), src (B, S), tgt (B, U), teacher (B, N, 2H), prefix (B, P), each with
+    lengths (B,); parts may be None."""
 
     ids: list[str]
     feats: torch.Tensor | None = None
@@ -78,6 +79,8 @@ class Batch:
     precomputed: bool = False  # feats are a frozen encoder's cached states, not its input
     teacher: torch.Tensor | None = None
     teacher_lengths: torch.Tensor | None = None
+    prefix: torch.Tensor | None = None
+    prefix_lengths: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -102,6 +105,8 @@ def collate(examples: list[Example], pad_id: int = 0) -> Batch:
         batch.tgt, batch.tgt_lengths = collate_sequences([e.tgt_ids for e in examples], pad_id)
     if examples[0].teacher is not None:
         batch.teacher, batch.teacher_lengths = collate_sequences([e.teacher for e in examples])
+    if examples[0].prefix is not None:
+        batch.prefix, batch.prefix_lengths = collate_sequences([e.prefix for e in examples])
     return batch
 
 
@@ -201,14 +206,18 @@ class SpeechDataset(Dataset):
     `max_tokens` means the same amount of audio whatever the input.
 
     Augmentation (SpecAugment of stored features, or the audio source's waveform augmentation) is a function of
-    (seed, epoch, index), so a resumed run sees the same masks and hears the same audio.
+    (seed, epoch, index), so a resumed run sees the same masks and hears the same audio. `prefixes`: per record
+    the source ids read before its speech (retrieved examples), or None.
     """
 
     def __init__(self, records: list[Record], source: InputSource,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
                  src_tag: str | None = None, tgt_tag: str | None = None,
-                 spec_augment: SpecAugmentConfig | None = None, seed: int = 0, tgt_field: str = "tgt_text"):
-        self.records, self.source = records, source
+                 spec_augment: SpecAugmentConfig | None = None, seed: int = 0, tgt_field: str = "tgt_text",
+                 prefixes: list[torch.Tensor] | None = None):
+        if prefixes is not None and len(prefixes) != len(records):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(records)} records")
+        self.records, self.source, self.prefixes = records, source, prefixes
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag, self.tgt_field = src_tag, tgt_tag, tgt_field
         self.spec_augment, self.seed, self.epoch = spec_augment, seed, 0
@@ -236,7 +245,8 @@ class SpeechDataset(Dataset):
         if self.spec_augment is not None:
             gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + i) % 2**63)
             feats = spec_augment(feats, self.spec_augment, gen)
-        return Example(i, rec.id, feats, *encode_texts(self, rec), precomputed=self.source.precomputed)
+        return Example(i, rec.id, feats, *encode_texts(self, rec), precomputed=self.source.precomputed,
+                       prefix=None if self.prefixes is None else self.prefixes[i])
 
 
 class TextDataset(Dataset):

@@ -10,7 +10,9 @@ log(1 + (N - df + 0.5) / (df + 0.5)), and the term weight tf / (tf + k1 (1 - b +
 
 `speechmt retrieve` writes each split's examples beside it (DIR/examples/SPLIT.jsonl; a stream's split
 "mt-text/train" -> DIR/mt-text/examples/train.jsonl), one line per utterance, best first, with its score; a
-model with `decoder.examples: k` reads the first k of them in training and in `evaluate --task mt`.
+model with `decoder.examples: k` reads the first k of them in training and in `evaluate --task mt`; a speech
+model (whisper_asr) reads them before its speech, found when decoding by its own transcript in the memory of the
+manifests given to `--memory` (memory_from_manifests; speechmt.decoding.translate.encode_with_examples).
 
 Scores are one sparse-dense product per chunk of queries (documents x vocabulary in CSR times a query count
 matrix): 71k queries against 71k pairs take about a minute and a half on one core. A pair never serves as its
@@ -33,7 +35,7 @@ from typing import Sequence
 import torch
 
 from speechmt.atomic import write_text_atomic
-from speechmt.data.manifest import ManifestError, Record, read_split
+from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split
 
 _WORD = re.compile(r"\w+")
 _TIE_MARGIN = 8  # candidates beyond k, so that pairs tied with the k-th are ordered by position
@@ -162,13 +164,10 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
     many got fewer than k examples (none shares a word) and the mean score; each split's part is also written
     beside its examples (examples/SPLIT.summary.json), so a later run for other splits keeps it."""
     start = time.perf_counter()
-    pairs, offsets = [], {}
-    memory_records = {name: _split_records(data_dir, name) for name in dict.fromkeys(memory)}
-    for name, records in memory_records.items():
-        offsets[name] = len(pairs)
-        pairs += [(r.src_text, r.tgt_text) for r in records]
-    tm = TranslationMemory(pairs)
-    summary = {"memory": {name: len(records) for name, records in memory_records.items()}, "memory_pairs": len(tm),
+    tm, offsets = memory_of(data_dir, memory)
+    ends = [*list(offsets.values())[1:], len(tm)]
+    sizes = {name: end - first for (name, first), end in zip(offsets.items(), ends)}
+    summary = {"memory": sizes, "memory_pairs": len(tm),
                "k": k, "method": "bm25 (lucene idf, k1 1.5, b 0.75) over lower-cased words", "splits": {}}
     queries = {name: _split_records(data_dir, name) for name in dict.fromkeys(splits)}  # all found before writing
     for name, records in queries.items():
@@ -187,6 +186,25 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
         _write_jsonl(examples_path(data_dir, name).with_suffix(".summary.json"), [own_summary], indent=1)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     return summary
+
+
+def memory_of(data_dir: str | os.PathLike, splits: Sequence[str]) -> tuple[TranslationMemory, dict[str, int]]:
+    """The translation memory of the pairs of `splits` (under `data_dir`; "mt-text/train" names a stream's split),
+    in that order, and each split's first position in it."""
+    pairs, offsets = [], {}
+    for name in dict.fromkeys(splits):
+        offsets[name] = len(pairs)
+        pairs += [(r.src_text, r.tgt_text) for r in _split_records(data_dir, name)]
+    return TranslationMemory(pairs), offsets
+
+
+def memory_from_manifests(paths: Sequence[str | os.PathLike]) -> TranslationMemory:
+    """The translation memory of every (src_text, tgt_text) pair of the manifests `paths`, in order; ManifestError
+    (one line) for a missing one."""
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise ManifestError(f"{missing[0]}: no such manifest for the translation memory")
+    return TranslationMemory([(r.src_text, r.tgt_text) for path in paths for r in read_manifest(path)])
 
 
 def _write_jsonl(path: Path, rows, indent: int | None = None) -> None:
@@ -214,6 +232,17 @@ def read_examples(data_dir: str | os.PathLike, split: str, records: Sequence[Rec
         raise ManifestError(f"{path}: no examples for {len(missing)} utterances of split {split!r} "
                             f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); rerun `speechmt retrieve`")
     return [found[r.id] for r in records]
+
+
+def example_prefixes(examples: Sequence[Sequence[tuple[str, str]]], k: int, tokenizer,
+                     src_lang: str, tgt_lang: str) -> list[torch.Tensor]:
+    """Per utterance, the source ids (LongTensor (P,)) of its first `k` examples in the LM's few-shot form, read
+    before the speech path's vectors: " ex src\nGerman: ex tgt\nEnglish:" (empty for no examples); `tokenizer`:
+    the LM's source-side tokenizer (speechmt.tokenizers.lm.LMTokenizer)."""
+    from speechmt.tokenizers.lm import few_shot_source
+
+    return [torch.tensor(tokenizer.encode(few_shot_source("", ex[:k], src_lang, tgt_lang)) if ex[:k] else [],
+                         dtype=torch.long) for ex in examples]
 
 
 def with_examples(records: Sequence[Record], data_dir: str | os.PathLike, split: str, k: int) -> list[Record]:

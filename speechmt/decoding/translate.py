@@ -22,6 +22,7 @@ import torch
 
 from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resample
 from speechmt.data.batching import collate_sequences
+from speechmt.data.retrieval import TranslationMemory, example_prefixes, memory_from_manifests
 from speechmt.bundle import ModelBundle
 from speechmt.frontend import Frontend
 from speechmt.decoding.mbr import mbr_order
@@ -31,6 +32,7 @@ from speechmt.models.build import build_model
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.hf_whisper import whisper_transcript_tokenizer
 from speechmt.models.translator import Translator
+from speechmt.tokenizers.lm import language_name
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.checks import DTYPES
@@ -52,6 +54,26 @@ class LoadedModel:
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
     whisper_transcript: bool = False  # task asr of a whisper_asr model: Whisper's own transcript, not the decoder's
     dtype: torch.dtype = torch.float32  # the weights' and the encoder input's (bfloat16: ~2x faster matmuls)
+    memory: "TranslationMemory | None" = None  # where a model with decoder.examples finds them for speech
+    _transcript_tokenizer: object = None
+
+    @property
+    def speech_examples(self) -> bool:
+        """Whether the decoder reads retrieved examples before the speech path's vectors (decoder.examples, a
+        speech task other than Whisper's own transcript)."""
+        return bool(self.examples) and self.task == "st"
+
+    def languages(self) -> tuple[str, str]:
+        """(source, target) language names of an LM decoder's few-shot form: its prompt's ("<bos>English:") and
+        its target tag's."""
+        prompt = self.source_tokenizer.decode(self.model.config.decoder.prompt, strip_tags=False)
+        return prompt.strip().rstrip(":"), language_name(self.tag)
+
+    def transcript_text(self, ids: list[int]) -> str:
+        """A whisper_asr encoder's transcript ids -> text (Whisper's tokenizer, loaded on first use)."""
+        if self._transcript_tokenizer is None:
+            self._transcript_tokenizer = whisper_transcript_tokenizer(self.model.config.encoder.name_or_path)
+        return self._transcript_tokenizer.decode(ids)
 
     @property
     def max_input_seconds(self) -> float | None:
@@ -110,6 +132,22 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
     device = torch.device(device)
     return LoadedModel(model.to(device=device, dtype=weights).eval(), tokenizer, tag, bundle.frontend, task,
                        str(path), device, bundle.tokenizers.src, bundle.decoder_start, whisper, weights)
+
+
+def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) -> LoadedModel:
+    """`lm` with the translation memory of `manifests` (their pairs), where its decoder reads retrieved examples
+    before the speech (LoadedModel.speech_examples). CheckpointError (one line) when such a model gets no
+    manifests, or a model that reads none gets some."""
+    if not lm.speech_examples:
+        if manifests:
+            raise CheckpointError(f"{lm.path}: --memory is for a model that reads retrieved examples before the "
+                                  f"speech (decoder.examples > 0, task st); this one reads none")
+        return lm
+    if not manifests:
+        raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech; "
+                              "give --memory the manifests of its translation pairs (e.g. DATA/train.jsonl)")
+    lm.memory = memory_from_manifests(manifests)
+    return lm
 
 
 def _task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
@@ -171,9 +209,34 @@ def _duration(path: str) -> float:
 
 def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor]) -> EncoderOutput:
     """Front-end outputs of one batch (each (T_i, ...)) -> the model's speech encoder output: the one place
-    translate, evaluate and the cascade encode audio."""
+    translate, evaluate and the cascade encode audio. A model with decoder.examples reads them first
+    (encode_with_examples)."""
     x, lengths = collate_sequences(inputs)
-    return lm.model.encode_speech(_to_model(lm, x), lengths.to(lm.device))
+    x, lengths = _to_model(lm, x), lengths.to(lm.device)
+    if lm.speech_examples:
+        return encode_with_examples(lm, x, lengths)
+    return lm.model.encode_speech(x, lengths)
+
+
+def encode_with_examples(lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
+    """Speech read after retrieved examples: Whisper's search (a whisper_asr encoder) gives each utterance's
+    states and transcript; the transcript finds the `lm.examples` nearest pairs of `lm.memory` (BM25), whose
+    few-shot text the decoder reads before the speech's vectors. CheckpointError (one line) without a memory or
+    without a transcript to search by."""
+    encoder = lm.model.speech_encoder
+    if not hasattr(encoder, "search"):
+        raise CheckpointError(f"{lm.path}: examples before speech are found by the encoder's own transcript; "
+                              f"encoder {lm.model.config.encoder.kind!r} writes none (use encoder whisper_asr)")
+    if lm.memory is None:
+        raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech "
+                              "(decoder.examples); give it a translation memory (--memory: the training pairs)")
+    states, state_lengths, ids = encoder.search(x, lengths)
+    out = lm.model.encode_speech(states, state_lengths, precomputed=True)
+    found = lm.memory.search([lm.transcript_text(i) for i in ids], lm.examples)
+    prefixes = example_prefixes([[(e.src, e.tgt) for e in ex] for ex in found], lm.examples, lm.source_tokenizer,
+                                *lm.languages())
+    prefix, prefix_lengths = collate_sequences(prefixes, lm.source_tokenizer.pad_id)
+    return lm.model.prefixed(out, prefix.to(lm.device), prefix_lengths.to(lm.device))
 
 
 def _to_model(lm: LoadedModel, x: torch.Tensor) -> torch.Tensor:

@@ -178,8 +178,9 @@ class DecoderConfig:
     output_bias: bool = False  # a bias on the output projection (imported models)
     vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizers.lm)
     prompt: tuple[int, ...] = ()  # lm: the LM ids before the source ("<bos>English:")
-    # lm, text input: up to this many retrieved translation pairs read before each source, as few-shot examples
-    # (`speechmt retrieve` writes them beside a split; speechmt.data.retrieval); 0: none
+    # lm: up to this many retrieved translation pairs read before each source (text, or the speech bridge's
+    # vectors), as few-shot examples (`speechmt retrieve` writes them beside a split for training; decoding speech
+    # retrieves them by the model's own transcript: speechmt.data.retrieval); 0: none
     examples: int = checked(0, lo=0, hi=16)
 
     def __post_init__(self):
@@ -285,6 +286,8 @@ class ModelConfig:
             "text_encoder.embeddings lm needs decoder 'lm' (its table is the language model's)",
             dec.kind == "lm" and not (dec.name_or_path or dec.hf_config) and
             "decoder 'lm' needs decoder.name_or_path (e.g. gemma-3-270m) or decoder.hf_config",
+            dec.examples and not (text.embed_only and text.embeddings == "lm") and
+            "decoder.examples needs text_encoder.embed_only with embeddings lm (the examples are the LM's own text)",
         ])
 
     def check_vocabularies(self) -> None:

@@ -19,6 +19,7 @@ from speechmt.models.encoders import AcousticEncoder, EncoderOutput, Record, Tex
 from speechmt.models.fusion import LayerFusion
 from speechmt.models.semantic import SEMANTICS, SemanticLayer
 from speechmt.models.shrink import Shrink
+from speechmt.sequence import concat_padded
 
 __all__ = ["Translator"]
 
@@ -76,6 +77,14 @@ class Translator(nn.Module):
         out = self.text_encoder(tokens, lengths, sub)
         _merge(record, "text.encoder.", sub)
         return self._semantic(self.semantic.text, out, record, "text")
+
+    def prefixed(self, out: EncoderOutput, prefix: Tensor, prefix_lengths: Tensor) -> EncoderOutput:
+        """`out` (the speech path's x (B, T, D), lengths) read after a text `prefix` (B, P) of source ids with
+        lengths (B,) (retrieved examples, decoder.examples): each row's prefix embeddings (encode_text) then its own
+        states, x (B, max(P_i + T_i), D), lengths P_i + T_i. CTC outputs are kept as they are."""
+        text = self.encode_text(prefix, prefix_lengths)
+        x, lengths = concat_padded(text.x, text.lengths, out.x, out.lengths)
+        return replace(out, x=x, lengths=lengths)
 
     @staticmethod
     def _semantic(path, out: EncoderOutput, record: Record | None, side: str) -> EncoderOutput:

@@ -26,7 +26,7 @@ FAT_PARTS = {"fat": ("speech", "src", "tgt"), "fat_text": ("src", "tgt")}
 """The parts a FAT-MLM stream's examples carry (audio, transcript, translation); a stream's TaskData.parts keeps
 some of them, so that FAT-MLM pretrains on whatever data there is: ASR pairs (speech, src), untranscribed audio
 (speech), monolingual text (src or tgt) beside the ST triples and MT pairs."""
-_BATCH_FIELDS = {"speech": ("feats", "feat_lengths"), "src": ("src", "src_lengths"), "tgt": ("tgt", "tgt_lengths")}
+_BATCH_FIELDS = {"speech": ("feats", "feat_lengths", "prefix", "prefix_lengths"), "src": ("src", "src_lengths"), "tgt": ("tgt", "tgt_lengths")}
 
 
 def keep_parts(batch: Batch, parts: Sequence[str]) -> Batch:
@@ -45,7 +45,10 @@ def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | 
         return None
     if TASK_INPUTS[task] == "text":
         return model.encode_text(batch.src, batch.src_lengths)
-    return model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed, task=task)
+    enc = model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed, task=task)
+    if batch.prefix is not None:  # retrieved examples read before the speech (decoder.examples)
+        enc = model.prefixed(enc, batch.prefix, batch.prefix_lengths)
+    return enc
 
 
 def task_losses(model: Translator, batch: Batch, task: str, objectives: Iterable[str],

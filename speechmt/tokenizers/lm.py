@@ -45,7 +45,10 @@ START_TEXT = "\n"  # the decoder's start token: the line break between the sourc
 
 
 def language_name(tag_or_code: str) -> str:
-    """"<de>" or "de" (or "zh-CN", "sv-SE") -> "German"; UnknownTagError for a code without a name here."""
+    """"<de>" or "de" (or "zh-CN", "sv-SE", or "German" itself) -> "German"; UnknownTagError for a code without a
+    name here."""
+    if tag_or_code in LANGUAGE_NAMES.values():
+        return tag_or_code
     code = tag_or_code.strip("<>").split("-")[0].lower()
     if code not in LANGUAGE_NAMES:
         raise UnknownTagError(f"no language name for {tag_or_code!r}; known codes: {', '.join(sorted(LANGUAGE_NAMES))}")

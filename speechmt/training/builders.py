@@ -13,7 +13,7 @@ import torch
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, StoredFeatures, TextDataset, global_cmvn, speech_source
 from speechmt.data.manifest import read_split
-from speechmt.data.retrieval import with_examples
+from speechmt.data.retrieval import example_prefixes, read_examples, with_examples
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.semantic.lut import LM_TEACHER
@@ -77,8 +77,9 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
 def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     """The tokenizers of a run: load_tokenizers, or with an LM decoder (model.decoder.kind lm) the LM's
     tokenizer trimmed to the tokens of the run's training targets (lm_target_texts) and task prefixes, and on
-    the source side the LM's whole tokenizer when a task reads text or the CTC head writes the LM's tokens
-    (shrink.embed lm), else data.src_vocab (for a CTC head)."""
+    the source side the LM's whole tokenizer when a task reads text, the decoder reads retrieved examples
+    (decoder.examples) or the CTC head writes the LM's tokens (shrink.embed lm), else data.src_vocab (for a CTC
+    head)."""
     if not cfg.model.decoder.lm_tokens:
         return load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
     name = cfg.model.decoder.name_or_path
@@ -87,7 +88,7 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
         raise ConfigError("an LM decoder needs data.lang_tag: true (the target language's name starts each target)")
     tgt = LMTokenizer.trimmed(name, lm_target_texts(cfg), tags)
     reads_lm_tokens = cfg.model.shrink.embed == "lm"  # its CTC head writes the LM's tokens
-    if reads_lm_tokens or any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
+    if reads_lm_tokens or cfg.model.decoder.examples or any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
         return Tokenizers(LMTokenizer.from_pretrained(name, role="source"), tgt)
     return Tokenizers(Tokenizer.load(cfg.data.src_vocab) if cfg.data.src_vocab else None, tgt)
 
@@ -203,7 +204,11 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Fron
                                     _augmenter(cfg, train))
     augment = SpecAugmentConfig.policy(cfg.data.spec_augment) if train and cfg.data.spec_augment else None
     augment = augment if isinstance(source, StoredFeatures) else None
-    return SpeechDataset(records, source, spec_augment=augment, seed=cfg.train.seed, **sides)
+    prefixes = None
+    if cfg.model.decoder.examples and spec.task != "asr":  # examples before the speech; a transcript needs none
+        prefixes = example_prefixes(read_examples(data_dir, split, records), cfg.model.decoder.examples, toks.src,
+                                    cfg.data.src_lang, cfg.data.tgt_lang)
+    return SpeechDataset(records, source, spec_augment=augment, seed=cfg.train.seed, prefixes=prefixes, **sides)
 
 
 def _augmenter(cfg: ExperimentConfig, train: bool) -> "Augmenter | None":
@@ -229,7 +234,8 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     dec = decoder_tokenizer(decoder_side(cfg), toks)
     specs = run_tasks(cfg)
     ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
-    text = any(TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs)
+    text = bool(cfg.model.decoder.examples) or any(
+        TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs)
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
     ctc_vocab = lm_ctc_vocab(cfg, toks.src) if ctc and cfg.model.shrink.embed == "lm" else ()
     if ctc_vocab:

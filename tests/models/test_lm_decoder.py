@@ -146,11 +146,33 @@ def test_lora_trains_adapters_only_and_the_text_path_shares_the_lm_table(lm_dir,
     assert out.x[1, 2].abs().sum() == 0  # padding zero
 
 
+def test_examples_before_the_speech_are_read_as_the_lms_text_then_the_speech(lm_dir, tok):
+    """Translator.prefixed: the LM reads prompt, each row's prefix ids as its own text, then the row's speech
+    vectors, then the target; equal to the HF LM on that sequence built by hand, and a row alone as in a batch."""
+    model = lm_model(lm_dir, tok, text_encoder=dict(embed_only=True, embeddings="lm"), src_vocab_size=10)
+    dec, enc = model.decoder, memory([4, 2], seed=5)
+    prefix, prefix_lengths = torch.tensor([[5, 6, 7], [8, 0, 0]]), torch.tensor([3, 1])
+    out = model.prefixed(enc, prefix, prefix_lengths)
+    assert out.lengths.tolist() == [7, 3] and out.x.shape[:2] == (2, 7)
+    tgt, _ = batch_targets(tok, TARGETS[:2])
+    inputs = shift_right(tgt, tok.bos_id)
+    logits = model.decode(inputs, out)
+    for b in range(2):
+        p, n = int(prefix_lengths[b]), int(enc.lengths[b])
+        emb = torch.cat([dec.embed(dec.prompt), dec.embed(prefix[b, :p]), enc.x[b, :n], dec.embed(dec.vocab[inputs[b]])])
+        ref = dec.lm(inputs_embeds=emb[None]).logits[0, -inputs.size(1):, dec.vocab]
+        assert torch.allclose(logits[b], ref, atol=1e-5)
+        alone = model.prefixed(enc.select(torch.tensor([b])), prefix[b:b + 1, :p], prefix_lengths[b:b + 1])
+        assert torch.allclose(model.decode(inputs[b:b + 1], alone)[0], logits[b], atol=1e-5)
+
+
 def test_config_errors_name_the_lm_options(lm_dir, tok):
     with pytest.raises(ValueError, match="decoder 'lm' needs decoder.name_or_path"):
         preset("tiny", decoder=dict(kind="lm"))
     with pytest.raises(ValueError, match="text_encoder.embeddings lm needs decoder 'lm'"):
         preset("tiny", text_encoder=dict(embed_only=True, embeddings="lm"))
+    with pytest.raises(ValueError, match="decoder.examples needs text_encoder.embed_only with embeddings lm"):
+        preset("tiny", decoder=dict(kind="lm", name_or_path=str(lm_dir), examples=2))
     with pytest.raises(ValueError, match="decoder.vocab"):
         build_model(preset("tiny", n_heads=2, decoder=dict(kind="lm", name_or_path=str(lm_dir), prompt=(2,))))
 

@@ -2,6 +2,8 @@
 Whisper encoder and a bridge, LoRA delta checkpoints that load from their bases, and one checkpoint decoding
 several tasks by prompt. A tiny random Gemma 3 and a tiny random Whisper, both in local folders."""
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 from speechmt.checkpoint import load_checkpoint
+from speechmt.cli.main import main
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model
 from speechmt.evaluation.evaluate import decode_split, references
@@ -247,3 +250,79 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     a, b = load_model(_last(save_dir)), load_model(_last(save_dir))
     options = a.decode_options(beam=2)
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
+
+
+def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path):
+    """decoder.examples on the speech path: training reads each utterance's retrieved examples (by its gold
+    transcript) as the LM's text before Whisper's vectors; decoding finds them in a translation memory by the
+    model's own transcript."""
+    import dataclasses
+
+    from speechmt.checkpoint import CheckpointError
+    from speechmt.data.batching import collate_sequences
+    from speechmt.data.manifest import read_split
+    from speechmt.data.retrieval import read_examples, retrieve_splits
+    from speechmt.decoding.translate import encode_inputs, with_memory
+    from speechmt.tokenizers.lm import few_shot_source
+    from speechmt.training.builders import build_dataset, tokenizers_for
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    retrieve_splits(data, ["train"], ["train"], k=2)
+    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+             "text_encoder": {"embed_only": True, "embeddings": "lm"}, "lora": LORA,
+             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora", "examples": 1}}
+    cfg = lm_config(data, lm_dir, tmp_path / "exp", model, max_updates=10, save_interval_updates=10,
+                    validate_interval_updates=10, lr=1e-2)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0, valid_split=""))
+    toks = tokenizers_for(cfg)
+    records = read_split(data, "train")
+    dataset = build_dataset(cfg, "train", toks, None, train=True)
+    prefixes = [few_shot_source("", ex[:1], "en", "de") for ex in read_examples(data, "train", records)]
+    assert all(p.endswith("\nEnglish: ") for p in prefixes)  # encoded without the space: the speech follows
+    assert [dataset[i].prefix.tolist() for i in range(len(records))] == [toks.src.encode(p) for p in prefixes]
+    run_training(cfg)
+    lm = load_model(_last(tmp_path / "exp"))
+    assert lm.examples == 1 and lm.speech_examples and lm.languages() == ("English", "German")
+    with pytest.raises(CheckpointError, match="reads 1 retrieved examples before the speech; give --memory"):
+        with_memory(lm, None)
+    with pytest.raises(CheckpointError, match="this one reads none"):
+        with_memory(load_model(_last(tmp_path / "exp"), task="asr"), [data / "train.jsonl"])
+    lm = with_memory(lm, [data / "train.jsonl"])
+    feats = [lm.frontend(w) for w in _waves(data, records[:2])]
+    x, lengths = collate_sequences(feats)
+    states, state_lengths, ids = lm.model.speech_encoder.search(x, lengths)
+    speech = lm.model.encode_speech(states, state_lengths, precomputed=True)
+    # the tiny random Whisper hears no word, so no pair is found: the LM reads the speech alone
+    assert not any(c.isalnum() for i in ids for c in lm.transcript_text(i))
+    enc = encode_inputs(lm, feats)
+    assert torch.equal(enc.lengths, speech.lengths) and torch.allclose(enc.x, speech.x)
+    # as if Whisper heard the first two transcripts right: each one's nearest other pair comes first
+    heard = iter([r.src_text for r in records[:2]])  # asked row by row
+    lm.transcript_text = lambda i: next(heard)
+    enc = encode_inputs(lm, feats)
+    for b in range(2):
+        found = lm.memory.search([records[b].src_text], 1)[0]
+        assert found and found[0].src != records[b].src_text
+        want = torch.tensor(toks.src.encode(few_shot_source("", [(found[0].src, found[0].tgt)], "en", "de")))
+        p, n = len(want), int(speech.lengths[b])
+        assert int(enc.lengths[b]) == p + n
+        assert torch.allclose(enc.x[b, :p], lm.model.encode_text(want[None], torch.tensor([p])).x[0])
+        assert torch.allclose(enc.x[b, p:p + n], speech.x[b, :n])
+    del lm.transcript_text  # Whisper's own transcripts again
+    evaluate = ["evaluate", "--model", str(_last(tmp_path / "exp")), "--data", str(data), "--split", "train",
+                "--out", str(tmp_path / "eval")]
+    for extra, line in (([], "reads 1 retrieved examples before the speech; give --memory"),
+                        (["--memory", str(data / "none.jsonl")], "none.jsonl: no such manifest for the translation memory")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            assert main(evaluate + extra) == 2
+        assert err.getvalue().count("\n") == 1 and line in err.getvalue(), err.getvalue()
+    decoded = decode_split(lm, data, "train", lm.decode_options(beam=2), limit=3)
+    assert len(decoded.hyps) == 3 and all(m > 0 for m in decoded.memory_lengths)
+
+
+def _waves(data: Path, records):
+    from speechmt.data.manifest import record_audio
+
+    return [record_audio(r, data) for r in records]

@@ -226,6 +226,12 @@ class WhisperAsrEncoder(nn.Module):
         least 1 token each); with embed "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U; with
         embed "text" one row per LM token of the re-tokenised transcript: the state of the piece completing it and
         its packed id (B, U', H + 2) (`retokenized`)."""
+        return self.search(mels, lengths, record)[:2]
+
+    @torch.no_grad()
+    def search(self, mels: Tensor, lengths: Tensor,
+               record: Record | None = None) -> tuple[Tensor, Tensor, list[list[int]]]:
+        """`states` and the transcripts they are the states of (`transcripts`), from one search."""
         memory, memory_lengths = self._memory(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
         ids, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
@@ -235,7 +241,7 @@ class WhisperAsrEncoder(nn.Module):
         elif self._text is not None:
             x, token_lengths = self.retokenized(ids, x)
         note(record, "asr", x, token_lengths)
-        return x, token_lengths
+        return x, token_lengths, ids
 
     @torch.no_grad()
     def transcripts(self, mels: Tensor, lengths: Tensor) -> list[list[int]]:
