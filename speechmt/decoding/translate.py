@@ -59,8 +59,8 @@ class LoadedModel:
 
     @property
     def speech_examples(self) -> bool:
-        """Whether the decoder reads retrieved examples before the speech path's vectors (decoder.examples, a
-        speech task other than Whisper's own transcript)."""
+        """Whether the decoder reads retrieved examples before the speech path's vectors (decoder.examples, task
+        st; asr and mt read none before speech)."""
         return bool(self.examples) and self.task == "st"
 
     def languages(self) -> tuple[str, str]:
