@@ -53,7 +53,8 @@ def _task(value: object, allowed: tuple[str, ...]) -> str | None:
 
 
 def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task: Task | None = None,
-               dtype: Literal["float32", "bfloat16"] = "float32") -> LoadedModel:
+               dtype: Literal["float32", "bfloat16"] = "float32",
+               memory: Sequence[str | os.PathLike] | None = None) -> LoadedModel:
     """Loads a model from one checkpoint file, ready for `translate`.
 
     Args:
@@ -66,17 +67,23 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
             whisper_asr (the bundled one) is Whisper's own transcript, which the model computes anyway.
         dtype: the weights' type while decoding: "bfloat16" runs the matrix products about twice as fast on
             CPUs with AVX512-BF16 or AMX and on GPUs, at a small cost in precision.
+        memory: a model that reads retrieved examples before the speech (decoder.examples; the bundled one):
+            the translation memories it searches by its own transcript (manifests, memory folders or names built
+            under $SPEECHMT_HOME); None: the one the model names (decoder.memory; the bundled model's
+            `ding-en-de`, which `make setup` builds), loaded on first use.
 
     Raises OptionError for a bad device, task or dtype, and speechmt.checkpoint.CheckpointError (one line naming the
-    file) for a missing, unsafe (pickled) or unusable checkpoint, or a task it was not trained for.
+    file) for a missing, unsafe (pickled) or unusable checkpoint, or a task it was not trained for, or `memory`
+    for a model that reads no examples; speechmt.data.manifest.ManifestError (one line) for a memory not there.
     """
-    from speechmt.decoding.translate import load_model as _load
+    from speechmt.decoding.translate import load_model as _load, with_memory
     from speechmt.pretrained import default_model_path
 
     device, task = _device(device), _task(task, ("st", "asr", "mt"))
     if dtype not in opt.DTYPES:
         raise OptionError(f"dtype: invalid value {str(dtype)!r}: expected {' or '.join(opt.DTYPES)}")
-    return _load(default_model_path() if path is None else path, device, task, dtype)
+    lm = _load(default_model_path() if path is None else path, device, task, dtype)
+    return with_memory(lm, memory) if memory else lm
 
 
 def translate(model: LoadedModel | str | os.PathLike | None, inputs: Audio | Sequence[Audio], *,

@@ -54,7 +54,7 @@ def test_translate_names_typed_keyword_options_with_the_cli_defaults():
         assert params[name].default == getattr(cli, name), name
     doc = inspect.getdoc(speechmt.translate)
     assert all(f"    {name}" in doc or f", {name}:" in doc for name in [*OPTIONS, "model", "inputs"])
-    assert list(inspect.signature(speechmt.load_model).parameters) == ["path", "device", "task", "dtype"]
+    assert list(inspect.signature(speechmt.load_model).parameters) == ["path", "device", "task", "dtype", "memory"]
     assert inspect.signature(speechmt.load_model).parameters["path"].default is None
     assert inspect.signature(speechmt.load_model).parameters["dtype"].default == parse_args(["translate", "a.wav"]).dtype
 

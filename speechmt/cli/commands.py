@@ -73,6 +73,19 @@ def cmd_synth_mt(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synth_memory(args: argparse.Namespace) -> int:
+    import json
+
+    from speechmt.hub import speechmt_home
+    from speechmt_corpora.memory import NAME, build_memory
+    from speechmt_corpora.mt_sources import SourcePaths
+
+    paths = SourcePaths(ding=Path(args.ding)) if args.ding else SourcePaths()
+    summary = build_memory(Path(args.out) if args.out else speechmt_home() / NAME, args.seed, paths)
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_synth_mono(args: argparse.Namespace) -> int:
     import json
 
@@ -458,7 +471,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from speechmt.pretrained import export_model
 
     info = export_model(args.checkpoint, args.out, half=not args.fp32, merge=args.merge,
-                        whisper_pad_seconds=args.whisper_pad_seconds)
+                        whisper_pad_seconds=args.whisper_pad_seconds, memory=args.memory)
     print(f"{args.out}: {info['params']:,} parameters in {info['bytes'] / 2**20:.1f} MiB "
           f"({'float32' if args.fp32 else 'float16'} weights, inference only)")
     return 0

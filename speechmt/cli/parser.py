@@ -128,7 +128,7 @@ def _prepare(sub) -> None:
 
 
 def _synth(sub) -> None:
-    """`synth`, `synth-mt`, `synth-mono`, `synth-tts`, `backtranslate` and `distill`."""
+    """`synth`, `synth-mt`, `synth-memory`, `synth-mono`, `synth-tts`, `backtranslate` and `distill`."""
     synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
     synth.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
@@ -151,6 +151,15 @@ def _synth(sub) -> None:
                     help="parallel text to gather: all, or some of ding (de), gettext (de, es), debian-reference (de), "
                     "gnome-help (de, es), sword (es) (default: ding for de, sword for es)")
     mt.set_defaults(func=commands.cmd_synth_mt)
+    memory = sub.add_parser("synth-memory", help="the translation memory a model with retrieved examples reads "
+                            "(every filtered Ding pair, none of MuST-C-mini's dev or test sentences)")
+    memory.add_argument("--out", help="the folder to write (memory.jsonl, summary.json, NOTICE); default: "
+                        "$SPEECHMT_HOME/ding-en-de, the memory the bundled model names")
+    memory.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0,
+                        help="the MuST-C-mini seed whose dev and test sentences are held out (default 0)")
+    memory.add_argument("--ding", metavar="FILE", help="the Ding dictionary (default: /usr/share/trans/de-en, from "
+                        "the Debian package trans-de-en)")
+    memory.set_defaults(func=commands.cmd_synth_memory)
     mono = sub.add_parser("synth-mono", help="monolingual German text for backtranslate (mustc) or distill (covost2), "
                           "none of a mini corpus' sentences")
     mono.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
@@ -383,6 +392,9 @@ def _export(sub) -> None:
     exp.add_argument("--whisper-pad-seconds", type=opt.number(0, 30), default=None, metavar="S",
                      help="a model on Whisper's log-mel input: pad each clip to S seconds instead (30: Whisper's own "
                      "window; 10-15 hear short clips as well at half the encoder's cost; see docs/lm-decoders.md)")
+    exp.add_argument("--memory", metavar="NAME", help="a model that reads retrieved examples (decoder.examples): "
+                     "the translation memory it searches when decoding is given none (a name set-up builds under "
+                     "$SPEECHMT_HOME, e.g. ding-en-de, a folder or a manifest; stored as decoder.memory)")
     exp.set_defaults(func=commands.cmd_export)
 
 

@@ -198,13 +198,32 @@ def memory_of(data_dir: str | os.PathLike, splits: Sequence[str]) -> tuple[Trans
     return TranslationMemory(pairs), offsets
 
 
+MEMORY_FILE = "memory.jsonl"  # a translation memory folder's manifest (`speechmt synth-memory` writes one)
+
+
+def memory_manifest(name: str | os.PathLike) -> Path:
+    """Where a translation memory's pairs are: a manifest (.jsonl) as it is; a folder, or a name that set-up built
+    under $SPEECHMT_HOME (`ding-en-de`: `make setup` runs `speechmt synth-memory`), as its memory.jsonl.
+    ManifestError (one line) when none is there."""
+    from speechmt.hub import speechmt_home
+
+    path = Path(name)
+    if path.is_file():
+        return path
+    for folder in (path, speechmt_home() / path):
+        if (folder / MEMORY_FILE).is_file():
+            return folder / MEMORY_FILE
+    if path.suffix == ".jsonl" or len(path.parts) > 1:
+        raise ManifestError(f"{name}: no such manifest for the translation memory")
+    raise ManifestError(f"{name}: no translation memory of that name ({speechmt_home() / path / MEMORY_FILE} not "
+                        f"found); `make setup` builds it (`speechmt synth-memory --out {speechmt_home() / path}`)")
+
+
 def memory_from_manifests(paths: Sequence[str | os.PathLike]) -> TranslationMemory:
-    """The translation memory of every (src_text, tgt_text) pair of the manifests `paths`, in order; ManifestError
-    (one line) for a missing one."""
-    missing = [str(p) for p in paths if not Path(p).is_file()]
-    if missing:
-        raise ManifestError(f"{missing[0]}: no such manifest for the translation memory")
-    return TranslationMemory([(r.src_text, r.tgt_text) for path in paths for r in read_manifest(path)])
+    """The translation memory of every (src_text, tgt_text) pair of `paths` (manifests, memory folders or names:
+    memory_manifest), in order; ManifestError (one line) for a missing one."""
+    manifests = [memory_manifest(p) for p in paths]
+    return TranslationMemory([(r.src_text, r.tgt_text) for path in manifests for r in read_manifest(path)])
 
 
 def _write_jsonl(path: Path, rows, indent: int | None = None) -> None:

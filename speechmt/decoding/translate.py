@@ -135,14 +135,17 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
 
 
 def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) -> LoadedModel:
-    """`lm` with the translation memory of `manifests` (their pairs), where its decoder reads retrieved examples
-    before the speech (LoadedModel.speech_examples). CheckpointError (one line) when such a model gets no
-    manifests, or a model that reads none gets some."""
+    """`lm` with the translation memory of `manifests` (their pairs; manifests, memory folders or names:
+    speechmt.data.retrieval.memory_manifest), or else of the memory the model names (decoder.memory), where its
+    decoder reads retrieved examples before the speech (LoadedModel.speech_examples). CheckpointError or
+    ManifestError (one line) when such a model gets and names none, when that memory is missing, or when a model
+    that reads none gets some."""
     if not lm.speech_examples:
         if manifests:
             raise CheckpointError(f"{lm.path}: --memory is for a model that reads retrieved examples before the "
                                   f"speech (decoder.examples > 0, task st); this one reads none")
         return lm
+    manifests = manifests or ([lm.model.config.decoder.memory] if lm.model.config.decoder.memory else [])
     if not manifests:
         raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech; "
                               "give --memory the manifests of its translation pairs (e.g. DATA/train.jsonl)")
@@ -221,12 +224,15 @@ def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor]) -> EncoderOutput:
 def encode_with_examples(lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
     """Speech read after retrieved examples: Whisper's search (a whisper_asr encoder) gives each utterance's
     states and transcript; the transcript finds the `lm.examples` nearest pairs of `lm.memory` (BM25), whose
-    few-shot text the decoder reads before the speech's vectors. CheckpointError (one line) without a memory or
+    few-shot text the decoder reads before the speech's vectors; without `lm.memory`, the memory the model names
+    (decoder.memory) is loaded on first use. CheckpointError or ManifestError (one line) without a memory or
     without a transcript to search by."""
     encoder = lm.model.speech_encoder
     if not hasattr(encoder, "search"):
         raise CheckpointError(f"{lm.path}: examples before speech are found by the encoder's own transcript; "
                               f"encoder {lm.model.config.encoder.kind!r} writes none (use encoder whisper_asr)")
+    if lm.memory is None and lm.model.config.decoder.memory:
+        lm.memory = memory_from_manifests([lm.model.config.decoder.memory])
     if lm.memory is None:
         raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech "
                               "(decoder.examples); give it a translation memory (--memory: the training pairs)")

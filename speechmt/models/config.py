@@ -182,6 +182,9 @@ class DecoderConfig:
     # vectors), as few-shot examples (`speechmt retrieve` writes them beside a split for training; decoding speech
     # retrieves them by the model's own transcript: speechmt.data.retrieval); 0: none
     examples: int = checked(0, lo=0, hi=16)
+    # examples: the translation memory that decoding speech searches when none is given (--memory): a manifest,
+    # a folder with memory.jsonl, or a name set-up builds under $SPEECHMT_HOME (`ding-en-de`); "": none named
+    memory: str = ""
 
     def __post_init__(self):
         self.hf_config, self.vocab, self.prompt = dict(self.hf_config), tuple(self.vocab), tuple(self.prompt)
@@ -191,6 +194,8 @@ class DecoderConfig:
             f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
             self.examples and self.kind != "lm" and
             f"decoder.examples ({self.examples}) needs decoder.kind lm (few-shot examples are an LM's prompt)",
+            self.memory and not self.examples and
+            f"decoder.memory ({self.memory!r}) needs decoder.examples > 0 (the memory is where examples come from)",
         ])
 
     @property

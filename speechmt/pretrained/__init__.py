@@ -27,7 +27,8 @@ def default_model_path() -> Path:
 
 
 def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bool = True,
-                 provenance: dict | None = None, merge: bool = False, whisper_pad_seconds: float | None = None) -> dict:
+                 provenance: dict | None = None, merge: bool = False, whisper_pad_seconds: float | None = None,
+                 memory: str | None = None) -> dict:
     """Writes an inference-only copy of `checkpoint` to `out`: what `load_model` needs (no optimiser or
     training state), floating-point weights in float16 when `half`. Returns {"params", "bytes"}.
 
@@ -36,6 +37,9 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     `merge`: a checkpoint of trained parameters on a pretrained base becomes a full one that needs no base
     (the base's weights included, LoRA adapters folded into them). `whisper_pad_seconds`: a model on Whisper's
     log-mel input pads each clip to that many seconds (its features' pad_seconds) instead of what it trained with.
+    `memory`: a model that reads retrieved examples names that translation memory (decoder.memory: what decoding
+    searches when given none; speechmt.data.retrieval.memory_manifest); ConfigError (one line) for a model that
+    reads none.
     """
     state = load_checkpoint(checkpoint)
     missing = [k for k in ("model_config", "model", "tokenizers", "features") if k not in state]
@@ -44,6 +48,8 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     if merge and state.get("base") is not None:
         state = _merged(checkpoint, state)
     slim = {k: state[k] for k in INFERENCE_KEYS if k in state}
+    if memory is not None:
+        slim["model_config"] = _with_memory(state["model_config"], memory)
     if whisper_pad_seconds is not None:
         slim["features"] = _padded_features(checkpoint, state["features"], whisper_pad_seconds)
     cast = torch.float16 if half else None
@@ -58,6 +64,15 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     save_checkpoint(out, slim)
     params = sum(v.numel() for v in slim["model"].values() if v.is_floating_point())
     return {"params": params, "bytes": Path(out).stat().st_size}
+
+
+def _with_memory(model_config: dict, memory: str) -> dict:
+    """A model config (as stored) whose decoder names the translation memory `memory`, checked as a ModelConfig."""
+    from speechmt.models.config import ModelConfig
+
+    config = {**model_config, "decoder": {**model_config["decoder"], "memory": str(memory)}}
+    ModelConfig.from_dict(config)  # ConfigError: decoder.memory needs decoder.examples
+    return config
 
 
 def _padded_features(checkpoint: str | os.PathLike, features: dict, seconds: float) -> dict:

@@ -127,3 +127,22 @@ def test_with_examples_composes_the_first_k_and_missing_examples_are_one_line_er
     shutil.copy(data_dir / "train.jsonl", data_dir / "test.jsonl")
     with pytest.raises(ManifestError, match=r"no examples for 4 utterances of split 'test' \(train_0, train_1, train_2, \.\.\.\)"):
         with_examples(read_split(data_dir, "test"), data_dir, "test", k=1)
+
+
+def test_a_memory_is_a_manifest_a_folder_or_a_name_under_speechmt_home(data_dir, tmp_path, monkeypatch):
+    from speechmt.data.retrieval import memory_from_manifests, memory_manifest
+
+    monkeypatch.setenv("SPEECHMT_HOME", str(tmp_path / "home"))
+    manifest = data_dir / "train.jsonl"
+    folder = tmp_path / "home" / "tm"
+    folder.mkdir(parents=True)
+    shutil.copy(manifest, folder / "memory.jsonl")
+    assert memory_manifest(manifest) == manifest
+    assert memory_manifest(folder) == memory_manifest("tm") == folder / "memory.jsonl"
+    pairs = [(r.src_text, r.tgt_text) for r in read_split(data_dir, "train")]
+    assert memory_from_manifests(["tm", manifest]).pairs == pairs + pairs
+    with pytest.raises(ManifestError, match=r"^none.jsonl: no such manifest for the translation memory$"):
+        memory_manifest("none.jsonl")
+    with pytest.raises(ManifestError, match=r"^other: no translation memory of that name \(.*home/other/memory.jsonl "
+                       r"not found\); `make setup` builds it \(`speechmt synth-memory --out .*home/other`\)$"):
+        memory_manifest("other")

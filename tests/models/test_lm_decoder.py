@@ -173,6 +173,8 @@ def test_config_errors_name_the_lm_options(lm_dir, tok):
         preset("tiny", text_encoder=dict(embed_only=True, embeddings="lm"))
     with pytest.raises(ValueError, match="decoder.examples needs text_encoder.embed_only with embeddings lm"):
         preset("tiny", decoder=dict(kind="lm", name_or_path=str(lm_dir), examples=2))
+    with pytest.raises(ValueError, match=r"decoder.memory \('ding-en-de'\) needs decoder.examples > 0"):
+        preset("tiny", decoder=dict(kind="lm", name_or_path=str(lm_dir), memory="ding-en-de"))
     with pytest.raises(ValueError, match="decoder.vocab"):
         build_model(preset("tiny", n_heads=2, decoder=dict(kind="lm", name_or_path=str(lm_dir), prompt=(2,))))
 

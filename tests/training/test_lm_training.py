@@ -252,7 +252,8 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
 
 
-def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path):
+def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path,
+                                                                  monkeypatch):
     """decoder.examples on the speech path: training reads each utterance's retrieved examples (by its gold
     transcript) as the LM's text before Whisper's vectors; decoding finds them in a translation memory by the
     model's own transcript."""
@@ -320,6 +321,30 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
         assert err.getvalue().count("\n") == 1 and line in err.getvalue(), err.getvalue()
     decoded = decode_split(lm, data, "train", lm.decode_options(beam=2), limit=3)
     assert len(decoded.hyps) == 3 and all(m > 0 for m in decoded.memory_lengths)
+    # a model file that names its memory (export --memory: a name under $SPEECHMT_HOME) needs no --memory
+    monkeypatch.setenv("SPEECHMT_HOME", str(tmp_path / "home"))
+    exported = tmp_path / "model.safetensors"
+    assert main(["export", str(_last(tmp_path / "exp")), "--out", str(exported), "--memory", "tm"]) == 0
+    named = load_model(exported)
+    assert named.model.config.decoder.memory == "tm"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["evaluate", "--model", str(exported), "--data", str(data), "--split", "train",
+                     "--out", str(tmp_path / "eval1")]) == 2
+    assert err.getvalue().count("\n") == 1 and "tm: no translation memory of that name" in err.getvalue()
+    (tmp_path / "home" / "tm").mkdir(parents=True)
+    shutil.copy(data / "train.jsonl", tmp_path / "home" / "tm" / "memory.jsonl")
+    assert with_memory(named, None).memory.pairs == lm.memory.pairs
+    assert decode_split(named, data, "train", named.decode_options(beam=2), limit=3).hyps == decoded.hyps
+    # the Python API: the named memory is loaded on first use; or the one given
+    import speechmt
+
+    lazy = speechmt.load_model(exported)
+    assert lazy.memory is None
+    assert [t.text for t in speechmt.translate(lazy, _waves(data, records[:3]), beam=2)] == decoded.hyps
+    assert lazy.memory.pairs == lm.memory.pairs
+    given = speechmt.load_model(exported, memory=[data / "train.jsonl", data / "train.jsonl"])
+    assert given.memory.pairs == lm.memory.pairs * 2
 
 
 def _waves(data: Path, records):
