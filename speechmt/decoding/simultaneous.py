@@ -431,9 +431,6 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
     if lm.whisper_transcript:
         raise SimultaneousError(f"{lm.path}: task asr of a whisper_asr model is Whisper's transcript of the whole "
                                 "input; it is not streamed")
-    if lm.speech_examples:
-        raise SimultaneousError(f"{lm.path}: the model reads retrieved examples before the speech (decoder.examples); "
-                                "simultaneous translation does not retrieve them")
     limit = lm.max_input_seconds
     if limit is not None and cfg.max_seconds > limit:
         raise SimultaneousError(f"{lm.path} takes at most {limit:g} s of audio at once; the window is "

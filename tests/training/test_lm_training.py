@@ -345,6 +345,21 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     assert lazy.memory.pairs == lm.memory.pairs
     given = speechmt.load_model(exported, memory=[data / "train.jsonl", data / "train.jsonl"])
     assert given.memory.pairs == lm.memory.pairs * 2
+    # simultaneous: every step re-encodes the window, examples retrieved by the transcript so far; a policy that
+    # waits to the end writes what offline greedy search writes from the examples and the whole input
+    from speechmt.decoding.search import search
+    from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
+    from speechmt.decoding.translate import encode_audio
+
+    wave = _waves(data, records[:1])[0]
+    lazy.transcript_text = lambda i: records[0].src_text  # as if Whisper heard it: examples are found
+    enc = encode_audio(lazy, [wave])
+    assert int(enc.lengths[0]) > int(speech.lengths[0])  # the examples' text before the speech
+    options = lazy.decode_options(1, max_len_b=8)
+    with torch.no_grad():
+        offline = lazy.tokenizer.decode(search(lazy.model, enc, options)[0][0])
+    streamed = translate_stream(lazy, wave, SimultaneousConfig("wait-k", k=1000, step_ms=200), options)
+    assert streamed.text == offline.strip() and streamed.commits
 
 
 def _waves(data: Path, records):
