@@ -18,7 +18,6 @@ system-deps:
 python-deps: $(VENV)/.installed
 	@bash scripts/install_whisper_base.sh "$(VENV)"
 	@bash scripts/install_gemma.sh "$(VENV)"
-	@bash scripts/install_memory.sh "$(VENV)"
 
 $(VENV)/.installed: pyproject.toml scripts/install_python_deps.sh
 	@bash scripts/install_python_deps.sh "$(PYTHON)" "$(VENV)" "$(TORCH_SPEC)"

@@ -67,10 +67,10 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
             whisper_asr (the bundled one) is Whisper's own transcript, which the model computes anyway.
         dtype: the weights' type while decoding: "bfloat16" runs the matrix products about twice as fast on
             CPUs with AVX512-BF16 or AMX and on GPUs, at a small cost in precision.
-        memory: a model that reads retrieved examples before the speech (decoder.examples; the bundled one):
-            the translation memories it searches by its own transcript (manifests, memory folders or names built
-            under $SPEECHMT_HOME); None: the one the model names (decoder.memory; the bundled model's
-            `ding-en-de`, which `make setup` builds), loaded on first use.
+        memory: a model that reads retrieved examples before the speech (decoder.examples): the translation
+            memories it searches by its own transcript (manifests, memory folders or names built under
+            $SPEECHMT_HOME, e.g. `ding-en-de`, which `speechmt synth-memory` builds); None: the one the model
+            names (decoder.memory), loaded on first use.
 
     Raises OptionError for a bad device, task or dtype, and speechmt.checkpoint.CheckpointError (one line naming the
     file) for a missing, unsafe (pickled) or unusable checkpoint, or a task it was not trained for, or `memory`

@@ -1,8 +1,8 @@
 """A translation memory for models that read retrieved examples (decoder.examples), built at run time from
 installed Debian packages (none of its text is in this repository).
 
-`build_memory(out)` writes into the folder `out` (default $SPEECHMT_HOME/ding-en-de, the name the bundled model
-reads):
+`build_memory(out)` writes into the folder `out` (default $SPEECHMT_HOME/ding-en-de, which the name `ding-en-de`
+finds):
 - `memory.jsonl`: every English-German pair of the Ding dictionary (Debian `trans-de-en`, GPL-2+) that passes
   synth-mt's filters (speechmt_corpora.mt_filters), as manifest records with empty audio (ids ding_0, ding_1, ...),
   minus every sentence of MuST-C-mini's dev and test regions (either side; `split_pool` with the corpus' seed
@@ -31,7 +31,7 @@ from speechmt_corpora.mustc import DING_STREAM
 from speechmt_corpora.text import ding_pairs
 
 MEMORY_FILE = "memory.jsonl"
-NAME = "ding-en-de"  # the folder under $SPEECHMT_HOME that the bundled model names
+NAME = "ding-en-de"  # the folder under $SPEECHMT_HOME: the name a model's decoder.memory or --memory gives
 
 
 def held_out_sentences(seed: int = 0, paths: SourcePaths | None = None) -> set[str]:

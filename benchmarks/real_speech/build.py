@@ -1,12 +1,13 @@
-"""Builds tst-REAL, real recorded English speech, as a MuST-C-layout split from installed Debian packages.
+"""Builds tst-REAL and tst-REAL2, real recorded English speech, as MuST-C-layout splits from Debian packages.
 
-Reads segments.tsv (beside this file) and writes
+Reads segments.tsv (beside this file) and writes, for each SPLIT in SPLITS (a talk named `real_*` belongs to
+tst-REAL, `real2_*` to tst-REAL2),
 
-    OUT/en-de/data/tst-REAL/wav/<talk>.wav        16 kHz mono 16-bit PCM
-    OUT/en-de/data/tst-REAL/txt/tst-REAL.yaml     one `- {duration: ..., offset: ..., ...}` item per segment
-    OUT/en-de/data/tst-REAL/txt/tst-REAL.en       line i belongs to yaml item i
-    OUT/en-de/data/tst-REAL/txt/tst-REAL.de
-    OUT/en-de/data/tst-REAL/sources.tsv           talk, package, version, file, licence
+    OUT/en-de/data/SPLIT/wav/<talk>.wav        16 kHz mono 16-bit PCM
+    OUT/en-de/data/SPLIT/txt/SPLIT.yaml        one `- {duration: ..., offset: ..., ...}` item per segment
+    OUT/en-de/data/SPLIT/txt/SPLIT.en          line i belongs to yaml item i
+    OUT/en-de/data/SPLIT/txt/SPLIT.de
+    OUT/en-de/data/SPLIT/sources.tsv           talk, package, version, file, licence
 
 build.sh installs the packages first (or unpacks them where it is not root) and passes the folders to search
 with --search-root. Needs numpy, soundfile and soxr (the project's .venv has them).
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import glob
+import io
 import os
+import re
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +31,7 @@ import soundfile as sf
 import soxr
 
 SAMPLE_RATE = 16000
-SPLIT = "tst-REAL"
+SPLITS = ("tst-REAL", "tst-REAL2")  # talk prefix real_ -> tst-REAL, real2_ -> tst-REAL2
 COLUMNS = ("talk", "source", "offset", "duration", "speaker", "transcript", "en", "de")
 TRANSCRIPT_KINDS = ("shipped", "shipped-name", "whisper", "whisper+published")
 # Licence of each source package's audio, from /usr/share/doc/<package>/copyright (Debian 12).
@@ -37,6 +41,9 @@ LICENCES = {
     "alsa-utils": "GPL-2",
     "codec2-examples": "LGPL-2.1 (David Rowe)",
     "asterisk-core-sounds-en-wav": "CC-BY-SA-3.0 (recorded by Allison Smith, financed by Digium)",
+    "warzone2100-data": "GPL-2+ (Eidos Interactive 1999-2004, Warzone 2100 Project)",
+    "linphone-common": "GPL-3+ (Belledonne Communications)",
+    "speech-dispatcher": "GPL-2+ (Brailcom)",
 }
 
 
@@ -49,9 +56,11 @@ class Row:
     """One segment of segments.tsv; duration None means the whole source file."""
 
     line: int
+    split: str
     talk: str
     package: str
     path: str
+    member: str | None
     raw_rate: int | None
     offset: float
     duration: float | None
@@ -61,18 +70,31 @@ class Row:
     de: str
 
 
-def parse_source(text: str, where: str) -> tuple[str, str, int | None]:
-    """'PACKAGE:PATH[#rawRATE]' -> (package, path, raw sample rate or None)."""
+def split_of(talk: str, where: str) -> str:
+    """The split a talk belongs to, by its name: real_* -> tst-REAL, realN_* -> tst-REALN."""
+    m = re.fullmatch(r"real(\d*)_[A-Za-z0-9_.-]+", talk)
+    split = f"tst-REAL{m.group(1)}" if m else None
+    if split not in SPLITS:
+        raise BuildError(f"{where}: talk {talk!r} must be named real_* (tst-REAL) or real2_* (tst-REAL2)")
+    return split
+
+
+def parse_source(text: str, where: str) -> tuple[str, str, str | None, int | None]:
+    """'PACKAGE:PATH[!MEMBER][#rawRATE]' -> (package, path, zip member or None, raw sample rate or None)."""
     package, sep, path = text.partition(":")
     if not sep or not package or not path.startswith("/"):
         raise BuildError(f"{where}: source must be PACKAGE:/ABSOLUTE/PATH, got {text!r}")
-    raw_rate = None
+    raw_rate = member = None
     if "#" in path:
         path, _, fmt = path.partition("#")
         if not fmt.startswith("raw") or not fmt[3:].isdigit():
             raise BuildError(f"{where}: unknown format {fmt!r} (expected rawRATE, e.g. raw16000)")
         raw_rate = int(fmt[3:])
-    return package, path, raw_rate
+    if "!" in path:
+        path, _, member = path.partition("!")
+        if not member or member.startswith("/"):
+            raise BuildError(f"{where}: '!' must be followed by a path inside the zip archive, got {text!r}")
+    return package, path, member, raw_rate
 
 
 def read_rows(path: Path) -> list[Row]:
@@ -95,7 +117,8 @@ def read_rows(path: Path) -> list[Row]:
             raise BuildError(f"{where}: transcript must be one of {', '.join(TRANSCRIPT_KINDS)}")
         if not f["en"].strip() or not f["de"].strip():
             raise BuildError(f"{where}: empty English or German text")
-        package, src, raw_rate = parse_source(f["source"], where)
+        split = split_of(f["talk"], where)
+        package, src, member, raw_rate = parse_source(f["source"], where)
         try:
             offset = float(f["offset"])
             duration = None if f["duration"] == "-" else float(f["duration"])
@@ -103,8 +126,8 @@ def read_rows(path: Path) -> list[Row]:
             raise BuildError(f"{where}: offset and duration must be seconds (duration '-' = whole file)") from None
         if offset < 0 or (duration is not None and duration <= 0) or (duration is None and offset != 0):
             raise BuildError(f"{where}: bad offset {offset} / duration {f['duration']}")
-        rows.append(Row(n, f["talk"], package, src, raw_rate, offset, duration, f["speaker"], f["transcript"],
-                        f["en"].strip(), f["de"].strip()))
+        rows.append(Row(n, split, f["talk"], package, src, member, raw_rate, offset, duration, f["speaker"],
+                        f["transcript"], f["en"].strip(), f["de"].strip()))
     if not rows:
         raise BuildError(f"{path}: no segments")
     return rows
@@ -119,16 +142,22 @@ def find_file(pattern: str, roots: list[str]) -> Path:
     raise BuildError(f"{pattern}: not found under {', '.join(roots)} (is its package installed?)")
 
 
-def load_16k(path: Path, raw_rate: int | None) -> np.ndarray:
-    """Any soundfile-readable file (or headerless s16le mono PCM at raw_rate) -> float32 (T,) at 16 kHz, mono."""
+def load_16k(path: Path, raw_rate: int | None, member: str | None = None) -> np.ndarray:
+    """Any soundfile-readable file (or headerless s16le mono PCM at raw_rate), or that file as a member of the zip
+    archive at path (e.g. Warzone 2100's base.wz) -> float32 (T,) at 16 kHz, mono."""
+    where = f"{path}!{member}" if member else str(path)
     try:
+        if member is not None:
+            with zipfile.ZipFile(path) as archive:
+                data = archive.read(member)
         if raw_rate is not None:
-            wave, rate = np.fromfile(path, dtype="<i2").astype(np.float32) / 32768.0, raw_rate
+            raw = np.frombuffer(data, dtype="<i2") if member is not None else np.fromfile(path, dtype="<i2")
+            wave, rate = raw.astype(np.float32) / 32768.0, raw_rate
         else:
-            wave, rate = sf.read(path, dtype="float32", always_2d=True)
+            wave, rate = sf.read(io.BytesIO(data) if member is not None else path, dtype="float32", always_2d=True)
             wave = wave.mean(axis=1)  # (T, C) -> (T,)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise BuildError(f"{path}: cannot read audio ({e})") from None
+    except (OSError, RuntimeError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise BuildError(f"{where}: cannot read audio ({e})") from None
     if rate != SAMPLE_RATE:
         wave = soxr.resample(wave, rate, SAMPLE_RATE, quality="VHQ").astype(np.float32)
     return np.clip(wave, -1.0, 32767 / 32768)
@@ -145,34 +174,42 @@ def package_version(package: str) -> str:
     return version if status.endswith(" installed") and version else "unpacked"
 
 
-def build(segments: Path, out: Path, roots: list[str]) -> dict:
-    """Writes the split under out/en-de/data/tst-REAL; returns counts and total duration."""
+def build(segments: Path, out: Path, roots: list[str]) -> dict[str, dict]:
+    """Writes each split that segments.tsv has rows for under out/en-de/data/SPLIT; returns, per split, its counts
+    and total duration."""
     rows = read_rows(segments)
+    return {split: build_split(split, [r for r in rows if r.split == split], segments, out, roots)
+            for split in SPLITS if any(r.split == split for r in rows)}
+
+
+def build_split(split: str, rows: list[Row], segments: Path, out: Path, roots: list[str]) -> dict:
+    """Writes one split (its rows in file order) under out/en-de/data/SPLIT; returns counts and total duration."""
     talks: dict[str, list[Row]] = {}
     for row in rows:
         talks.setdefault(row.talk, []).append(row)
-    split_dir = out / "en-de" / "data" / SPLIT
+    split_dir = out / "en-de" / "data" / split
     (split_dir / "wav").mkdir(parents=True, exist_ok=True)
     (split_dir / "txt").mkdir(parents=True, exist_ok=True)
     yaml_lines, en_lines, de_lines, source_lines = [], [], [], ["talk\tpackage\tversion\tfile\tlicence"]
     total = 0.0
     for talk, segs in talks.items():
-        sources = {(r.package, r.path, r.raw_rate) for r in segs}
+        sources = {(r.package, r.path, r.member, r.raw_rate) for r in segs}
         if len(sources) != 1:
             raise BuildError(f"talk {talk}: segments name {len(sources)} different sources (lines "
                              f"{', '.join(str(r.line) for r in segs)})")
-        package, pattern, raw_rate = sources.pop()
+        package, pattern, member, raw_rate = sources.pop()
         path = find_file(pattern, roots)
-        wave = load_16k(path, raw_rate)
+        wave = load_16k(path, raw_rate, member)
         length = len(wave) / SAMPLE_RATE
         sf.write(split_dir / "wav" / f"{talk}.wav", wave, SAMPLE_RATE, subtype="PCM_16")
-        source_lines.append(f"{talk}\t{package}\t{package_version(package)}\t{pattern}\t"
+        file = f"{pattern}!{member}" if member else pattern
+        source_lines.append(f"{talk}\t{package}\t{package_version(package)}\t{file}\t"
                             f"{LICENCES.get(package, 'see /usr/share/doc/' + package + '/copyright')}")
         for r in sorted(segs, key=lambda r: r.offset):
             duration = length - r.offset if r.duration is None else r.duration
             if r.offset + duration > length + 0.01:
                 raise BuildError(f"{segments}:{r.line}: segment {r.offset:.3f}+{duration:.3f}s runs past the end "
-                                 f"of {path} ({length:.3f}s)")
+                                 f"of {path}{'!' + member if member else ''} ({length:.3f}s)")
             duration = min(duration, length - r.offset)
             total += duration
             yaml_lines.append(f"- {{duration: {duration:.6f}, offset: {r.offset:.6f}, rW: {len(r.en.split())}, "
@@ -180,7 +217,7 @@ def build(segments: Path, out: Path, roots: list[str]) -> dict:
             en_lines.append(r.en)
             de_lines.append(r.de)
     txt = split_dir / "txt"
-    for name, lines in ((f"{SPLIT}.yaml", yaml_lines), (f"{SPLIT}.en", en_lines), (f"{SPLIT}.de", de_lines)):
+    for name, lines in ((f"{split}.yaml", yaml_lines), (f"{split}.en", en_lines), (f"{split}.de", de_lines)):
         (txt / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (split_dir / "sources.tsv").write_text("\n".join(source_lines) + "\n", encoding="utf-8")
     return {"segments": len(yaml_lines), "talks": len(talks), "speakers": len({r.speaker for r in rows}),
@@ -190,7 +227,7 @@ def build(segments: Path, out: Path, roots: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--segments", default=str(Path(__file__).with_name("segments.tsv")))
-    p.add_argument("--out", required=True, help="corpus root: OUT/en-de/data/tst-REAL is written")
+    p.add_argument("--out", required=True, help="corpus root: OUT/en-de/data/tst-REAL and tst-REAL2 are written")
     p.add_argument("--search-root", action="append", default=[],
                    help="folder that the packages' absolute paths are looked up under (repeatable; default /)")
     p.add_argument("--packages", action="store_true", help="print the packages segments.tsv names and exit")
@@ -203,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as e:
         print(f"real_speech/build: error: {e}", file=sys.stderr)
         return 1
-    print(f"real_speech/build: {stats['segments']} segments in {stats['talks']} talks, {stats['speakers']} "
-          f"speakers, {stats['seconds']:.1f} s of speech -> {os.path.join(args.out, 'en-de', 'data', SPLIT)}")
+    for split, st in stats.items():
+        print(f"real_speech/build: {split}: {st['segments']} segments in {st['talks']} talks, {st['speakers']} "
+              f"speakers, {st['seconds']:.1f} s of speech -> {os.path.join(args.out, 'en-de', 'data', split)}")
     return 0
 
 

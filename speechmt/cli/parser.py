@@ -154,7 +154,7 @@ def _synth(sub) -> None:
     memory = sub.add_parser("synth-memory", help="the translation memory a model with retrieved examples reads "
                             "(every filtered Ding pair, none of MuST-C-mini's dev or test sentences)")
     memory.add_argument("--out", help="the folder to write (memory.jsonl, summary.json, NOTICE); default: "
-                        "$SPEECHMT_HOME/ding-en-de, the memory the bundled model names")
+                        "$SPEECHMT_HOME/ding-en-de, a memory that models and --memory name ding-en-de")
     memory.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0,
                         help="the MuST-C-mini seed whose dev and test sentences are held out (default 0)")
     memory.add_argument("--ding", metavar="FILE", help="the Ding dictionary (default: /usr/share/trans/de-en, from "

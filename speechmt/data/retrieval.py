@@ -216,7 +216,7 @@ def memory_manifest(name: str | os.PathLike) -> Path:
     if path.suffix == ".jsonl" or len(path.parts) > 1:
         raise ManifestError(f"{name}: no such manifest for the translation memory")
     raise ManifestError(f"{name}: no translation memory of that name ({speechmt_home() / path / MEMORY_FILE} not "
-                        f"found); `make setup` builds it (`speechmt synth-memory --out {speechmt_home() / path}`)")
+                        f"found); build it with `speechmt synth-memory --out {speechmt_home() / path}`")
 
 
 def memory_from_manifests(paths: Sequence[str | os.PathLike]) -> TranslationMemory:

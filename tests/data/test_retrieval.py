@@ -144,5 +144,5 @@ def test_a_memory_is_a_manifest_a_folder_or_a_name_under_speechmt_home(data_dir,
     with pytest.raises(ManifestError, match=r"^none.jsonl: no such manifest for the translation memory$"):
         memory_manifest("none.jsonl")
     with pytest.raises(ManifestError, match=r"^other: no translation memory of that name \(.*home/other/memory.jsonl "
-                       r"not found\); `make setup` builds it \(`speechmt synth-memory --out .*home/other`\)$"):
+                       r"not found\); build it with `speechmt synth-memory --out .*home/other`$"):
         memory_manifest("other")
