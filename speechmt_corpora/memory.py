@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 
 from speechmt.data.manifest import write_manifest
-from speechmt_corpora.common import SynthError, split_pool
+from speechmt.data.retrieval import MEMORY_FILE
+from speechmt_corpora.common import SynthError, ensure_free, publish, split_pool, staging_dir
 from speechmt_corpora.mt_filters import key
 from speechmt_corpora.mt_sources import SOURCES, SourcePaths
 from speechmt_corpora.mt_text import FILTERS, _records, gather
 from speechmt_corpora.mustc import DING_STREAM
 from speechmt_corpora.text import ding_pairs
 
-MEMORY_FILE = "memory.jsonl"
 NAME = "ding-en-de"  # the folder under $SPEECHMT_HOME: the name a model's decoder.memory or --memory gives
 
 
@@ -46,8 +44,7 @@ def build_memory(out: Path, seed: int = 0, paths: SourcePaths | None = None) -> 
     """Writes the translation memory folder `out` (see the module docstring) and returns its summary. SynthError
     (one line) when `out` already holds files or Ding is not installed or gives no pair."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise SynthError(f"{out} already exists and is not empty: remove it or build into another folder")
+    ensure_free(out)
     paths = paths or SourcePaths()
     if not Path(paths.ding).is_file():
         raise SynthError(f"{paths.ding} not found: install the Debian package trans-de-en (the Ding dictionary)")
@@ -55,9 +52,7 @@ def build_memory(out: Path, seed: int = 0, paths: SourcePaths | None = None) -> 
     pairs, entries = gather(("ding",), "en", "de", held, paths)
     if not pairs:
         raise SynthError(f"no translation pair from {paths.ding}: {entries['ding'].get('status')}")
-    staging = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = staging_dir(out)
     write_manifest(staging / MEMORY_FILE, _records(pairs, "en", "de"))
     summary = {"memory": MEMORY_FILE, "pair": "en-de", "pairs": len(pairs), "source": entries["ding"],
                "held_out": {"what": f"both sides of MuST-C-mini's dev and test sentences (synth --seed {seed})",
@@ -70,7 +65,5 @@ def build_memory(out: Path, seed: int = 0, paths: SourcePaths | None = None) -> 
         f"English-German translation pairs from the Ding dictionary (Debian package {ding.packages}, {ding.licence}),\n"
         "filtered and written by `speechmt synth-memory` on this machine; not part of speechmt's repository.\n"
         "Redistributing this folder is redistributing GPL-2+ text: its terms apply.\n", encoding="utf-8")
-    if out.exists():
-        out.rmdir()
-    os.replace(staging, out)
+    publish(staging, out)
     return {"out": str(out), **summary}

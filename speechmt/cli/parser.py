@@ -1,6 +1,7 @@
 """The `speechmt` command line's parser: one function per subcommand adds its options and names its handler
-(speechmt.cli.commands, whose handlers import their command code when called). Options are checked where they
-are parsed (speechmt.checks), and options that depend on each other by each subcommand's `check`."""
+(speechmt.cli.commands; speechmt.cli.data_commands for the data-building ones; handlers import their command code
+when called). Options are checked where they are parsed (speechmt.checks), and options that depend on each other
+by each subcommand's `check`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from speechmt import __version__
 from speechmt import checks as opt
-from speechmt.cli import commands
+from speechmt.cli import commands, data_commands
 from speechmt.cli.decode_options import (add_decode_options, add_dtype_option, add_mbr_option, add_memory_option,
                                          add_simultaneous_options, check_mbr, check_simultaneous)
 
@@ -140,7 +141,7 @@ def _synth(sub) -> None:
     synth.add_argument("--unseen-voice", metavar="VOICE", help="mustc: add to the finished build at --out the test "
                        "split tst-VOICE, tst-COMMON's sentences spoken by a voice none of its talks uses (a voice "
                        "never trained on, measured without rebuilding)")
-    synth.set_defaults(func=commands.cmd_synth)
+    synth.set_defaults(func=data_commands.cmd_synth)
     mt = sub.add_parser("synth-mt", help="extra text-only MT pairs for a mini corpus, none of its sentences")
     mt.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
     mt.add_argument("--root", required=True, help="the corpus folder (as `synth --out` made it)")
@@ -150,7 +151,7 @@ def _synth(sub) -> None:
                     choices=("all", "ding", "gettext", "debian-reference", "gnome-help", "sword"),
                     help="parallel text to gather: all, or some of ding (de), gettext (de, es), debian-reference (de), "
                     "gnome-help (de, es), sword (es) (default: ding for de, sword for es)")
-    mt.set_defaults(func=commands.cmd_synth_mt)
+    mt.set_defaults(func=data_commands.cmd_synth_mt)
     memory = sub.add_parser("synth-memory", help="the translation memory a model with retrieved examples reads "
                             "(every filtered Ding pair, none of MuST-C-mini's dev or test sentences)")
     memory.add_argument("--out", help="the folder to write (memory.jsonl, summary.json, NOTICE); default: "
@@ -159,7 +160,7 @@ def _synth(sub) -> None:
                         help="the MuST-C-mini seed whose dev and test sentences are held out (default 0)")
     memory.add_argument("--ding", metavar="FILE", help="the Ding dictionary (default: /usr/share/trans/de-en, from "
                         "the Debian package trans-de-en)")
-    memory.set_defaults(func=commands.cmd_synth_memory)
+    memory.set_defaults(func=data_commands.cmd_synth_memory)
     mono = sub.add_parser("synth-mono", help="monolingual German text for backtranslate (mustc) or distill (covost2), "
                           "none of a mini corpus' sentences")
     mono.add_argument("--corpus", required=True, choices=("mustc", "covost2"))
@@ -169,7 +170,7 @@ def _synth(sub) -> None:
     mono.add_argument("--out", help="default: beside the corpus, ROOT/en-de/mono-text (mustc) or ROOT/de/mono-text; "
                       "writes mono.<lang>.txt (one sentence a line) and mono_text_summary.json")
     mono.add_argument("--fortunes", metavar="DIR", help="the fortunes-de files (default: /usr/share/games/fortunes/de)")
-    mono.set_defaults(func=commands.cmd_synth_mono)
+    mono.set_defaults(func=data_commands.cmd_synth_mono)
     tts = sub.add_parser("synth-tts", help="voice the English side of MT pairs into a new MuST-C split (MT data "
                                            "as synthetic ST data)")
     tts.add_argument("--root", required=True, help="the MuST-C layout corpus (holds en-de/data/)")
@@ -184,7 +185,7 @@ def _synth(sub) -> None:
                      ". ! or ?), not dictionary phrases")
     tts.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     tts.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
-    tts.set_defaults(func=commands.cmd_synth_tts)
+    tts.set_defaults(func=data_commands.cmd_synth_tts)
     for name, mode, what in (("backtranslate", "back", "target-side text into the source language (pairs: "
                               "machine source -> human target)"),
                              ("distill", "distill", "source-side text into the target language with a teacher "
@@ -211,7 +212,7 @@ def _synth(sub) -> None:
         p.add_argument("--max-new-tokens", type=opt.integer(1, opt.MAX_OUTPUT_TOKENS), default=128)
         p.add_argument("--limit", type=opt.integer(0, 10**9), default=0, help="translate the first N texts (0: all)")
         p.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
-        p.set_defaults(func=commands.cmd_backtranslate, mode=mode)
+        p.set_defaults(func=data_commands.cmd_backtranslate, mode=mode)
 
 
 def _vocab(sub) -> None:
@@ -235,7 +236,7 @@ def _retrieve(sub) -> None:
                      help="the splits whose pairs are searched (default: train); a split both searched and given "
                      "examples never gets an utterance's own pair")
     ret.add_argument("--k", type=opt.integer(1, 16), default=2, help="examples kept per utterance (default: 2)")
-    ret.set_defaults(func=commands.cmd_retrieve)
+    ret.set_defaults(func=data_commands.cmd_retrieve)
 
 
 def _train(sub) -> None:
@@ -393,8 +394,9 @@ def _export(sub) -> None:
                      help="a model on Whisper's log-mel input: pad each clip to S seconds instead (30: Whisper's own "
                      "window; 10-15 hear short clips as well at half the encoder's cost; see docs/lm-decoders.md)")
     exp.add_argument("--memory", metavar="NAME", help="a model that reads retrieved examples (decoder.examples): "
-                     "the translation memory it searches when decoding is given none (a name set-up builds under "
-                     "$SPEECHMT_HOME, e.g. ding-en-de, a folder or a manifest; stored as decoder.memory)")
+                     "the translation memory it searches when decoding is given none (a folder's name under "
+                     "$SPEECHMT_HOME, e.g. ding-en-de from `speechmt synth-memory`, a folder or a manifest; stored "
+                     "as decoder.memory)")
     exp.set_defaults(func=commands.cmd_export)
 
 

@@ -35,6 +35,7 @@ from typing import Sequence
 import torch
 
 from speechmt.atomic import write_text_atomic
+from speechmt.hub import speechmt_home
 from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split
 
 _WORD = re.compile(r"\w+")
@@ -202,11 +203,9 @@ MEMORY_FILE = "memory.jsonl"  # a translation memory folder's manifest (`speechm
 
 
 def memory_manifest(name: str | os.PathLike) -> Path:
-    """Where a translation memory's pairs are: a manifest (.jsonl) as it is; a folder, or a name that set-up built
-    under $SPEECHMT_HOME (`ding-en-de`: `make setup` runs `speechmt synth-memory`), as its memory.jsonl.
-    ManifestError (one line) when none is there."""
-    from speechmt.hub import speechmt_home
-
+    """Where a translation memory's pairs are: a manifest (.jsonl) as it is; a folder, or a name of a folder under
+    $SPEECHMT_HOME (`ding-en-de`, which `speechmt synth-memory` builds), as its memory.jsonl. ManifestError (one
+    line) when none is there."""
     path = Path(name)
     if path.is_file():
         return path

@@ -183,7 +183,8 @@ class DecoderConfig:
     # retrieves them by the model's own transcript: speechmt.data.retrieval); 0: none
     examples: int = checked(0, lo=0, hi=16)
     # examples: the translation memory that decoding speech searches when none is given (--memory): a manifest,
-    # a folder with memory.jsonl, or a name set-up builds under $SPEECHMT_HOME (`ding-en-de`); "": none named
+    # a folder with memory.jsonl, or a folder's name under $SPEECHMT_HOME (`ding-en-de`: `speechmt synth-memory`);
+    # "": none named
     memory: str = ""
 
     def __post_init__(self):
