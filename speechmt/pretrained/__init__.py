@@ -38,8 +38,8 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     (the base's weights included, LoRA adapters folded into them). `whisper_pad_seconds`: a model on Whisper's
     log-mel input pads each clip to that many seconds (its features' pad_seconds) instead of what it trained with.
     `memory`: a model that reads retrieved examples names that translation memory (decoder.memory: what decoding
-    searches when given none; speechmt.data.retrieval.memory_manifest); ConfigError (one line) for a model that
-    reads none.
+    searches when given none; speechmt.data.retrieval.memory_manifest); CheckpointError (one line) for a model
+    that reads none.
     """
     state = load_checkpoint(checkpoint)
     missing = [k for k in ("model_config", "model", "tokenizers", "features") if k not in state]
@@ -49,7 +49,7 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
         state = _merged(checkpoint, state)
     slim = {k: state[k] for k in INFERENCE_KEYS if k in state}
     if memory is not None:
-        slim["model_config"] = _with_memory(state["model_config"], memory)
+        slim["model_config"] = _with_memory(checkpoint, state["model_config"], memory)
     if whisper_pad_seconds is not None:
         slim["features"] = _padded_features(checkpoint, state["features"], whisper_pad_seconds)
     cast = torch.float16 if half else None
@@ -66,12 +66,16 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
     return {"params": params, "bytes": Path(out).stat().st_size}
 
 
-def _with_memory(model_config: dict, memory: str) -> dict:
-    """A model config (as stored) whose decoder names the translation memory `memory`, checked as a ModelConfig."""
+def _with_memory(checkpoint: str | os.PathLike, model_config: dict, memory: str) -> dict:
+    """A model config (as stored) whose decoder names the translation memory `memory`, checked as a ModelConfig;
+    CheckpointError (one line) for a model that reads no examples."""
     from speechmt.models.config import ModelConfig
 
     config = {**model_config, "decoder": {**model_config["decoder"], "memory": str(memory)}}
-    ModelConfig.from_dict(config)  # ConfigError: decoder.memory needs decoder.examples
+    try:
+        ModelConfig.from_dict(config)
+    except ValueError as e:  # decoder.memory needs decoder.examples
+        raise CheckpointError(f"{checkpoint}: cannot name a translation memory ({e})") from None
     return config
 
 

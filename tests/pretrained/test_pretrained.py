@@ -119,6 +119,13 @@ def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny
         export_model(tiny_checkpoint, tmp_path / "x.safetensors", whisper_pad_seconds=15)
 
 
+def test_export_memory_for_a_model_without_examples_is_one_line(tiny_checkpoint, tmp_path, capsys):
+    assert main(["export", str(tiny_checkpoint), "--out", str(tmp_path / "m.safetensors"), "--memory", "tm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"speechmt: error: {tiny_checkpoint}: cannot name a translation memory")
+    assert "decoder.memory ('tm') needs decoder.examples > 0" in err and not (tmp_path / "m.safetensors").exists()
+
+
 def test_cli_export_fp32_is_exact(tiny_checkpoint, tmp_path, capsys):
     assert main(["export", str(tiny_checkpoint), "--out", str(tmp_path / "m32.safetensors"), "--fp32"]) == 0
     assert "float32 weights, inference only" in capsys.readouterr().out
