@@ -11,6 +11,11 @@ iteratively normalised (unit length, then mean centring, repeated: speechmt.eval
 from svd(X' Y) maps one onto the other. The Linear becomes the affine form of that map on the raw states:
 y = mean_y + s (x - mean_x) W, s the ratio of the two sets' mean centred norms.
 
+A whisper_asr encoder (asr_embed states) has no frames to pool: each of its states is one token of Whisper's own
+transcript, so its pairs are exact, the normalised state after each token (what the projection reads) and the LM's
+input embedding of that token's text (the table asr_embed lm reads), from a live search of the N utterances
+(`asr_pairs`): the projection then hands the LM its own input space from the first update.
+
 `speechmt analyze` on the checkpoint written before the first update (train.max_updates 0), with and without
 the option, measures the speech-text gap it closes (docs/semantic-layers.md).
 """
@@ -95,10 +100,37 @@ def paired_states(model: nn.Module, batches: Iterable, first_text_id: int, blank
     return np.concatenate(xs), np.concatenate(ys)
 
 
+@torch.no_grad()
+def asr_pairs(encoder: nn.Module, batches: Iterable, table) -> tuple[np.ndarray, np.ndarray]:
+    """A whisper_asr encoder's pairs over the batches (audio, not cached states): X (P, H) the normalised states
+    after each transcript token, Y (P, D) the LM's embeddings of the tokens (`table`: PieceEmbeddings)."""
+    xs, ys = [], []
+    for batch in batches:
+        if batch.precomputed:
+            raise ValueError("Procrustes pairs of a whisper_asr encoder need a live search (the audio), not cached "
+                             "states")
+        x, y = encoder.token_pairs(batch.feats, batch.feat_lengths, table)
+        xs.append(x.float().cpu().numpy())
+        ys.append(y.float().cpu().numpy())
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def whisper_asr_table(model: nn.Module, whisper: str, lm: str):
+    """The LM decoder's embeddings of the whisper_asr encoder's pieces (PieceEmbeddings), for `asr_pairs`;
+    `whisper` and `lm` name the two models (their tokenizers)."""
+    from speechmt.models.hf_whisper import whisper_lm_table
+
+    if not hasattr(model.decoder, "lm"):
+        raise ValueError("train.init_procrustes on a whisper_asr encoder needs decoder kind lm (its input embeddings "
+                         "are what the projection is fitted to)")
+    return whisper_lm_table(whisper, lm, model.speech_encoder.eos_id, model.decoder)
+
+
 def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, blank_id: int, rounds: int = 5,
-                    units: str = "ctc") -> dict[str, float]:
-    """Sets model.speech_encoder.proj from the batches' pairs (fit_map); nothing else changes. Returns the pairs'
-    number and mean cosine of the projected speech vector to its text vector before and after."""
+                    units: str = "ctc", table=None) -> dict[str, float]:
+    """Sets model.speech_encoder.proj from the batches' pairs (fit_map; with `table`, a whisper_asr encoder's
+    `asr_pairs`); nothing else changes. Returns the pairs' number and mean cosine of the projected speech vector
+    to its text vector before and after."""
     proj = getattr(model.speech_encoder, "proj", None)
     if not isinstance(proj, nn.Linear):
         raise ValueError("train.init_procrustes needs a speech encoder with a projection into the decoder's width "
@@ -106,7 +138,8 @@ def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, bla
     was_training = model.training
     model.eval()
     try:
-        x, y = paired_states(model, batches, first_text_id, blank_id, units)
+        x, y = (asr_pairs(model.speech_encoder, batches, table) if table is not None
+                else paired_states(model, batches, first_text_id, blank_id, units))
         before = _mean_cosine(proj, x, y)
         set_linear(proj, fit_map(x, y, rounds))
         return {"pairs": float(len(x)), "cosine_before": before, "cosine_after": _mean_cosine(proj, x, y)}

@@ -4,6 +4,7 @@ checkpoint_<step>.safetensors when checkpoint_last is unreadable)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -117,9 +118,10 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     for item in cfg.train.init_from:
         init_encoder_from(model, *init_source(item))
 
-    def data(spec: TaskData, train: bool):
+    def data(spec: TaskData, train: bool, live: bool = False):  # live: the audio, never the encoder's cache
         split = (spec.split or cfg.data.train_split) if train else _valid_split(cfg, spec)
-        return build_dataset(cfg, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
+        c = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, cache_encoder=False)) if live else cfg
+        return build_dataset(c, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
                              teacher=teacher) if split else None
 
     bundle = ModelBundle(model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg),
@@ -143,18 +145,21 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
 def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Callable, settings, pad_id: int,
                         device: torch.device) -> dict[str, float]:
     """train.init_procrustes: the speech encoder's projection set by Procrustes from the first N utterances of
-    the first stage's first speech stream (speechmt.training.procrustes); printed: pairs, mean cosine before/after."""
-    import dataclasses
-
+    the first stage's first speech stream (speechmt.training.procrustes; a whisper_asr encoder's from a live
+    search of them); printed: pairs, mean cosine before/after."""
     from speechmt.tasks import TASK_INPUTS, stages_of
-    from speechmt.training.procrustes import first_batches, init_projection
+    from speechmt.training.procrustes import first_batches, init_projection, whisper_asr_table
 
     spec = next((t for t in stages_of(cfg.train)[0].tasks if TASK_INPUTS[t.task] == "speech"), None)
     if spec is None:
         raise ValueError("train.init_procrustes needs a speech stream (st or asr) in the first stage")
-    dataset = data(dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0}), True)
+    spec = dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0})
+    table = None
+    if cfg.model.encoder.kind == "whisper_asr":
+        table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
+    dataset = data(spec, True, live=True) if table is not None else data(spec, True)
     stats = init_projection(model.to(device), first_batches(dataset, cfg.train.init_procrustes, pad_id, device),
-                            settings.first_text_id, settings.blank_id, units=cfg.train.align.units)
+                            settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table)
     if dist.is_main():
         print(f"init_procrustes: {stats['pairs']:.0f} token pairs, mean cosine {stats['cosine_before']:.3f} -> "
               f"{stats['cosine_after']:.3f}")

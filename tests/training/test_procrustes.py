@@ -94,3 +94,94 @@ def test_a_model_without_a_projection_is_one_clear_error(whisper_dir):
                       text_encoder={"layers": 1})
     with pytest.raises(ValueError, match="needs a speech encoder with a projection"):
         init_projection(build_model(cfg), [], 5, 4)
+
+
+# --- a whisper_asr encoder (asr_embed states): exact token pairs from its own search ---
+
+@pytest.fixture(scope="module")
+def asr_dirs(tmp_path_factory):
+    from tests.lm_helpers import tiny_lm_dir
+
+    root = tmp_path_factory.mktemp("tiny_asr_procrustes")
+    return tiny_whisper_dir(root / "whisper", d_model=32), tiny_lm_dir(root / "lm", hidden=48)
+
+
+def asr_model(dirs, embed: str = "states"):
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(dirs[0]), "finetune": "frozen",
+                               "asr_embed": embed},
+                      decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen", "vocab": [5, 6, 7],
+                               "prompt": [2]}, n_heads=2)
+    return build_model(cfg).eval()
+
+
+def asr_examples(n: int = 4) -> list[Example]:
+    from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
+
+    rng = np.random.RandomState(3)
+    waves = [(0.3 * np.sin(2 * np.pi * (150 + 90 * i) * np.arange(int((0.6 + 0.4 * i) * 16000)) / 16000)
+              + 0.05 * rng.randn(int((0.6 + 0.4 * i) * 16000))).astype(np.float32) for i in range(n)]
+    return [Example(i, f"u{i}", feats=whisper_log_mel(w, WhisperMelConfig(pad_seconds=10)),
+                    src_ids=torch.tensor([5, 6]), tgt_ids=torch.tensor([5, 6, 3])) for i, w in enumerate(waves)]
+
+
+@torch.no_grad()
+def test_whisper_asr_pairs_are_each_transcript_token_state_and_the_lm_embedding_of_its_text(asr_dirs):
+    from speechmt.training.procrustes import asr_pairs, whisper_asr_table
+
+    model = asr_model(asr_dirs)
+    asr = model.speech_encoder
+    table = whisper_asr_table(model, str(asr_dirs[0]), str(asr_dirs[1]))
+    batches = list(first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=3))
+    x, y = asr_pairs(asr, batches, table)
+    want_x, want_y = [], []
+    for batch in batches:
+        states, lengths, ids = asr.search(batch.feats, batch.feat_lengths)
+        for row, tokens in enumerate(ids):
+            assert int(lengths[row]) == len(tokens)
+            for t, token in enumerate(tokens):
+                want_x.append(torch.nn.functional.layer_norm(states[row, t], (32,)).numpy())
+                lm_ids = table.pieces[token][table.pieces[token] >= 0]
+                want_y.append(model.decoder.embed(lm_ids).mean(0).numpy())  # the piece's text, as the LM embeds it
+    assert x.shape == (len(want_x), 32) and y.shape == (len(want_x), 48)
+    np.testing.assert_allclose(x, np.stack(want_x), atol=1e-5)
+    np.testing.assert_allclose(y, np.stack(want_y), atol=1e-5)
+
+
+def test_whisper_asr_procrustes_sets_the_projection_alone_to_the_fitted_map(asr_dirs):
+    from speechmt.training.procrustes import asr_pairs, whisper_asr_table
+
+    model = asr_model(asr_dirs)
+    table = whisper_asr_table(model, str(asr_dirs[0]), str(asr_dirs[1]))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stats = init_projection(model, first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=3), 5, 4,
+                            table=table)
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(before[k], v)}
+    assert changed == {"speech_encoder.proj.weight", "speech_encoder.proj.bias"}
+    x, y = asr_pairs(model.speech_encoder, first_batches(asr_examples(), 4, 0, torch.device("cpu")), table)
+    assert stats["pairs"] == len(x) and stats["cosine_after"] > stats["cosine_before"]
+    with torch.no_grad():
+        mapped = model.speech_encoder.proj(torch.from_numpy(x)).double().numpy()
+    np.testing.assert_allclose(mapped, fit_map(x, y)(x), atol=1e-4)
+
+
+def test_whisper_asr_procrustes_reads_the_audio_and_refuses_other_hand_overs(asr_dirs):
+    from speechmt.training.procrustes import whisper_asr_table
+
+    model = asr_model(asr_dirs)
+    cfg = ExperimentConfig.from_dict({
+        "model": {"encoder": {"kind": "whisper_asr", "name_or_path": str(asr_dirs[0]), "finetune": "frozen"},
+                  "decoder": {"kind": "lm", "name_or_path": str(asr_dirs[1])}},
+        "train": {"init_procrustes": 2, "stages": [{"tasks": [{"task": "st"}]}]}})
+    seen = []
+
+    def data(spec, train, live=False):
+        seen.append((spec.task, train, live))
+        return asr_examples()
+
+    stats = procrustes_at_start(cfg, model, data, ObjectiveSettings(), 0, torch.device("cpu"))
+    assert seen == [("st", True, True)] and stats["pairs"] > 0  # the first 2 utterances' transcripts
+    soft = asr_model(asr_dirs, "lm")
+    with pytest.raises(ValueError, match="asr_embed states only"):
+        init_projection(soft, first_batches(asr_examples(), 2, 0, torch.device("cpu")), 5, 4,
+                        table=whisper_asr_table(soft, str(asr_dirs[0]), str(asr_dirs[1])))

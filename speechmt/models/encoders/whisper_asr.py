@@ -253,6 +253,21 @@ class WhisperAsrEncoder(nn.Module):
             return self.transcribe(memory, memory_lengths)[0]
         return self.beam_tokens(memory, memory_lengths)
 
+    @torch.no_grad()
+    def token_pairs(self, mels: Tensor, lengths: Tensor, table: "PieceEmbeddings") -> tuple[Tensor, Tensor]:
+        """Pairs for fitting the projection (train.init_procrustes; embed "states" only): mels (B, T, n_mels) as
+        `states` reads them, lengths (B,), `table` the LM's embeddings of Whisper's pieces -> each transcript
+        token's projection input (the normalised state after it, as `project` normalises it) (P, H) and the LM's
+        input embedding of the token's text (P, D), P the transcripts' tokens in all, in order."""
+        if self.embed != "states":
+            raise ValueError(f"train.init_procrustes fits a whisper_asr projection with asr_embed states only (with "
+                             f"{self.embed} the LM reads the transcript's embeddings already; the projection "
+                             f"starts at zero)")
+        states, token_lengths, ids = self.search(mels, lengths)
+        keep = ~lengths_to_padding_mask(token_lengths, states.size(1))
+        tokens = torch.tensor([t for row in ids for t in row], dtype=torch.long, device=states.device)
+        return F.layer_norm(states, states.shape[-1:])[keep], table(tokens)
+
     def _memory(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels), lengths (B,) -> Whisper's encoder states (B, S, H) and their lengths (B,); a
         one-line ValueError for input longer than Whisper's window or padded less than MIN_PAD_SECONDS."""
