@@ -147,8 +147,9 @@ def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) 
         return lm
     manifests = manifests or ([lm.model.config.decoder.memory] if lm.model.config.decoder.memory else [])
     if not manifests:
-        raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech; "
-                              "give --memory the manifests of its translation pairs (e.g. DATA/train.jsonl)")
+        raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech "
+                              "(decoder.examples) and names no memory; give --memory its translation pairs (a "
+                              "memory folder or name, or manifests such as DATA/train.jsonl)")
     lm.memory = memory_from_manifests(manifests)
     return lm
 
@@ -231,11 +232,8 @@ def encode_with_examples(lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor
     if not hasattr(encoder, "search"):
         raise CheckpointError(f"{lm.path}: examples before speech are found by the encoder's own transcript; "
                               f"encoder {lm.model.config.encoder.kind!r} writes none (use encoder whisper_asr)")
-    if lm.memory is None and lm.model.config.decoder.memory:
-        lm.memory = memory_from_manifests([lm.model.config.decoder.memory])
     if lm.memory is None:
-        raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech "
-                              "(decoder.examples); give it a translation memory (--memory: the training pairs)")
+        with_memory(lm, None)  # the memory the model names, or one line asking for one
     states, state_lengths, ids = encoder.search(x, lengths)
     out = lm.model.encode_speech(states, state_lengths, precomputed=True)
     found = lm.memory.search([lm.transcript_text(i) for i in ids], lm.examples)

@@ -263,7 +263,7 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     from speechmt.data.batching import collate_sequences
     from speechmt.data.manifest import read_split
     from speechmt.data.retrieval import read_examples, retrieve_splits
-    from speechmt.decoding.translate import encode_inputs, with_memory
+    from speechmt.decoding.translate import encode_inputs, encode_with_examples, with_memory
     from speechmt.tokenizers.lm import few_shot_source
     from speechmt.training.builders import build_dataset, tokenizers_for
 
@@ -285,13 +285,16 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     run_training(cfg)
     lm = load_model(_last(tmp_path / "exp"))
     assert lm.examples == 1 and lm.speech_examples and lm.languages() == ("English", "German")
-    with pytest.raises(CheckpointError, match="reads 1 retrieved examples before the speech; give --memory"):
+    with pytest.raises(CheckpointError, match=r"reads 1 retrieved examples before the speech \(decoder.examples\) "
+                                              r"and names no memory; give --memory"):
         with_memory(lm, None)
     with pytest.raises(CheckpointError, match="this one reads none"):
         with_memory(load_model(_last(tmp_path / "exp"), task="asr"), [data / "train.jsonl"])
     lm = with_memory(lm, [data / "train.jsonl"])
     feats = [lm.frontend(w) for w in _waves(data, records[:2])]
     x, lengths = collate_sequences(feats)
+    with pytest.raises(CheckpointError, match="names no memory; give --memory"):  # the API says what the CLI says
+        encode_with_examples(load_model(_last(tmp_path / "exp")), x, lengths)
     states, state_lengths, ids = lm.model.speech_encoder.search(x, lengths)
     speech = lm.model.encode_speech(states, state_lengths, precomputed=True)
     # the tiny random Whisper hears no word, so no pair is found: the LM reads the speech alone
@@ -313,7 +316,7 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     del lm.transcript_text  # Whisper's own transcripts again
     evaluate = ["evaluate", "--model", str(_last(tmp_path / "exp")), "--data", str(data), "--split", "train",
                 "--out", str(tmp_path / "eval")]
-    for extra, line in (([], "reads 1 retrieved examples before the speech; give --memory"),
+    for extra, line in (([], "names no memory; give --memory"),
                         (["--memory", str(data / "none.jsonl")], "none.jsonl: no such manifest for the translation memory")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
