@@ -19,6 +19,10 @@ Word units, the mean of a word's states:
   into words by their labels' pieces, as before. The forced alignment gives them no clean mapping (an argmax
   segment may straddle two transcript words, or a word have no segment), so these are the words the argmax
   spells; `word_pairs` matches them to the transcript's words of the same label.
+- speech, for a whisper_asr encoder (one state per token of Whisper's own transcript): the transcript's words, a
+  byte-level piece starting with a space beginning a word, over the layers of one state per token (the states of
+  asr_embed states, the projection, what the decoder reads); `word_pairs` matches them to the gold transcript's
+  words of the same label (Whisper's misheard words find none).
 Labels are lower-cased.
 """
 
@@ -49,6 +53,7 @@ States = dict[str, tuple[Tensor, Tensor]]  # {layer name: (x (B, T, D), lengths 
 Spans = list[list[tuple[str, list[int]]]]  # per utterance: (word label, the positions of its states)
 Alignment = tuple[Tensor, Spans, str]  # the lengths (B,) of the layers the spans index, the spans, how cut
 FORCED, ARGMAX = "CTC forced alignment", "CTC argmax segments"  # how speech word units are cut
+TRANSCRIPT = "Whisper's transcript"
 
 
 @dataclass
@@ -110,6 +115,34 @@ class _Collector:
                   for n in self.names}
         return Layers(list(self.names), {n: np.concatenate(self.pooled[n]) for n in self.names}, sample, words, note,
                       {n: self.units[n] for n in words}, list(skipped))
+
+
+def transcript_words(pieces: Sequence[bytes]) -> list[tuple[str, list[int]]]:
+    """Byte-level BPE pieces of one transcript (b" Gr", b"\xc3\xb6", ...) -> words as (label, piece positions): a
+    piece starting with a space begins a word; labels are the words' text (their bytes decoded), lower-cased."""
+    words: list[tuple[bytes, list[int]]] = []
+    for i, piece in enumerate(pieces):
+        if piece.startswith(b" ") or not words:
+            words.append((b"", []))
+        label, positions = words[-1]
+        words[-1] = (label + piece, positions + [i])
+    return [(text.lower(), positions) for label, positions in words
+            if (text := label.decode("utf-8", errors="replace").strip())]
+
+
+@torch.no_grad()
+def transcript_states(model: torch.nn.Module, x: Tensor, lengths: Tensor, states: States,
+                      pieces: Sequence[bytes]) -> Alignment:
+    """A whisper_asr model's states of one batch (mels (B, T, n_mels), lengths (B,)) into `states`, as
+    Translator.states names them ("speech.encoder.whisper.out", "speech.encoder.asr", "speech.encoder.projected",
+    "speech.out"), from one search; returns the word spans of its transcripts (`pieces`: Whisper's text pieces'
+    bytes by id) over the layers of one state per transcript token."""
+    found: States = {}
+    searched, searched_lengths, ids = model.speech_encoder.search(x, lengths, found)
+    states["speech.encoder.whisper.out"] = found["whisper.out"]
+    model.encode_speech(searched, searched_lengths, precomputed=True, record=states)
+    spans = [transcript_words([pieces[i] for i in row]) for row in ids]
+    return torch.tensor([len(row) for row in ids]), spans, TRANSCRIPT
 
 
 def piece_words(pieces: Sequence[str]) -> list[tuple[str, list[int]]]:
@@ -177,10 +210,19 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
     collector, skipped = _Collector(per_utterance, seed), []
     tok, head = lm.source_tokenizer, lm.model.ctc_head
     ctc = head is not None and tok is not None
+    pieces = None
+    if not ctc and hasattr(lm.model.speech_encoder, "search"):  # whisper_asr: words of its own transcript
+        from speechmt.models.hf_whisper import whisper_pieces
+
+        pieces = whisper_pieces(lm.model.config.encoder.name_or_path)
     for start in batch_starts(len(records), batch_size, "analyze: speech path", "utt"):
         chunk = records[start:start + batch_size]
         x, lengths = collate_sequences([lm.frontend(record_audio(r, data_dir)) for r in chunk])
         states: States = {}
+        if pieces is not None:
+            collector.add(states, [transcript_states(lm.model, x.to(lm.device), lengths.to(lm.device), states,
+                                                     pieces)])
+            continue
         enc = lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device), record=states)  # Translator.states
         alignments = []
         if ctc:
@@ -188,6 +230,8 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
                                              tok.id_to_piece, [r.id for r in chunk], head)
             alignments, skipped = [forced, ctc_alignments(enc, label_pieces(head, tok))[1]], skipped + unfit
         collector.add(states, alignments)
+    if pieces is not None:
+        return collector.layers()
     if not ctc:
         return collector.layers("the model has no CTC head (and source tokenizer) to cut speech into words")
     note = (f"{len(skipped)} of {len(records)} utterances have no {FORCED} word units: their transcript needs "

@@ -152,13 +152,25 @@ def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
 def whisper_lm_text(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     """TranscriptTokens: the transcripts of the Whisper model `whisper` re-tokenised as the LM `lm` (each a name or
     folder) reads source text (asr_embed text); both tokenizers are read from their folders."""
-    from speechmt.models.encoders.whisper_asr import TranscriptTokens, piece_bytes
+    from speechmt.models.encoders.whisper_asr import TranscriptTokens
     from speechmt.tokenizers.lm import LMTokenizer
 
-    whisper_tokenizer = _whisper_tokenizer(whisper, lm, "text")
+    _need_both(whisper, lm, "text")
     lm_tokenizer = LMTokenizer.from_pretrained(lm, role="source")
-    pieces = piece_bytes([whisper_tokenizer.id_to_token(i) for i in range(eos_id)])
+    pieces = whisper_pieces(whisper, "encoder.asr_embed text")[:eos_id]
     return TranscriptTokens(pieces, lm_tokenizer.text_offsets, decoder, lm_tokenizer.unk_id)
+
+
+def whisper_pieces(whisper: str, reader: str = "the transcript's words") -> list[bytes]:
+    """The bytes of each text piece of the Whisper model `whisper` (a name or folder), by id (b" the" keeps its
+    space; the ids below <|endoftext|>); `reader` names what needs them in the error for a missing tokenizer."""
+    from tokenizers import Tokenizer
+
+    from speechmt.models.encoders.whisper_asr import piece_bytes
+
+    tokenizer = Tokenizer.from_file(str(_whisper_tokenizer_file(whisper, reader)))
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    return piece_bytes([tokenizer.id_to_token(i) for i in range(eos)])
 
 
 def whisper_transcript_tokenizer(whisper: str):
@@ -175,10 +187,15 @@ def _whisper_tokenizer(whisper: str, lm: str, embed: str):
     """The Whisper model's tokenizer.json, raw (" the" keeps its space); one-line errors for what asr_embed needs."""
     from tokenizers import Tokenizer
 
+    _need_both(whisper, lm, embed)
+    return Tokenizer.from_file(str(_whisper_tokenizer_file(whisper, f"encoder.asr_embed {embed}")))
+
+
+def _need_both(whisper: str, lm: str, embed: str) -> None:
+    """A one-line ValueError when asr_embed `embed` lacks either model's name (it reads both tokenizers)."""
     if not whisper or not lm:
         raise ValueError(f"encoder.asr_embed {embed} needs encoder.name_or_path and decoder.name_or_path (their "
                          "tokenizers)")
-    return Tokenizer.from_file(str(_whisper_tokenizer_file(whisper, f"encoder.asr_embed {embed}")))
 
 
 def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:

@@ -312,3 +312,43 @@ def test_spearman_against_hand_computed_ranks():
     assert math.isnan(spearman([1, 2, 3], [4, 4, 4])) and math.isnan(spearman([1, 2], [1, 2]))
     with pytest.raises(ValueError, match="spearman needs two sequences of one length"):
         spearman([1, 2, 3], [1, 2])
+
+
+def test_word_units_of_whisper_byte_level_pieces():
+    from speechmt.evaluation.representations import transcript_words
+
+    pieces = [b"The", b" ca", b"t", b" Gr", b"\xc3", b"\xb6\xc3\x9fe", b",", b" "]  # a character split over two
+    assert transcript_words(pieces) == [("the", [0]), ("cat", [1, 2]), ("größe,", [3, 4, 5, 6])]
+
+
+@torch.no_grad()
+def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
+    from speechmt.evaluation.representations import TRANSCRIPT, transcript_states, transcript_words
+    from speechmt.models.config import ModelConfig
+    from speechmt.models.hf_whisper import whisper_pieces
+    from tests.lm_helpers import tiny_lm_dir
+    from tests.training.test_procrustes import asr_examples
+    from tests.whisper_helpers import tiny_whisper_dir
+
+    whisper, lm = tiny_whisper_dir(tmp_path / "whisper", d_model=32), tiny_lm_dir(tmp_path / "lm", hidden=48)
+    names = ["speech.encoder.whisper.out", "speech.encoder.asr", "speech.encoder.projected", "speech.out"]
+    for embed, asr_extra in (("states", 0), ("lm", 1)):  # asr_embed lm keeps the prompt's last state first
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(
+            encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_embed": embed},
+            decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+            n_heads=2)).eval()
+        feats = [e.feats for e in asr_examples(3)]
+        x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+        lengths = torch.tensor([len(f) for f in feats])
+        states, pieces = {}, whisper_pieces(str(whisper))
+        token_lengths, spans, how = transcript_states(model, x, lengths, states, pieces)
+        assert list(states) == names and how == TRANSCRIPT
+        assert torch.equal(model.states(x, lengths)["speech.out"][0], states["speech.out"][0])  # the live path's
+        ids = model.speech_encoder.transcripts(x, lengths)
+        assert token_lengths.tolist() == [len(r) for r in ids] == states["speech.out"][1].tolist()
+        assert (states["speech.encoder.asr"][1] - token_lengths).tolist() == [asr_extra] * 3
+        assert spans == [transcript_words([pieces[i] for i in row]) for row in ids]
+        for row, r in zip(spans, ids):  # each word's tokens in order, every token in at most one word
+            positions = [p for _, pos in row for p in pos]
+            assert positions == sorted(set(positions)) and all(0 <= p < len(r) for p in positions)
