@@ -152,8 +152,21 @@ class ExperimentConfig:
         from speechmt.data.augment import augment_problem
 
         problem = augment_problem(self.data, self.model)  # waveform augmentation on a model that reads no audio
-        if problem:
+        if problem or (problem := self._procrustes_problem()):
             raise ConfigError(problem)
+
+    def _procrustes_problem(self) -> str:
+        """Why train.init_procrustes cannot fit this model's projection ("" when it can): a whisper_asr encoder's
+        pairs are its states and an LM decoder's embeddings, and only asr_embed states starts from no table."""
+        encoder = self.model.encoder
+        if not self.train.init_procrustes or encoder.kind != "whisper_asr":
+            return ""
+        if encoder.asr_embed != "states":
+            return (f"train.init_procrustes on encoder whisper_asr needs model.encoder.asr_embed states (with "
+                    f"{encoder.asr_embed} the LM reads the transcript's embeddings already; its projection starts at zero)")
+        if self.model.decoder.kind != "lm":
+            return "train.init_procrustes on encoder whisper_asr needs decoder kind lm (its embeddings are the targets)"
+        return ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -185,3 +185,18 @@ def test_whisper_asr_procrustes_reads_the_audio_and_refuses_other_hand_overs(asr
     with pytest.raises(ValueError, match="asr_embed states only"):
         init_projection(soft, first_batches(asr_examples(), 2, 0, torch.device("cpu")), 5, 4,
                         table=whisper_asr_table(soft, str(asr_dirs[0]), str(asr_dirs[1])))
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"asr_embed": "lm"}, "needs model.encoder.asr_embed states"),
+    ({"asr_embed": "states", "decoder": "transformer"}, "needs decoder kind lm"),
+])
+def test_whisper_asr_procrustes_settings_are_checked_with_the_config(model, message):
+    from speechmt.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        ExperimentConfig.from_dict({
+            "model": {"encoder": {"kind": "whisper_asr", "name_or_path": "whisper-base", "finetune": "frozen",
+                                  "asr_embed": model["asr_embed"]},
+                      "decoder": {"kind": model.get("decoder", "lm"), "name_or_path": "gemma-3-270m"}},
+            "train": {"init_procrustes": 100}})
