@@ -159,3 +159,12 @@ def test_convert_trust_makes_an_old_checkpoint_that_loads_and_translates_identic
     assert ra.text == rb.text and ra.nbest == rb.nbest
     assert main(["convert", str(new), "--out", str(tmp_path / "again.safetensors"), "--trust"]) == 2
     assert capsys.readouterr().err == f"speechmt: error: {new}: already a {FORMAT} file; nothing to convert\n"
+
+
+def test_convert_with_trust_still_runs_no_code(tmp_path, capsys):
+    marker = tmp_path / "marker"
+    path = _crafted(tmp_path / "evil.pt", marker)
+    assert main(["convert", str(path), "--out", str(tmp_path / "new.safetensors"), "--trust"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"speechmt: error: {path}: not a readable checkpoint, truncated or corrupt (")
+    assert err.count("\n") == 1 and not marker.exists() and not list(tmp_path.glob("*.safetensors"))
