@@ -120,14 +120,19 @@ class _Collector:
 def transcript_words(pieces: Sequence[bytes]) -> list[tuple[str, list[int]]]:
     """Byte-level BPE pieces of one transcript (b" Gr", b"\xc3\xb6", ...) -> words as (label, piece positions): a
     piece starting with a space begins a word; labels are the words' text (their bytes decoded), lower-cased."""
-    words: list[tuple[bytes, list[int]]] = []
-    for i, piece in enumerate(pieces):
-        if piece.startswith(b" ") or not words:
-            words.append((b"", []))
-        label, positions = words[-1]
-        words[-1] = (label + piece, positions + [i])
-    return [(text.lower(), positions) for label, positions in words
-            if (text := label.decode("utf-8", errors="replace").strip())]
+    groups = _word_positions([piece.startswith(b" ") for piece in pieces])
+    return [(text.lower(), g) for g in groups
+            if (text := b"".join(pieces[i] for i in g).decode("utf-8", errors="replace").strip())]
+
+
+def _word_positions(begins: Sequence[bool]) -> list[list[int]]:
+    """Positions grouped into words: a new word at each True (and at the first position)."""
+    groups: list[list[int]] = []
+    for i, begin in enumerate(begins):
+        if begin or not groups:
+            groups.append([])
+        groups[-1].append(i)
+    return groups
 
 
 @torch.no_grad()
@@ -148,13 +153,8 @@ def transcript_states(model: torch.nn.Module, x: Tensor, lengths: Tensor, states
 def piece_words(pieces: Sequence[str]) -> list[tuple[str, list[int]]]:
     """SentencePiece pieces -> words as (label, piece positions): a piece starting with "▁" begins a word.
     ["▁the", "▁ca", "t", "▁", ","] -> [("the", [0]), ("cat", [1, 2]), (",", [3, 4])]."""
-    words: list[tuple[str, list[int]]] = []
-    for i, piece in enumerate(pieces):
-        if piece.startswith("▁") or not words:
-            words.append(("", []))
-        label, positions = words[-1]
-        words[-1] = (label + piece.replace("▁", ""), positions + [i])
-    return [(label.lower(), positions) for label, positions in words if label]
+    groups = _word_positions([piece.startswith("▁") for piece in pieces])
+    return [(label.lower(), g) for g in groups if (label := "".join(pieces[i] for i in g).replace("▁", ""))]
 
 
 def ctc_alignments(enc: EncoderOutput, id_to_piece: Callable[[int], str]) -> list[Alignment]:

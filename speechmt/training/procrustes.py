@@ -117,12 +117,10 @@ def asr_pairs(encoder: nn.Module, batches: Iterable, table) -> tuple[np.ndarray,
 
 def whisper_asr_table(model: nn.Module, whisper: str, lm: str):
     """The LM decoder's embeddings of the whisper_asr encoder's pieces (PieceEmbeddings), for `asr_pairs`;
-    `whisper` and `lm` name the two models (their tokenizers)."""
+    `whisper` and `lm` name the two models (their tokenizers). The config has checked that the decoder is an LM
+    (ExperimentConfig: train.init_procrustes on whisper_asr)."""
     from speechmt.models.hf_whisper import whisper_lm_table
 
-    if not hasattr(model.decoder, "lm"):
-        raise ValueError("train.init_procrustes on a whisper_asr encoder needs decoder kind lm (its input embeddings "
-                         "are what the projection is fitted to)")
     return whisper_lm_table(whisper, lm, model.speech_encoder.eos_id, model.decoder)
 
 
