@@ -94,9 +94,11 @@ def cmd_synth_tts(args: argparse.Namespace) -> int:
 def cmd_retrieve(args: argparse.Namespace) -> int:
     import json
 
-    from speechmt.data.retrieval import retrieve_splits
+    from speechmt.data.retrieval import Distractors, retrieve_splits
 
-    summary = retrieve_splits(args.data, args.splits, args.memory, args.k)
+    distract = Distractors(tuple(args.distract), 0.3 if args.distract_rate is None else args.distract_rate,
+                           args.seed) if args.distract else None
+    summary = retrieve_splits(args.data, args.splits, args.memory, args.k, distract)
     print(json.dumps(summary, indent=1, ensure_ascii=False))
     return 0
 

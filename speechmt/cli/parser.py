@@ -236,7 +236,18 @@ def _retrieve(sub) -> None:
                      help="the splits whose pairs are searched (default: train); a split both searched and given "
                      "examples never gets an utterance's own pair")
     ret.add_argument("--k", type=opt.integer(1, 16), default=2, help="examples kept per utterance (default: 2)")
-    ret.set_defaults(func=data_commands.cmd_retrieve)
+    ret.add_argument("--distract", nargs="+", metavar="MEMORY",
+                     help="examples beside the point for training: a drawn share of the utterances (--distract-rate) "
+                     "get theirs from these manifests, memory folders or names (another domain's pairs) instead, so "
+                     "that a model learns to ignore misleading examples")
+    ret.add_argument("--distract-rate", type=opt.number(0, 1, lo_open=True), default=None, metavar="P",
+                     help="the share of utterances drawn for --distract (default: 0.3)")
+    ret.add_argument("--seed", type=opt.integer(0), default=0, help="the draw of --distract (default: 0)")
+    ret.set_defaults(func=data_commands.cmd_retrieve, check=_check_retrieve, parser=ret)
+
+
+def _check_retrieve(args: argparse.Namespace) -> str | None:
+    return "--distract-rate needs --distract" if args.distract_rate is not None and not args.distract else None
 
 
 def _train(sub) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import time
 import warnings
@@ -158,32 +159,75 @@ def _split_records(data_dir: str | os.PathLike, split: str) -> list[Record]:
     return read_split(*_split_location(data_dir, split))
 
 
-def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: Sequence[str], k: int) -> dict:
+@dataclass(frozen=True)
+class Distractors:
+    """Examples beside the point, for training a model that must learn to ignore misleading ones: each utterance
+    is drawn (with probability `rate`, by `seed` and its id, so the same utterance is drawn in every run) to get
+    its examples from the `memory` manifests (memory_from_manifests: another domain's pairs, which share words
+    with the source and differ in sense and register) instead of the split's own memory."""
+
+    memory: tuple[str, ...]
+    rate: float
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.memory:
+            raise ValueError("distractors need a memory (manifests, memory folders or names)")
+        if not 0.0 < self.rate <= 1.0:
+            raise ValueError(f"the distractor rate must be in (0, 1]; got {self.rate}")
+
+    def drawn(self, split: str, utt_id: str) -> bool:
+        """Whether `utt_id` of `split` reads distractors (stable across runs and machines)."""
+        return random.Random(f"{self.seed}:{split}:{utt_id}").random() < self.rate
+
+
+def _search(tm: TranslationMemory, other: TranslationMemory | None, drawn: Sequence[bool], texts: Sequence[str],
+            k: int, own: Sequence[int | None]) -> list[list[Example]]:
+    """The examples of each text: from `other` where `drawn`, else from `tm` (with `own` left out)."""
+    found = tm.search(texts, k, own)
+    picked = [j for j, d in enumerate(drawn) if d]
+    if other is not None and picked:
+        for j, ex in zip(picked, other.search([texts[j] for j in picked], k)):
+            found[j] = ex
+    return found
+
+
+def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: Sequence[str], k: int,
+                    distract: Distractors | None = None) -> dict:
     """Writes the `k` best examples of every utterance of `splits` from the pairs of the `memory` splits (all
     under `data_dir`; "mt-text/train" names a stream's split) to examples_path; a split that is part of the
-    memory never gets an utterance's own pair. Returns the summary: the memory, and per split its utterances, how
-    many got fewer than k examples (none shares a word) and the mean score; each split's part is also written
-    beside its examples (examples/SPLIT.summary.json), so a later run for other splits keeps it."""
+    memory never gets an utterance's own pair. With `distract`, the utterances it draws get theirs from its
+    memory instead (their lines marked "distract": true). Returns the summary: the memory, and per split its
+    utterances, how many got fewer than k examples (none shares a word), how many were drawn, and the mean
+    score; each split's part is also written beside its examples (examples/SPLIT.summary.json), so a later run
+    for other splits keeps it."""
     start = time.perf_counter()
     tm, offsets = memory_of(data_dir, memory)
+    other = memory_from_manifests(distract.memory) if distract else None
     ends = [*list(offsets.values())[1:], len(tm)]
     sizes = {name: end - first for (name, first), end in zip(offsets.items(), ends)}
     summary = {"memory": sizes, "memory_pairs": len(tm),
                "k": k, "method": "bm25 (lucene idf, k1 1.5, b 0.75) over lower-cased words", "splits": {}}
+    if distract:
+        summary["distract"] = {"memory": list(distract.memory), "memory_pairs": len(other), "rate": distract.rate,
+                               "seed": distract.seed}
     queries = {name: _split_records(data_dir, name) for name in dict.fromkeys(splits)}  # all found before writing
     for name, records in queries.items():
         base = offsets.get(name)
         own = [None if base is None else base + i for i in range(len(records))]
-        found = tm.search([r.src_text for r in records], k, own)
+        drawn = [bool(distract and distract.drawn(name, r.id)) for r in records]
+        found = _search(tm, other, drawn, [r.src_text for r in records], k, own)
         _write_jsonl(examples_path(data_dir, name), ({"id": r.id, "examples": [[e.src, e.tgt, round(e.score, 4)]
-                                                                                for e in ex]}
-                                                     for r, ex in zip(records, found)))
+                                                                                for e in ex], **({"distract": True} if d else {})}
+                                                     for r, ex, d in zip(records, found, drawn)))
         scores = [e.score for ex in found for e in ex]
         summary["splits"][name] = {"utterances": len(records), "fewer_than_k": sum(len(ex) < k for ex in found),
                                    "leave_one_out": base is not None,
                                    "mean_score": round(sum(scores) / max(len(scores), 1), 3)}
-        own_summary = {**{key: summary[key] for key in ("memory", "memory_pairs", "k", "method")},
-                       "split": name, **summary["splits"][name]}
+        if distract:
+            summary["splits"][name]["distracted"] = sum(drawn)
+        own_summary = {**{key: summary[key] for key in ("memory", "memory_pairs", "k", "method", "distract")
+                          if key in summary}, "split": name, **summary["splits"][name]}
         _write_jsonl(examples_path(data_dir, name).with_suffix(".summary.json"), [own_summary], indent=1)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     return summary

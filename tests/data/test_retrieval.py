@@ -146,3 +146,40 @@ def test_a_memory_is_a_manifest_a_folder_or_a_name_under_speechmt_home(data_dir,
     with pytest.raises(ManifestError, match=r"^other: no translation memory of that name \(.*home/other/memory.jsonl "
                        r"not found\); build it with `speechmt synth-memory --out .*home/other`$"):
         memory_manifest("other")
+
+
+def test_distractors_replace_the_drawn_utterances_examples_from_the_other_memory(data_dir, tmp_path):
+    from speechmt.data.retrieval import Distractors
+
+    other = tmp_path / "other.jsonl"
+    write_manifest(other, _records([("The cat menu of the mat program", "Das Katzenmenü des Mattenprogramms"),
+                                    ("Unrelated words only", "Nur fremde Wörter")], "oth"))
+    every = Distractors((str(other),), rate=1.0)
+    summary = retrieve_splits(data_dir, ["test"], ["train"], k=2, distract=every)
+    lines = [json.loads(x) for x in examples_path(data_dir, "test").read_text().splitlines()]
+    # every utterance drawn: its examples come from the other memory only, by BM25 there ("bird sat on the mat" shares
+    # "the", "mat" with the cat menu, nothing with "Unrelated words only"), and are marked
+    assert lines[0]["examples"][0][:2] == ["The cat menu of the mat program", "Das Katzenmenü des Mattenprogramms"]
+    assert len(lines[0]["examples"]) == 1 and all(x["distract"] for x in lines)
+    assert summary["splits"]["test"]["distracted"] == 2 and summary["distract"]["memory_pairs"] == 2
+    assert json.loads((data_dir / "examples" / "test.summary.json").read_text())["distract"]["rate"] == 1.0
+    # a rate draws a stable share, the same utterances in every run and independent of the other utterances
+    some = Distractors((str(other),), rate=0.3, seed=7)
+    ids = [f"utt_{i}" for i in range(2000)]
+    drawn = [some.drawn("train", i) for i in ids]
+    assert 0.27 < sum(drawn) / len(ids) < 0.33 and drawn == [some.drawn("train", i) for i in ids]
+    assert drawn != [Distractors((str(other),), rate=0.3, seed=8).drawn("train", i) for i in ids]
+    # the undrawn keep the split's own memory and no mark
+    retrieve_splits(data_dir, ["test"], ["train"], k=2, distract=Distractors((str(other),), rate=1e-9))
+    assert all("distract" not in json.loads(x) for x in examples_path(data_dir, "test").read_text().splitlines())
+    with pytest.raises(ValueError, match=r"rate must be in \(0, 1\]; got 1.5"):
+        Distractors((str(other),), rate=1.5)
+
+
+def test_retrieve_cli_refuses_a_distract_rate_without_a_memory(data_dir, capsys):
+    from speechmt.cli.main import main
+
+    assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract-rate", "0.5"]) == 2
+    assert capsys.readouterr().err.strip().endswith("error: --distract-rate needs --distract")
+    assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract", "none.jsonl"]) == 2
+    assert capsys.readouterr().err.strip() == "speechmt: error: none.jsonl: no such manifest for the translation memory"
