@@ -97,7 +97,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from speechmt.data.retrieval import Distractors, retrieve_splits
 
     distract = Distractors(tuple(args.distract), 0.3 if args.distract_rate is None else args.distract_rate,
-                           args.seed) if args.distract else None
+                           args.seed, args.distract_skip) if args.distract else None
     summary = retrieve_splits(args.data, args.splits, args.memory, args.k, distract)
     print(json.dumps(summary, indent=1, ensure_ascii=False))
     return 0

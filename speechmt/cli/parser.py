@@ -242,12 +242,19 @@ def _retrieve(sub) -> None:
                      "that a model learns to ignore misleading examples")
     ret.add_argument("--distract-rate", type=opt.number(0, 1, lo_open=True), default=None, metavar="P",
                      help="the share of utterances drawn for --distract (default: 0.3)")
+    ret.add_argument("--distract-skip", type=opt.integer(0), default=0, metavar="N",
+                     help="the drawn utterances get the best examples after the first N of the --distract memory, "
+                     "which may then be the training pairs themselves: pairs sharing fewer words, in the same "
+                     "register (default: 0)")
     ret.add_argument("--seed", type=opt.integer(0), default=0, help="the draw of --distract (default: 0)")
     ret.set_defaults(func=data_commands.cmd_retrieve, check=_check_retrieve, parser=ret)
 
 
 def _check_retrieve(args: argparse.Namespace) -> str | None:
-    return "--distract-rate needs --distract" if args.distract_rate is not None and not args.distract else None
+    for name in ("distract_rate", "distract_skip"):
+        if getattr(args, name) not in (None, 0) and not args.distract:
+            return f"--{name.replace('_', '-')} needs --distract"
+    return None
 
 
 def _train(sub) -> None:

@@ -164,17 +164,21 @@ class Distractors:
     """Examples beside the point, for training a model that must learn to ignore misleading ones: each utterance
     is drawn (with probability `rate`, by `seed` and its id, so the same utterance is drawn in every run) to get
     its examples from the `memory` manifests (memory_from_manifests: another domain's pairs, which share words
-    with the source and differ in sense and register) instead of the split's own memory."""
+    with the source and differ in sense and register) instead of the split's own memory, the best after the first
+    `skip` (the memory may then be the split's own: pairs that share fewer of its words, in its own register)."""
 
     memory: tuple[str, ...]
     rate: float
     seed: int = 0
+    skip: int = 0
 
     def __post_init__(self):
         if not self.memory:
             raise ValueError("distractors need a memory (manifests, memory folders or names)")
         if not 0.0 < self.rate <= 1.0:
             raise ValueError(f"the distractor rate must be in (0, 1]; got {self.rate}")
+        if self.skip < 0:
+            raise ValueError(f"the distractors' skip must be >= 0; got {self.skip}")
 
     def drawn(self, split: str, utt_id: str) -> bool:
         """Whether `utt_id` of `split` reads distractors (stable across runs and machines)."""
@@ -182,13 +186,14 @@ class Distractors:
 
 
 def _search(tm: TranslationMemory, other: TranslationMemory | None, drawn: Sequence[bool], texts: Sequence[str],
-            k: int, own: Sequence[int | None]) -> list[list[Example]]:
-    """The examples of each text: from `other` where `drawn`, else from `tm` (with `own` left out)."""
+            k: int, own: Sequence[int | None], skip: int = 0) -> list[list[Example]]:
+    """The examples of each text: from `other` where `drawn` (its best after the first `skip`), else from `tm`
+    (with `own` left out)."""
     found = tm.search(texts, k, own)
     picked = [j for j, d in enumerate(drawn) if d]
     if other is not None and picked:
-        for j, ex in zip(picked, other.search([texts[j] for j in picked], k)):
-            found[j] = ex
+        for j, ex in zip(picked, other.search([texts[j] for j in picked], k + skip)):
+            found[j] = ex[skip:]
     return found
 
 
@@ -210,13 +215,13 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
                "k": k, "method": "bm25 (lucene idf, k1 1.5, b 0.75) over lower-cased words", "splits": {}}
     if distract:
         summary["distract"] = {"memory": list(distract.memory), "memory_pairs": len(other), "rate": distract.rate,
-                               "seed": distract.seed}
+                               "seed": distract.seed, "skip": distract.skip}
     queries = {name: _split_records(data_dir, name) for name in dict.fromkeys(splits)}  # all found before writing
     for name, records in queries.items():
         base = offsets.get(name)
         own = [None if base is None else base + i for i in range(len(records))]
         drawn = [bool(distract and distract.drawn(name, r.id)) for r in records]
-        found = _search(tm, other, drawn, [r.src_text for r in records], k, own)
+        found = _search(tm, other, drawn, [r.src_text for r in records], k, own, distract.skip if distract else 0)
         _write_jsonl(examples_path(data_dir, name), ({"id": r.id, "examples": [[e.src, e.tgt, round(e.score, 4)]
                                                                                 for e in ex], **({"distract": True} if d else {})}
                                                      for r, ex, d in zip(records, found, drawn)))

@@ -176,10 +176,25 @@ def test_distractors_replace_the_drawn_utterances_examples_from_the_other_memory
         Distractors((str(other),), rate=1.5)
 
 
+def test_distractors_after_a_skip_are_the_memorys_next_best(data_dir):
+    from speechmt.data.retrieval import Distractors, TranslationMemory
+
+    train = data_dir / "train.jsonl"
+    retrieve_splits(data_dir, ["test"], ["train"], k=3)
+    best = [json.loads(x)["examples"] for x in examples_path(data_dir, "test").read_text().splitlines()]
+    retrieve_splits(data_dir, ["test"], ["train"], k=2, distract=Distractors((str(train),), rate=1.0, skip=1))
+    skipped = [json.loads(x)["examples"] for x in examples_path(data_dir, "test").read_text().splitlines()]
+    assert len(best[0]) == 3 and skipped[0] == best[0][1:3] and skipped[1] == []
+    pairs = [(r.src_text, r.tgt_text) for r in read_split(data_dir, "train")]
+    assert [e.src for e in TranslationMemory(pairs).search(["The bird sat on the mat."], 3)[0]] == [s for s, _, _ in best[0]]
+
+
 def test_retrieve_cli_refuses_a_distract_rate_without_a_memory(data_dir, capsys):
     from speechmt.cli.main import main
 
     assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract-rate", "0.5"]) == 2
     assert capsys.readouterr().err.strip().endswith("error: --distract-rate needs --distract")
+    assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract-skip", "4"]) == 2
+    assert capsys.readouterr().err.strip().endswith("error: --distract-skip needs --distract")
     assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract", "none.jsonl"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt: error: none.jsonl: no such manifest for the translation memory"
