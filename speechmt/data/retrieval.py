@@ -185,16 +185,20 @@ class Distractors:
         return random.Random(f"{self.seed}:{split}:{utt_id}").random() < self.rate
 
 
-def _search(tm: TranslationMemory, other: TranslationMemory | None, drawn: Sequence[bool], texts: Sequence[str],
-            k: int, own: Sequence[int | None], skip: int = 0) -> list[list[Example]]:
-    """The examples of each text: from `other` where `drawn` (its best after the first `skip`), else from `tm`
-    (with `own` left out)."""
-    found = tm.search(texts, k, own)
+def _search_split(tm: TranslationMemory, records: Sequence[Record], k: int, own: Sequence[int | None], split: str,
+                  distract: Distractors | None, other: TranslationMemory | None) -> tuple[list[list[Example]], list[bool]]:
+    """The examples of each of `records` and whether it was drawn: the drawn ones from `other` (its best after
+    distract.skip), the others from `tm` (with `own` left out); each utterance is searched once."""
+    drawn = [distract is not None and distract.drawn(split, r.id) for r in records]
+    found: list[list[Example]] = [[] for _ in records]
+    plain = [j for j, d in enumerate(drawn) if not d]
+    for j, ex in zip(plain, tm.search([records[j].src_text for j in plain], k, [own[j] for j in plain])):
+        found[j] = ex
     picked = [j for j, d in enumerate(drawn) if d]
-    if other is not None and picked:
-        for j, ex in zip(picked, other.search([texts[j] for j in picked], k + skip)):
-            found[j] = ex[skip:]
-    return found
+    if picked:
+        for j, ex in zip(picked, other.search([records[j].src_text for j in picked], k + distract.skip)):
+            found[j] = ex[distract.skip:]
+    return found, drawn
 
 
 def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: Sequence[str], k: int,
@@ -220,8 +224,7 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
     for name, records in queries.items():
         base = offsets.get(name)
         own = [None if base is None else base + i for i in range(len(records))]
-        drawn = [bool(distract and distract.drawn(name, r.id)) for r in records]
-        found = _search(tm, other, drawn, [r.src_text for r in records], k, own, distract.skip if distract else 0)
+        found, drawn = _search_split(tm, records, k, own, name, distract, other)
         _write_jsonl(examples_path(data_dir, name), ({"id": r.id, "examples": [[e.src, e.tgt, round(e.score, 4)]
                                                                                 for e in ex], **({"distract": True} if d else {})}
                                                      for r, ex, d in zip(records, found, drawn)))
