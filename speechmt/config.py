@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from speechmt.checks import ConfigError, check_config, check_override, checked, count_problem, raise_problems, read_yaml_mapping
+from speechmt.checks import (ConfigError, check_config, check_override, checked, count_problem, field_check,
+                             raise_problems, read_yaml_mapping)
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.models.config import ModelConfig, preset
 from speechmt.tasks.align import AlignConfig
@@ -112,6 +113,9 @@ class TrainConfig:
     # N > 0: before the first update, the speech encoder's projection set by Procrustes from N training utterances'
     # token-pooled speech states and the text path's vectors of their tokens (speechmt.models.procrustes)
     init_procrustes: int = 0
+    # the map those pairs fit: "orthogonal" (Procrustes after iterative normalisation, scaled) or "least_squares"
+    # (ridge regression, any linear map: speechmt.training.procrustes.fit_least_squares)
+    init_map: str = checked("orthogonal", choices=("orthogonal", "least_squares"))
 
     def __post_init__(self):
         self.adam_betas = tuple(self.adam_betas)
@@ -122,7 +126,8 @@ class TrainConfig:
         self.lr_scale = lr_scale_checked(self.lr_scale)
         if isinstance(self.align, dict):
             self.align = AlignConfig(**self.align)
-        raise_problems("train", [count_problem("init_procrustes", self.init_procrustes, 0, "utterances; 0: none")])
+        raise_problems("train", [count_problem("init_procrustes", self.init_procrustes, 0, "utterances; 0: none"),
+                                 field_check(TrainConfig, "init_map").problem("init_map", self.init_map, str)])
         if self.stages and self.ctc_weight:
             raise ConfigError("train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
                               "objective weight of a task, e.g. objectives: {ce: 0.7, ctc: 0.3}")
@@ -253,8 +258,9 @@ def _build(cls, d: dict[str, Any], section: str):
     _check_known(cls, d, section)
     try:
         return cls(**_tuples(d))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{section}: {e}") from None
+    except (TypeError, ValueError) as e:  # a message naming the section already (raise_problems) keeps one name
+        message = str(e)
+        raise ConfigError(message if message.startswith(f"{section}:") else f"{section}: {message}") from None
 
 
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ the frames shared out evenly: speechmt.tasks.align.token_spans), and the text pa
 (model.encode_text of the transcript: for an LM decoder, its own input embedding of the token). Both sets are
 iteratively normalised (unit length, then mean centring, repeated: speechmt.evaluation.geometry) and W = U V'
 from svd(X' Y) maps one onto the other. The Linear becomes the affine form of that map on the raw states:
-y = mean_y + s (x - mean_x) W, s the ratio of the two sets' mean centred norms.
+y = mean_y + s (x - mean_x) W, s the ratio of the two sets' mean centred norms. `train.init_map: least_squares`
+fits any linear map instead (ridge regression of the centred Y on the centred X, Mikolov et al. 2013's linear
+mapping between embedding spaces): more parameters to fit, no isometry imposed.
 
 A whisper_asr encoder (asr_embed states) has no frames to pool: each of its states is one token of Whisper's own
 transcript, so its pairs are exact, the normalised state after each token (what the projection reads) and the LM's
@@ -57,6 +59,26 @@ def fit_map(x, y, rounds: int = 5) -> ProcrustesMap:
     w = procrustes(iterative_normalize(x - x_mean, rounds), iterative_normalize(y - y_mean, rounds))
     norm_x, norm_y = np.linalg.norm(x - x_mean, axis=1).mean(), np.linalg.norm(y - y_mean, axis=1).mean()
     return ProcrustesMap(w, x_mean, y_mean, float(norm_y / norm_x) if norm_x > 0 else 1.0)
+
+
+RIDGE = 1e-2  # least squares' ridge, relative to the mean eigenvalue of the centred X'X
+
+
+def fit_least_squares(x, y, ridge: float = RIDGE) -> ProcrustesMap:
+    """Paired x (n, d1), y (n, d2) -> the affine map minimising sum |y - y_mean - (x - x_mean) w|^2
+    + lam |w|^2 (lam = ridge x trace(Xc'Xc) / d1), as a ProcrustesMap of scale 1 (w is any (d1, d2) matrix)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError(f"a least-squares map needs at least 2 paired vectors, got {len(x)} and {len(y)}")
+    x_mean, y_mean = x.mean(0), y.mean(0)
+    xc, yc = x - x_mean, y - y_mean
+    gram = xc.T @ xc
+    lam = ridge * np.trace(gram) / gram.shape[0]
+    w = np.linalg.solve(gram + lam * np.eye(gram.shape[0]), xc.T @ yc)
+    return ProcrustesMap(w, x_mean, y_mean, 1.0)
+
+
+MAPS = {"orthogonal": fit_map, "least_squares": fit_least_squares}
 
 
 @torch.no_grad()
@@ -125,9 +147,9 @@ def whisper_asr_table(model: nn.Module, whisper: str, lm: str):
 
 
 def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, blank_id: int, rounds: int = 5,
-                    units: str = "ctc", table=None) -> dict[str, float]:
-    """Sets model.speech_encoder.proj from the batches' pairs (fit_map; with `table`, a whisper_asr encoder's
-    `asr_pairs`); nothing else changes. Returns the pairs' number and mean cosine of the projected speech vector
+                    units: str = "ctc", table=None, kind: str = "orthogonal") -> dict[str, float]:
+    """Sets model.speech_encoder.proj from the batches' pairs (`kind` orthogonal: fit_map with `rounds`;
+    least_squares: fit_least_squares; with `table`, a whisper_asr encoder's `asr_pairs`); nothing else changes. Returns the pairs' number and mean cosine of the projected speech vector
     to its text vector before and after."""
     proj = getattr(model.speech_encoder, "proj", None)
     if not isinstance(proj, nn.Linear):
@@ -139,7 +161,9 @@ def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, bla
         x, y = (asr_pairs(model.speech_encoder, batches, table) if table is not None
                 else paired_states(model, batches, first_text_id, blank_id, units))
         before = _mean_cosine(proj, x, y)
-        set_linear(proj, fit_map(x, y, rounds))
+        if kind not in MAPS:
+            raise ValueError(f"unknown map {kind!r}; expected one of {', '.join(MAPS)}")
+        set_linear(proj, fit_map(x, y, rounds) if kind == "orthogonal" else fit_least_squares(x, y))
         return {"pairs": float(len(x)), "cosine_before": before, "cosine_after": _mean_cosine(proj, x, y)}
     finally:
         model.train(was_training)

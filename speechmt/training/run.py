@@ -159,10 +159,11 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     dataset = data(spec, True, live=True) if table is not None else data(spec, True)
     stats = init_projection(model.to(device), first_batches(dataset, cfg.train.init_procrustes, pad_id, device),
-                            settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table)
+                            settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table,
+                            kind=cfg.train.init_map)
     if dist.is_main():
-        print(f"init_procrustes: {stats['pairs']:.0f} token pairs, mean cosine {stats['cosine_before']:.3f} -> "
-              f"{stats['cosine_after']:.3f}")
+        print(f"init_procrustes ({cfg.train.init_map}): {stats['pairs']:.0f} token pairs, mean cosine "
+              f"{stats['cosine_before']:.3f} -> {stats['cosine_after']:.3f}")
     return stats
 
 

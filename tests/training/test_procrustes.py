@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from speechmt.config import ExperimentConfig
+from speechmt.checks import ConfigError
+from speechmt.config import ExperimentConfig, load_config
 from speechmt.data.dataset import Example
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
 from speechmt.tasks.objectives import ObjectiveSettings
-from speechmt.training.procrustes import first_batches, fit_map, init_projection, set_linear
+from speechmt.training.procrustes import first_batches, fit_least_squares, fit_map, init_projection, set_linear
 from speechmt.training.run import procrustes_at_start
 from tests.whisper_helpers import tiny_whisper_dir
 
@@ -40,6 +41,37 @@ def test_the_linear_takes_the_affine_form_of_the_map():
     np.testing.assert_allclose(linear(torch.from_numpy(x)).detach().numpy(), y, atol=1e-6)
     with pytest.raises(ValueError, match="does not fit Linear"):
         set_linear(torch.nn.Linear(12, 8), fit_map(x, y))
+
+
+def test_least_squares_recovers_any_affine_map_where_the_orthogonal_one_cannot():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((10, 6))  # neither orthogonal nor a scaled isometry
+    x = rng.standard_normal((3000, 10)) * np.linspace(0.5, 2.0, 10) + 1.5
+    y = x @ w - 4.0
+    m = fit_least_squares(x, y, ridge=1e-9)
+    np.testing.assert_allclose(m.w, w, atol=1e-5)
+    np.testing.assert_allclose(m(x), y, atol=1e-5)
+    assert m.scale == 1.0
+    orthogonal = fit_map(x, y)
+    assert np.abs(orthogonal(x) - y).mean() > 100 * np.abs(m(x) - y).mean()
+    linear = torch.nn.Linear(10, 6).double()
+    set_linear(linear, m)
+    np.testing.assert_allclose(linear(torch.from_numpy(x)).detach().numpy(), y, atol=1e-5)
+
+
+def test_the_ridge_shrinks_the_map_by_its_known_factor():
+    # x with identity covariance (orthonormal centred columns x sqrt(n)): X'X = n I, so w = n / (n + lam) w_true,
+    # lam = ridge x n
+    rng = np.random.default_rng(4)
+    q = np.linalg.qr(rng.standard_normal((400, 5)) - 0)[0]
+    q = q - q.mean(0)
+    q = np.linalg.qr(q)[0] * np.sqrt(400)
+    w = rng.standard_normal((5, 3))
+    m = fit_least_squares(q, q @ w, ridge=0.25)
+    gram_mean = np.trace(q.T @ (q - q.mean(0))) / 5
+    np.testing.assert_allclose(m.w, gram_mean / (gram_mean + 0.25 * gram_mean) * w, atol=1e-8)
+    with pytest.raises(ValueError, match="at least 2"):
+        fit_least_squares(q[:1], q[:1] @ w)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +104,21 @@ def test_the_hook_changes_the_projection_alone(whisper_dir, units):
     assert changed == {"speech_encoder.proj.weight", "speech_encoder.proj.bias"}
     assert stats["pairs"] == sum(4 + i % 3 for i in range(6))
     assert stats["cosine_after"] > stats["cosine_before"] and model.training
+
+
+def test_the_least_squares_map_fits_the_pairs_closer_than_the_orthogonal_one(whisper_dir):
+    def fitted(kind):
+        model = tiny_model(whisper_dir)
+        return init_projection(model, first_batches(examples(), 6, 0, torch.device("cpu"), size=4), 5, 4,
+                               units="uniform", kind=kind)
+
+    orthogonal, least_squares = fitted("orthogonal"), fitted("least_squares")
+    assert orthogonal["cosine_before"] == least_squares["cosine_before"]
+    assert least_squares["cosine_after"] > orthogonal["cosine_after"]
+    with pytest.raises(ValueError, match="unknown map 'rotation'"):
+        fitted("rotation")
+    with pytest.raises(ConfigError, match="init_map"):
+        load_config(None, ["train.init_map=rotation"])
 
 
 def test_the_run_hook_reads_the_first_speech_stream(whisper_dir):
