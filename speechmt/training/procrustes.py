@@ -78,9 +78,6 @@ def fit_least_squares(x, y, ridge: float = RIDGE) -> ProcrustesMap:
     return ProcrustesMap(w, x_mean, y_mean, 1.0)
 
 
-MAPS = {"orthogonal": fit_map, "least_squares": fit_least_squares}
-
-
 @torch.no_grad()
 def set_linear(linear: nn.Linear, m: ProcrustesMap) -> None:
     """`linear` (in d1, out d2) set to the map: weight = scale w', bias = y_mean - scale x_mean w."""
@@ -149,8 +146,11 @@ def whisper_asr_table(model: nn.Module, whisper: str, lm: str):
 def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, blank_id: int, rounds: int = 5,
                     units: str = "ctc", table=None, kind: str = "orthogonal") -> dict[str, float]:
     """Sets model.speech_encoder.proj from the batches' pairs (`kind` orthogonal: fit_map with `rounds`;
-    least_squares: fit_least_squares; with `table`, a whisper_asr encoder's `asr_pairs`); nothing else changes. Returns the pairs' number and mean cosine of the projected speech vector
-    to its text vector before and after."""
+    least_squares: fit_least_squares; with `table`, a whisper_asr encoder's `asr_pairs`); nothing else changes.
+    Returns the pairs' number and mean cosine of the projected speech vector to its text vector before and after."""
+    fits = {"orthogonal": lambda x, y: fit_map(x, y, rounds), "least_squares": fit_least_squares}
+    if kind not in fits:  # before the pairs' search, which is the costly part
+        raise ValueError(f"unknown map {kind!r}; expected one of {', '.join(fits)}")
     proj = getattr(model.speech_encoder, "proj", None)
     if not isinstance(proj, nn.Linear):
         raise ValueError("train.init_procrustes needs a speech encoder with a projection into the decoder's width "
@@ -161,9 +161,7 @@ def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, bla
         x, y = (asr_pairs(model.speech_encoder, batches, table) if table is not None
                 else paired_states(model, batches, first_text_id, blank_id, units))
         before = _mean_cosine(proj, x, y)
-        if kind not in MAPS:
-            raise ValueError(f"unknown map {kind!r}; expected one of {', '.join(MAPS)}")
-        set_linear(proj, fit_map(x, y, rounds) if kind == "orthogonal" else fit_least_squares(x, y))
+        set_linear(proj, fits[kind](x, y))
         return {"pairs": float(len(x)), "cosine_before": before, "cosine_after": _mean_cosine(proj, x, y)}
     finally:
         model.train(was_training)
