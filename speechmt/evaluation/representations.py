@@ -20,8 +20,9 @@ Word units, the mean of a word's states:
   segment may straddle two transcript words, or a word have no segment), so these are the words the argmax
   spells; `word_pairs` matches them to the transcript's words of the same label.
 - speech, for a whisper_asr encoder (one state per token of Whisper's own transcript): the transcript's words, a
-  byte-level piece starting with a space beginning a word, over the layers of one state per token (the states of
-  asr_embed states, the projection, what the decoder reads); `word_pairs` matches them to the gold transcript's
+  byte-level piece starting with a space beginning a word, over the layers of one state per token (Whisper's
+  decoder states, the prompt's last state first, so that position k holds the state that predicted token k; the
+  projection; what the decoder reads); `word_pairs` matches them to the gold transcript's
   words of the same label (Whisper's misheard words find none).
 Labels are lower-cased.
 """

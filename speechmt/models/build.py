@@ -180,7 +180,8 @@ def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Modu
     tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder)
     pieces = whisper_lm_table(*tokenizers) if e.asr_embed == "lm" else None
     text = whisper_lm_text(*tokenizers) if e.asr_embed == "text" else None
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text)
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text,
+                                         state=e.asr_state)
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 

@@ -29,6 +29,7 @@ DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper", "whisper_asr")
 ASR_EMBEDS = ("states", "lm", "text")  # whisper_asr: what a transcript token becomes (EncoderConfig.asr_embed)
+ASR_STATES = ("after", "before", "both")  # whisper_asr, asr_embed states: which decoder state (EncoderConfig.asr_state)
 ENCODER_INPUTS = {"conv": "fbank", "wav2vec2": "waveform", "whisper": "whisper_mel", "whisper_asr": "whisper_mel"}
 """The front end (speechmt.frontend, by name) whose output each acoustic encoder reads."""
 
@@ -78,6 +79,10 @@ class EncoderConfig:
     # re-tokenised as the LM's own source text, each LM token's embedding plus the projection of the state of
     # the Whisper piece that completes it); lm and text need decoder 'lm'
     asr_embed: str = "states"
+    # whisper_asr with asr_embed states: which of Whisper's decoder states a transcript token's vector projects:
+    # "after" (the state after reading it), "before" (the state that predicted it: its output layer scores that
+    # token) or "both" (the two concatenated)
+    asr_state: str = "after"
 
     def __post_init__(self):
         self.conv_kernels, self.hf_config = tuple(self.conv_kernels), dict(self.hf_config)
@@ -102,6 +107,11 @@ class EncoderConfig:
             not self.conv_kernels and "encoder.conv_kernels is empty",
             self.asr_embed not in ASR_EMBEDS and
             f"unknown encoder.asr_embed {self.asr_embed!r}; expected {', '.join(ASR_EMBEDS[:-1])} or {ASR_EMBEDS[-1]}",
+            self.asr_state not in ASR_STATES and
+            f"unknown encoder.asr_state {self.asr_state!r}; expected {', '.join(ASR_STATES[:-1])} or {ASR_STATES[-1]}",
+            self.asr_state != "after" and (self.kind != "whisper_asr" or self.asr_embed != "states") and
+            f"encoder.asr_state {self.asr_state} needs encoder whisper_asr with asr_embed states (lm reads the state "
+            f"before each token through Whisper's output layer already; text reads the one completing it)",
             self.kind == "whisper_asr" and self.finetune != "frozen" and
             f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
         ])

@@ -208,16 +208,16 @@ def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:
 
 
 def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None,
-                                beam: int = 1, text=None) -> nn.Module:
+                                beam: int = 1, text=None, state: str = "after") -> nn.Module:
     """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
     its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`), projected to `dim`;
-    `pieces` (PieceEmbeddings): asr_embed lm; `text` (TranscriptTokens): asr_embed text."""
+    `pieces` (PieceEmbeddings): asr_embed lm; `text` (TranscriptTokens): asr_embed text; `state`: asr_state."""
     from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 
     decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
     encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
     asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim, pieces=pieces, beam=beam,
-                            text=text)
+                            text=text, state=state)
     asr.encoder.requires_grad_(False)
     asr.decoder.requires_grad_(False)
     return asr

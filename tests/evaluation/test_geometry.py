@@ -332,7 +332,7 @@ def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
 
     whisper, lm = tiny_whisper_dir(tmp_path / "whisper", d_model=32), tiny_lm_dir(tmp_path / "lm", hidden=48)
     names = ["speech.encoder.whisper.out", "speech.encoder.asr", "speech.encoder.projected", "speech.out"]
-    for embed, asr_extra in (("states", 0), ("lm", 1)):  # asr_embed lm keeps the prompt's last state first
+    for embed in ("states", "lm"):
         torch.manual_seed(0)
         model = build_model(ModelConfig(
             encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_embed": embed},
@@ -347,7 +347,7 @@ def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
         assert torch.equal(model.states(x, lengths)["speech.out"][0], states["speech.out"][0])  # the live path's
         ids = model.speech_encoder.transcripts(x, lengths)
         assert token_lengths.tolist() == [len(r) for r in ids] == states["speech.out"][1].tolist()
-        assert (states["speech.encoder.asr"][1] - token_lengths).tolist() == [asr_extra] * 3
+        assert (states["speech.encoder.asr"][1] - token_lengths).tolist() == [1] * 3  # the prompt's last state first
         assert spans == [transcript_words([pieces[i] for i in row]) for row in ids]
         for row, r in zip(spans, ids):  # each word's tokens in order, every token in at most one word
             positions = [p for _, pos in row for p in pos]

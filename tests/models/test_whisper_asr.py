@@ -81,8 +81,8 @@ def test_an_utterance_alone_gets_what_it_gets_in_a_batch(asr):
         n = int(alone_length)
         assert n == int(batch_lengths[row])
         torch.testing.assert_close(batch[row, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
-    out = asr.project(batch, batch_lengths)
-    assert out.x.shape == (3, batch.size(1), 48) and out.lengths.tolist() == batch_lengths.tolist()
+    out = asr.project(batch, batch_lengths)  # the prompt's last state first, then one per token
+    assert out.x.shape == (3, batch.size(1) - 1, 48) and out.lengths.tolist() == (batch_lengths - 1).tolist()
     torch.testing.assert_close(asr.project(8 * batch + 1, batch_lengths).x, out.x, atol=1e-4, rtol=1e-4)  # normalised
 
 
@@ -232,7 +232,7 @@ def test_a_wider_beam_finds_a_transcript_whisper_scores_at_least_as_high_and_bat
         for row in range(3):
             assert asr.beam_tokens(memory[row:row + 1], memory_lengths[row:row + 1]) == [beam[row]]
         states, states_lengths = asr.states(mels, lengths)
-        assert states_lengths.tolist() == [len(b) for b in beam]
+        assert states_lengths.tolist() == [1 + len(b) for b in beam]  # the prompt's last state first
     finally:
         asr.beam = 1
     prompt, eos = list(asr.prompt), asr.eos_id
@@ -328,3 +328,38 @@ def test_the_text_hand_over_needs_an_lm_decoder(whisper_dir):
     with pytest.raises(ValueError, match="asr_embed text needs decoder 'lm'"):
         build_model(ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
                                          "asr_embed": "text"}, tgt_vocab_size=10, n_heads=2))
+
+
+@torch.no_grad()
+def test_the_state_before_a_token_is_the_one_whose_output_layer_chose_it(hf):
+    mels, lengths = _mels()
+    encoders = {s: whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=s).eval()
+                for s in ("after", "before", "both")}
+    states, state_lengths, ids = encoders["before"].search(mels, lengths)
+    assert state_lengths.tolist() == [1 + len(i) for i in ids]  # the prompt's last state, then one per token
+    asr = encoders["before"]
+    for row, tokens in enumerate(ids):  # the greedy search's choice at each state before a token is that token
+        logits = asr.decoder.output(states[row, : len(tokens)])
+        assert [int(_banned(l, i, asr.eos_id).argmax()) for i, l in enumerate(logits)] == tokens
+    norm = torch.nn.functional.layer_norm
+    before, after = norm(states[:, :-1], (32,)), norm(states[:, 1:], (32,))
+    assert encoders["both"].proj.in_features == 64 and encoders["after"].proj.in_features == 32
+    for state, inputs in (("after", after), ("before", before), ("both", torch.cat([before, after], -1))):
+        out = encoders[state].project(states, state_lengths)
+        assert out.lengths.tolist() == [len(i) for i in ids]
+        want = encoders[state].proj(inputs).masked_fill(
+            torch.arange(inputs.size(1))[None, :, None] >= out.lengths[:, None, None], 0.0)
+        torch.testing.assert_close(out.x, want)
+    with pytest.raises(ValueError, match="unknown whisper_asr state 'middle'"):
+        whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state="middle")
+
+
+def test_the_state_choice_is_a_checked_option_of_the_states_hand_over(whisper_dir):
+    frozen = {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"}
+    with pytest.raises(ValueError, match="unknown encoder.asr_state 'middle'; expected after, before or both"):
+        ModelConfig(encoder=frozen | {"asr_state": "middle"})
+    with pytest.raises(ValueError, match="encoder.asr_state before needs encoder whisper_asr with asr_embed states"):
+        ModelConfig(encoder=frozen | {"asr_embed": "lm", "asr_state": "before"})
+    with pytest.raises(ValueError, match="encoder.asr_state both needs encoder whisper_asr"):
+        ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "asr_state": "both"})
+    assert ModelConfig(encoder=frozen | {"asr_state": "both"}).encoder.asr_state == "both"

@@ -153,10 +153,10 @@ def asr_dirs(tmp_path_factory):
     return tiny_whisper_dir(root / "whisper", d_model=32), tiny_lm_dir(root / "lm", hidden=48)
 
 
-def asr_model(dirs, embed: str = "states"):
+def asr_model(dirs, embed: str = "states", state: str = "after"):
     torch.manual_seed(0)
     cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(dirs[0]), "finetune": "frozen",
-                               "asr_embed": embed},
+                               "asr_embed": embed, "asr_state": state},
                       decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen", "vocab": [5, 6, 7],
                                "prompt": [2]}, n_heads=2)
     return build_model(cfg).eval()
@@ -173,10 +173,11 @@ def asr_examples(n: int = 4) -> list[Example]:
 
 
 @torch.no_grad()
-def test_whisper_asr_pairs_are_each_transcript_token_state_and_the_lm_embedding_of_its_text(asr_dirs):
+@pytest.mark.parametrize("state", ["after", "before", "both"])
+def test_whisper_asr_pairs_are_each_transcript_token_state_and_the_lm_embedding_of_its_text(asr_dirs, state):
     from speechmt.training.procrustes import asr_pairs, whisper_asr_table
 
-    model = asr_model(asr_dirs)
+    model = asr_model(asr_dirs, state=state)
     asr = model.speech_encoder
     table = whisper_asr_table(model, str(asr_dirs[0]), str(asr_dirs[1]))
     batches = list(first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=3))
@@ -185,20 +186,22 @@ def test_whisper_asr_pairs_are_each_transcript_token_state_and_the_lm_embedding_
     for batch in batches:
         states, lengths, ids = asr.search(batch.feats, batch.feat_lengths)
         for row, tokens in enumerate(ids):
-            assert int(lengths[row]) == len(tokens)
+            assert int(lengths[row]) == 1 + len(tokens)  # the prompt's last state first
             for t, token in enumerate(tokens):
-                want_x.append(torch.nn.functional.layer_norm(states[row, t], (32,)).numpy())
+                before, after = (torch.nn.functional.layer_norm(states[row, i], (32,)) for i in (t, t + 1))
+                want_x.append({"after": after, "before": before, "both": torch.cat([before, after])}[state].numpy())
                 lm_ids = table.pieces[token][table.pieces[token] >= 0]
                 want_y.append(model.decoder.embed(lm_ids).mean(0).numpy())  # the piece's text, as the LM embeds it
-    assert x.shape == (len(want_x), 32) and y.shape == (len(want_x), 48)
+    assert x.shape == (len(want_x), 64 if state == "both" else 32) and y.shape == (len(want_x), 48)
     np.testing.assert_allclose(x, np.stack(want_x), atol=1e-5)
     np.testing.assert_allclose(y, np.stack(want_y), atol=1e-5)
 
 
-def test_whisper_asr_procrustes_sets_the_projection_alone_to_the_fitted_map(asr_dirs):
+@pytest.mark.parametrize("state", ["after", "both"])
+def test_whisper_asr_procrustes_sets_the_projection_alone_to_the_fitted_map(asr_dirs, state):
     from speechmt.training.procrustes import asr_pairs, whisper_asr_table
 
-    model = asr_model(asr_dirs)
+    model = asr_model(asr_dirs, state=state)
     table = whisper_asr_table(model, str(asr_dirs[0]), str(asr_dirs[1]))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     stats = init_projection(model, first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=3), 5, 4,

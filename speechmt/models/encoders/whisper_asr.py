@@ -10,6 +10,10 @@ reading that token), projected to the model's width: a token-level sequence, so 
 carries what Whisper heard and how sure it was, which a downstream translator (speechmt's LM decoder) reads
 as it reads source text. Nothing before the projection trains, so `states` (the search and its states) is
 computed once per split and cached (speechmt.data.encoder_cache); an update runs the projection alone.
+`states` also keeps the prompt's last state, so that `state` (asr_state) can choose which state a token's vector
+projects: "after" (the state after reading the token, above), "before" (the state that predicted it: Whisper's
+output layer at it scores the token, so a linear map reaches the LM's embedding of the token's text more closely)
+or "both" (the two concatenated, each normalised); all three read one cache.
 
 With `embed` "lm" (a language-model decoder) each transcript token becomes what the LM reads for text, as the CTC
 bridge's soft embeddings do (speechmt.models.shrink): Whisper's own distribution over that token (its output layer
@@ -61,8 +65,13 @@ TOP_K = 16
 MAX_PIECE_TOKENS = 8
 """LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
 
-EMBED_KEYS = ("states", "lm", "text")
-"""Each `embed` mode's code in the cache key (`states_part`): append, never reorder (older caches keep theirs)."""
+EMBED_KEYS = ("states", "lm", "text", "states+first")
+"""Each `embed` mode's cache layout code in the cache key (`states_part`): append, never reorder (older caches keep
+theirs). embed "states" caches "states+first" (its states after the prompt's last one); "states" is the layout
+before asr_state, which no longer matches (such a cache is computed again)."""
+
+STATES = ("after", "before", "both")
+"""What embed "states" projects for a token (EncoderConfig.asr_state)."""
 
 ID_BASE = 2048
 """embed "text" stores each LM id as two channels (id // ID_BASE, id % ID_BASE) beside the states: the encoder
@@ -167,8 +176,13 @@ class WhisperAsrEncoder(nn.Module):
 
     def __init__(self, encoder: WhisperEncoder, decoder: TransformerDecoder, prompt: tuple[int, ...], eos_id: int,
                  dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None, beam: int = 1,
-                 text: TranscriptTokens | None = None):
+                 text: TranscriptTokens | None = None, state: str = "after"):
         super().__init__()
+        if state not in STATES:
+            raise ValueError(f"unknown whisper_asr state {state!r}; expected one of {', '.join(STATES)}")
+        if state != "after" and (pieces is not None or text is not None):
+            raise ValueError(f"the whisper_asr state {state!r} is for embed states only")
+        self.state = state
         if beam < 1:
             raise ValueError(f"the whisper_asr search's beam must be at least 1, got {beam}")
         if pieces is not None and text is not None:
@@ -189,7 +203,7 @@ class WhisperAsrEncoder(nn.Module):
                              f"{len(self.prompt)}")
         self.max_tokens = min(max_tokens, room)
         hidden = decoder.embed.embedding_dim
-        self.proj = nn.Linear(hidden, dim)
+        self.proj = nn.Linear(hidden * (2 if state == "both" else 1), dim)
         if pieces is not None or text is not None:  # the LM reads Whisper's transcript at first
             nn.init.zeros_(self.proj.weight)
             nn.init.zeros_(self.proj.bias)
@@ -199,6 +213,12 @@ class WhisperAsrEncoder(nn.Module):
         """"lm" when transcript tokens become the LM's soft piece embeddings, "text" when the transcript is
         re-tokenised as the LM's text, else "states"."""
         return "lm" if self._pieces is not None else "text" if self._text is not None else "states"
+
+    @property
+    def layout(self) -> str:
+        """What `states` returns, as EMBED_KEYS names it: embed "states" and "lm" both keep the prompt's last
+        state first."""
+        return "states+first" if self.embed == "states" else self.embed
 
     @property
     def hidden_size(self) -> int:
@@ -212,7 +232,7 @@ class WhisperAsrEncoder(nn.Module):
         """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
         return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
                 | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
-                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, EMBED_KEYS.index(self.embed)]
+                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, EMBED_KEYS.index(self.layout)]
                                           + ([self.beam] if self.beam > 1 else []))})  # greedy: the keys as before
 
     def states_frozen(self) -> bool:
@@ -223,7 +243,7 @@ class WhisperAsrEncoder(nn.Module):
     def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> Whisper's decoder
         states at its transcript's tokens (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at
-        least 1 token each); with embed "lm" the prompt's last state first: (B, 1 + U, H), lengths 1 + U; with
+        least 1 token each), after the prompt's last state: (B, 1 + U, H), lengths 1 + U (embed "states", "lm"); with
         embed "text" one row per LM token of the re-tokenised transcript: the state of the piece completing it and
         its packed id (B, U', H + 2) (`retokenized`)."""
         return self.search(mels, lengths, record)[:2]
@@ -236,10 +256,10 @@ class WhisperAsrEncoder(nn.Module):
         note(record, "whisper.out", memory, memory_lengths)
         ids, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
                                         else self.transcribe_beam(memory, memory_lengths))
-        if self._pieces is not None:
-            x, token_lengths = torch.cat([first[:, None], x], dim=1), token_lengths + 1
-        elif self._text is not None:
+        if self._text is not None:
             x, token_lengths = self.retokenized(ids, x)
+        else:
+            x, token_lengths = torch.cat([first[:, None], x], dim=1), token_lengths + 1
         note(record, "asr", x, token_lengths)
         return x, token_lengths, ids
 
@@ -257,16 +277,17 @@ class WhisperAsrEncoder(nn.Module):
     def token_pairs(self, mels: Tensor, lengths: Tensor, table: "PieceEmbeddings") -> tuple[Tensor, Tensor]:
         """Pairs for fitting the projection (train.init_procrustes; embed "states" only): mels (B, T, n_mels) as
         `states` reads them, lengths (B,), `table` the LM's embeddings of Whisper's pieces -> each transcript
-        token's projection input (the normalised state after it, as `project` normalises it) (P, H) and the LM's
-        input embedding of the token's text (P, D), P the transcripts' tokens in all, in order."""
+        token's projection input (its normalised state, `state`'s choice, as `project` reads it) (P, H or 2H) and
+        the LM's input embedding of the token's text (P, D), P the transcripts' tokens in all, in order."""
         if self.embed != "states":
             raise ValueError(f"train.init_procrustes fits a whisper_asr projection with asr_embed states only (with "
                              f"{self.embed} the LM reads the transcript's embeddings already; the projection "
                              f"starts at zero)")
         states, token_lengths, ids = self.search(mels, lengths)
-        keep = ~lengths_to_padding_mask(token_lengths, states.size(1))
+        inputs, token_lengths = self.projected_states(states, token_lengths)
+        keep = ~lengths_to_padding_mask(token_lengths, inputs.size(1))
         tokens = torch.tensor([t for row in ids for t in row], dtype=torch.long, device=states.device)
-        return F.layer_norm(states, states.shape[-1:])[keep], table(tokens)
+        return inputs[keep], table(tokens)
 
     def _memory(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels), lengths (B,) -> Whisper's encoder states (B, S, H) and their lengths (B,); a
@@ -401,9 +422,9 @@ class WhisperAsrEncoder(nn.Module):
         return (top.softmax(-1)[..., None].to(vectors.dtype) * vectors).sum(-2)
 
     def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
-        """`states`' output (B, U, H) -> each state normalised (zero mean, unit variance; no gains: Whisper's final
-        LayerNorm leaves its states ~290 long, a Gemma input embedding is ~26) -> Linear -> EncoderOutput x
-        (B, U, D), padded positions zero. With embed "lm" (states (B, 1 + U, H)): the soft embeddings of the U
+        """`states`' output (B, 1 + U, H) -> each token's state (`projected_states`: `state`'s choice) normalised
+        (zero mean, unit variance; no gains: Whisper's final LayerNorm leaves its states ~290 long, a Gemma input
+        embedding is ~26) -> Linear -> EncoderOutput x (B, U, D), padded positions zero. With embed "lm": the soft embeddings of the U
         tokens (`soft_tokens`) plus the projection of the states after them. With embed "text" (`retokenized`'
         (B, U', H + 2)): each LM token's input embedding plus the projection of its state."""
         if self._pieces is not None:
@@ -414,10 +435,19 @@ class WhisperAsrEncoder(nn.Module):
             x = self.proj(F.layer_norm(states, states.shape[-1:]))  # padded rows: id 0, zeroed below
             x = x + self._text[0].embed(ids).to(x.dtype)
         else:
-            x = self.proj(F.layer_norm(states, states.shape[-1:]))
+            inputs, lengths = self.projected_states(states, lengths)
+            x = self.proj(inputs)
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
         note(record, "projected", x, lengths)
         return EncoderOutput(x, lengths)
+
+    def projected_states(self, states: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """embed "states": `states`' output (B, 1 + U, H), lengths (B,) -> what the projection reads for each of the U
+        tokens, by `state`: the state after it, the one before it, or both concatenated, each normalised (B, U, H or
+        2H), and the lengths U (B,)."""
+        before, after = (F.layer_norm(s, s.shape[-1:]) for s in (states[:, :-1], states[:, 1:]))
+        chosen = {"after": after, "before": before}.get(self.state)
+        return (torch.cat([before, after], -1) if chosen is None else chosen), lengths - 1
 
     def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
