@@ -363,3 +363,13 @@ def test_the_state_choice_is_a_checked_option_of_the_states_hand_over(whisper_di
     with pytest.raises(ValueError, match="encoder.asr_state both needs encoder whisper_asr"):
         ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "asr_state": "both"})
     assert ModelConfig(encoder=frozen | {"asr_state": "both"}).encoder.asr_state == "both"
+
+
+def test_the_states_and_lm_hand_overs_share_one_cache_key(asr, soft, hf):
+    """Both cache the prompt's last state, then one per token: one search serves either (and every asr_state)."""
+    key = soft.speech_encoder.states_part()["prompt"]
+    assert key.tolist()[-1] == 1  # the lm layout's code
+    for state in ("after", "before", "both"):
+        other = whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=state)
+        assert torch.equal(other.states_part()["prompt"], key) and other.layout == "lm"
+    assert torch.equal(asr.states_part()["prompt"], key)

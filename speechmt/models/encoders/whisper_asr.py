@@ -65,10 +65,10 @@ TOP_K = 16
 MAX_PIECE_TOKENS = 8
 """LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
 
-EMBED_KEYS = ("states", "lm", "text", "states+first")
-"""Each `embed` mode's cache layout code in the cache key (`states_part`): append, never reorder (older caches keep
-theirs). embed "states" caches "states+first" (its states after the prompt's last one); "states" is the layout
-before asr_state, which no longer matches (such a cache is computed again)."""
+EMBED_KEYS = ("states", "lm", "text")
+"""Each cache layout's code in the cache key (`states_part`): append, never reorder (older caches keep theirs).
+embed "states" caches what embed "lm" does (the prompt's last state, then one per token), so the two share a
+cache; code "states" is its layout from before asr_state (the states alone), which no longer matches."""
 
 STATES = ("after", "before", "both")
 """What embed "states" projects for a token (EncoderConfig.asr_state)."""
@@ -217,8 +217,8 @@ class WhisperAsrEncoder(nn.Module):
     @property
     def layout(self) -> str:
         """What `states` returns, as EMBED_KEYS names it: embed "states" and "lm" both keep the prompt's last
-        state first."""
-        return "states+first" if self.embed == "states" else self.embed
+        state first ("lm"), embed "text" re-tokenises ("text")."""
+        return "text" if self.embed == "text" else "lm"
 
     @property
     def hidden_size(self) -> int:
