@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speechmt.checks import checked, field_problems, raise_problems
+from speechmt.models.encoders.whisper_asr import ASR_STATES
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings
 from speechmt.models.fusion import FusionConfig
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
@@ -29,7 +30,6 @@ DECODERS = ("transformer", "whisper", "lm")
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
 PRETRAINED_ENCODERS = ("wav2vec2", "whisper", "whisper_asr")
 ASR_EMBEDS = ("states", "lm", "text")  # whisper_asr: what a transcript token becomes (EncoderConfig.asr_embed)
-ASR_STATES = ("after", "before", "both")  # whisper_asr, asr_embed states: which decoder state (EncoderConfig.asr_state)
 ENCODER_INPUTS = {"conv": "fbank", "wav2vec2": "waveform", "whisper": "whisper_mel", "whisper_asr": "whisper_mel"}
 """The front end (speechmt.frontend, by name) whose output each acoustic encoder reads."""
 

@@ -70,8 +70,8 @@ EMBED_KEYS = ("states", "lm", "text")
 embed "states" caches what embed "lm" does (the prompt's last state, then one per token), so the two share a
 cache; code "states" is its layout from before asr_state (the states alone), which no longer matches."""
 
-STATES = ("after", "before", "both")
-"""What embed "states" projects for a token (EncoderConfig.asr_state)."""
+ASR_STATES = ("after", "before", "both")
+"""What embed "states" projects for a token (EncoderConfig.asr_state): the state after it, before it, or both."""
 
 ID_BASE = 2048
 """embed "text" stores each LM id as two channels (id // ID_BASE, id % ID_BASE) beside the states: the encoder
@@ -178,8 +178,8 @@ class WhisperAsrEncoder(nn.Module):
                  dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None, beam: int = 1,
                  text: TranscriptTokens | None = None, state: str = "after"):
         super().__init__()
-        if state not in STATES:
-            raise ValueError(f"unknown whisper_asr state {state!r}; expected one of {', '.join(STATES)}")
+        if state not in ASR_STATES:
+            raise ValueError(f"unknown whisper_asr state {state!r}; expected one of {', '.join(ASR_STATES)}")
         if state != "after" and (pieces is not None or text is not None):
             raise ValueError(f"the whisper_asr state {state!r} is for embed states only")
         self.state = state
@@ -424,8 +424,8 @@ class WhisperAsrEncoder(nn.Module):
     def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """`states`' output (B, 1 + U, H) -> each token's state (`projected_states`: `state`'s choice) normalised
         (zero mean, unit variance; no gains: Whisper's final LayerNorm leaves its states ~290 long, a Gemma input
-        embedding is ~26) -> Linear -> EncoderOutput x (B, U, D), padded positions zero. With embed "lm": the soft embeddings of the U
-        tokens (`soft_tokens`) plus the projection of the states after them. With embed "text" (`retokenized`'
+        embedding is ~26) -> Linear -> EncoderOutput x (B, U, D), padded positions zero. With embed "lm": the soft
+        embeddings of the U tokens (`soft_tokens`) plus the projection of the states after them. With embed "text" (`retokenized`'
         (B, U', H + 2)): each LM token's input embedding plus the projection of its state."""
         if self._pieces is not None:
             before, states, lengths = states[:, :-1], states[:, 1:], lengths - 1
@@ -445,9 +445,9 @@ class WhisperAsrEncoder(nn.Module):
         """embed "states": `states`' output (B, 1 + U, H), lengths (B,) -> what the projection reads for each of the U
         tokens, by `state`: the state after it, the one before it, or both concatenated, each normalised (B, U, H or
         2H), and the lengths U (B,)."""
-        before, after = (F.layer_norm(s, s.shape[-1:]) for s in (states[:, :-1], states[:, 1:]))
-        chosen = {"after": after, "before": before}.get(self.state)
-        return (torch.cat([before, after], -1) if chosen is None else chosen), lengths - 1
+        parts = {"before": states[:, :-1], "after": states[:, 1:]}
+        chosen = ("before", "after") if self.state == "both" else (self.state,)
+        return torch.cat([F.layer_norm(parts[c], parts[c].shape[-1:]) for c in chosen], -1), lengths - 1
 
     def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
