@@ -157,20 +157,30 @@ class ExperimentConfig:
         from speechmt.data.augment import augment_problem
 
         problem = augment_problem(self.data, self.model)  # waveform augmentation on a model that reads no audio
-        if problem or (problem := self._procrustes_problem()):
+        if problem or (problem := self._asr_pairs_problem()):
             raise ConfigError(problem)
 
-    def _procrustes_problem(self) -> str:
-        """Why train.init_procrustes cannot fit this model's projection ("" when it can): a whisper_asr encoder's
-        pairs are its states and an LM decoder's embeddings, and only asr_embed states starts from no table."""
+    def _asr_pairs_problem(self) -> str:
+        """Why train.init_procrustes or the align objective cannot pair this model's whisper_asr tokens ("" when they
+        can): the pairs are its states and an LM decoder's embeddings of their text, and only asr_embed states starts
+        from no table; align reads each token off the state before it (the greedy search's) at the LM's input."""
         encoder = self.model.encoder
-        if not self.train.init_procrustes or encoder.kind != "whisper_asr":
+        aligns = any("align" in t.objectives for stage in self.train.stages for t in stage.tasks)
+        users = [name for name, on in (("train.init_procrustes", self.train.init_procrustes),
+                                       ("the align objective", aligns)) if on]
+        if not users or encoder.kind != "whisper_asr":
             return ""
         if encoder.asr_embed != "states":
-            return (f"train.init_procrustes on encoder whisper_asr needs model.encoder.asr_embed states (with "
+            return (f"{users[0]} on encoder whisper_asr needs model.encoder.asr_embed states (with "
                     f"{encoder.asr_embed} the LM reads the transcript's embeddings already; its projection starts at zero)")
         if self.model.decoder.kind != "lm":
-            return "train.init_procrustes on encoder whisper_asr needs decoder kind lm (its embeddings are the targets)"
+            return f"{users[0]} on encoder whisper_asr needs decoder kind lm (its embeddings are the targets)"
+        if aligns and self.train.align.layer:
+            return (f"train.align.layer {self.train.align.layer}: a whisper_asr encoder's tokens meet the LM's "
+                    f"embeddings of their text at layer 0 only")
+        if aligns and encoder.asr_beam > 1:
+            return (f"the align objective on encoder whisper_asr reads each token off the state before it (the greedy "
+                    f"search's); model.encoder.asr_beam is {encoder.asr_beam}: set it to 1")
         return ""
 
     def to_dict(self) -> dict[str, Any]:

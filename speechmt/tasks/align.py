@@ -15,7 +15,9 @@ the transcript through the CTC head (speechmt.evaluation.alignment; `units: unif
 head: the frames shared out evenly), each frame standing for the state it became (itself at the frame rate,
 its CTC segment after the ctc shrink, its share of the sequence after a conv shrink). A token none of whose
 frames reaches a state (all blank under the ctc shrink) or an utterance whose transcript does not fit its
-frames gives no pair. The sentence level compares the mean of the speech states with the mean of the
+frames gives no pair. A whisper_asr encoder (asr_embed states) has a vector per token of Whisper's own
+transcript already: each is paired with the LM's input embedding of that token's text, the pairs that
+train.init_procrustes fits once (speechmt.training.procrustes), here at every batch. The sentence level compares the mean of the speech states with the mean of the
 transcript's token states.
 
 The regulariser (`text`): "detach" (the text side is a fixed target: the gradient reaches the speech path
@@ -35,6 +37,7 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
+from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 from speechmt.models.shrink import CTCShrink, ctc_segments
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.losses import strip_specials
@@ -221,11 +224,33 @@ def _check(model: nn.Module, batch, enc) -> None:
                          "with a text path (text_encoder.layers > 0 or embed_only)")
 
 
+def asr_token_pairs(encoder: WhisperAsrEncoder, batch, enc, cfg: AlignConfig) -> tuple[Tensor, Tensor, Tensor]:
+    """A whisper_asr encoder's pairs (asr_embed states): each of Whisper's transcript tokens' projected vector
+    (enc.x (B, U, D)) and the LM's input embedding of its text (B, U, D), and the mask of the pairs (B, U): the
+    pairs train.init_procrustes fits, here at every batch. The states are the batch's cached ones (a live batch
+    is searched again)."""
+    if cfg.layer != 0:
+        raise ValueError(f"train.align.layer {cfg.layer}: a whisper_asr encoder's tokens are Whisper's pieces, which "
+                         f"meet the LM's embeddings of their text at layer 0 only")
+    states, lengths = ((batch.feats, batch.feat_lengths) if batch.precomputed
+                       else encoder.states(batch.feats, batch.feat_lengths))
+    text = encoder.unit_targets(states, lengths)
+    if text.shape != enc.x.shape:
+        raise ValueError("train.align on a whisper_asr encoder pairs the projection's vectors, one per transcript "
+                         "token: a semantic layer or shrink after it is not supported")
+    return enc.x, text, ~lengths_to_padding_mask(enc.lengths, enc.x.size(1))
+
+
 def align_words(model: nn.Module, batch, enc, s) -> tuple[Tensor, dict[str, Tensor]]:
     """Cao et al.'s alignment of the transcript's tokens (module docstring), summed over pairs, plus the anchor
-    regulariser; stats: the pairs (`pairs`) and the regulariser's part (`anchor`)."""
+    regulariser; stats: the pairs (`pairs`) and the regulariser's part (`anchor`). A whisper_asr encoder's tokens
+    are its own transcript's (`asr_token_pairs`), their text side the LM's frozen embeddings (no anchor)."""
     _check(model, batch, enc)
     cfg = s.align
+    if isinstance(model.speech_encoder, WhisperAsrEncoder):
+        speech, text, mask = asr_token_pairs(model.speech_encoder, batch, enc, cfg)
+        return pair_loss(speech, text, mask, cfg.distance), {"pairs": mask.sum().float(),
+                                                             "anchor": speech.new_zeros((), dtype=torch.float32)}
     keep, labels, counts = transcript_units(batch.src, batch.src_lengths, s.first_text_id)
     width = labels.size(1)
     text, anchor = text_side(model, batch.src, batch.src_lengths, cfg)

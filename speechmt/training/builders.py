@@ -78,7 +78,8 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     """The tokenizers of a run: load_tokenizers, or with an LM decoder (model.decoder.kind lm) the LM's
     tokenizer trimmed to the tokens of the run's training targets (lm_target_texts) and task prefixes, and on
     the source side the LM's whole tokenizer when a task reads text, the decoder reads retrieved examples
-    (decoder.examples) or the CTC head writes the LM's tokens (shrink.embed lm), else data.src_vocab (for a CTC
+    (decoder.examples), the CTC head writes the LM's tokens (shrink.embed lm) or an objective reads the
+    transcripts through the LM's embeddings (text_encoder.embeddings lm: align), else data.src_vocab (for a CTC
     head)."""
     if not cfg.model.decoder.lm_tokens:
         return load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
@@ -88,6 +89,8 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
         raise ConfigError("an LM decoder needs data.lang_tag: true (the target language's name starts each target)")
     tgt = LMTokenizer.trimmed(name, lm_target_texts(cfg), tags)
     reads_lm_tokens = cfg.model.shrink.embed == "lm"  # its CTC head writes the LM's tokens
+    reads_lm_tokens |= cfg.model.text_encoder.embeddings == "lm" and any(  # the text path embeds the transcripts
+        OBJECTIVES[n].reads_transcript for t in run_tasks(cfg) for n in t.weights)
     if reads_lm_tokens or cfg.model.decoder.examples or any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
         return Tokenizers(LMTokenizer.from_pretrained(name, role="source"), tgt)
     return Tokenizers(Tokenizer.load(cfg.data.src_vocab) if cfg.data.src_vocab else None, tgt)

@@ -21,7 +21,8 @@ from speechmt.models.build import build, translator_weights
 from speechmt.models.config import ModelConfig
 from speechmt.training import distributed as dist
 from speechmt.frontend import Frontend
-from speechmt.tasks import TaskData
+from speechmt.tasks import TaskData, stages_of
+from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
                                         frontend_for, main_task, model_config_for, objective_settings_for, stream_dir,
@@ -127,8 +128,13 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     bundle = ModelBundle(model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg),
                          base=base_reference(model))  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
-    if cfg.train.init_procrustes and not (resume and (Path(cfg.train.save_dir) / LAST).exists()):  # not on a resume
-        procrustes_at_start(cfg, model, data, objective_settings_for(cfg, toks), pad_id, device)
+    aligns = any("align" in t.objectives for t in all_tasks(stages_of(cfg.train)))
+    fits = cfg.train.init_procrustes and not (resume and (Path(cfg.train.save_dir) / LAST).exists())  # not on a resume
+    table = asr_table(cfg, model) if cfg.model.encoder.kind == "whisper_asr" and (aligns or fits) else None
+    if table is not None and aligns:
+        model.speech_encoder.set_targets(table)  # the align objective's text side
+    if fits:
+        procrustes_at_start(cfg, model, data, objective_settings_for(cfg, toks), pad_id, device, table)
     valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None
     trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, bundle.state_dict(), device, pad_id,
                       valid_decoder)
@@ -143,20 +149,19 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
 
 
 def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Callable, settings, pad_id: int,
-                        device: torch.device) -> dict[str, float]:
+                        device: torch.device, table=None) -> dict[str, float]:
     """train.init_procrustes: the speech encoder's projection set by Procrustes from the first N utterances of
     the first stage's first speech stream (speechmt.training.procrustes; a whisper_asr encoder's from a live
-    search of them); printed: pairs, mean cosine before/after."""
-    from speechmt.tasks import TASK_INPUTS, stages_of
-    from speechmt.training.procrustes import first_batches, init_projection, whisper_asr_table
+    search of them, `table` its pieces' LM embeddings: `asr_table`); printed: pairs, mean cosine before/after."""
+    from speechmt.tasks import TASK_INPUTS
+    from speechmt.training.procrustes import first_batches, init_projection
 
     spec = next((t for t in stages_of(cfg.train)[0].tasks if TASK_INPUTS[t.task] == "speech"), None)
     if spec is None:
         raise ValueError("train.init_procrustes needs a speech stream (st or asr) in the first stage")
     spec = dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0})
-    table = None
-    if cfg.model.encoder.kind == "whisper_asr":
-        table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
+    if table is None and cfg.model.encoder.kind == "whisper_asr":
+        table = asr_table(cfg, model)
     dataset = data(spec, True, live=True) if table is not None else data(spec, True)
     stats = init_projection(model.to(device), first_batches(dataset, cfg.train.init_procrustes, pad_id, device),
                             settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table,
@@ -165,6 +170,14 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
         print(f"init_procrustes ({cfg.train.init_map}): {stats['pairs']:.0f} token pairs, mean cosine "
               f"{stats['cosine_before']:.3f} -> {stats['cosine_after']:.3f}")
     return stats
+
+
+def asr_table(cfg: ExperimentConfig, model: torch.nn.Module):
+    """The LM decoder's embeddings of the whisper_asr encoder's pieces (PieceEmbeddings), for Procrustes' pairs
+    and the align objective (the config has checked that the decoder is an LM)."""
+    from speechmt.training.procrustes import whisper_asr_table
+
+    return whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
 
 
 def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path] | None:

@@ -1,17 +1,20 @@
 """The align objectives (speechmt.tasks.align): zero when the two sides are equal, a value by hand, gradients only
 where intended (text side detached unless anchored, frozen parts none)."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from speechmt.data.dataset import Batch
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.build import build_model
-from speechmt.models.config import preset
+from speechmt.models.config import ModelConfig, preset
 from speechmt.tasks.align import (AlignConfig, frame_positions, pair_loss, span_weights, start_values, token_spans,
                                   transcript_units)
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
 from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS, certain_ctc
+from tests.models.test_whisper_asr import _mels
 
 
 def test_span_weights_and_pair_loss_by_hand():
@@ -153,3 +156,99 @@ def test_config_checks():
         AlignConfig(layer=-1)
     with pytest.raises(ValueError, match="distance must be one of mse, cosine, scaled"):
         AlignConfig(distance="l1")
+
+
+# --- a whisper_asr encoder (asr_embed states): Whisper's own tokens against the LM's embeddings of their text ---
+
+@pytest.fixture(scope="module")
+def asr_model(tmp_path_factory):
+    from speechmt.models.hf_whisper import whisper_lm_table
+    from tests.lm_helpers import tiny_lm_dir
+    from tests.whisper_helpers import tiny_whisper_dir
+
+    whisper = tiny_whisper_dir(tmp_path_factory.mktemp("align_whisper"), d_model=32)
+    lm = tiny_lm_dir(tmp_path_factory.mktemp("align_lm"), hidden=48)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(
+        encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_state": "both"},
+        text_encoder={"embed_only": True, "embeddings": "lm"},
+        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora", "vocab": [5, 6, 7], "prompt": [2]},
+        n_heads=2, src_vocab_size=64)).eval()
+    table = whisper_lm_table(str(whisper), str(lm), model.speech_encoder.eos_id, model.decoder)
+    return model, table
+
+
+def asr_batch(model):
+    """Three clips' cached states (the search's output) with a stand-in transcript each; and the search's tokens."""
+    states, lengths, ids = model.speech_encoder.search(*_mels())
+    batch = Batch(ids=["a", "b", "c"], feats=states, feat_lengths=lengths, src=torch.tensor([[5, 6, 3]] * 3),
+                  src_lengths=torch.tensor([3, 3, 3]), precomputed=True)
+    return batch, ids
+
+
+def test_whisper_asr_tokens_pair_with_the_lm_embeddings_of_their_text(asr_model):
+    model, table = asr_model
+    asr, settings = model.speech_encoder, ObjectiveSettings(align=AlignConfig())
+    batch, ids = asr_batch(model)
+    with pytest.raises(ValueError, match="no table of the LM's embeddings"):
+        asr.unit_targets(batch.feats, batch.feat_lengths)
+    asr.set_targets(table)
+    targets = asr.unit_targets(batch.feats, batch.feat_lengths)  # the search's own tokens, padded zero
+    assert targets.shape == (3, max(len(i) for i in ids), 48)
+    for row, tokens in enumerate(ids):
+        torch.testing.assert_close(targets[row, : len(tokens)], table(torch.tensor(tokens)))
+        assert targets[row, len(tokens):].abs().sum() == 0
+    enc = model.encode_speech(batch.feats, batch.feat_lengths, precomputed=True)
+    loss, stats = OBJECTIVES["align"].loss(model, batch, enc, settings)
+    want = sum((enc.x[r, t] - targets[r, t]).pow(2).mean() for r, row in enumerate(ids) for t in range(len(row)))
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5) and loss.item() > 0
+    assert stats["pairs"].item() == sum(len(i) for i in ids)
+    exact = type(enc)(targets, enc.lengths)  # the projection writing exactly the LM's embeddings
+    assert OBJECTIVES["align"].loss(model, batch, exact, settings)[0].item() == pytest.approx(0.0, abs=1e-9)
+    mels, mel_lengths = _mels()
+    live = dataclasses.replace(batch, feats=mels, feat_lengths=mel_lengths, precomputed=False)  # searched again
+    assert OBJECTIVES["align"].loss(model, live, enc, settings)[0].item() == pytest.approx(loss.item(), rel=1e-5)
+    model.zero_grad(set_to_none=True)
+    loss.backward()  # only the projection trains: the LM's embeddings are the fixed target
+    trained = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert trained == {"speech_encoder.proj.weight", "speech_encoder.proj.bias"}
+
+
+def test_whisper_asr_alignment_is_one_clear_error_where_it_does_not_apply(asr_model):
+    model, table = asr_model
+    batch, _ = asr_batch(model)
+    enc = model.encode_speech(batch.feats, batch.feat_lengths, precomputed=True)
+    with pytest.raises(ValueError, match="meet the LM's embeddings of their text at layer 0 only"):
+        OBJECTIVES["align"].loss(model, batch, enc, ObjectiveSettings(align=AlignConfig(layer=1)))
+    soft = build_model(dataclasses.replace(model.config, encoder=dataclasses.replace(
+        model.config.encoder, asr_embed="lm", asr_state="after")))
+    with pytest.raises(ValueError, match="with asr_embed lm the LM reads those embeddings already"):
+        soft.speech_encoder.set_targets(table)
+    asr = model.speech_encoder
+    asr.beam = 2
+    try:
+        with pytest.raises(ValueError, match="asr_beam is 2: set it to 1"):
+            asr.unit_targets(batch.feats, batch.feat_lengths)
+    finally:
+        asr.beam = 1
+
+
+@pytest.mark.parametrize("encoder, train, message", [
+    ({"asr_embed": "lm"}, {}, "the align objective on encoder whisper_asr needs model.encoder.asr_embed states"),
+    ({}, {"align": {"layer": 2}}, "train.align.layer 2: a whisper_asr encoder's tokens meet the LM's embeddings of "
+                                  "their text at layer 0 only"),
+    ({"asr_beam": 3}, {}, "model.encoder.asr_beam is 3: set it to 1"),
+])
+def test_whisper_asr_alignment_settings_are_checked_with_the_config(encoder, train, message):
+    from speechmt.config import ConfigError, ExperimentConfig
+
+    def config(encoder, train):
+        return ExperimentConfig.from_dict({
+            "model": {"encoder": {"kind": "whisper_asr", "name_or_path": "whisper-base", "finetune": "frozen",
+                                  "asr_embed": "states", **encoder},
+                      "decoder": {"kind": "lm", "name_or_path": "gemma-3-270m"}},
+            "train": {**train, "stages": [{"tasks": [{"task": "st", "objectives": {"ce": 1.0, "align": 1.0}}]}]}})
+
+    with pytest.raises(ConfigError, match=message):
+        config(encoder, train)
+    assert config({}, {}).train.stages[0].tasks[0].objectives == {"ce": 1.0, "align": 1.0}

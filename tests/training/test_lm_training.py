@@ -252,6 +252,26 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
 
 
+def test_the_align_objective_trains_a_whisper_asr_projection_toward_the_lm_embeddings(tiny_data, lm_dir, whisper_dir,
+                                                                                  tmp_path):
+    """align on asr_embed states: the run hands the encoder the LM's table of Whisper's pieces, the objective pairs
+    each cached token's projection with the LM's embedding of its text, and its loss falls as the projection learns."""
+    import dataclasses
+
+    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                         "asr_embed": "states", "asr_state": "before"},
+             "text_encoder": {"embed_only": True, "embeddings": "lm"},
+             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"}}
+    stages = [{"name": "align", "tasks": [{"task": "st", "objectives": {"align": 1.0}}]}]
+    cfg = lm_config(tiny_data, lm_dir, tmp_path, model, stages=stages, max_updates=30, lr=3e-2,
+                    save_interval_updates=30, validate_interval_updates=30, log_interval=5)
+    run_training(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0)))
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in log if r["type"] == "train"]
+    assert len(losses) == 6 and losses[-1] < 0.5 * losses[0], losses
+    assert set(load_checkpoint(_last(tmp_path))["model"]) == {"speech_encoder.proj.weight", "speech_encoder.proj.bias"}
+
+
 def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path,
                                                                   monkeypatch):
     """decoder.examples on the speech path: training reads each utterance's retrieved examples (by its gold

@@ -183,6 +183,7 @@ class WhisperAsrEncoder(nn.Module):
         if state != "after" and (pieces is not None or text is not None):
             raise ValueError(f"the whisper_asr state {state!r} is for embed states only")
         self.state = state
+        self._targets: tuple[PieceEmbeddings, ...] = ()  # set_targets: the align objective's table
         if beam < 1:
             raise ValueError(f"the whisper_asr search's beam must be at least 1, got {beam}")
         if pieces is not None and text is not None:
@@ -288,6 +289,35 @@ class WhisperAsrEncoder(nn.Module):
         keep = ~lengths_to_padding_mask(token_lengths, inputs.size(1))
         tokens = torch.tensor([t for row in ids for t in row], dtype=torch.long, device=states.device)
         return inputs[keep], table(tokens)
+
+    def set_targets(self, table: "PieceEmbeddings") -> None:
+        """Gives embed "states" the LM's embeddings of Whisper's pieces (`table`), which `unit_targets` reads: built
+        only for the align objective (4 s of tokenizing), so not when a model is built."""
+        if self.embed != "states":
+            raise ValueError(f"train.align pulls a whisper_asr encoder's projected states (asr_embed states) to "
+                             f"the LM's embeddings of their tokens; with asr_embed {self.embed} the LM reads those "
+                             f"embeddings already")
+        self._targets = (table,)
+
+    @torch.no_grad()
+    def unit_targets(self, states: Tensor, lengths: Tensor) -> Tensor:
+        """`states`' output (B, 1 + U, H) (embed "states"), lengths (B,) -> the LM's input embedding of each
+        transcript token's text (B, U, D), padded positions zero: the align objective's text side. The token is the
+        one Whisper's output layer picks at the state before it: the greedy search's own token (ties that the
+        cache's float16 rounding breaks the other way aside)."""
+        if not self._targets:
+            raise ValueError("the whisper_asr encoder has no table of the LM's embeddings (set_targets)")
+        if self.beam > 1:
+            raise ValueError(f"train.align with a whisper_asr encoder reads each token off the state before it, "
+                             f"which is the greedy search's token; encoder.asr_beam is {self.beam}: set it to 1")
+        before = states[:, :-1].contiguous()
+        first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
+        first[:, 0] = True
+        logits = self._allowed(self.decoder.output(before).float(), first)
+        logits[..., self.eos_id] = float("-inf")
+        pad = lengths_to_padding_mask(lengths - 1, before.size(1))
+        tokens = logits.argmax(-1).masked_fill(pad, 0)  # (B, U)
+        return self._targets[0](tokens).masked_fill(pad[..., None], 0.0)
 
     def _memory(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels), lengths (B,) -> Whisper's encoder states (B, S, H) and their lengths (B,); a
