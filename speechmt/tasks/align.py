@@ -17,8 +17,8 @@ its CTC segment after the ctc shrink, its share of the sequence after a conv shr
 frames reaches a state (all blank under the ctc shrink) or an utterance whose transcript does not fit its
 frames gives no pair. A whisper_asr encoder (asr_embed states) has a vector per token of Whisper's own
 transcript already: each is paired with the LM's input embedding of that token's text, the pairs that
-train.init_procrustes fits once (speechmt.training.procrustes), here at every batch. The sentence level compares the mean of the speech states with the mean of the
-transcript's token states.
+train.init_procrustes fits once (speechmt.training.procrustes), here at every batch. The sentence level
+compares the mean of the speech states with the mean of the transcript's token states.
 
 The regulariser (`text`): "detach" (the text side is a fixed target: the gradient reaches the speech path
 only), or "anchor": the text side trains too, and anchor_weight x the squared distance of its states to the

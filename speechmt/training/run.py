@@ -29,6 +29,7 @@ from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag
                                         teacher_for, tokenizers_for, with_teacher)
 from speechmt.models.delta import base_reference
 from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
+from speechmt.training.procrustes import whisper_asr_table
 from speechmt.training.trainer import LAST, Trainer, TrainState
 
 
@@ -130,7 +131,9 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
     aligns = any("align" in t.objectives for t in all_tasks(stages_of(cfg.train)))
     fits = cfg.train.init_procrustes and not (resume and (Path(cfg.train.save_dir) / LAST).exists())  # not on a resume
-    table = asr_table(cfg, model) if cfg.model.encoder.kind == "whisper_asr" and (aligns or fits) else None
+    table = None  # the LM's embeddings of Whisper's pieces: align's targets and Procrustes' pairs (whisper_asr)
+    if cfg.model.encoder.kind == "whisper_asr" and (aligns or fits):
+        table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     if table is not None and aligns:
         model.speech_encoder.set_targets(table)  # the align objective's text side
     if fits:
@@ -152,7 +155,7 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
                         device: torch.device, table=None) -> dict[str, float]:
     """train.init_procrustes: the speech encoder's projection set by Procrustes from the first N utterances of
     the first stage's first speech stream (speechmt.training.procrustes; a whisper_asr encoder's from a live
-    search of them, `table` its pieces' LM embeddings: `asr_table`); printed: pairs, mean cosine before/after."""
+    search of them, `table` its pieces' LM embeddings: whisper_asr_table); printed: pairs, mean cosine before/after."""
     from speechmt.tasks import TASK_INPUTS
     from speechmt.training.procrustes import first_batches, init_projection
 
@@ -161,7 +164,7 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
         raise ValueError("train.init_procrustes needs a speech stream (st or asr) in the first stage")
     spec = dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0})
     if table is None and cfg.model.encoder.kind == "whisper_asr":
-        table = asr_table(cfg, model)
+        table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     dataset = data(spec, True, live=True) if table is not None else data(spec, True)
     stats = init_projection(model.to(device), first_batches(dataset, cfg.train.init_procrustes, pad_id, device),
                             settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table,
@@ -170,14 +173,6 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
         print(f"init_procrustes ({cfg.train.init_map}): {stats['pairs']:.0f} token pairs, mean cosine "
               f"{stats['cosine_before']:.3f} -> {stats['cosine_after']:.3f}")
     return stats
-
-
-def asr_table(cfg: ExperimentConfig, model: torch.nn.Module):
-    """The LM decoder's embeddings of the whisper_asr encoder's pieces (PieceEmbeddings), for Procrustes' pairs
-    and the align objective (the config has checked that the decoder is an LM)."""
-    from speechmt.training.procrustes import whisper_asr_table
-
-    return whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
 
 
 def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path] | None:

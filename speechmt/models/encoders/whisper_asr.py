@@ -310,12 +310,8 @@ class WhisperAsrEncoder(nn.Module):
         if self.beam > 1:
             raise ValueError(f"train.align with a whisper_asr encoder reads each token off the state before it, "
                              f"which is the greedy search's token; encoder.asr_beam is {self.beam}: set it to 1")
-        before = states[:, :-1].contiguous()
-        first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
-        first[:, 0] = True
-        logits = self._allowed(self.decoder.output(before).float(), first)
-        logits[..., self.eos_id] = float("-inf")
-        pad = lengths_to_padding_mask(lengths - 1, before.size(1))
+        logits = self._token_logits(states[:, :-1])
+        pad = lengths_to_padding_mask(lengths - 1, logits.size(1))
         tokens = logits.argmax(-1).masked_fill(pad, 0)  # (B, U)
         return self._targets[0](tokens).masked_fill(pad[..., None], 0.0)
 
@@ -438,16 +434,21 @@ class WhisperAsrEncoder(nn.Module):
         logits[..., banned] = logits[..., banned].masked_fill(first[..., None], float("-inf"))
         return logits
 
-    def soft_tokens(self, before: Tensor) -> Tensor:
-        """The states before each transcript token (B, U, H) -> the LM's soft embeddings of those tokens (B, U, D):
-        Whisper's distribution over the token (top TOP_K, renormalised; <|endoftext|> excluded) times each
-        candidate piece's LM embedding."""
+    def _token_logits(self, before: Tensor) -> Tensor:
+        """The states before each transcript token (B, U, H) -> Whisper's logits for that token (B, U, V) in float32,
+        what the search never writes and <|endoftext|> banned (a transcript token is never it)."""
         first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
         first[:, 0] = True
         # contiguous: a sliced 3-D input makes nn.Linear expand the (V, H) weight to every row instead of folding
         logits = self._allowed(self.decoder.output(before.contiguous()).float(), first)
         logits[..., self.eos_id] = float("-inf")
-        top, ids = logits.topk(min(TOP_K, self.eos_id), dim=-1)  # (B, U, K)
+        return logits
+
+    def soft_tokens(self, before: Tensor) -> Tensor:
+        """The states before each transcript token (B, U, H) -> the LM's soft embeddings of those tokens (B, U, D):
+        Whisper's distribution over the token (top TOP_K, renormalised; <|endoftext|> excluded) times each
+        candidate piece's LM embedding."""
+        top, ids = self._token_logits(before).topk(min(TOP_K, self.eos_id), dim=-1)  # (B, U, K)
         vectors = self._pieces[0](ids)  # (B, U, K, D)
         return (top.softmax(-1)[..., None].to(vectors.dtype) * vectors).sum(-2)
 
