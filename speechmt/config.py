@@ -163,7 +163,7 @@ class ExperimentConfig:
     def _asr_pairs_problem(self) -> str:
         """Why train.init_procrustes or the align objective cannot pair this model's whisper_asr tokens ("" when they
         can): the pairs are its states and an LM decoder's embeddings of their text, and only asr_embed states starts
-        from no table; align reads each token off the state before it (the greedy search's) at the LM's input."""
+        from no table; both read each token off the state before it (the greedy search's); align at the LM's input."""
         encoder = self.model.encoder
         aligns = any("align" in t.objectives for stage in self.train.stages for t in stage.tasks)
         users = [name for name, on in (("train.init_procrustes", self.train.init_procrustes),
@@ -178,8 +178,8 @@ class ExperimentConfig:
         if aligns and self.train.align.layer:
             return (f"train.align.layer {self.train.align.layer}: a whisper_asr encoder's tokens meet the LM's "
                     f"embeddings of their text at layer 0 only")
-        if aligns and encoder.asr_beam > 1:
-            return (f"the align objective on encoder whisper_asr reads each token off the state before it (the greedy "
+        if encoder.asr_beam > 1:
+            return (f"{users[0]} on encoder whisper_asr reads each token off the state before it (the greedy "
                     f"search's); model.encoder.asr_beam is {encoder.asr_beam}: set it to 1")
         return ""
 

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
-from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
+from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder, batch_states
 from speechmt.models.shrink import CTCShrink, ctc_segments
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.losses import strip_specials
@@ -232,9 +232,7 @@ def asr_token_pairs(encoder: WhisperAsrEncoder, batch, enc, cfg: AlignConfig) ->
     if cfg.layer != 0:
         raise ValueError(f"train.align.layer {cfg.layer}: a whisper_asr encoder's tokens are Whisper's pieces, which "
                          f"meet the LM's embeddings of their text at layer 0 only")
-    states, lengths = ((batch.feats, batch.feat_lengths) if batch.precomputed
-                       else encoder.states(batch.feats, batch.feat_lengths))
-    text = encoder.unit_targets(states, lengths)
+    text = encoder.unit_targets(*batch_states(encoder, batch))
     if text.shape != enc.x.shape:
         raise ValueError("train.align on a whisper_asr encoder pairs the projection's vectors, one per transcript "
                          "token: a semantic layer or shrink after it is not supported")

@@ -15,8 +15,8 @@ mapping between embedding spaces): more parameters to fit, no isometry imposed.
 
 A whisper_asr encoder (asr_embed states) has no frames to pool: each of its states is one token of Whisper's own
 transcript, so its pairs are exact, the normalised state after each token (what the projection reads) and the LM's
-input embedding of that token's text (the table asr_embed lm reads), from a live search of the N utterances
-(`asr_pairs`): the projection then hands the LM its own input space from the first update.
+input embedding of that token's text (the table asr_embed lm reads), from the states of the N utterances that
+training reads, cached or searched live (`asr_pairs`): the projection then hands the LM its own input space from the first update.
 
 `speechmt analyze` on the checkpoint written before the first update (train.max_updates 0), with and without
 the option, measures the speech-text gap it closes (docs/semantic-layers.md).
@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from speechmt.evaluation.geometry import iterative_normalize, procrustes
+from speechmt.models.encoders.whisper_asr import batch_states
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.align import compact, span_weights, token_spans, transcript_units
 
@@ -121,14 +122,12 @@ def paired_states(model: nn.Module, batches: Iterable, first_text_id: int, blank
 
 @torch.no_grad()
 def asr_pairs(encoder: nn.Module, batches: Iterable, table) -> tuple[np.ndarray, np.ndarray]:
-    """A whisper_asr encoder's pairs over the batches (audio, not cached states): X (P, H) the normalised states
-    after each transcript token, Y (P, D) the LM's embeddings of the tokens (`table`: PieceEmbeddings)."""
+    """A whisper_asr encoder's pairs over the batches (its cached states, or audio searched live): X (P, H) the
+    normalised states of each transcript token, Y (P, D) the LM's embeddings of the tokens (`table`:
+    PieceEmbeddings)."""
     xs, ys = [], []
     for batch in batches:
-        if batch.precomputed:
-            raise ValueError("Procrustes pairs of a whisper_asr encoder need a live search (the audio), not cached "
-                             "states")
-        x, y = encoder.token_pairs(batch.feats, batch.feat_lengths, table)
+        x, y = encoder.token_pairs(*batch_states(encoder, batch), table)
         xs.append(x.float().cpu().numpy())
         ys.append(y.float().cpu().numpy())
     return np.concatenate(xs), np.concatenate(ys)

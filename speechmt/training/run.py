@@ -120,10 +120,9 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     for item in cfg.train.init_from:
         init_encoder_from(model, *init_source(item))
 
-    def data(spec: TaskData, train: bool, live: bool = False):  # live: the audio, never the encoder's cache
+    def data(spec: TaskData, train: bool):
         split = (spec.split or cfg.data.train_split) if train else _valid_split(cfg, spec)
-        c = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, cache_encoder=False)) if live else cfg
-        return build_dataset(c, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
+        return build_dataset(cfg, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
                              teacher=teacher) if split else None
 
     bundle = ModelBundle(model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg),
@@ -154,8 +153,9 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
 def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Callable, settings, pad_id: int,
                         device: torch.device, table=None) -> dict[str, float]:
     """train.init_procrustes: the speech encoder's projection set by Procrustes from the first N utterances of
-    the first stage's first speech stream (speechmt.training.procrustes; a whisper_asr encoder's from a live
-    search of them, `table` its pieces' LM embeddings: whisper_asr_table); printed: pairs, mean cosine before/after."""
+    the first stage's first speech stream (speechmt.training.procrustes; a whisper_asr encoder's from its states of
+    them, cached as training reads them or searched live, `table` its pieces' LM embeddings: whisper_asr_table);
+    printed: pairs, mean cosine before/after."""
     from speechmt.tasks import TASK_INPUTS
     from speechmt.training.procrustes import first_batches, init_projection
 
@@ -165,8 +165,7 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
     spec = dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0})
     if table is None and cfg.model.encoder.kind == "whisper_asr":
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
-    dataset = data(spec, True, live=True) if table is not None else data(spec, True)
-    stats = init_projection(model.to(device), first_batches(dataset, cfg.train.init_procrustes, pad_id, device),
+    stats = init_projection(model.to(device), first_batches(data(spec, True), cfg.train.init_procrustes, pad_id, device),
                             settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table,
                             kind=cfg.train.init_map)
     if dist.is_main():

@@ -272,6 +272,45 @@ def test_the_align_objective_trains_a_whisper_asr_projection_toward_the_lm_embed
     assert set(load_checkpoint(_last(tmp_path))["model"]) == {"speech_encoder.proj.weight", "speech_encoder.proj.bias"}
 
 
+def test_init_procrustes_fits_a_whisper_asr_projection_from_the_encoder_cache_as_from_a_live_search(
+        tiny_data, lm_dir, whisper_dir, tmp_path, monkeypatch):
+    """train.init_procrustes on asr_embed states reads the states training reads: the encoder cache (built before
+    the fit), or with data.cache_encoder false a live search; both hand the fit the same pairs (float16's rounding
+    of the cached states aside) and the run starts from the fitted projection."""
+    import dataclasses
+
+    import numpy as np
+
+    from speechmt.training import procrustes
+
+    fitted = []
+    fit = procrustes.fit_least_squares
+    monkeypatch.setattr(procrustes, "fit_least_squares", lambda x, y: fitted.append((x, y)) or fit(x, y))
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
+                         "asr_embed": "states", "asr_state": "both"},
+             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"}}
+    biases = []
+    for cache in (True, False):
+        cfg = lm_config(data, lm_dir, tmp_path / f"exp{cache}", model, max_updates=0, init_procrustes=4,
+                        init_map="least_squares")
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0,
+                                                                cache_encoder=cache, valid_split=""))
+        run_training(cfg)
+        biases.append(load_checkpoint(_last(tmp_path / f"exp{cache}"))["model"]["speech_encoder.proj.bias"])
+        assert any((data / "encoder_cache").iterdir())  # built by the first run for training, read by its fit
+    (cx, cy), (x, y) = fitted
+    assert x.shape[0] > 4 and x.shape[1] == 64 and cx.shape == x.shape
+    np.testing.assert_array_equal(cy, y)  # the same tokens, read off the cached states
+    np.testing.assert_allclose(cx, x, atol=2e-2)
+    assert not np.array_equal(cx, x)  # the first fit read the cache's float16 states, not a search of its own
+    torch.testing.assert_close(biases[0], biases[1], atol=1e-2, rtol=0)
+    m = fit(x, y)
+    torch.testing.assert_close(biases[1], torch.from_numpy(m.y_mean - m.scale * m.x_mean @ m.w).float(), atol=1e-5,
+                               rtol=0)
+
+
 def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path,
                                                                   monkeypatch):
     """decoder.examples on the speech path: training reads each utterance's retrieved examples (by its gold

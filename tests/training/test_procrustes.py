@@ -215,7 +215,28 @@ def test_whisper_asr_procrustes_sets_the_projection_alone_to_the_fitted_map(asr_
     np.testing.assert_allclose(mapped, fit_map(x, y)(x), atol=1e-4)
 
 
-def test_whisper_asr_procrustes_reads_the_audio_and_refuses_other_hand_overs(asr_dirs):
+@torch.no_grad()
+def test_whisper_asr_pairs_from_cached_states_are_the_live_searchs(asr_dirs):
+    import dataclasses
+
+    from speechmt.training.procrustes import asr_pairs, whisper_asr_table
+
+    model = asr_model(asr_dirs, state="both")
+    asr = model.speech_encoder
+    table = whisper_asr_table(model, str(asr_dirs[0]), str(asr_dirs[1]))
+    live = list(first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=2))
+    cached = []
+    for batch in live:  # what the encoder cache hands training: the states, stored in float16
+        states, lengths = asr.states(batch.feats, batch.feat_lengths)
+        cached.append(dataclasses.replace(batch, feats=states.half().float(), feat_lengths=lengths, precomputed=True))
+    x, y = asr_pairs(asr, live, table)
+    cx, cy = asr_pairs(asr, cached, table)
+    assert cx.shape == x.shape and cy.shape == y.shape and len(x) > 4
+    np.testing.assert_array_equal(cy, y)  # the same tokens, read off the cached states
+    np.testing.assert_allclose(cx, x, atol=2e-2)  # float16's rounding, normalised
+
+
+def test_whisper_asr_procrustes_reads_the_first_speech_stream_and_refuses_other_hand_overs(asr_dirs):
     from speechmt.training.procrustes import whisper_asr_table
 
     model = asr_model(asr_dirs)
@@ -225,12 +246,12 @@ def test_whisper_asr_procrustes_reads_the_audio_and_refuses_other_hand_overs(asr
         "train": {"init_procrustes": 2, "stages": [{"tasks": [{"task": "st"}]}]}})
     seen = []
 
-    def data(spec, train, live=False):
-        seen.append((spec.task, train, live))
+    def data(spec, train):
+        seen.append((spec.task, train))
         return asr_examples()
 
     stats = procrustes_at_start(cfg, model, data, ObjectiveSettings(), 0, torch.device("cpu"))
-    assert seen == [("st", True, True)] and stats["pairs"] > 0  # the first 2 utterances' transcripts
+    assert seen == [("st", True)] and stats["pairs"] > 0  # the first 2 utterances' transcripts
     soft = asr_model(asr_dirs, "lm")
     with pytest.raises(ValueError, match="asr_embed states only"):
         init_projection(soft, first_batches(asr_examples(), 2, 0, torch.device("cpu")), 5, 4,
@@ -240,6 +261,8 @@ def test_whisper_asr_procrustes_reads_the_audio_and_refuses_other_hand_overs(asr
 @pytest.mark.parametrize("model, message", [
     ({"asr_embed": "lm"}, "needs model.encoder.asr_embed states"),
     ({"asr_embed": "states", "decoder": "transformer"}, "needs decoder kind lm"),
+    ({"asr_embed": "states", "asr_beam": 2}, "init_procrustes on encoder whisper_asr reads each token off the state "
+                                             "before it .*asr_beam is 2: set it to 1"),
 ])
 def test_whisper_asr_procrustes_settings_are_checked_with_the_config(model, message):
     from speechmt.config import ConfigError
@@ -247,6 +270,6 @@ def test_whisper_asr_procrustes_settings_are_checked_with_the_config(model, mess
     with pytest.raises(ConfigError, match=message):
         ExperimentConfig.from_dict({
             "model": {"encoder": {"kind": "whisper_asr", "name_or_path": "whisper-base", "finetune": "frozen",
-                                  "asr_embed": model["asr_embed"]},
+                                  "asr_embed": model["asr_embed"], "asr_beam": model.get("asr_beam", 1)},
                       "decoder": {"kind": model.get("decoder", "lm"), "name_or_path": "gemma-3-270m"}},
             "train": {"init_procrustes": 100}})

@@ -275,20 +275,30 @@ class WhisperAsrEncoder(nn.Module):
         return self.beam_tokens(memory, memory_lengths)
 
     @torch.no_grad()
-    def token_pairs(self, mels: Tensor, lengths: Tensor, table: "PieceEmbeddings") -> tuple[Tensor, Tensor]:
-        """Pairs for fitting the projection (train.init_procrustes; embed "states" only): mels (B, T, n_mels) as
-        `states` reads them, lengths (B,), `table` the LM's embeddings of Whisper's pieces -> each transcript
-        token's projection input (its normalised state, `state`'s choice, as `project` reads it) (P, H or 2H) and
-        the LM's input embedding of the token's text (P, D), P the transcripts' tokens in all, in order."""
+    def token_pairs(self, states: Tensor, lengths: Tensor, table: "PieceEmbeddings") -> tuple[Tensor, Tensor]:
+        """Pairs for fitting the projection (train.init_procrustes; embed "states" only): `states`' output (B, 1 + U,
+        H), cached or live, lengths (B,), `table` the LM's embeddings of Whisper's pieces -> each transcript token's
+        projection input (its normalised state, `state`'s choice, as `project` reads it) (P, H or 2H) and the LM's
+        input embedding of the token's text (P, D), P the transcripts' tokens in all, in order. The token is the
+        search's own (`read_tokens`)."""
         if self.embed != "states":
             raise ValueError(f"train.init_procrustes fits a whisper_asr projection with asr_embed states only (with "
                              f"{self.embed} the LM reads the transcript's embeddings already; the projection "
                              f"starts at zero)")
-        states, token_lengths, ids = self.search(mels, lengths)
-        inputs, token_lengths = self.projected_states(states, token_lengths)
-        keep = ~lengths_to_padding_mask(token_lengths, inputs.size(1))
-        tokens = torch.tensor([t for row in ids for t in row], dtype=torch.long, device=states.device)
-        return inputs[keep], table(tokens)
+        inputs, _ = self.projected_states(states, lengths)
+        tokens, pad = self.read_tokens(states, lengths)
+        return inputs[~pad], table(tokens[~pad])
+
+    def read_tokens(self, states: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """`states`' output (B, 1 + U, H) (embed "states"), lengths (B,) -> each transcript token's id (B, U), the
+        one Whisper's output layer picks at the state before it: the greedy search's own token (ties that a cache's
+        float16 rounding breaks the other way aside), padded positions 0; and the padding mask (B, U)."""
+        if self.beam > 1:
+            raise ValueError(f"a whisper_asr encoder's tokens are read off the state before each, which is the greedy "
+                             f"search's token; encoder.asr_beam is {self.beam}: set it to 1")
+        logits = self._token_logits(states[:, :-1])
+        pad = lengths_to_padding_mask(lengths - 1, logits.size(1))
+        return logits.argmax(-1).masked_fill(pad, 0), pad
 
     def set_targets(self, table: "PieceEmbeddings") -> None:
         """Gives embed "states" the LM's embeddings of Whisper's pieces (`table`), which `unit_targets` reads: built
@@ -307,12 +317,7 @@ class WhisperAsrEncoder(nn.Module):
         cache's float16 rounding breaks the other way aside)."""
         if not self._targets:
             raise ValueError("the whisper_asr encoder has no table of the LM's embeddings (set_targets)")
-        if self.beam > 1:
-            raise ValueError(f"train.align with a whisper_asr encoder reads each token off the state before it, "
-                             f"which is the greedy search's token; encoder.asr_beam is {self.beam}: set it to 1")
-        logits = self._token_logits(states[:, :-1])
-        pad = lengths_to_padding_mask(lengths - 1, logits.size(1))
-        tokens = logits.argmax(-1).masked_fill(pad, 0)  # (B, U)
+        tokens, pad = self.read_tokens(states, lengths)
         return self._targets[0](tokens).masked_fill(pad[..., None], 0.0)
 
     def _memory(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -483,6 +488,14 @@ class WhisperAsrEncoder(nn.Module):
     def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
         return self.project(*self.states(mels, lengths, record), record)
+
+
+def batch_states(encoder: WhisperAsrEncoder, batch) -> tuple[Tensor, Tensor]:
+    """A batch's whisper_asr states (B, 1 + U, H) and lengths (B,): its cached ones (`batch.precomputed`), else
+    `encoder.states` of its audio (a live search)."""
+    if batch.precomputed:
+        return batch.feats, batch.feat_lengths
+    return encoder.states(batch.feats, batch.feat_lengths)
 
 
 def _space_ids(vocab: int, eos_id: int) -> list[int]:
