@@ -9,6 +9,7 @@
 #   fusion     conf/st_lm_gemma_ctc_fusion.yaml      fusion-gate  the same, its gates starting at 0.5 (half the mix)
 #   fusion-fast  fusion-gate with the fusion's gates and layer weights at 50x the learning rate (train.lr_scale),
 #              so that a handful of scalars move as far in 200 updates as the adapters' matrices do
+#   procrustes-ls  procrustes with a least-squares map fitted on 1,000 utterances (train.init_map, init_procrustes)
 #   NAME-bf16  NAME trained with train.precision=bf16 (a row to compare bf16 runs with at equal precision)
 # Every system starts from the MT run (--mt, decoder.) and the CTC run (--ctc, speech_encoder.,ctc_head.) of stage 15
 # (run.sh --lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml). A killed run resumes where
@@ -52,6 +53,7 @@ conf_of() {  # a system's config
     case "$1" in
         *-bf16) conf_of "${1%-bf16}" ;;
         fusion-gate|fusion-fast) echo conf/st_lm_gemma_ctc_fusion.yaml ;;
+        procrustes-ls) echo conf/st_lm_gemma_ctc_procrustes.yaml ;;
         baseline) echo conf/st_lm_gemma_ctc.yaml ;;
         fat-st) echo conf/st_lm_gemma_ctc_fatst.yaml ;;
         xstnet|lut|chimera|align|procrustes|fusion) echo "conf/st_lm_gemma_ctc_$1.yaml" ;;
@@ -65,6 +67,7 @@ variant_overrides() {  # what a system's name adds to its config
     case "$name" in
         fusion-gate) echo "model.fusion.gate=0.5" ;;
         fusion-fast) echo 'model.fusion.gate=0.5 train.lr_scale={"fusion.*":50}' ;;
+        procrustes-ls) echo "train.init_map=least_squares train.init_procrustes=1000" ;;
         *) echo ;;
     esac
 }
@@ -93,7 +96,7 @@ for system in $systems; do
     case "$system" in
         fat-st) train fat-mlm conf/fat_mlm_lm_gemma_ctc.yaml "$start"
                 train fat-st "$(conf_of fat-st)" "$start, \"$exp/sem_fat-mlm/checkpoint_last.safetensors:semantic.\"" ;;
-        procrustes) train procrustes "$(conf_of procrustes)" "\"$mt:decoder.\"" ;;  # its projection is set by Procrustes
+        procrustes*) train "$system" "$(conf_of "$system")" "\"$mt:decoder.\"" ;;  # its projection is set by Procrustes
         *) train "$system" "$(conf_of "$system")" "$start" ;;
     esac
     ckpt=$(averaged "$system")
