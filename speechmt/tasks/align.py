@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
-from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder, batch_states
+from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 from speechmt.models.shrink import CTCShrink, ctc_segments
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.losses import strip_specials
@@ -222,6 +222,14 @@ def _check(model: nn.Module, batch, enc) -> None:
     if enc is None or batch.feats is None or batch.src is None or model.text_encoder is None:
         raise ValueError("the align objectives need audio batches (st or asr) with their transcripts and a model "
                          "with a text path (text_encoder.layers > 0 or embed_only)")
+
+
+def batch_states(encoder: WhisperAsrEncoder, batch) -> tuple[Tensor, Tensor]:
+    """A batch's whisper_asr states (B, 1 + U, H) and lengths (B,): its cached ones (`batch.precomputed`), else
+    `encoder.states` of its audio (a live search)."""
+    if batch.precomputed:
+        return batch.feats, batch.feat_lengths
+    return encoder.states(batch.feats, batch.feat_lengths)
 
 
 def asr_token_pairs(encoder: WhisperAsrEncoder, batch, enc, cfg: AlignConfig) -> tuple[Tensor, Tensor, Tensor]:

@@ -16,7 +16,8 @@ mapping between embedding spaces): more parameters to fit, no isometry imposed.
 A whisper_asr encoder (asr_embed states) has no frames to pool: each of its states is one token of Whisper's own
 transcript, so its pairs are exact, the normalised state after each token (what the projection reads) and the LM's
 input embedding of that token's text (the table asr_embed lm reads), from the states of the N utterances that
-training reads, cached or searched live (`asr_pairs`): the projection then hands the LM its own input space from the first update.
+training reads, cached or searched live (`asr_pairs`): the projection then hands the LM its own input space from
+the first update.
 
 `speechmt analyze` on the checkpoint written before the first update (train.max_updates 0), with and without
 the option, measures the speech-text gap it closes (docs/semantic-layers.md).
@@ -32,9 +33,8 @@ import torch
 from torch import Tensor, nn
 
 from speechmt.evaluation.geometry import iterative_normalize, procrustes
-from speechmt.models.encoders.whisper_asr import batch_states
 from speechmt.sequence import lengths_to_padding_mask
-from speechmt.tasks.align import compact, span_weights, token_spans, transcript_units
+from speechmt.tasks.align import batch_states, compact, span_weights, token_spans, transcript_units
 
 
 @dataclass(frozen=True)

@@ -165,9 +165,9 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
     spec = dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0})
     if table is None and cfg.model.encoder.kind == "whisper_asr":
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
-    stats = init_projection(model.to(device), first_batches(data(spec, True), cfg.train.init_procrustes, pad_id, device),
-                            settings.first_text_id, settings.blank_id, units=cfg.train.align.units, table=table,
-                            kind=cfg.train.init_map)
+    batches = first_batches(data(spec, True), cfg.train.init_procrustes, pad_id, device)
+    stats = init_projection(model.to(device), batches, settings.first_text_id, settings.blank_id,
+                            units=cfg.train.align.units, table=table, kind=cfg.train.init_map)
     if dist.is_main():
         print(f"init_procrustes ({cfg.train.init_map}): {stats['pairs']:.0f} token pairs, mean cosine "
               f"{stats['cosine_before']:.3f} -> {stats['cosine_after']:.3f}")

@@ -490,14 +490,6 @@ class WhisperAsrEncoder(nn.Module):
         return self.project(*self.states(mels, lengths, record), record)
 
 
-def batch_states(encoder: WhisperAsrEncoder, batch) -> tuple[Tensor, Tensor]:
-    """A batch's whisper_asr states (B, 1 + U, H) and lengths (B,): its cached ones (`batch.precomputed`), else
-    `encoder.states` of its audio (a live search)."""
-    if batch.precomputed:
-        return batch.feats, batch.feat_lengths
-    return encoder.states(batch.feats, batch.feat_lengths)
-
-
 def _space_ids(vocab: int, eos_id: int) -> list[int]:
     """Whisper's lone-space token (220 in its GPT-2 byte-level vocabulary), where the vocabulary has it."""
     return [220] if 220 < min(vocab, eos_id) else []
