@@ -48,7 +48,11 @@ class DataConfig:
     cache_encoder: bool = True  # a frozen Whisper encoder's states are computed once per split and cached
     max_tokens: int = checked(40000, lo=1)  # padded frames (audio) or tokens (text) per batch
     max_sentences: int = checked(0, lo=0)  # 0: no limit
-    num_workers: int = checked(0, lo=0)
+    # DataLoader workers per rank (persistent, speechmt.data.loader); -1: sized to the machine, the usable CPUs
+    # per local rank less one, at most 8
+    num_workers: int = checked(0, lo=-1, note="-1: sized to the machine")
+    # how workers start: "fork", "spawn", "forkserver", or "" for the platform's default
+    loader_context: str = checked("", choices=("", "fork", "spawn", "forkserver"), note='"": the platform default')
     # on-the-fly augmentation of the training audio (speechmt.data.augment; wav2vec2 and whisper encoders, not
     # cached frozen-encoder states): the probability of each (0: off), then its settings
     augment_reverb: float = 0.0
@@ -84,6 +88,12 @@ class TrainConfig:
     max_updates: int = checked(100000, lo=0)
     max_epochs: int = checked(0, lo=0)  # 0: no limit
     update_freq: int = checked(1, lo=1)
+    # N > 0: update_freq is the value for N ranks (GPUs); on W ranks the trainer accumulates update_freq * N / W
+    # batches per update, keeping the global batch when the GPU count changes (0: update_freq as given on any W)
+    update_freq_world_size: int = checked(0, lo=0)
+    # N > 0 under torchrun: "ddp" replicates the model on every rank; "fsdp" shards weights, gradients and
+    # optimiser state over the ranks (torch.distributed.fsdp.fully_shard), for models that do not fit one GPU
+    strategy: str = checked("ddp", choices=("ddp", "fsdp"))
     clip_norm: float = checked(10.0, lo=0)
     weight_decay: float = checked(0.0, lo=0)
     adam_betas: tuple[float, float] = (0.9, 0.98)
@@ -93,6 +103,10 @@ class TrainConfig:
     save_dir: str = "exp/st"
     save_interval_updates: int = checked(1000, lo=0)
     keep_last: int = checked(10, lo=0)
+    # N > 0: at the end of every N-th epoch of the first stream, checkpoint_epoch<E>.safetensors (E from 1), the last
+    # keep_last_epochs kept: the window fairseq's recipes average ("the last 10 epochs")
+    save_interval_epochs: int = checked(0, lo=0)
+    keep_last_epochs: int = checked(10, lo=0)
     validate_interval_updates: int = checked(1000, lo=0)
     log_interval: int = checked(50, lo=1)
     precision: str = "fp32"  # fp32, bf16 (autocast on CUDA and CPU) or fp16 (autocast on CUDA)

@@ -50,8 +50,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from speechmt.training.run import run_training
 
     cfg = load_config(args.config, args.overrides)  # type- and range-checked, naming the file
+    from speechmt.ranks import is_main
+
     state = run_training(cfg, resume=not args.no_resume)
-    print(f"finished at update {state.step} (epoch {state.epoch}); best dev loss {state.best_loss:.4f}")
+    if is_main():  # once per run, not once per rank
+        print(f"finished at update {state.step} (epoch {state.epoch}); best dev loss {state.best_loss:.4f}")
     return 0
 
 
@@ -68,7 +71,7 @@ def cmd_pretrain_audio(args: argparse.Namespace) -> int:
 def cmd_average(args: argparse.Namespace) -> int:
     from speechmt.training.run import average
 
-    used = average(args.inputs, args.last, args.out)
+    used = average(args.inputs, args.last, args.out, args.by)
     print(f"{args.out}: average of {len(used)} checkpoints ({', '.join(p.name for p in used)})")
     return 0
 

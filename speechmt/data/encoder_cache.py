@@ -19,6 +19,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -26,6 +27,7 @@ from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.checkpoint import state_checksum
 from speechmt.data.manifest import Record, read_manifest
+from speechmt.ranks import build_once
 
 
 GENERATION_FIELDS = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "max_length",
@@ -102,12 +104,24 @@ def cached_store(folder: Path, split: str, description: dict, records: list[Reco
                  build: Callable[[Path], FeatureStore]) -> FeatureStore:
     """The store folder/split when it holds exactly the records' ids, else `build(prefix)`'s, with the
     description of what the states depend on in folder/meta.json (the encoder and teacher caches' shared
-    layout)."""
+    layout). In a distributed run rank 0 builds it while the other ranks wait, then all read it (speechmt.ranks)."""
     prefix = folder / split
-    if Path(f"{prefix}.index.npz").exists():
-        store = FeatureStore(prefix)
-        if set(store.ids) == {r.id for r in records}:
-            return store
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "meta.json").write_text(json.dumps(description, indent=1, default=str) + "\n", encoding="utf-8")
-    return build(prefix)
+    ids = sorted(r.id for r in records)
+
+    def ready() -> bool:
+        if not Path(f"{prefix}.index.npz").exists():
+            return False
+        return store_ids(prefix) == ids
+
+    def make() -> FeatureStore:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "meta.json").write_text(json.dumps(description, indent=1, default=str) + "\n", encoding="utf-8")
+        return build(prefix)
+
+    return build_once(ready, make, lambda: FeatureStore(prefix), f"the cache {prefix} (rank 0 builds it)")
+
+
+def store_ids(prefix: Path) -> list[str]:
+    """The ids a store's index holds (in any order: a cache is written in batch order), sorted."""
+    with np.load(f"{prefix}.index.npz") as index:
+        return sorted(str(i) for i in index["ids"])

@@ -30,7 +30,7 @@ from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag
 from speechmt.models.delta import base_reference
 from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.training.procrustes import whisper_asr_table
-from speechmt.training.trainer import LAST, Trainer, TrainState
+from speechmt.training.trainer import LAST, Trainer, TrainState, rank_seed
 
 
 def pick_device(name: str) -> torch.device:
@@ -43,7 +43,7 @@ def pick_device(name: str) -> torch.device:
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
@@ -140,10 +140,13 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None
     trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, bundle.state_dict(), device, pad_id,
                       valid_decoder)
+    if dist.rank():  # every rank built the same model; from here each draws its own stream (dropout, ...)
+        seed_everything(rank_seed(cfg.train.seed, dist.rank()))
     found = resume_checkpoint(Path(cfg.train.save_dir), device) if resume else None
     if found is not None:
         trainer.load_state(found[0])
-        print(f"resumed from {found[1]} at update {trainer.state.step}")
+        if dist.is_main():
+            print(f"resumed from {found[1]} at update {trainer.state.step}")
     if dist.is_main():
         Path(cfg.train.save_dir).mkdir(parents=True, exist_ok=True)
         save_config(cfg, Path(cfg.train.save_dir) / "config.yaml")
@@ -216,19 +219,34 @@ def _unused_name(path: Path) -> Path:
     return candidate
 
 
-def numbered_checkpoints(directory: str | Path) -> list[Path]:
-    """checkpoint_<step>.safetensors files of a folder, oldest first."""
+def numbered_checkpoints(directory: str | Path, by: str = "update") -> list[Path]:
+    """A folder's numbered checkpoints, oldest first: checkpoint_<step>.safetensors (`by` "update", written every
+    train.save_interval_updates updates) or checkpoint_epoch<E>.safetensors (`by` "epoch", E from 1, written at the
+    end of every train.save_interval_epochs-th epoch)."""
+    prefix = {"update": "checkpoint_", "epoch": "checkpoint_epoch"}[by]
     found = [(int(m.group(1)), p) for p in Path(directory).glob("checkpoint_*.safetensors")
-             if (m := re.fullmatch(r"checkpoint_(\d+)\.safetensors", p.name))]
+             if (m := re.fullmatch(rf"{prefix}(\d+)\.safetensors", p.name))]
     return [p for _, p in sorted(found)]
 
 
-def average(inputs: list[str], last: int, out: str) -> list[Path]:
-    """Averages the given checkpoint files, or the `last` numbered checkpoints of a given folder."""
+def average(inputs: list[str], last: int, out: str, by: str = "auto") -> list[Path]:
+    """Averages the given checkpoint files, or the `last` numbered checkpoints of each given folder: its epoch
+    checkpoints (`by` "epoch": fairseq's --num-epoch-checkpoints), its update checkpoints (`by` "update"), or with
+    `by` "auto" the epoch ones when the folder has any, else the update ones. Returns the files averaged."""
+    if by not in ("auto", "epoch", "update"):
+        raise ValueError(f"unknown checkpoint kind {by!r}; expected auto, epoch or update")
     paths: list[Path] = []
     for item in inputs:
         p = Path(item)
-        paths += numbered_checkpoints(p)[-last:] if p.is_dir() else [p]
+        if not p.is_dir():
+            paths.append(p)
+            continue
+        kind = by if by != "auto" else "epoch" if numbered_checkpoints(p, "epoch") else "update"
+        found = numbered_checkpoints(p, kind)
+        if not found and by == "epoch":
+            raise CheckpointError(f"no checkpoint_epoch<E>.safetensors in {p} (a run writes them with "
+                                  "train.save_interval_epochs > 0)")
+        paths += found[-last:]
     if not paths:
         raise CheckpointError(f"no checkpoints found in {', '.join(inputs)}")
     state = average_checkpoints(paths)

@@ -18,11 +18,12 @@ from tqdm import tqdm
 
 from speechmt.config import ExperimentConfig
 from speechmt.data.batching import BucketBatchSampler
-from speechmt.data.dataset import Batch, collate
+from speechmt.data.dataset import Batch
+from speechmt.data.loader import make_loader, resolve_workers
 from speechmt.tasks import OBJECTIVES, ObjectiveSettings, Stage, TaskData, stages_of, task_losses
 from speechmt.training import distributed as dist
 from speechmt.checkpoint import save_checkpoint
-from speechmt.models.delta import load_model_state, model_state
+from speechmt.models.delta import load_model_state, model_state, trained_keys
 from speechmt.training.optim import build_optimizer, build_scheduler
 
 LAST, BEST = "checkpoint_last.safetensors", "checkpoint_best.safetensors"
@@ -43,6 +44,9 @@ class TrainState:
     stage: int = 0
     stage_start: int = 0
     positions: dict[str, list[int]] = field(default_factory=dict)
+    epochs_done: int = 0  # epochs of the first stream finished, over all stages (epoch checkpoints count them)
+    stage_epochs: int = 0  # epochs_done when the stage began
+    kept_epochs: list[str] = field(default_factory=list)
 
 
 def rng_state() -> dict[str, Any]:
@@ -50,6 +54,12 @@ def rng_state() -> dict[str, Any]:
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """Rank `rank`'s seed of the training RNG streams (dropout, ...): `seed` itself on rank 0, so that a run at world
+    size 1 draws as a single process does."""
+    return seed if rank == 0 else (seed * 1_000_003 + 7_919 * rank) % 2**63
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -84,6 +94,9 @@ class Stream:
     train: Dataset
     valid: Dataset | None
     sampler: BucketBatchSampler
+    loader: DataLoader  # over `sampler`'s batches, for the whole stage
+    valid_loader: DataLoader | None = None  # over this rank's dev batches (Trainer._valid_batches)
+    valid_padding: int = 0
 
 
 class Trainer:
@@ -102,8 +115,11 @@ class Trainer:
         self.stages = stages_of(cfg.train)
         self.model = model.to(device)
         self.trainable = {n: p.requires_grad for n, p in self.model.named_parameters()}
-        self.runner = dist.wrap(UpdateRunner(self.model, settings), device)
         t = cfg.train
+        self.update_runner = UpdateRunner(self.model, settings)
+        self.runner = dist.wrap(self.update_runner, device, t.strategy)
+        self.sharded = dist.is_sharded(self.runner)
+        self.update_freq = update_freq_per_rank(t.update_freq, t.update_freq_world_size, dist.world_size())
         self.optimizer = build_optimizer(self.model, t.lr, t.adam_betas, t.weight_decay, t.lr_scale)
         self.scheduler = build_scheduler(self.optimizer, t.warmup_updates)
         self.scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16" and device.type == "cuda")
@@ -112,13 +128,20 @@ class Trainer:
         self.state = TrainState()
         self.save_dir = Path(t.save_dir)
         self.log = JsonLog(self.save_dir, enabled=dist.is_main())
+        if self.sharded and valid_decoder is not None:
+            self.valid_decoder = None
+            if dist.is_main():
+                print("train.strategy fsdp: validation reports dev losses only; decode checkpoints with speechmt "
+                      "evaluate (a sharded model decodes on no single rank)")
 
     # --- data ---
 
     def _loader(self, data, sampler) -> DataLoader:
-        # an explicit generator keeps the DataLoader from drawing on the global RNG (exact resume)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=lambda b: collate(b, self.pad_id),
-                          num_workers=self.cfg.data.num_workers, generator=torch.Generator())
+        """A loader to keep for the stage (persistent workers: speechmt.data.loader); it draws on its own
+        generator, never on the global RNG (exact resume)."""
+        d = self.cfg.data
+        return make_loader(data, sampler, pad_id=self.pad_id, num_workers=resolve_workers(d.num_workers),
+                           device=self.device, context=d.loader_context)
 
     def _enter_stage(self) -> Stage:
         """The current stage with its freezing applied and its streams built."""
@@ -137,7 +160,7 @@ class Trainer:
         sampler = BucketBatchSampler(train.sizes, spec.max_tokens or d.max_tokens,
                                      spec.max_sentences or d.max_sentences or None, shuffle=True,
                                      seed=t.seed + 7919 * i, rank=dist.rank(), world_size=dist.world_size())
-        return Stream(spec, train, self.data(spec, False), sampler)
+        return Stream(spec, train, self.data(spec, False), sampler, self._loader(train, sampler))
 
     def _position(self, i: int) -> tuple[int, int]:
         if i == 0:
@@ -164,7 +187,7 @@ class Trainer:
             stream.sampler.set_epoch(epoch)
             if hasattr(stream.train, "set_epoch"):
                 stream.train.set_epoch(epoch)
-            for batch in self._loader(stream.train, stream.sampler):
+            for batch in stream.loader:
                 done += 1
                 self._set_position(i, epoch, done)
                 yield batch
@@ -174,7 +197,7 @@ class Trainer:
         """The batches of one update: update_freq of every stream (mix together) or update_freq drawn by
         the streams' ratios (mix sample, a function of seed and step, so resume draws the same). Empty
         when the first stream has run its epochs."""
-        n = self.cfg.train.update_freq
+        n = self.update_freq
         if stage.mix == "sample":
             picks = draw_streams(self.cfg.train.seed, self.state.step, [s.spec.ratio for s in self.streams], n)
         else:
@@ -197,6 +220,7 @@ class Trainer:
     def train(self) -> TrainState:
         """Runs the stages from the current state until max_updates or the last stage's end."""
         t = self.cfg.train
+        self._log_setup()
         bar = tqdm(total=t.max_updates, initial=self.state.step, desc="train", unit="upd",
                    disable=None if dist.is_main() else True, mininterval=1.0)
         while self.state.step < t.max_updates and self.state.stage < len(self.stages):
@@ -207,6 +231,15 @@ class Trainer:
         bar.close()
         self.save(LAST)
         return self.state
+
+    def _log_setup(self) -> None:
+        """The run's shape in the log: ranks, strategy, and the batch an update sums over all ranks."""
+        t, d, ws = self.cfg.train, self.cfg.data, dist.world_size()
+        self.log.write({"type": "setup", "step": self.state.step, "world_size": ws, "local_world_size":
+                        dist.local_world_size(), "strategy": t.strategy if ws > 1 or dist.launched() else "single",
+                        "device": str(self.device), "precision": t.precision, "update_freq_per_rank": self.update_freq,
+                        "batches_per_update": self.update_freq * ws,
+                        "max_tokens_per_update": self.update_freq * ws * d.max_tokens})
 
     def _run_stage(self, bar: tqdm) -> None:
         stage, t = self._enter_stage(), self.cfg.train
@@ -228,7 +261,7 @@ class Trainer:
         """Moves to the next stage: fresh stream positions and best dev loss; a checkpoint marks the edge."""
         s = self.state
         s.stage, s.stage_start, s.epoch, s.batches_in_epoch, s.positions = s.stage + 1, s.step, 0, 0, {}
-        s.best_loss = math.inf
+        s.best_loss, s.stage_epochs = math.inf, s.epochs_done
         self.log.write({"type": "stage", "step": s.step, "stage": s.stage, "name": self.stages[s.stage].name})
         self._enter_stage()
         self.save(LAST)
@@ -252,7 +285,8 @@ class Trainer:
             self.model.before_update(self.state.step)
         local = self._normalisers(group)
         applied = {i: self.streams[i].spec.weights_at(self.state.step - self.state.stage_start) for i, _ in group}
-        totals = {k: dist.all_reduce_sum(v) for k, v in sorted(local.items())}
+        keys = sorted(local)
+        totals = dict(zip(keys, dist.all_reduce_sums([local[k] for k in keys])))  # one collective
         reference = max(next(iter(totals.values())), 1.0)
         factors = {k: reference / max(v, 1.0) for k, v in totals.items()}
         sums: dict[tuple[int, str, str], Any] = {}
@@ -272,6 +306,7 @@ class Trainer:
         scale = dist.world_size() / reference  # DDP averages gradients over ranks
         torch._foreach_mul_([p.grad for p in self.model.parameters() if p.grad is not None], scale)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm or float("inf"))
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
         if not torch.isfinite(norm):
             self.state.nonfinite_skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
@@ -309,34 +344,68 @@ class Trainer:
             self.validate()
         if t.save_interval_updates and step % t.save_interval_updates == 0:
             self.save_numbered()
+        self._after_epoch()
+
+    def _after_epoch(self) -> None:
+        """checkpoint_epoch<E>.safetensors when the update finished the first stream's E-th epoch (E counted over
+        the run's stages) and E is a multiple of train.save_interval_epochs; the last keep_last_epochs kept."""
+        s, every = self.state, self.cfg.train.save_interval_epochs
+        finished = s.epoch + (s.batches_in_epoch >= len(self.streams[0].sampler))
+        done = s.stage_epochs + finished
+        if done <= s.epochs_done:
+            return
+        s.epochs_done = done
+        if every and done % every == 0:
+            name = f"checkpoint_epoch{done}.safetensors"
+            self.save(name)
+            s.kept_epochs.append(name)
+            while len(s.kept_epochs) > self.cfg.train.keep_last_epochs:
+                self._remove(s.kept_epochs.pop(0))
+
+    def _valid_batches(self, stream: Stream) -> tuple[list[list[int]], int]:
+        """This rank's share of a dev set's batches (every world_size-th, none repeated, so the sums are
+        exact) and how many repeats of its first batch follow them: under FSDP every rank runs as many
+        forwards as the others (each gathers weights with all ranks); the repeats are not counted."""
+        sampler = BucketBatchSampler(stream.valid.sizes, stream.spec.max_tokens or self.cfg.data.max_tokens,
+                                     shuffle=False)
+        batches, ws = sampler.rank_batches(), dist.world_size()
+        mine = batches[dist.rank()::ws]
+        padding = (-(-len(batches) // ws) - len(mine)) if self.sharded else 0
+        return mine + [batches[0]] * padding, padding
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Every stream's objectives on its dev set (per unit of their normalisers; `valid_loss` is their
-        weighted sum over the streams), and the valid decoder's scores (greedy BLEU or WER) of the stage's
-        first stream; keeps checkpoint_best.safetensors by valid_loss within the stage."""
+        weighted sum over the streams), split across the ranks and summed, and the valid decoder's scores
+        (greedy BLEU or WER) of the stage's first stream, decoded once (rank 0); keeps
+        checkpoint_best.safetensors by valid_loss within the stage."""
         if self.streams_of != self.state.stage:
             self._enter_stage()
         if all(s.valid is None for s in self.streams):
             return {}
         self.model.eval()
+        runner = self.runner if self.sharded else self.update_runner  # DDP's forward would sync buffers
         sums: dict[tuple[int, str, str], float] = {}
         norms: dict[tuple[int, str], float] = {}
         for i, stream in enumerate(self.streams):
             if stream.valid is None:
                 continue
-            sampler = BucketBatchSampler(stream.valid.sizes, stream.spec.max_tokens or self.cfg.data.max_tokens,
-                                         shuffle=False, rank=dist.rank(), world_size=dist.world_size())
-            for batch in self._loader(stream.valid, sampler):
+            if stream.valid_loader is None:
+                batches, stream.valid_padding = self._valid_batches(stream)
+                stream.valid_loader = self._loader(stream.valid, batches)
+            ones, counted = {name: 1.0 for name in stream.spec.weights}, len(stream.valid_loader) - stream.valid_padding
+            for j, batch in enumerate(stream.valid_loader):
                 with self._autocast():
-                    losses = task_losses(self.model, batch.to(self.device), stream.spec.task, stream.spec.weights,
-                                         self.settings, stream.spec.parts)
-                for name in losses:
+                    _, parts = runner(batch.to(self.device), stream.spec.task, stream.spec.weights, ones,
+                                      stream.spec.parts)
+                if j >= counted:
+                    continue
+                for name in {name for name, _ in parts}:
                     norms[(i, name)] = norms.get((i, name), 0.0) + OBJECTIVES[name].normaliser(batch)
-                for k, v in loss_parts(losses).items():
+                for k, v in parts.items():
                     sums[(i, *k)] = sums.get((i, *k), 0.0) + float(v)
-        sums = {k: dist.all_reduce_sum(v) for k, v in sorted(sums.items())}
-        norms = {k: dist.all_reduce_sum(v) for k, v in sorted(norms.items())}
+        sums = self._summed(sums)
+        norms = self._summed(norms)
         per = self._per_unit(sums, norms)
         result = {"valid_loss": per.pop("loss"), **{f"valid_{k}": v for k, v in per.items()}}
         if self.valid_decoder is not None and dist.is_main():
@@ -347,23 +416,49 @@ class Trainer:
             self.save(BEST)
         return result
 
+    @staticmethod
+    def _summed(values: dict) -> dict:
+        """{key: value summed over the ranks} for keys every rank holds or not: the union of the ranks' keys
+        (gathered) in one order, then one all-reduce."""
+        keys = sorted({k for rank_keys in dist.all_gather_object(sorted(values)) for k in rank_keys})
+        return dict(zip(keys, dist.all_reduce_sums([values.get(k, 0.0) for k in keys])))
+
     def _trainable_names(self) -> set[str]:
         """The parameters the run trains, including those its current stage freezes for a while."""
         return {name for name, trains in self.trainable.items() if trains}
 
     def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint holds: the bundle, model config and weights (gathered whole under FSDP), the train
+        config, and the state to resume from, with every rank's RNG streams. A collective: all ranks call it."""
         base = self.extras.get("base")
-        return {**self.extras, "model_config": asdict(self.model.config),
-                "model": model_state(self.model, base, self._trainable_names()), "train_config": self.cfg.to_dict(),
-                "train_state": {"state": asdict(self.state), "optimizer": self.optimizer.state_dict(),
+        if self.sharded:
+            from speechmt.training.fsdp import full_optimizer_state, full_state, reshard_all
+
+            reshard_all(self.runner)
+            keys = trained_keys(self.model, self._trainable_names()) if base is not None else None
+            weights = full_state(self.model, keys)
+            optimizer = full_optimizer_state(self.optimizer)
+        else:
+            weights = model_state(self.model, base, self._trainable_names())
+            optimizer = self.optimizer.state_dict()
+        rngs = dist.all_gather_object(rng_state())
+        return {**self.extras, "model_config": asdict(self.model.config), "model": weights,
+                "train_config": self.cfg.to_dict(),
+                "train_state": {"state": asdict(self.state), "optimizer": optimizer,
                                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                                "rng": rng_state()}}
+                                "rng": rngs[0], "rng_ranks": rngs, "world_size": dist.world_size()}}
 
     def save(self, name: str) -> None:
+        """Writes save_dir/name (rank 0; the state gathered from all ranks first)."""
+        state = self.checkpoint_state() if dist.is_main() or dist.world_size() > 1 else None
         if dist.is_main():
-            save_checkpoint(self.save_dir / name, self.checkpoint_state())
+            save_checkpoint(self.save_dir / name, state)
             if name == LAST and self.on_save is not None:
                 self.on_save()
+
+    def _remove(self, name: str) -> None:
+        if dist.is_main():
+            (self.save_dir / name).unlink(missing_ok=True)
 
     def save_numbered(self) -> None:
         """checkpoint_<step>.safetensors (the last `keep_last` kept) and checkpoint_last.safetensors."""
@@ -372,19 +467,57 @@ class Trainer:
         self.save(LAST)
         self.state.kept.append(name)
         while len(self.state.kept) > self.cfg.train.keep_last:
-            old = self.save_dir / self.state.kept.pop(0)
-            if dist.is_main():
-                old.unlink(missing_ok=True)
+            self._remove(self.state.kept.pop(0))
 
     def load_state(self, ckpt: dict[str, Any]) -> None:
-        """Restores model, optimiser, scheduler, scaler, RNG and position from a checkpoint (exact resume)."""
-        load_model_state(self.model, ckpt["model"], ckpt.get("base"))
+        """Restores model, optimiser, scheduler, scaler, position and this rank's RNG streams from a checkpoint
+        (exact resume; at another world size, ranks without a saved stream draw from a fresh seed)."""
         ts = ckpt["train_state"]
-        self.optimizer.load_state_dict(ts["optimizer"])
+        if self.sharded:
+            from speechmt.training.fsdp import load_full_optimizer_state, load_full_state
+
+            check_base(ckpt.get("base"), self.extras.get("base"))
+            load_full_state(self.model, ckpt["model"], strict=ckpt.get("base") is None)
+            load_full_optimizer_state(self.optimizer, ts["optimizer"])
+        else:
+            load_model_state(self.model, ckpt["model"], ckpt.get("base"))
+            self.optimizer.load_state_dict(ts["optimizer"])
         self.scheduler.load_state_dict(ts["scheduler"])
         self.scaler.load_state_dict(ts["scaler"])
         self.state = TrainState(**ts["state"])
-        set_rng_state(ts["rng"])
+        rngs = ts.get("rng_ranks") or [ts["rng"]]
+        if dist.rank() < len(rngs) and ts.get("world_size", 1) == dist.world_size():
+            set_rng_state(rngs[dist.rank()])
+        elif dist.rank() == 0:
+            set_rng_state(ts["rng"])
+        else:
+            seed = rank_seed(self.cfg.train.seed + self.state.step, dist.rank())
+            random.seed(seed), np.random.seed(seed % 2**32), torch.manual_seed(seed)
+
+
+def check_base(saved: dict | None, here: dict | None) -> None:
+    """CheckpointError unless a checkpoint's base (its sha256) is this model's (both None: a full checkpoint)."""
+    from speechmt.checkpoint import CheckpointError
+
+    if (saved is None) != (here is None) or (saved and saved["sha256"] != here["sha256"]):
+        raise CheckpointError(f"the checkpoint's base weights ({(saved or {}).get('sha256', 'none')[:12]}) are not "
+                              f"this model's ({(here or {}).get('sha256', 'none')[:12]})")
+
+
+def update_freq_per_rank(update_freq: int, for_world_size: int, world_size: int) -> int:
+    """Batches each rank accumulates per update: `update_freq`, or with `for_world_size` > 0 (train.
+    update_freq_world_size) update_freq * for_world_size / world_size, so that an update sums the same number of
+    batches on any number of ranks; ConfigError when they do not divide."""
+    from speechmt.checks import ConfigError
+
+    if not for_world_size:
+        return update_freq
+    total = update_freq * for_world_size
+    if total % world_size:
+        raise ConfigError(f"train.update_freq {update_freq} for {for_world_size} rank(s) is {total} batches per "
+                          f"update, which {world_size} ranks cannot share evenly; run on a divisor of {total} ranks "
+                          "or set train.update_freq_world_size 0 to take update_freq per rank as given")
+    return total // world_size
 
 
 def loss_parts(losses: dict[str, tuple[torch.Tensor, dict]]) -> dict[tuple[str, str], torch.Tensor]:
