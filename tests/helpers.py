@@ -53,3 +53,37 @@ def tiny_wav2vec2_fields(**overrides) -> dict:
                   codevector_dim=16, proj_codevector_dim=16, num_codevector_groups=2, num_codevectors_per_group=8,
                   num_negatives=5)
     return {**fields, **overrides}
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descending from it (read from /proc: torchrun starts its workers in sessions of
+    their own, which a process-group kill misses)."""
+    import os
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILLs `pid` and all its descendants at once, as a machine that loses power would stop them."""
+    import os
+    import signal
+
+    for p in process_tree(pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

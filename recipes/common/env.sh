@@ -9,10 +9,10 @@ parse_options() {
     while [ $# -gt 0 ]; do
         case "$1" in
             --help|-h) usage; exit 0 ;;
-            --*) name=${1#--}; name=${name//-/_}
-                 if [ -z "${!name+x}" ]; then echo "$0: unknown option $1" >&2; usage >&2; exit 2; fi
+            --*) local opt=${1#--}; opt=${opt//-/_}  # not `name`: --name sets the global of that name
+                 if [ -z "${!opt+x}" ]; then echo "$0: unknown option $1" >&2; usage >&2; exit 2; fi
                  if [ $# -lt 2 ]; then echo "$0: option $1 needs a value" >&2; exit 2; fi
-                 printf -v "$name" '%s' "$2"; shift 2 ;;
+                 printf -v "$opt" '%s' "$2"; shift 2 ;;
             *) echo "$0: unexpected argument $1" >&2; usage >&2; exit 2 ;;
         esac
     done

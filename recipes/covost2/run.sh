@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # CoVoST 2 <src_lang>-><tgt_lang> recipe, staged: run.sh --stage N --stop-stage M.
 #   0  build CoVoST-mini (synthetic, same layout; de->en and es->en) at $root when --mini is given
-#   1  prepare train (train + train_covost), dev, test: manifests, fbank80, global CMVN, summary
-#   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
-#   3  ASR pretraining ($asr_conf)
-#   4  average the last $avg ASR checkpoints; WER on $test_sets
+#   1  prepare train (train + train_covost), dev, test: manifests, fbank80, global CMVN, summary; with
+#      --asr-src-lang en also CoVoST 2's English clips (the en-><asr_tgt_lang> splits) into $asr_data
+#   2  SentencePiece vocabularies ($vocab_type: unigram, or char as fairseq's CoVoST 2 recipe): $st_vocab on the
+#      target side (ST), $asr_vocab on the ASR transcripts
+#   3  ASR pretraining ($asr_conf) on $asr_data: the source language, or English with --asr-src-lang en (fairseq's
+#      X->En recipe: one English ASR model starts every X->En encoder)
+#   4  average the last $avg ASR checkpoints (epoch checkpoints when the run wrote them); WER on $test_sets
 #   5  ST training, encoder initialised from the averaged ASR model ($st_conf)
-#   6  average the last $avg ST checkpoints; BLEU on $test_sets; a row per result in RESULTS.md
+#   6  average the last $avg ST checkpoints (epoch checkpoints when the run wrote them); BLEU on $test_sets; a row
+#      per result in RESULTS.md
 #   7  with --mt-conf: MT on the same pairs (transcript -> translation), averaged, BLEU on $test_sets
 #   8  with --mt-conf: the cascade, averaged ASR -> averaged MT, BLEU on $test_sets
 #   9  with --whisper-conf: ST fine-tuned from Whisper base (set-up converts it), averaged, BLEU on $test_sets
@@ -23,7 +27,8 @@
 #      then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as MT and ST
 #      (X -> English: the LM's strong direction); conf/st_lm_gemma_whisper_asr.yaml: Whisper's own search of the
 #      source language (model.encoder.asr_language = --src-lang) as the bridge, the best on MuST-C-mini
-# Stages run unchanged on the released corpus (Common Voice 4 clips + CoVoST 2 TSVs) and on the mini one.
+# Stages run unchanged on the released corpus (Common Voice 4 clips + CoVoST 2 TSVs) and on the mini one. fairseq's
+# published X->En setting (../PUBLISHED.md): --asr-src-lang en --vocab-type char with the default configs.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../common/env.sh
@@ -41,6 +46,10 @@ jobs=2
 data=""                     # default: data/$src_lang-$tgt_lang
 st_vocab=8000
 asr_vocab=5000
+vocab_type=unigram          # unigram or char (fairseq's CoVoST 2 vocabularies: every character of the texts)
+asr_src_lang=""             # the ASR pretraining's speech: default the source language; en: CoVoST 2's English clips
+asr_tgt_lang=de             # with --asr-src-lang en: the En->X translation TSV whose splits list them (fairseq's: de)
+asr_data=""                 # default: $data, or data/<asr_src_lang>-<asr_tgt_lang> for another language
 asr_conf=conf/asr_s2t_s.yaml
 st_conf=conf/st_s2t_s.yaml
 mt_conf=""                  # an MT config (e.g. conf/mt_default.yaml): stages 7-8, MT and cascade
@@ -55,7 +64,7 @@ lm_ctc_conf=""              # the CTC bridge into that LM (conf/ctc_lm_gemma.yam
                             # lm_st_conf conf/st_lm_gemma_ctc.yaml, which starts from it and the MT run
 lm_st_conf=""               # ST into that LM from the MT adapters (conf/st_lm_gemma.yaml): stage 15
 exp=""                      # default: exp/$src_lang-$tgt_lang
-avg=10
+avg=10                      # checkpoints averaged: the last epochs' (train.save_interval_epochs), else updates'
 beam=5
 test_sets=test
 name=""                     # label of the results rows, default: the corpus root and configs
@@ -63,6 +72,7 @@ name=""                     # label of the results rows, default: the corpus roo
 usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--src-lang de] [--tgt-lang en]"
     echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000]"
+    echo "          [--vocab-type unigram|char] [--asr-src-lang en [--asr-tgt-lang de] [--asr-data DIR]]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
     echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF]"
@@ -74,8 +84,15 @@ parse_options "$@"
 data=${data:-data/$src_lang-$tgt_lang}
 exp=${exp:-exp/$src_lang-$tgt_lang}
 name=${name:-$(basename "$root") $src_lang-$tgt_lang $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
-asr_spm=$data/spm_asr_$asr_vocab.model
-st_spm=$data/spm_st_$st_vocab.model
+asr_src_lang=${asr_src_lang:-$src_lang}
+if [ "$asr_src_lang" = "$src_lang" ]; then
+    asr_data=${asr_data:-$data}
+else
+    asr_data=${asr_data:-data/$asr_src_lang-$asr_tgt_lang}
+fi
+vocab_tail=$([ "$vocab_type" = char ] && echo char || echo "")
+asr_spm=$asr_data/spm_asr_${vocab_tail:-$asr_vocab}.model
+st_spm=$data/spm_st_${vocab_tail:-$st_vocab}.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: CoVoST-mini ($mini) at $root"
@@ -86,8 +103,28 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "stage 1: prepare $root ($src_lang -> $tgt_lang) -> $data"
     "$SPEECHMT" prepare covost2 --root "$root" --src-lang "$src_lang" --tgt-lang "$tgt_lang" --out "$data" \
         --jobs "$jobs"
+    if [ "$asr_data" != "$data" ]; then
+        log "stage 1: prepare $root ($asr_src_lang -> $asr_tgt_lang: the ASR pretraining's speech) -> $asr_data"
+        "$SPEECHMT" prepare covost2 --root "$root" --src-lang "$asr_src_lang" --tgt-lang "$asr_tgt_lang" \
+            --out "$asr_data" --jobs "$jobs"
+    fi
 fi
 
-vocab_stage
-train_stages
+if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
+    log "stage 2: vocabularies ($vocab_type) -> $st_spm, $asr_spm"
+    "$SPEECHMT" vocab "$data/train.jsonl" --field tgt --model-type "$vocab_type" --vocab-size "$st_vocab" \
+        --lang-tags "<$src_lang>" "<$tgt_lang>" --out "$st_spm"
+    "$SPEECHMT" vocab "$asr_data/train.jsonl" --field src --model-type "$vocab_type" --vocab-size "$asr_vocab" \
+        --lang-tags "<$asr_src_lang>" --out "$asr_spm"
+fi
+
+if [ "$asr_data" != "$data" ]; then
+    # stages 3-4 on the ASR pretraining's data, the others on this pair's (train_stages reads data, src_lang and
+    # tgt_lang: each set in a subshell)
+    (data=$asr_data; src_lang=$asr_src_lang; tgt_lang=$asr_tgt_lang; name="$name (ASR on $asr_src_lang)"
+     stop_stage=$((stop_stage < 4 ? stop_stage : 4)); train_stages)
+    (stage=$((stage > 5 ? stage : 5)); train_stages)
+else
+    train_stages
+fi
 log "done (stages $stage..$stop_stage)"

@@ -4,9 +4,10 @@
 #   1  prepare every split: manifests, fbank80 features, global CMVN, summary (skips counted with reasons)
 #   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
 #   3  ASR pretraining ($asr_conf)
-#   4  average the last $avg ASR checkpoints; WER on $test_sets
+#   4  average the last $avg ASR checkpoints (epoch checkpoints when the run wrote them); WER on $test_sets
 #   5  ST training, encoder initialised from the averaged ASR model ($st_conf)
-#   6  average the last $avg ST checkpoints; BLEU on $test_sets; a row per result in RESULTS.md
+#   6  average the last $avg ST checkpoints (epoch checkpoints when the run wrote them); BLEU on $test_sets; a row
+#      per result in RESULTS.md
 #   7  with --mt-conf: MT on the same pairs (transcript -> translation), averaged, BLEU on $test_sets
 #   8  with --mt-conf: the cascade, averaged ASR -> averaged MT, BLEU on $test_sets
 #   9  with --whisper-conf: ST fine-tuned from Whisper base (set-up converts it), averaged, BLEU on $test_sets
@@ -24,7 +25,8 @@
 #      and prepared, then ST on the corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
 #  15  with --lm-st-conf (conf/st_lm_gemma.yaml): Gemma 3 270M as the decoder: text MT ($lm_mt_conf) -> $exp/lm_mt,
 #      then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as MT and ST
-# Stages run unchanged on the released corpus and on the mini corpus.
+# Stages run unchanged on the released corpus and on the mini corpus. The defaults are fairseq's published S2T
+# setting (../PUBLISHED.md): unigram 8000 / 5000, conf/asr_s2t_s.yaml, conf/st_s2t_s.yaml, the last 10 epochs, beam 5.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ../common/env.sh
@@ -56,7 +58,7 @@ lm_ctc_conf=""              # the CTC bridge into that LM (conf/ctc_lm_gemma.yam
                             # lm_st_conf conf/st_lm_gemma_ctc.yaml, which starts from it and the MT run
 lm_st_conf=""               # ST into that LM from the MT adapters (conf/st_lm_gemma.yaml): stage 15
 exp=""                      # default: exp/en-$tgt_lang
-avg=10
+avg=10                      # checkpoints averaged: the last epochs' (train.save_interval_epochs), else updates'
 beam=5
 test_sets=tst-COMMON
 name=""                     # label of the results rows, default: the corpus root and configs

@@ -220,7 +220,7 @@ def _vocab(sub) -> None:
     vocab.add_argument("manifests", nargs="+", help="manifest files (.jsonl)")
     vocab.add_argument("--field", default="tgt", choices=("src", "tgt", "joint"))
     vocab.add_argument("--vocab-size", type=opt.integer(1, 10**6), default=8000)
-    vocab.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"))
+    vocab.add_argument("--model-type", default="unigram", choices=("unigram", "bpe", "char"))
     vocab.add_argument("--lang-tags", nargs="*", default=[], help="e.g. <en> <de> <audio>")
     vocab.add_argument("--out", required=True, help="output .model file")
     vocab.set_defaults(func=commands.cmd_vocab)
@@ -281,8 +281,12 @@ def _pretrain_audio(sub) -> None:
 
 def _average(sub) -> None:
     avg = sub.add_parser("average", help="average checkpoints (files, or the last N of a folder)")
-    avg.add_argument("inputs", nargs="+", help="checkpoint files or folders of checkpoint_<step>.safetensors")
+    avg.add_argument("inputs", nargs="+", help="checkpoint files, or folders of checkpoint_epoch<E>.safetensors "
+                     "and checkpoint_<step>.safetensors")
     avg.add_argument("--last", type=opt.integer(1, 10**6), default=10, help="how many numbered checkpoints of a folder")
+    avg.add_argument("--by", choices=("auto", "epoch", "update"), default="auto",
+                     help="which numbered checkpoints of a folder: epoch (checkpoint_epoch<E>: the last N epochs, "
+                     "as fairseq averages), update (checkpoint_<step>), auto: the epoch ones when it has any")
     avg.add_argument("--out", required=True)
     avg.set_defaults(func=commands.cmd_average)
 

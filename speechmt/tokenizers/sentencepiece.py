@@ -26,11 +26,14 @@ SPECIAL_PIECES = (PAD, UNK, BOS, EOS, BLANK)
 _MAGIC = b"SMTTOK1\n"
 
 
+MODEL_TYPES = ("unigram", "bpe", "char")
+
+
 @dataclass(frozen=True)
 class TokenizerConfig:
     """How a tokenizer is trained; saved with it and rebuilt with `TokenizerConfig(**d)`."""
 
-    model_type: str = "unigram"  # "unigram" or "bpe"
+    model_type: str = "unigram"  # "unigram", "bpe" or "char" (every character a piece: CoVoST 2's X->En recipe)
     vocab_size: int = 8000
     character_coverage: float = 1.0
     lang_tags: tuple[str, ...] = ()  # e.g. ("<en>", "<de>", "<audio>")
@@ -42,8 +45,8 @@ class TokenizerConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "lang_tags", tuple(self.lang_tags))
-        if self.model_type not in ("unigram", "bpe"):
-            raise ValueError(f"unknown model_type {self.model_type!r}; expected unigram or bpe")
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"unknown model_type {self.model_type!r}; expected {', '.join(MODEL_TYPES)}")
         if len(set(self.lang_tags)) != len(self.lang_tags):
             raise ValueError(f"language tags repeat: {self.lang_tags}")
         for tag in self.lang_tags:
@@ -209,6 +212,10 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
                       "out of tokenizer training", stacklevel=2)
     if not corpus:
         raise ValueError("cannot train a tokenizer: no non-empty sentences")
+    if config.model_type == "char":  # every character of the corpus (up to vocab_size): the size is what it got
+        proto = _train_proto(corpus, config, hard_vocab_limit=False)
+        size = spm.SentencePieceProcessor(model_proto=proto).get_piece_size()
+        return Tokenizer(proto, replace(config, vocab_size=size))
     try:
         return Tokenizer(_train_proto(corpus, config, hard_vocab_limit=True), config)
     except RuntimeError as e:

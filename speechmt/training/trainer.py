@@ -358,6 +358,7 @@ class Trainer:
         if every and done % every == 0:
             name = f"checkpoint_epoch{done}.safetensors"
             self.save(name)
+            self.save(LAST)  # an epoch's end is a place to resume from (fairseq's checkpoint_last at each)
             s.kept_epochs.append(name)
             while len(s.kept_epochs) > self.cfg.train.keep_last_epochs:
                 self._remove(s.kept_epochs.pop(0))

@@ -197,3 +197,14 @@ def test_no_files_left_behind(tmp_path, monkeypatch):
         warnings.simplefilter("error")
         train_tokenizer(EN + DE, config())
     assert os.listdir(tmp_path) == []
+
+
+def test_a_character_vocabulary_has_one_piece_per_character_and_says_its_size():
+    """CoVoST 2's X->En recipe: a char model, its size what the corpus holds (not the requested cap)."""
+    texts = ["hallo welt", "guten tag, Welt!"]
+    tok = train_tokenizer(texts, TokenizerConfig(model_type="char", vocab_size=1000, lang_tags=("<en>",)))
+    characters = set("".join(texts).replace(" ", ""))
+    assert len(tok) == tok.config.vocab_size == len(characters) + 1 + 6  # + "▁", the 5 specials and the tag
+    ids = tok.encode("hallo")
+    assert len(ids) == len("hallo") + 2  # "▁h" is two pieces: "▁" and "h"; eos last
+    assert tok.decode(ids) == "hallo"

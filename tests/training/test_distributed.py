@@ -5,7 +5,6 @@ cached frozen encoder, two stages, validation and loader workers builds its cach
 one-process build."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from speechmt.tasks import Stage, TaskData
 from speechmt.training.run import run_training
 from speechmt.training.trainer import update_freq_per_rank
 from speechmt.checks import ConfigError
-from tests.helpers import tiny_config
+from tests.helpers import kill_tree, tiny_config
 
 UPDATES = 20
 NOISE_ONLY = ("attn.k_proj.bias",)
@@ -68,9 +67,10 @@ def killed_after(cfg, path: Path, marker: Path) -> None:
     deadline = time.monotonic() + 600
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_tree(proc.pid)  # the launcher and its workers (in sessions of their own) at once
     proc.wait()
-    assert marker.exists()
+    time.sleep(0.5)  # nothing left running writes on
+    assert not (marker.parent / f"checkpoint_{cfg.train.max_updates}.safetensors").exists()
 
 
 def _weights(save_dir: Path) -> dict[str, torch.Tensor]:
