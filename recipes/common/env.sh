@@ -18,4 +18,15 @@ parse_options() {
     done
 }
 
+# `speechmt train` on this machine's GPUs: under torchrun with $gpus ranks when a recipe sets gpus > 1 (the global
+# batch stays the config's: train.update_freq_world_size), else the plain command.
+speechmt_train() {
+    if [ "${gpus:-1}" -gt 1 ]; then
+        "$(dirname "$(command -v "$SPEECHMT")")/torchrun" --standalone --nproc-per-node "$gpus" \
+            --module speechmt train "$@"
+    else
+        speechmt_train "$@"
+    fi
+}
+
 log() { echo "$(date "+%F %T") [$(basename "$PWD")] $*"; }

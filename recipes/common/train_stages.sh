@@ -44,7 +44,7 @@ extra_mt_text() {
 train_stages() {
     if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
         log "stage 3: ASR pretraining -> $exp/asr"
-        "$SPEECHMT" train --config "$asr_conf" data.dir="$data" data.src_vocab="$asr_spm" data.src_lang="$src_lang" \
+        speechmt_train --config "$asr_conf" data.dir="$data" data.src_vocab="$asr_spm" data.src_lang="$src_lang" \
             data.tgt_lang="$tgt_lang" train.task=asr train.save_dir="$exp/asr"
     fi
 
@@ -55,7 +55,7 @@ train_stages() {
 
     if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ]; then
         log "stage 5: ST training from the ASR encoder -> $exp/st"
-        "$SPEECHMT" train --config "$st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" \
             data.tgt_lang="$tgt_lang" train.task=st train.init_encoder_from="$exp/asr/checkpoint_avg.safetensors" \
             train.save_dir="$exp/st"
@@ -68,7 +68,7 @@ train_stages() {
 
     if [ -n "$mt_conf" ] && [ "$stage" -le 7 ] && [ "$stop_stage" -ge 7 ]; then
         log "stage 7: MT on the same pairs (transcript -> translation) -> $exp/mt; average, BLEU on $test_sets"
-        "$SPEECHMT" train --config "$mt_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$mt_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.task=mt train.save_dir="$exp/mt"
         average_and_score mt MT
     fi
@@ -84,7 +84,7 @@ train_stages() {
 
     if [ -n "$whisper_conf" ] && [ "$stage" -le 9 ] && [ "$stop_stage" -ge 9 ]; then
         log "stage 9: ST fine-tuned from Whisper ($whisper_conf) -> $exp/st_whisper; average, BLEU on $test_sets"
-        "$SPEECHMT" train --config "$whisper_conf" data.dir="$data" data.src_lang="$src_lang" \
+        speechmt_train --config "$whisper_conf" data.dir="$data" data.src_lang="$src_lang" \
             data.tgt_lang="$tgt_lang" train.task=st train.save_dir="$exp/st_whisper"
         average_and_score st_whisper "ST Whisper"
     fi
@@ -93,7 +93,7 @@ train_stages() {
         log "stage 10: XSTNet ($xstnet_conf): extra MT text -> $data/mt-text, training -> $exp/xstnet"
         # text-only pairs from the Ding dictionary, every corpus sentence excluded (the conf reads mt-text)
         extra_mt_text always
-        "$SPEECHMT" train --config "$xstnet_conf" data.dir="$data" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$xstnet_conf" data.dir="$data" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/xstnet"
         average_and_score xstnet "XSTNet"
         for split in $test_sets; do  # one checkpoint: text MT and its own ASR -> MT cascade
@@ -108,7 +108,7 @@ train_stages() {
 
     if [ -n "$lut_conf" ] && [ "$stage" -le 11 ] && [ "$stop_stage" -ge 11 ]; then
         log "stage 11: LUT ($lut_conf) -> $exp/lut; average, BLEU on $test_sets"
-        "$SPEECHMT" train --config "$lut_conf" data.dir="$data" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$lut_conf" data.dir="$data" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/lut"
         average_and_score lut "LUT"
     fi
@@ -116,7 +116,7 @@ train_stages() {
     if [ -n "$chimera_conf" ] && [ "$stage" -le 12 ] && [ "$stop_stage" -ge 12 ]; then
         log "stage 12: Chimera ($chimera_conf): extra MT text in $data/mt-text, training -> $exp/chimera"
         extra_mt_text
-        "$SPEECHMT" train --config "$chimera_conf" data.dir="$data" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$chimera_conf" data.dir="$data" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/chimera"
         average_and_score chimera "Chimera"
         for split in $test_sets; do  # one checkpoint: its text MT through the same memory
@@ -132,9 +132,9 @@ train_stages() {
         mlm=$(basename "$fat_conf" .yaml) st=$(basename "$fat_st_conf" .yaml)
         log "stage 13: FAT-MLM ($fat_conf) -> $exp/$mlm, then FAT-ST ($fat_st_conf) from it -> $exp/$st"
         extra_mt_text
-        "$SPEECHMT" train --config "$fat_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$fat_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/$mlm"
-        "$SPEECHMT" train --config "$fat_st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
+        speechmt_train --config "$fat_st_conf" data.dir="$data" data.tgt_vocab="$st_spm" data.src_vocab="$asr_spm" \
             data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" train.save_dir="$exp/$st" \
             train.init_encoder_from="$exp/$mlm/checkpoint_best.safetensors"
         average_and_score "$st" "FAT-ST ($st)"
@@ -152,7 +152,7 @@ train_stages() {
                 --sentences --min-words 4 --jobs "$jobs"
         fi
         "$SPEECHMT" prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"  # the new split
-        "$SPEECHMT" train --config "$tts_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
+        speechmt_train --config "$tts_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
             train.save_dir="$exp/st_tts"
         average_and_score st_tts "ST + voiced text"
     fi
@@ -165,22 +165,22 @@ train_stages() {
         if grep -q "kind: whisper_asr" "$lm_st_conf"; then st_hear=(model.encoder.asr_language="$src_lang"); fi
         if [ -n "$lm_ctc_conf" ]; then  # the CTC bridge trains beside the MT run (one thread each when jobs > 1)
             threads=$([ "$jobs" -gt 1 ] && echo 1 || echo 0)
-            "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
+            speechmt_train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
                 data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_mt" train.threads="$threads" &
             mt_job=$!
             if [ "$jobs" -le 1 ]; then wait "$mt_job"; fi
-            "$SPEECHMT" train --config "$lm_ctc_conf" data.dir="$data" data.src_lang="$src_lang" \
+            speechmt_train --config "$lm_ctc_conf" data.dir="$data" data.src_lang="$src_lang" \
                 data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_ctc" train.threads="$threads"
             if [ "$jobs" -gt 1 ]; then wait "$mt_job"; fi
             "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
-            "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
+            speechmt_train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
                 data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_st" \
                 train.init_from="[\"$exp/lm_mt/checkpoint_avg.safetensors:decoder.\", \"$exp/lm_ctc/checkpoint_last.safetensors:speech_encoder.,ctc_head.\"]"
         else
-            "$SPEECHMT" train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
+            speechmt_train --config "$lm_mt_conf" data.dir="$data" data.src_lang="$src_lang" \
                 data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_mt"
             "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
-            "$SPEECHMT" train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
+            speechmt_train --config "$lm_st_conf" data.dir="$data" data.src_lang="$src_lang" \
                 data.tgt_lang="$tgt_lang" train.save_dir="$exp/lm_st" "${st_hear[@]}" \
                 train.init_encoder_from="$exp/lm_mt/checkpoint_avg.safetensors"
         fi

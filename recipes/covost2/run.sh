@@ -43,6 +43,7 @@ tgt_lang=en
 mini=""                     # tiny, small or full: build CoVoST-mini at $root in stage 0
 seed=0
 jobs=2
+gpus=1                      # training ranks on this machine (torchrun when > 1)
 data=""                     # default: data/$src_lang-$tgt_lang
 st_vocab=8000
 asr_vocab=5000
@@ -71,7 +72,7 @@ name=""                     # label of the results rows, default: the corpus roo
 
 usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--src-lang de] [--tgt-lang en]"
-    echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000]"
+    echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--gpus 1] [--st-vocab 8000] [--asr-vocab 5000]"
     echo "          [--vocab-type unigram|char] [--asr-src-lang en [--asr-tgt-lang de] [--asr-data DIR]]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"

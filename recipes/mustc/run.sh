@@ -40,6 +40,7 @@ tgt_lang=de
 mini=""                     # tiny, small or full: build MuST-C-mini at $root in stage 0
 seed=0
 jobs=2
+gpus=1                      # training ranks on this machine (torchrun when > 1)
 data=""                     # default: data/en-$tgt_lang
 st_vocab=8000
 asr_vocab=5000
@@ -65,7 +66,7 @@ name=""                     # label of the results rows, default: the corpus roo
 
 usage() {
     echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--tgt-lang de] [--mini tiny|small|full]"
-    echo "          [--data DIR] [--jobs 2] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
+    echo "          [--data DIR] [--jobs 2] [--gpus 1] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
     echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF] [--tts-conf CONF]"

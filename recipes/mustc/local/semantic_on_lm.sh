@@ -77,7 +77,7 @@ train() {  # train NAME CONF INIT_FROM: one run into $exp/sem_NAME; a killed run
     if [ -f "$dir/checkpoint_avg.safetensors" ]; then log "$1: $dir has finished"; return; fi
     log "$1: training $2 -> $dir"
     # shellcheck disable=SC2046,SC2086  # key=value word lists
-    "$SPEECHMT" train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" \
+    speechmt_train --config "$2" data.dir="$data" train.save_dir="$dir" train.init_from="[$3]" \
         $(variant_overrides "$1") $overrides
 }
 
