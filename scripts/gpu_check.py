@@ -3,7 +3,8 @@
     python scripts/gpu_check.py --out OUT            # on the GPU machine (.venv with a CUDA torch)
     python scripts/gpu_check.py --device cpu --out OUT --updates 8   # the same path on CPUs (gloo; no fp16)
 
-A tiny random Whisper encoder (trained in full) in front of a tiny random Gemma 3 LM decoder (LoRA), on the MuST-C
+A tiny random Whisper encoder (trained in full) in front of a tiny random Gemma 3 LM decoder (LoRA on a bf16 base
+but in the fp32 runs), on the MuST-C
 replica in tests/assets, each run under torchrun (the process group joined at world size 1 too, so one GPU runs
 NCCL):
 - bf16, deterministic kernels: an uninterrupted run of --updates updates, and the same run killed (SIGKILL) after
@@ -63,7 +64,8 @@ def config(data: Path, whisper: Path, lm: Path, save_dir: Path, device: str, upd
     2 batches per update summed over the ranks (update_freq 2 given for 1 rank)."""
     model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper), "finetune": "full"},
                         shrink={"kind": "conv", "layers": 2, "channels": 64},
-                        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora"},
+                        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora",  # a bf16 base under
+                                 "base_dtype": "float32" if train.get("precision") == "fp32" else "bfloat16"},  # LoRA
                         lora={"rank": 4, "alpha": 8, "dropout": 0.0}, dropout=dropout, attention_dropout=0.0,
                         activation_dropout=0.0, n_heads=2)
     data_cfg = DataConfig(dir=str(data), spec_augment="", max_tokens=250, src_lang="en", tgt_lang="de",

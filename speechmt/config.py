@@ -171,8 +171,18 @@ class ExperimentConfig:
         from speechmt.data.augment import augment_problem
 
         problem = augment_problem(self.data, self.model)  # waveform augmentation on a model that reads no audio
-        if problem or (problem := self._asr_pairs_problem()):
+        if problem or (problem := self._asr_pairs_problem()) or (problem := self._base_dtype_problem()):
             raise ConfigError(problem)
+
+    def _base_dtype_problem(self) -> str:
+        """Why a half-precision frozen base cannot train here ("" when it can): its activations meet the float32
+        trained weights only under autocast, which train.precision fp32 leaves off."""
+        for part in ("encoder", "decoder"):
+            dtype = getattr(getattr(self.model, part), "base_dtype", "float32")
+            if dtype != "float32" and self.train.precision == "fp32":
+                return (f"model.{part}.base_dtype {dtype} needs train.precision bf16 or fp16 (autocast casts "
+                        "between the frozen half-precision weights and the float32 trained ones)")
+        return ""
 
     def _asr_pairs_problem(self) -> str:
         """Why train.init_procrustes or the align objective cannot pair this model's whisper_asr tokens ("" when they

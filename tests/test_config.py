@@ -360,3 +360,12 @@ def test_whisper_padding_is_seconds_and_the_older_flag_reads_as_30_s_or_none(tmp
         load_config(None, ["data.whisper_pad_30s=15"])
     with pytest.raises(ConfigError, match="^invalid value '31' for data.whisper_pad_seconds: expected a number from 0 to 30$"):
         load_config(None, ["data.whisper_pad_seconds=31"])
+
+
+def test_a_half_precision_base_needs_autocast():
+    with pytest.raises(ConfigError, match="model.decoder.base_dtype bfloat16 needs train.precision bf16 or fp16"):
+        load_config(None, ["model.decoder.kind=lm", "model.decoder.name_or_path=lm", "model.decoder.finetune=lora",
+                           "model.decoder.base_dtype=bfloat16", "train.precision=fp32"])
+    cfg = load_config(None, ["model.decoder.kind=lm", "model.decoder.name_or_path=lm", "model.decoder.finetune=lora",
+                             "model.decoder.base_dtype=bfloat16", "train.precision=bf16"])
+    assert cfg.model.decoder.base_dtype == "bfloat16"

@@ -19,6 +19,7 @@ from speechmt.models.fat_mlm import fat_mlm, translator_state
 from speechmt.models.finetune import set_finetuning
 from speechmt.models.fusion import build_fusion
 from speechmt.models.layers import TransformerEncoder, config_stack, embedding
+from speechmt.models.memory import checkpoint_decoder_layers, enable_hf_checkpointing, torch_dtype, train_in_float32
 from speechmt.models.semantic import SEMANTICS
 from speechmt.models.shrink import build_shrink
 from speechmt.models.translator import Translator
@@ -67,7 +68,8 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     elif cfg.encoder.kind == "whisper":
         from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
 
-        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers)
+        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers,
+                                         cfg.encoder.gradient_checkpointing)
         cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
     elif cfg.encoder.kind == "whisper_asr":
         speech, cfg = _whisper_asr_encoder(cfg, hf_enc, decoder)
@@ -87,7 +89,19 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     fusion = build_fusion(cfg.fusion, cfg.encoder.kind, speech, cfg.encoder.frozen_layers)
     _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
-    return Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic, fusion)
+    model = Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic, fusion)
+    _memory_options(cfg, speech, decoder)  # after the text encoder's copies of Whisper's tables (they stay float32)
+    return model
+
+
+def _memory_options(cfg: ModelConfig, speech: nn.Module, decoder: nn.Module) -> None:
+    """The Transformer decoder's (Whisper's) activation checkpointing, and each pretrained part's frozen weights in
+    its base_dtype with what trains in float32 (speechmt.models.memory); the HF parts checkpoint from their load."""
+    if cfg.decoder.gradient_checkpointing and isinstance(decoder, TransformerDecoder):
+        checkpoint_decoder_layers(decoder)
+    for part, options in ((speech, cfg.encoder), (decoder, cfg.decoder)):
+        if options.base_dtype != "float32":
+            train_in_float32(part, torch_dtype(options.base_dtype))
 
 
 def _label_embeddings(cfg: ModelConfig, head: CTCHead | None, decoder: nn.Module) -> LabelEmbeddings | None:
@@ -162,7 +176,10 @@ def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelCon
     from speechmt.models.lm_decoder import lm_config_dict, lm_decoder, load_causal_lm
 
     d = cfg.decoder
-    decoder = lm_decoder(load_causal_lm(d.name_or_path, d.hf_config, pretrained), d.vocab, d.prompt)
+    decoder = lm_decoder(load_causal_lm(d.name_or_path, d.hf_config, pretrained, torch_dtype(d.base_dtype)), d.vocab,
+                         d.prompt)
+    if d.gradient_checkpointing:
+        enable_hf_checkpointing(decoder.lm)
     return decoder, replace(cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab),
                             decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
 

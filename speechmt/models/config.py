@@ -17,6 +17,7 @@ from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.whisper_asr import ASR_STATES
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings
 from speechmt.models.fusion import FusionConfig
+from speechmt.models.memory import BASE_DTYPES
 from speechmt.models.migrate import merge_model_configs, migrate_model_config
 from speechmt.models.semantic import SemanticConfig
 from speechmt.models.shrink import ShrinkConfig
@@ -68,7 +69,11 @@ class EncoderConfig:
     # wav2vec2: share of frames masked in spans in training (HF's mask_time_prob)
     mask_time_prob: float = checked(0.0, lo=0, hi=1, hi_in=False)
     mask_time_length: int = checked(10, lo=1)  # wav2vec2: frames per masked span
-    gradient_checkpointing: bool = False  # wav2vec2: recompute its layers' activations in the backward pass
+    # wav2vec2, whisper: recompute its layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    # whisper: the type its frozen weights are kept in (float32, bfloat16 or float16: half the bytes); what trains
+    # stays float32; needs something frozen (finetune frozen, lna or lora, or frozen_layers); speechmt.models.memory
+    base_dtype: str = checked("float32", choices=BASE_DTYPES)
     # whisper_asr: the decoder prompt's ids (<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>),
     # filled in from the Whisper model's generation config for `asr_language` when the model is built
     asr_prompt: tuple[int, ...] = ()
@@ -89,14 +94,21 @@ class EncoderConfig:
         self.asr_prompt = tuple(int(i) for i in self.asr_prompt)
         pretrained_only = [f"encoder.{name}" for name in ("name_or_path", "hf_config", "layerdrop")
                            if getattr(self, name)] + ["encoder.finetune"] * (self.finetune != "full")
-        w2v_only = [f"encoder.{name}" for name in ("freeze_feature_extractor", "mask_time_prob",
-                                                   "gradient_checkpointing") if getattr(self, name)]
+        w2v_only = [f"encoder.{name}" for name in ("freeze_feature_extractor", "mask_time_prob")
+                    if getattr(self, name)]
         raise_problems("bad ModelConfig", field_problems(self, "encoder.") + [
             self.kind not in ENCODERS and f"unknown encoder {self.kind!r}; expected one of {', '.join(ENCODERS)}",
             self.kind == "conv" and pretrained_only and
             f"{', '.join(pretrained_only)}: options of encoders {', '.join(PRETRAINED_ENCODERS[:-1])} and "
             f"{PRETRAINED_ENCODERS[-1]} only",
             self.kind != "wav2vec2" and w2v_only and f"{', '.join(w2v_only)}: options of encoder 'wav2vec2' only",
+            self.gradient_checkpointing and self.kind not in ("wav2vec2", "whisper") and
+            "encoder.gradient_checkpointing: an option of encoders wav2vec2 and whisper only",
+            self.base_dtype in BASE_DTYPES[1:] and self.kind != "whisper" and
+            f"encoder.base_dtype {self.base_dtype}: an option of encoder 'whisper' only",
+            self.base_dtype in BASE_DTYPES[1:] and self.finetune == "full" and not self.frozen_layers and
+            f"encoder.base_dtype {self.base_dtype} keeps frozen weights only: it needs encoder.finetune frozen, lna "
+            f"or lora, or encoder.frozen_layers (full fine-tuning trains every weight in float32)",
             self.finetune not in FINETUNE_MODES and
             f"unknown encoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
             self.frozen_layers and self.kind != "whisper" and "encoder.frozen_layers: an option of encoder 'whisper' only",
@@ -196,10 +208,20 @@ class DecoderConfig:
     # a folder with memory.jsonl, or a folder's name under $SPEECHMT_HOME (`ding-en-de`: `speechmt synth-memory`);
     # "": none named
     memory: str = ""
+    # recompute the layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    # whisper, lm: the type the frozen pretrained weights are kept in (float32, bfloat16 or float16: half the
+    # bytes); what trains (LoRA adapters, LNA's parts) stays float32; needs finetune frozen, lna or lora
+    base_dtype: str = checked("float32", choices=BASE_DTYPES)
 
     def __post_init__(self):
         self.hf_config, self.vocab, self.prompt = dict(self.hf_config), tuple(self.vocab), tuple(self.prompt)
-        raise_problems("bad ModelConfig", [
+        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + [
+            self.base_dtype in BASE_DTYPES[1:] and self.kind == "transformer" and
+            f"decoder.base_dtype {self.base_dtype}: an option of the pretrained decoders whisper and lm only",
+            self.base_dtype in BASE_DTYPES[1:] and self.finetune == "full" and
+            f"decoder.base_dtype {self.base_dtype} keeps frozen weights only: it needs decoder.finetune frozen, lna "
+            f"or lora (full fine-tuning trains every weight in float32)",
             self.kind not in DECODERS and f"unknown decoder {self.kind!r}; expected one of {', '.join(DECODERS)}",
             self.finetune not in FINETUNE_MODES and
             f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",

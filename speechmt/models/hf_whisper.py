@@ -23,6 +23,7 @@ from torch import nn
 from speechmt.models.decoder import TransformerDecoder, transformer_decoder
 from speechmt.hub import resolve_pretrained
 from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
+from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
 
 _LAYER = re.compile(r"layers\.(\d+)\.(\w+)\.(.+)")
 _LAYER_NAMES = {"self_attn": "self_attn", "self_attn_layer_norm": "self_norm", "encoder_attn": "cross_attn",
@@ -33,8 +34,9 @@ _MODULES = {"embed_tokens.weight": "embed.weight", "embed_positions.weight": "po
             "layer_norm.weight": "norm.weight", "layer_norm.bias": "norm.bias"}
 
 
-def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True) -> nn.Module:
-    """transformers' WhisperForConditionalGeneration: pretrained weights of name_or_path, or (not
+def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True,
+                    dtype: torch.dtype = torch.float32) -> nn.Module:
+    """transformers' WhisperForConditionalGeneration: pretrained weights of name_or_path in `dtype`, or (not
     `pretrained`, e.g. when a checkpoint's weights follow) a random init of the complete `hf_config`."""
     from transformers import WhisperConfig, WhisperForConditionalGeneration
     from transformers.utils import logging as hf_logging
@@ -44,7 +46,7 @@ def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True)
     if pretrained and name_or_path:
         source = resolve_pretrained(name_or_path)
         try:
-            return WhisperForConditionalGeneration.from_pretrained(source, dtype=torch.float32, **fields)
+            return WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype, **fields)
         except (OSError, ValueError) as e:
             raise FileNotFoundError(f"{name_or_path}: cannot load a Whisper model ({str(e).splitlines()[0]}); "
                                     "run `make setup` (whisper-base) or pass a local folder") from None
@@ -90,27 +92,35 @@ def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float =
     return decoder
 
 
-def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0,
-                            frozen_layers: int = 0) -> WhisperEncoder:
+def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0, frozen_layers: int = 0,
+                            checkpointing: bool = False) -> WhisperEncoder:
     """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed;
-    `frozen_layers` > 0: its cacheable part stops after that many layers."""
+    `frozen_layers` > 0: its cacheable part stops after that many layers; `checkpointing`: its layers' activations
+    are recomputed in the backward pass (transformers' activation checkpointing)."""
     n_layers = len(hf_model.model.encoder.layers)
     if frozen_layers >= n_layers:
         raise ValueError(f"encoder.frozen_layers {frozen_layers} leaves none of the Whisper encoder's {n_layers} "
                          f"layers to train; use encoder.finetune frozen")
+    if checkpointing:
+        enable_hf_checkpointing(hf_model.model.encoder)
     return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop), frozen_layers or None)
 
 
 def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
-    """The HF Whisper models the encoder and the decoder come from (one load when they name the same)."""
+    """The HF Whisper models the encoder and the decoder come from (one load when they name the same), each in its
+    base_dtype (one load in float32 when they share it and their base_dtype differ; build_model casts the parts)."""
     e, d = cfg.encoder, cfg.decoder
-    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained) if e.kind in ("whisper", "whisper_asr") else None
+    shared = e.kind in ("whisper", "whisper_asr") and d.kind == "whisper" and \
+        cfg.whisper_decoder_source == e.name_or_path and (not d.hf_config or d.hf_config == e.hf_config)
+    enc_dtype = torch_dtype(e.base_dtype if not shared or e.base_dtype == d.base_dtype else "float32")
+    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained, enc_dtype) \
+        if e.kind in ("whisper", "whisper_asr") else None
     if d.kind != "whisper":
         return enc, None
-    if enc is not None and cfg.whisper_decoder_source == e.name_or_path and \
-            (not d.hf_config or d.hf_config == e.hf_config):
+    if shared:
         return enc, enc
-    return enc, load_hf_whisper(cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained)
+    return enc, load_hf_whisper(cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained,
+                                torch_dtype(d.base_dtype))
 
 
 def whisper_decoder_config(cfg, hf_model: nn.Module):

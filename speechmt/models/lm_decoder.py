@@ -1,8 +1,9 @@
 """A pretrained decoder-only language model as speechmt's decoder (the shape of today's strongest speech
 translators: a speech encoder, a length adapter and a pretrained LM; e.g. Qwen2-Audio, Chu et al. 2024).
 
-Any Hugging Face causal LM (Gemma 3, Qwen2.5, Llama: a hub id, a local folder or a name that set-up converted
-under $SPEECHMT_HOME, such as `gemma-3-270m`) reads one sequence per utterance:
+Any Hugging Face causal LM (Gemma 3, Qwen2.5, Qwen3, Llama 3, Mistral, Phi-3: a hub id, a local folder or a name
+that set-up converted under $SPEECHMT_HOME, such as `gemma-3-270m`; of a multimodal model such as Gemma 3 4B-27B,
+its text model alone) reads one sequence per utterance:
 
     [prompt: <bos>English:] [source: the bridge's speech states, or the source text's own embeddings]
     [target: \\n German: Das ist gut . <eos>]
@@ -29,6 +30,9 @@ from torch import Tensor, nn
 from speechmt.hub import resolve_pretrained
 
 _META_KEYS = ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "quantization_config")
+# a multimodal checkpoint's text tensors -> a causal LM's names (Gemma 3, Mistral 3, LLaVA-style models)
+_TEXT_KEYS = {r"^language_model\.model\.": "model.", r"^model\.language_model\.": "model.",
+              r"^language_model\.lm_head\.": "lm_head."}
 
 
 @dataclass
@@ -153,9 +157,11 @@ class LMDecoder(nn.Module):
         return logits
 
 
-def load_causal_lm(name_or_path: str, hf_config: dict, pretrained: bool = True) -> nn.Module:
-    """transformers' AutoModelForCausalLM: the pretrained weights of name_or_path (float32), or (not
-    `pretrained`: a checkpoint's weights follow) a random init of the complete `hf_config`."""
+def load_causal_lm(name_or_path: str, hf_config: dict, pretrained: bool = True,
+                   dtype: torch.dtype = torch.float32) -> nn.Module:
+    """transformers' causal LM: the pretrained weights of name_or_path in `dtype` (of a multimodal checkpoint such
+    as Gemma 3 4B-27B, its text model alone: `text_causal_lm`), or (not `pretrained`: a checkpoint's weights follow)
+    a random init of the complete `hf_config`."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -163,7 +169,11 @@ def load_causal_lm(name_or_path: str, hf_config: dict, pretrained: bool = True) 
     if pretrained and name_or_path:
         source = resolve_pretrained(name_or_path)
         try:
-            return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+            config = AutoConfig.from_pretrained(source)
+            text = config.get_text_config(decoder=True)
+            if text is not config:
+                return text_causal_lm(source, text, dtype)
+            return AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
         except (OSError, ValueError) as e:
             raise FileNotFoundError(f"{name_or_path}: cannot load a causal language model ({str(e).splitlines()[0]}); "
                                     "run `make setup` (gemma-3-270m) or pass a local folder") from None
@@ -171,7 +181,27 @@ def load_causal_lm(name_or_path: str, hf_config: dict, pretrained: bool = True) 
         raise ValueError("decoder 'lm' without name_or_path needs decoder.hf_config with its model_type")
     fields = {k: v for k, v in hf_config.items() if k not in _META_KEYS}
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def text_causal_lm(source: str, text_config, dtype: torch.dtype) -> nn.Module:
+    """The causal LM of `text_config` (its own class: Gemma3ForCausalLM for Gemma 3's gemma3_text) with the language
+    model's weights of the multimodal checkpoint `source`, in either layout transformers writes
+    (language_model.model.*, model.language_model.*); the vision tower's tensors stay on disk. ValueError (one
+    line) when a text weight is not in the checkpoint."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # no report listing every vision tensor as unexpected
+    try:
+        lm, info = AutoModelForCausalLM.from_pretrained(source, config=text_config, dtype=dtype,
+                                                        key_mapping=_TEXT_KEYS, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    if info["missing_keys"]:
+        raise ValueError(f"the multimodal checkpoint has no text weights {sorted(info['missing_keys'])[:3]}")
+    return lm
 
 
 def lm_config_dict(lm: nn.Module) -> dict:

@@ -29,6 +29,7 @@ from speechmt.sequence import lengths_to_padding_mask
 from speechmt.frontend.waveform import WaveformConfig
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.finetune import lna_
+from speechmt.models.memory import enable_hf_checkpointing
 
 @dataclass(frozen=True)
 class Wav2Vec2Options:
@@ -159,11 +160,7 @@ def apply_finetuning(model: PreTrainedModel, options: Wav2Vec2Options) -> None:
     if options.freeze_feature_extractor:
         model.feature_extractor._freeze_parameters()
     if options.gradient_checkpointing:
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable_hf_checkpointing(model)
 
 
 def wav2vec2_encoder(name_or_path: str, fields: dict, dim: int, options: Wav2Vec2Options,

@@ -109,6 +109,7 @@ class WhisperEncoder(nn.Module):
         if mels.size(-1) != self.n_mels:
             raise ValueError(f"Whisper encoder expects {self.n_mels} mel bins, got {mels.size(-1)}")
         pad = lengths_to_padding_mask(lengths, mels.size(1))  # (B, T)
+        mels = mels.to(enc.conv1.weight.dtype)  # the weights' type (encoder.base_dtype), also outside autocast
         x = F.gelu(enc.conv1(mels.transpose(1, 2)))  # (B, T, M) -> (B, H, T)
         x = F.gelu(enc.conv2(x.masked_fill(pad[:, None, :], 0.0))).transpose(1, 2)  # -> (B, T', H)
         out_lengths = whisper_output_lengths(lengths)
@@ -135,6 +136,8 @@ class WhisperEncoder(nn.Module):
             x = self._layers(states, mask, lengths, range(self.split, len(self.model.layers)), record)
             states = self.model.layer_norm(x).masked_fill(frame_pad[..., None], 0.0)
             note(record, "out", states, lengths)
+        if not isinstance(self.proj, nn.Identity):  # a trained float32 projection of a base_dtype encoder's states
+            states = states.to(self.proj.weight.dtype)
         x = self.proj(states)
         x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(1))[..., None], 0.0)
         if not isinstance(self.proj, nn.Identity):
