@@ -4,10 +4,8 @@ data/ can use it. speechmt.training.distributed holds the process group, DDP/FSD
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Callable, TypeVar
 
 import torch.distributed as tdist

@@ -23,7 +23,7 @@ from speechmt.models.build import build_model
 from speechmt.models.config import preset
 from speechmt.checkpoint import FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
 from speechmt.training.optim import build_optimizer, build_scheduler
-from speechmt.training.trainer import rng_state, set_rng_state
+from speechmt.training.state import rng_state, set_rng_state
 
 
 def _every_kind() -> dict:

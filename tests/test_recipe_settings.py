@@ -17,7 +17,7 @@ from speechmt.config import load_config
 from speechmt.data.prepare import PrepareConfig
 from speechmt.tokenizers.sentencepiece import TokenizerConfig
 from speechmt.training.run import average, numbered_checkpoints
-from speechmt.training.trainer import update_freq_per_rank
+from speechmt.training.state import update_freq_per_rank
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 TABLE = yaml.safe_load((RECIPES / "published_settings.yaml").read_text(encoding="utf-8"))

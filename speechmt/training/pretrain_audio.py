@@ -28,7 +28,8 @@ from speechmt.data.dataset import AudioInput, SpeechDataset
 from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 from speechmt.models.wav2vec2_pretraining import PretrainingSettings, Wav2Vec2Pretraining
 from speechmt.tasks import ObjectiveSettings, Stage, TaskData
-from speechmt.training.trainer import LAST, Trainer, TrainState, fixed_data
+from speechmt.training.state import TrainState
+from speechmt.training.trainer import LAST, Trainer, fixed_data
 
 STATE_FILE = LAST  # the trainer's checkpoint_last.safetensors
 OLD_STATE_FILE = "pretrain_state.safetensors"  # before the pretraining ran through the trainer

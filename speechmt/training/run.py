@@ -30,7 +30,8 @@ from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag
 from speechmt.models.delta import base_reference
 from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.training.procrustes import whisper_asr_table
-from speechmt.training.trainer import LAST, Trainer, TrainState, rank_seed
+from speechmt.training.state import TrainState, rank_seed
+from speechmt.training.trainer import LAST, Trainer
 
 
 def pick_device(name: str) -> torch.device:

@@ -3,11 +3,9 @@ validation, checkpoints and exact resume (mid-stage and across stage boundaries)
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -24,51 +22,11 @@ from speechmt.tasks import OBJECTIVES, ObjectiveSettings, Stage, TaskData, stage
 from speechmt.training import distributed as dist
 from speechmt.checkpoint import save_checkpoint
 from speechmt.models.delta import load_model_state, model_state, trained_keys
+from speechmt.training.log import JsonLog, Meter
 from speechmt.training.optim import build_optimizer, build_scheduler
+from speechmt.training.state import TrainState, check_base, rank_seed, rng_state, set_rng_state, update_freq_per_rank
 
 LAST, BEST = "checkpoint_last.safetensors", "checkpoint_best.safetensors"
-
-
-@dataclass
-class TrainState:
-    """Where a run is: updates done, the stage and the update it began at, the first stream's epoch and
-    batches of that epoch consumed (the other streams' in `positions`), best dev loss of the stage, and
-    skipped updates."""
-
-    step: int = 0
-    epoch: int = 0
-    batches_in_epoch: int = 0
-    best_loss: float = math.inf
-    nonfinite_skipped: int = 0
-    kept: list[str] = field(default_factory=list)
-    stage: int = 0
-    stage_start: int = 0
-    positions: dict[str, list[int]] = field(default_factory=dict)
-    epochs_done: int = 0  # epochs of the first stream finished, over all stages (epoch checkpoints count them)
-    stage_epochs: int = 0  # epochs_done when the stage began
-    kept_epochs: list[str] = field(default_factory=list)
-
-
-def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def rank_seed(seed: int, rank: int) -> int:
-    """Rank `rank`'s seed of the training RNG streams (dropout, ...): `seed` itself on rank 0, so that a run at world
-    size 1 draws as a single process does."""
-    return seed if rank == 0 else (seed * 1_000_003 + 7_919 * rank) % 2**63
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restores rng_state(); the generators take CPU byte tensors, wherever the checkpoint was loaded to."""
-    torch.set_rng_state(state["torch"].cpu())
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 DataFn = Callable[[TaskData, bool], "Dataset | None"]
@@ -496,31 +454,6 @@ class Trainer:
             random.seed(seed), np.random.seed(seed % 2**32), torch.manual_seed(seed)
 
 
-def check_base(saved: dict | None, here: dict | None) -> None:
-    """CheckpointError unless a checkpoint's base (its sha256) is this model's (both None: a full checkpoint)."""
-    from speechmt.checkpoint import CheckpointError
-
-    if (saved is None) != (here is None) or (saved and saved["sha256"] != here["sha256"]):
-        raise CheckpointError(f"the checkpoint's base weights ({(saved or {}).get('sha256', 'none')[:12]}) are not "
-                              f"this model's ({(here or {}).get('sha256', 'none')[:12]})")
-
-
-def update_freq_per_rank(update_freq: int, for_world_size: int, world_size: int) -> int:
-    """Batches each rank accumulates per update: `update_freq`, or with `for_world_size` > 0 (train.
-    update_freq_world_size) update_freq * for_world_size / world_size, so that an update sums the same number of
-    batches on any number of ranks; ConfigError when they do not divide."""
-    from speechmt.checks import ConfigError
-
-    if not for_world_size:
-        return update_freq
-    total = update_freq * for_world_size
-    if total % world_size:
-        raise ConfigError(f"train.update_freq {update_freq} for {for_world_size} rank(s) is {total} batches per "
-                          f"update, which {world_size} ranks cannot share evenly; run on a divisor of {total} ranks "
-                          "or set train.update_freq_world_size 0 to take update_freq per rank as given")
-    return total // world_size
-
-
 def loss_parts(losses: dict[str, tuple[torch.Tensor, dict]]) -> dict[tuple[str, str], torch.Tensor]:
     """{(objective, ""): its detached summed loss, (objective, stat): each stat's sum}."""
     parts = {}
@@ -544,57 +477,3 @@ class UpdateRunner(torch.nn.Module):
         total = sum(weights[n] * loss * factors[n] if weights[n] != 1.0 else loss * factors[n]
                     for n, (loss, _) in losses.items())
         return total, loss_parts(losses)
-
-
-class Meter:
-    """Running sums of training statistics between log lines, with rates per wall second."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.count, self.start = 0, time.perf_counter()
-
-    def add(self, **values: float) -> None:
-        for k, v in values.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v
-        self.count += 1
-
-    def value(self, key: str) -> float:
-        return self.sums.get(key, 0.0) / max(self.count, 1)
-
-    def rate(self, key: str) -> float:
-        return self.sums.get(key, 0.0) / max(time.perf_counter() - self.start, 1e-9)
-
-    def summary(self) -> dict[str, float]:
-        means = {k: self.value(k) for k in self.sums if k not in ("nsentences", "ntokens")}
-        return {**means, "utt_per_s": self.rate("nsentences"), "tokens_per_s": self.rate("ntokens")}
-
-
-class JsonLog:
-    """Appends JSON lines to save_dir/train_log.jsonl and mirrors numbers to TensorBoard when installed."""
-
-    def __init__(self, save_dir: Path, enabled: bool = True):
-        self.enabled, self.path, self.tb = enabled, save_dir / "train_log.jsonl", None
-        if enabled:
-            save_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(save_dir / "tensorboard"))
-            except ImportError:
-                self.tb = None
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Appends the record, and prints it as one line (above the progress bar when there is one)."""
-        if not self.enabled:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": time.time(), **record}) + "\n")
-        tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
-        if self.tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k not in ("step", "time"):
-                    self.tb.add_scalar(f"{record.get('type', 'train')}/{k}", v, record.get("step", 0))
-            self.tb.flush()
