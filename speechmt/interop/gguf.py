@@ -129,8 +129,8 @@ def _check_readable(path: Path, header: GGUFHeader) -> None:
     """One-line errors for what transformers would fail on: a missing package, an architecture it lacks."""
     missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
     if missing:
-        raise HFImportError(f"{path}: reading GGUF needs the {' and '.join(missing)} package(s) "
-                            f"(pip install {' '.join(missing)})")
+        raise HFImportError(f"{path}: reading GGUF needs the {' and '.join(missing)} package(s) of speechmt's gguf "
+                            "extra: pip install 'speechmt[gguf]'")
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     if header["architecture"] not in set(GGUF_SUPPORTED_ARCHITECTURES) - _NOT_ARCHITECTURES:
