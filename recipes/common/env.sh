@@ -25,7 +25,7 @@ speechmt_train() {
         "$(dirname "$(command -v "$SPEECHMT")")/torchrun" --standalone --nproc-per-node "$gpus" \
             --module speechmt train "$@"
     else
-        speechmt_train "$@"
+        "$SPEECHMT" train "$@"
     fi
 }
 

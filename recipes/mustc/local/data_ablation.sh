@@ -95,14 +95,14 @@ train_lm_st() {
     local set=$1 dir=$2 exp=$work/$1 extra
     extra="data.dir=$dir data.src_lang=en data.tgt_lang=de train.seed=$seed $train_args"
     # shellcheck disable=SC2086  # the overrides are words
-    step "$set-lm_mt" speechmt_train --config "$mt_conf" $extra train.save_dir="$exp/lm_mt" \
+    step "$set-lm_mt" "$SPEECHMT" train --config "$mt_conf" $extra train.save_dir="$exp/lm_mt" \
         ${mt_updates:+train.max_updates=$mt_updates}
     step "$set-lm_mt-avg" "$SPEECHMT" average "$exp/lm_mt" --last 2 --out "$exp/lm_mt/checkpoint_avg.safetensors"
     # shellcheck disable=SC2086
-    step "$set-lm_ctc" speechmt_train --config "$ctc_conf" $extra $(train_args_of "$set") \
+    step "$set-lm_ctc" "$SPEECHMT" train --config "$ctc_conf" $extra $(train_args_of "$set") \
         train.save_dir="$exp/lm_ctc" ${ctc_updates:+train.max_updates=$ctc_updates}
     # shellcheck disable=SC2086
-    step "$set-lm_st" speechmt_train --config "$st_conf" $extra $(train_args_of "$set") \
+    step "$set-lm_st" "$SPEECHMT" train --config "$st_conf" $extra $(train_args_of "$set") \
         train.save_dir="$exp/lm_st" ${st_updates:+train.max_updates=$st_updates} \
         train.init_from="[\"$exp/lm_mt/checkpoint_avg.safetensors:decoder.\", \"$exp/lm_ctc/checkpoint_last.safetensors:speech_encoder.,ctc_head.\"]"
     step "$set-lm_st-avg" "$SPEECHMT" average "$exp/lm_st" --last 2 --out "$exp/lm_st/checkpoint_avg.safetensors"
