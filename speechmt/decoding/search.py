@@ -1,28 +1,39 @@
-"""Greedy and beam search on the decoder cache, batched over utterances (and beams).
+"""Greedy, beam and sampling search on the decoder cache, batched over utterances (and beams).
 
-Decomposed as whisper's decoding.py: frozen `DecodeOptions`, the model's `DecoderCache`, a `BeamSearch`
-with small methods and a short main loop. The beam search is fairseq's SequenceGenerator algorithm:
-2K candidates per utterance and step; an EOS among the top K ends a hypothesis, which is set aside; the
-first K non-EOS candidates go on; an utterance is done when it has K finished hypotheses or reaches its
-maximum length (where EOS is forced). Scores are sums of log-probabilities; the normalised score divides
-by length ** len_penalty, the length counting the generated tokens and the EOS.
+Decomposed as whisper's decoding.py: frozen `DecodeOptions`, the model's `DecoderCache`, and three kinds of
+part, each a registry here from a name to a builder: a token decoder (TOKEN_DECODERS: greedy, beam, sample;
+speechmt.decoding.token_decoders, .beam) chooses each step's tokens, logit filters (LOGIT_FILTERS; .filters)
+edit the log-probabilities before it, and rankers (RANKERS: length penalty, MBR; .rankers, .mbr) order each
+utterance's finished hypotheses. `decode_with` is the main loop; a new part is one entry in its registry and
+is chosen by name in DecodeOptions (docs/extending.md).
 
 Decoder input starts with bos_id (or start_id, for models trained to start elsewhere: fairseq's start with
 EOS) then the forced `prefix` (e.g. the target language tag); returned tokens leave out the start, prefix
-and EOS; pad and bos are never generated. The model should be in eval mode (dropout off).
+and EOS; pad and bos are never generated. The normalised score divides a hypothesis' sum of log-probs by
+length ** len_penalty, the length counting the generated tokens and the EOS. The model should be in eval mode.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from speechmt.decoding.mbr import UTILITIES
+from speechmt.decoding.base import Hypothesis, LogitFilter, Ranker, Rows, TokenDecoder
+from speechmt.decoding.beam import beam
+from speechmt.decoding.filters import max_length, min_length, suppress_at_begin, suppress_tokens
+from speechmt.decoding.mbr import UTILITIES, mbr_ranker
+from speechmt.decoding.rankers import length_penalty
+from speechmt.decoding.token_decoders import GreedyDecoder, SamplingDecoder, greedy, sampling
 from speechmt.models.decoder import DecoderCache
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.translator import Translator
+
+__all__ = ["BeamSearch", "DecodeOptions", "Hypothesis", "LOGIT_FILTERS", "RANKERS", "TOKEN_DECODERS", "beam_search",
+           "constrain", "decode", "decode_with", "epsilon_samples", "greedy_search", "logit_filters", "max_lengths",
+           "next_log_probs", "ranking", "search", "start_tokens"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +59,19 @@ class DecodeOptions:
     suppress: tuple[int, ...] = ()  # ids never generated besides pad and bos (Whisper: special tokens)
     mbr: str | None = None  # "chrf" or "bleu": the beam's K hypotheses come back, for MBR selection (mbr.py)
     samples: int = 0  # with mbr: this many epsilon samples per utterance, the MBR pseudo-references
-    epsilon: float = 0.02  # the samples' truncation: tokens below this probability are never drawn
-    seed: int = 0  # the samples' random generator
+    epsilon: float = 0.02  # the MBR samples' truncation: tokens below this probability are never drawn
+    seed: int = 0  # the random generator of the samples and of strategy "sample"
+    strategy: str | None = None  # the token decoder, by name (TOKEN_DECODERS); None: greedy at beam_size 1, else beam
+    temperature: float = 1.0  # strategy "sample": draws from softmax(log-probs / temperature); 0 is greedy
+    top_k: int = 0  # strategy "sample": only among the k most probable tokens (0: all)
+    top_p: float = 1.0  # strategy "sample": only among the most probable tokens holding this much of the mass
+    suppress_begin: tuple[int, ...] = ()  # ids never generated first (whisper's SuppressBlank)
+    filters: tuple[str, ...] = ()  # more logit filters, by name (LOGIT_FILTERS), after the built-in ones
+    ranker: str = "length_penalty"  # how the hypotheses are ordered, by name (RANKERS); MBR follows with `mbr`
 
     def __post_init__(self):
-        object.__setattr__(self, "prefix", tuple(self.prefix))
-        object.__setattr__(self, "suppress", tuple(self.suppress))
+        for name in ("prefix", "suppress", "suppress_begin", "filters"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.beam_size < 1 or not 1 <= self.nbest <= self.beam_size:
             raise ValueError(f"need beam_size >= 1 and 1 <= nbest <= beam_size; got {self.beam_size}, {self.nbest}")
         if self.min_len < 0:
@@ -64,6 +82,24 @@ class DecodeOptions:
             raise ValueError(f"samples must be >= 0, and only with mbr; got {self.samples} (mbr {self.mbr!r})")
         if not 0.0 <= self.epsilon < 1.0:
             raise ValueError(f"epsilon must be in [0, 1); got {self.epsilon}")
+        self._check_sampling()
+        self._check_names()
+
+    def _check_sampling(self) -> None:
+        if self.temperature < 0 or self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {self.temperature}, "
+                             f"{self.top_k}, {self.top_p}")
+
+    def _check_names(self) -> None:
+        for what, names, known in (("strategy", [self.token_decoder], TOKEN_DECODERS),
+                                   ("filters", self.filters, LOGIT_FILTERS), ("ranker", [self.ranker], RANKERS)):
+            if unknown := [n for n in names if n not in known]:
+                raise ValueError(f"{what}: unknown {', '.join(map(repr, unknown))}; expected one of {', '.join(known)}")
+
+    @property
+    def token_decoder(self) -> str:
+        """The token decoder's name: `strategy`, or greedy at beam_size 1 and beam otherwise."""
+        return self.strategy or ("greedy" if self.beam_size == 1 else "beam")
 
     @property
     def returned(self) -> int:
@@ -76,14 +112,28 @@ class DecodeOptions:
         return lengths.clamp(min=self.min_len)
 
 
-@dataclass
-class Hypothesis:
-    """A finished hypothesis: tokens (no bos, prefix or EOS), sum of log-probs (EOS included), and that
-    sum / (len(tokens) + 1) ** len_penalty."""
+Detokenize = Callable[[list[int]], str]
 
-    tokens: list[int]
-    score: float
-    normalized_score: float
+TOKEN_DECODERS: dict[str, Callable[[DecodeOptions, torch.Generator | None], TokenDecoder]] = {
+    "greedy": greedy, "beam": beam, "sample": sampling}
+"""Token decoders by name (DecodeOptions.strategy): a builder `(options, generator) -> TokenDecoder`, called
+once per search; `generator` is the caller's (None: the decoder seeds its own from options.seed if it draws)."""
+LOGIT_FILTERS: dict[str, Callable[[DecodeOptions], LogitFilter]] = {
+    "suppress_tokens": suppress_tokens, "suppress_at_begin": suppress_at_begin, "min_length": min_length,
+    "max_length": max_length}
+"""Logit filters by name: a builder `(options) -> LogitFilter`. Every search runs BUILT_IN_FILTERS, then
+DecodeOptions.filters, then max_length (which forces EOS at a row's maximum length)."""
+BUILT_IN_FILTERS = ("suppress_tokens", "suppress_at_begin", "min_length")
+RANKERS: dict[str, Callable[[DecodeOptions, Detokenize | None], Ranker]] = {
+    "length_penalty": length_penalty, "mbr": mbr_ranker}
+"""Rankers by name (DecodeOptions.ranker, and "mbr" after it when DecodeOptions.mbr is set): a builder
+`(options, detokenize) -> Ranker`; `detokenize` (token ids -> text: the tokenizer's) is None where the caller
+has no tokenizer."""
+
+
+def logit_filters(options: DecodeOptions) -> list[LogitFilter]:
+    """The filters a search runs, in order: the built-in ones, the options' `filters`, max_length."""
+    return [LOGIT_FILTERS[name](options) for name in (*BUILT_IN_FILTERS, *options.filters, "max_length")]
 
 
 def start_tokens(options: DecodeOptions, n: int, device: torch.device) -> Tensor:
@@ -97,20 +147,6 @@ def next_log_probs(model: Translator, inputs: Tensor, enc: EncoderOutput, cache:
     return model.decode(inputs, enc, cache)[:, -1].float().log_softmax(dim=-1)
 
 
-def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOptions) -> Tensor:
-    """Bans pad, bos and the suppressed ids, EOS before min_len, everything but EOS at a row's max length;
-    lprobs (R, V), max_lens (R,); `step` tokens have been generated. Modifies and returns lprobs."""
-    lprobs[:, [options.pad_id, options.bos_id, *options.suppress]] = float("-inf")
-    if step < options.min_len:
-        lprobs[:, options.eos_id] = float("-inf")
-    at_max = step >= max_lens  # (R,)
-    if at_max.any():
-        eos = lprobs[:, options.eos_id].clone()
-        lprobs[at_max] = float("-inf")
-        lprobs[:, options.eos_id] = torch.where(at_max, eos, lprobs[:, options.eos_id])
-    return lprobs
-
-
 def max_lengths(model: Translator, enc: EncoderOutput, options: DecodeOptions) -> Tensor:
     """(B,) maximum generated tokens: the options', within a decoder's learned positions (Whisper: 448),
     which also hold the start token and the prefix."""
@@ -121,171 +157,117 @@ def max_lengths(model: Translator, enc: EncoderOutput, options: DecodeOptions) -
     return lengths
 
 
-def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
-    return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
+def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOptions,
+              tokens: Tensor | None = None) -> Tensor:
+    """Runs the options' logit filters on lprobs (R, V) after `step` generated tokens, tokens (R, step); max_lens
+    (R,). Without `tokens` only the built-in filters may run (they read the step alone). Modifies and returns
+    lprobs."""
+    if tokens is None:
+        if options.filters:
+            raise ValueError(f"filters {', '.join(options.filters)} need the tokens generated so far")
+        tokens = torch.zeros(lprobs.size(0), step, dtype=torch.long, device=lprobs.device)
+    for f in logit_filters(options):
+        lprobs = f.apply(lprobs, tokens, max_lens)
+    return lprobs
 
 
 @torch.no_grad()
-def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[int]]:
-    """Most probable token at each step, for B utterances at once -> B token lists (beam_size unused)."""
-    return _token_by_token(model, enc, options, lambda lprobs: lprobs.argmax(dim=-1))
-
-
-@torch.no_grad()
-def epsilon_samples(model: Translator, enc: EncoderOutput, options: DecodeOptions) -> list[list[list[int]]]:
-    """`options.samples` ancestral samples per utterance, each token drawn among those of probability at least
-    `options.epsilon` (epsilon sampling: Hewitt et al. 2022; as MBR's pseudo-references, Freitag et al. 2023)
-    -> B lists of token lists. Seeded by `options.seed`: the same batch gives the same samples."""
-    b, k = enc.lengths.size(0), options.samples
-    rows = torch.arange(b, device=enc.x.device).repeat_interleave(k)
-    generator = torch.Generator(device=enc.x.device).manual_seed(options.seed)
-    drawn = _token_by_token(model, enc.select(rows), options, lambda lp: _epsilon_draw(lp, options.epsilon, generator))
-    return [drawn[i * k:(i + 1) * k] for i in range(b)]
-
-
-def _epsilon_draw(lprobs: Tensor, epsilon: float, generator: torch.Generator) -> Tensor:
-    """(R, V) log-probs -> (R,) tokens drawn from each row's distribution less the tokens below `epsilon`
-    (renormalised; the most probable token always stays)."""
-    probs = lprobs.exp()
-    keep = (probs >= epsilon) | (probs == probs.max(dim=-1, keepdim=True).values)
-    return torch.multinomial(probs * keep, 1, generator=generator)[:, 0]
-
-
-def _token_by_token(model: Translator, enc: EncoderOutput, options: DecodeOptions, choose) -> list[list[int]]:
-    """One token per step for each of the B rows, chosen by `choose` ((B, V) constrained log-probs -> (B,)),
-    until EOS or the row's maximum length -> B token lists."""
-    n = enc.lengths.size(0)
+def decode_with(model: Translator, enc: EncoderOutput, options: DecodeOptions,
+                decoder: TokenDecoder) -> list[list[Hypothesis]]:
+    """The main loop: B utterances' next-token log-probs, filtered, to `decoder` until it is done or every row is
+    at its maximum length -> B lists of finished hypotheses, unranked."""
+    n, device = enc.lengths.size(0), enc.x.device
     if n == 0:
         return []
+    filters = logit_filters(options)
     max_lens = max_lengths(model, enc, options)
-    cache, inputs = model.new_cache(), start_tokens(options, n, enc.x.device)
-    done = torch.zeros(n, dtype=torch.bool, device=enc.x.device)
-    steps = []
-    for step in range(int(max_lens.max()) + 1):
-        lprobs = constrain(next_log_probs(model, inputs, enc, cache), step, max_lens, options)
-        tokens = choose(lprobs).masked_fill(done, options.eos_id)  # (B,)
-        steps.append(tokens)
-        done |= tokens == options.eos_id
-        if done.all():
+    generated = torch.empty(n, 0, dtype=torch.long, device=device)
+    rows = decoder.start(Rows(start_tokens(options, n, device), generated, max_lens, enc, model.new_cache()))
+    for _ in range(int(max_lens.max()) + 1):
+        lprobs = next_log_probs(model, rows.inputs, rows.enc, rows.cache)
+        for f in filters:
+            lprobs = f.apply(lprobs, rows.tokens, rows.max_lens)
+        rows = decoder.update(rows, lprobs)
+        if rows is None:
             break
-        inputs = tokens[:, None]
-    return [_until_eos(row, options.eos_id) for row in torch.stack(steps, dim=1).tolist()]
+    return decoder.finalize()
 
 
-@dataclass
-class _Beams:
-    """Search state of the N utterances still searched: `width` rows each (1 at first, the empty
-    hypothesis; K after), row n * width + k. Scores are kept for K beams; those beyond the width are -inf."""
-
-    alive: Tensor  # (N,) indices of the utterances
-    scores: Tensor  # (N, K) sum log-prob of each beam
-    history: Tensor  # (N * width, t) tokens generated so far
-    enc: EncoderOutput  # (N, ...): one row per utterance, shared by its beams
-    cache: DecoderCache  # group = width
-    width: int
+def decode(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions(),
+           detokenize: Detokenize | None = None, generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+    """B utterances -> each one's `nbest` hypotheses, best first: found by the options' token decoder and filters,
+    ordered by its ranker, then with `mbr` by expected utility against the `samples` (none: each other), the
+    texts by `detokenize` (None: the token ids). `generator`: the draws' (None: seeded from options.seed)."""
+    found, samples = _found(model, enc, options, generator)
+    rankers = [RANKERS[name](options, detokenize) for name in ranking(options)]
+    return [_ranked(hyps, refs, rankers)[:options.nbest] for hyps, refs in zip(found, samples)]
 
 
-class BeamSearch:
-    """Batched beam search; `search(enc)` gives each utterance's n-best, best first."""
+def ranking(options: DecodeOptions) -> tuple[str, ...]:
+    """The rankers `decode` runs, in order: the options' ranker, then "mbr" when `mbr` names a utility (its ties
+    keep the first ranker's order)."""
+    return (options.ranker, "mbr") if options.mbr else (options.ranker,)
 
-    def __init__(self, model: Translator, options: DecodeOptions = DecodeOptions()):
-        self.model, self.options, self.k = model, options, options.beam_size
 
-    @torch.no_grad()
-    def search(self, enc: EncoderOutput) -> list[list[Hypothesis]]:
-        """enc: EncoderOutput of B utterances -> B lists of `nbest` hypotheses, by normalised score."""
-        max_lens = max_lengths(self.model, enc, self.options)
-        finished: list[list[Hypothesis]] = [[] for _ in range(enc.lengths.size(0))]
-        if not finished:
-            return []
-        beams = self._start(enc)
-        inputs = start_tokens(self.options, len(finished), enc.x.device)
-        for step in range(int(max_lens.max()) + 1):
-            lprobs = self._log_probs(beams, inputs, step, max_lens[beams.alive])  # (N, width, V)
-            cand_scores, cand_beams, cand_tokens = self._candidates(beams.scores, lprobs)  # each (N, 2K)
-            self._finish(finished, beams, cand_scores, cand_beams, cand_tokens, step)
-            searching = self._searching(finished, beams.alive, step, max_lens)  # (N,)
-            if not searching.any():
-                break
-            beams = self._advance(beams, searching, cand_scores, cand_beams, cand_tokens)
-            inputs = beams.history[:, -1:]
-        n = self.options.returned
-        return [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[:n] for hyps in finished]
+def search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[list[int]]]:
+    """The dispatch translate, evaluate and the cascade use: per utterance its `returned` token lists (nbest, the
+    whole beam with `mbr`; eos stripped) by the options' token decoder and ranker, best first, then with `samples`
+    that many epsilon samples: the caller, who has the texts, chooses among them by MBR (decoding.translate)."""
+    found, samples = _found(model, enc, options, None)
+    ranker = RANKERS[options.ranker](options, None)
+    return [[h.tokens for h in ranker.rank(hyps, refs)[:options.returned] + refs] for hyps, refs in zip(found, samples)]
 
-    def _start(self, enc: EncoderOutput) -> _Beams:
-        """One row per utterance (the empty hypothesis: beam 0; the other K - 1 score -inf)."""
-        b, device = enc.lengths.size(0), enc.x.device
-        scores = torch.full((b, self.k), float("-inf"), device=device)
-        scores[:, 0] = 0.0
-        history = torch.empty(b, 0, dtype=torch.long, device=device)
-        memory = EncoderOutput(enc.x, enc.lengths)  # CTC logits are not needed here
-        return _Beams(torch.arange(b, device=device), scores, history, memory, self.model.new_cache(), 1)
 
-    def _log_probs(self, beams: _Beams, inputs: Tensor, step: int, max_lens: Tensor) -> Tensor:
-        """(N * width, U) new inputs -> constrained next-token log-probs (N, width, V); max_lens (N,)."""
-        lprobs = next_log_probs(self.model, inputs, beams.enc, beams.cache)
-        lprobs = constrain(lprobs, step, max_lens.repeat_interleave(beams.width), self.options)
-        return lprobs.view(-1, beams.width, lprobs.size(-1))
+def _found(model: Translator, enc: EncoderOutput, options: DecodeOptions,
+           generator: torch.Generator | None) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+    """B lists of the token decoder's hypotheses, and B lists of `options.samples` epsilon samples (may be empty)."""
+    found = decode_with(model, enc, options, TOKEN_DECODERS[options.token_decoder](options, generator))
+    return found, _epsilon_samples(model, enc, options, generator)
 
-    def _candidates(self, scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The 2K best (score, beam, token) extensions per utterance, best first; each (N, 2K). lprobs
-        (N, width, V) with width 1 (the first step) stands for all K beams (those beyond 0 score -inf)."""
-        vocab = lprobs.size(-1)
-        total = (scores[:, :, None] + lprobs).view(scores.size(0), -1)  # (N, K, V) -> (N, K * V)
-        cand_scores, flat = total.topk(2 * self.k, dim=1)
-        return cand_scores, flat // vocab, flat % vocab
 
-    def _finish(self, finished: list[list[Hypothesis]], beams: _Beams, cand_scores: Tensor,
-                cand_beams: Tensor, cand_tokens: Tensor, step: int) -> None:
-        """Sets aside the EOS candidates among each utterance's top K, up to K hypotheses per utterance.
-        A finite score comes from a beam within the width."""
-        top = slice(0, self.k)
-        ends = (cand_tokens[:, top] == self.options.eos_id) & cand_scores[:, top].isfinite()  # (N, K)
-        for n, j in ends.nonzero().tolist():
-            utt = int(beams.alive[n])
-            if len(finished[utt]) < self.k:
-                score = float(cand_scores[n, j])
-                tokens = beams.history[n * beams.width + int(cand_beams[n, j])].tolist()
-                finished[utt].append(Hypothesis(tokens, score, score / (step + 1) ** self.options.len_penalty))
+def _ranked(candidates: list[Hypothesis], references: list[Hypothesis], rankers: list[Ranker]) -> list[Hypothesis]:
+    for ranker in rankers:
+        candidates = ranker.rank(candidates, references)
+    return candidates
 
-    def _searching(self, finished: list[list[Hypothesis]], alive: Tensor, step: int, max_lens: Tensor) -> Tensor:
-        """(N,) bool: utterances with fewer than K finished hypotheses and below their maximum length."""
-        counts = torch.tensor([len(finished[u]) for u in alive.tolist()], device=alive.device)
-        return (counts < self.k) & (step < max_lens[alive])
 
-    def _advance(self, beams: _Beams, searching: Tensor, cand_scores: Tensor, cand_beams: Tensor,
-                 cand_tokens: Tensor) -> _Beams:
-        """Keeps the first K non-EOS candidates of the utterances still searched; reorders the cache (its
-        cross-attention rows only when utterances leave)."""
-        kept = searching.nonzero()[:, 0]  # (N',)
-        is_eos = (cand_tokens[kept] == self.options.eos_id).long()
-        order = (is_eos * cand_tokens.size(1) + torch.arange(cand_tokens.size(1), device=kept.device))
-        pick = order.argsort(dim=1)[:, : self.k]  # (N', K): first K non-EOS candidates, in rank order
-        # a candidate of a beam beyond the width scores -inf (dead): any row of its utterance serves
-        beam = cand_beams[kept].gather(1, pick).clamp(max=beams.width - 1)
-        rows = (kept[:, None] * beams.width + beam).flatten()  # (N' * K,)
-        tokens = cand_tokens[kept].gather(1, pick).flatten()
-        shrink = kept.numel() < searching.numel()
-        beams.cache.regroup(rows, kept if shrink else None, self.k)
-        enc = beams.enc.select(kept) if shrink else beams.enc
-        history = torch.cat([beams.history[rows], tokens[:, None]], dim=1)
-        return _Beams(beams.alive[kept], cand_scores[kept].gather(1, pick), history, enc, beams.cache, self.k)
+def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[int]]:
+    """Most probable token at each step, for B utterances at once -> B token lists (beam_size unused)."""
+    return [hyps[0].tokens for hyps in decode_with(model, enc, options, GreedyDecoder(options.eos_id))]
 
 
 def beam_search(model: Translator, enc: EncoderOutput,
                 options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
-    """Beam search for B utterances -> per utterance the `nbest` hypotheses, best normalised score first."""
-    return BeamSearch(model, options).search(enc)
+    """Beam search for B utterances -> per utterance the `returned` hypotheses (nbest; the beam with `mbr`),
+    ordered by the options' ranker (the length penalty: best normalised score first)."""
+    ranker = RANKERS[options.ranker](options, None)
+    found = decode_with(model, enc, options, beam(options))
+    return [ranker.rank(hyps, [])[:options.returned] for hyps in found]
 
 
-def search(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()) -> list[list[list[int]]]:
-    """The one dispatch every caller uses: greedy search when beam_size is 1 (nbest is then 1), beam search
-    otherwise -> per utterance its n-best token ids (the whole beam with `mbr`; eos stripped), best first,
-    then with `samples` that many epsilon samples."""
-    if options.beam_size == 1:
-        found = [[tokens] for tokens in greedy_search(model, enc, options)]
-    else:
-        found = [[h.tokens for h in hyps] for hyps in beam_search(model, enc, options)]
-    if options.samples:
-        return [f + drawn for f, drawn in zip(found, epsilon_samples(model, enc, options))]
-    return found
+class BeamSearch:
+    """Batched beam search of one model; `search(enc)` gives each utterance's n-best, best first (beam_search)."""
+
+    def __init__(self, model: Translator, options: DecodeOptions = DecodeOptions()):
+        self.model, self.options = model, options
+
+    def search(self, enc: EncoderOutput) -> list[list[Hypothesis]]:
+        """enc: EncoderOutput of B utterances -> B lists of `nbest` hypotheses, by normalised score."""
+        return beam_search(self.model, enc, self.options)
+
+
+def epsilon_samples(model: Translator, enc: EncoderOutput, options: DecodeOptions) -> list[list[list[int]]]:
+    """`options.samples` ancestral samples per utterance, each token drawn among those of probability at least
+    `options.epsilon` (epsilon sampling: Hewitt et al. 2022; as MBR's pseudo-references, Freitag et al. 2023)
+    -> B lists of token lists. Seeded by `options.seed`: the same batch gives the same samples."""
+    return [[h.tokens for h in drawn] for drawn in _epsilon_samples(model, enc, options, None)]
+
+
+def _epsilon_samples(model: Translator, enc: EncoderOutput, options: DecodeOptions,
+                     generator: torch.Generator | None) -> list[list[Hypothesis]]:
+    """epsilon_samples as hypotheses, drawn with `generator` (None: one seeded by options.seed)."""
+    b, k = enc.lengths.size(0), options.samples
+    rows = torch.arange(b, device=enc.x.device).repeat_interleave(k)
+    sampler = SamplingDecoder(options.eos_id, generator, options.seed, epsilon=options.epsilon)
+    drawn = decode_with(model, enc.select(rows), options, sampler)
+    return [[hyps[0] for hyps in drawn[i * k:(i + 1) * k]] for i in range(b)]

@@ -8,7 +8,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from speechmt.decoding import DecodeOptions, beam_search
 from speechmt.decoding.mbr import mbr_order, utility_matrix
-from speechmt.decoding.search import _epsilon_draw, epsilon_samples, greedy_search, search
+from speechmt.decoding.search import epsilon_samples, greedy_search, search
+from speechmt.decoding.token_decoders import draw
 from speechmt.decoding.translate import hypothesis_texts
 from speechmt.models import build_model, preset
 
@@ -124,7 +125,7 @@ def test_epsilon_samples_are_seeded_and_draw_only_tokens_above_epsilon():
 
 def test_epsilon_draw_never_picks_a_token_below_epsilon():
     lprobs = torch.tensor([[0.6, 0.3, 0.05, 0.05], [0.01, 0.01, 0.01, 0.97]]).log().repeat(500, 1)
-    tokens = _epsilon_draw(lprobs, 0.1, torch.Generator().manual_seed(0))
+    tokens = draw(lprobs, torch.Generator().manual_seed(0), epsilon=0.1)
     first, second = tokens[0::2], tokens[1::2]
     assert set(first.tolist()) == {0, 1} and set(second.tolist()) == {3}
     assert 0.6 < (first == 0).float().mean() < 0.74  # renormalised: 0.6 / 0.9 = 0.67
