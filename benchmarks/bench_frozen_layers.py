@@ -1,7 +1,7 @@
 """Training-update time of Whisper with LoRA in its encoder and decoder, against how many of its bottom encoder
 layers are frozen and cached (`encoder.frozen_layers`), on the same real batches in one process.
 
-For each setting N (0: the whole encoder adapted, as conf/st_whisper_base_enc_lora.yaml), the batches' encoder
+For each setting N (0: the whole encoder adapted, as research/mustc/conf/st_whisper_base_enc_lora.yaml), the batches' encoder
 input is prepared once outside the timing, as training reads it: log-mel features for N = 0, the states after
 layer N for N > 0 (what the cache holds). A timed update is forward, label-smoothed cross entropy, backward and
 an Adam step. The settings alternate within each repeat; the report gives each one's median seconds per update

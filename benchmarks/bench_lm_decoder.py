@@ -1,4 +1,4 @@
-"""Training-update time of speech translation into a language-model decoder (conf/st_lm_gemma.yaml: frozen Whisper
+"""Training-update time of speech translation into a language-model decoder (research/mustc/conf/st_lm_gemma.yaml: frozen Whisper
 base encoder, cached, -> conv bridge -> Gemma 3 270M with LoRA, output layer trimmed to the targets' tokens; and
 `lm-ctc`, conf/st_lm_gemma_ctc.yaml's stage: LoRA in Whisper's top 3 layers, a CTC head over the LM's tokens and
 the CTC compressor's soft embeddings, trained with CE + 0.3 CTC), against the top-3 Whisper recipe
@@ -113,7 +113,7 @@ def main() -> None:
     p.add_argument("--lm", default="gemma-3-270m")
     names = ["top3", "lm", "lm-ctc", "lm-fullhead"]
     p.add_argument("--settings", nargs="+", default=names, choices=names + [f"{n}@bf16" for n in names])
-    p.add_argument("--seconds", type=float, default=40.0, help="audio per batch (conf/st_lm_gemma.yaml's max_tokens)")
+    p.add_argument("--seconds", type=float, default=40.0, help="audio per batch (research/mustc/conf/st_lm_gemma.yaml's max_tokens)")
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bleu_by_voice.py --corpus corpora/mustc-kal \\
         --eval exp/st/eval_tst-COMMON --eval exp/st/eval_tst-kal
     .venv/bin/python benchmarks/bleu_by_voice.py --corpus corpora/mustc-kal \\
-        --benchmark reports/data-ablation --benchmark reports/data-ablation/tst-kal \\
+        --benchmark ../../research/mustc/reports/data-ablation --benchmark ../../research/mustc/reports/data-ablation/tst-kal \\
         --system "all-data lm-st" [--out by_voice.json] [--markdown by_voice.md]
 
 Sources are `speechmt evaluate` folders (--eval) or one --system of `speechmt benchmark` folders (--benchmark);

@@ -21,7 +21,8 @@ from speechmt.tasks.schedule import Stage, TaskData
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 # experiment configs (pretrain-audio's w2v_pretrain_*.yaml are flat PretrainAudioConfig files)
-EXPERIMENT_CONFS = sorted(p for p in RECIPES.glob("*/conf/*.yaml") if not p.name.startswith("w2v_pretrain"))
+EXPERIMENT_CONFS = sorted(p for folder in (RECIPES, RECIPES.parent / "research") for p in folder.glob("*/conf/*.yaml")
+                          if not p.name.startswith("w2v_pretrain"))  # the research log's configs load too
 
 
 def _rich_config() -> ExperimentConfig:

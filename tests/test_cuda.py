@@ -1,6 +1,6 @@
 """The CUDA path, where this machine has a GPU (skipped elsewhere; CI has none): the LM decoder's logits and beam
 search, Whisper's transcript handed to the LM as text, and bf16 training of an LM-decoder model, each against
-the same on the CPU. Run on a lent GPU machine with `pytest tests/test_cuda.py` (see recipes/mustc/RESULTS.md)."""
+the same on the CPU. Run on a lent GPU machine with `pytest tests/test_cuda.py` (see research/mustc/LOG.md)."""
 
 import dataclasses
 import json

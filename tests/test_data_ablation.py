@@ -1,4 +1,4 @@
-"""recipes/mustc/local/data_ablation.sh with a stand-in `speechmt` that records its calls: the steps in order, the
+"""research/mustc/local/data_ablation.sh with a stand-in `speechmt` that records its calls: the steps in order, the
 data sets' differences (all-data: its own folder, augmentation, encoder states live), runs started from the right
 checkpoints, benchmark systems named by data set first, CPU seconds per step, and a rerun that skips finished
 steps."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVER = REPO / "recipes" / "mustc" / "local" / "data_ablation.sh"
+DRIVER = REPO / "research" / "mustc" / "local" / "data_ablation.sh"
 STUB = """#!/bin/bash
 echo "speechmt $*" >> "$CALLS"
 out=""; prev=""

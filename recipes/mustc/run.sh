@@ -16,15 +16,16 @@
 #  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
 #  12  with --chimera-conf: Chimera (conf/st_chimera_whisper_base.yaml): extra MT text, MT -> ST+MT+contrastive,
 #      scored as ST and MT
-#  13  with --fat-conf and --fat-st-conf: FAT-MLM pretraining (conf/fat_mlm_mini.yaml on the conv encoder, or
-#      conf/fat_mlm_whisper_base.yaml on Whisper's) on the ST triples and the extra MT text, then FAT-ST
-#      (conf/st_fat_mini.yaml, conf/st_fat_whisper_base.yaml) initialised from it, averaged, BLEU on $test_sets;
-#      in $exp/<config name>
-#  14  with --tts-conf (conf/st_whisper_base_enc_lora_tts_sent.yaml): the extra MT text's whole sentences
-#      voiced into $root's split train-tts-sent (`speechmt synth-tts`: synthetic speech for text-only pairs)
+#  13  with --fat-conf and --fat-st-conf: FAT-MLM pretraining (conf/fat_mlm_whisper_base.yaml on Whisper's encoder,
+#      or ../../research/mustc/conf/fat_mlm_mini.yaml on the conv encoder) on the ST triples and the extra MT text,
+#      then FAT-ST (conf/st_fat_whisper_base.yaml, ../../research/mustc/conf/st_fat_mini.yaml) initialised from it,
+#      averaged, BLEU on $test_sets; in $exp/<config name>
+#  14  with --tts-conf (../../research/mustc/conf/st_whisper_base_enc_lora_tts_sent.yaml): the extra MT text's whole
+#      sentences voiced into $root's split train-tts-sent (`speechmt synth-tts`: synthetic speech for text-only pairs)
 #      and prepared, then ST on the corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
-#  15  with --lm-st-conf (conf/st_lm_gemma.yaml): Gemma 3 270M as the decoder: text MT ($lm_mt_conf) -> $exp/lm_mt,
-#      then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as MT and ST
+#  15  with --lm-st-conf (conf/st_lm_gemma_whisper_asr.yaml): Gemma 3 270M as the decoder: text MT ($lm_mt_conf)
+#      -> $exp/lm_mt, then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as
+#      MT and ST
 # Stages run unchanged on the released corpus and on the mini corpus. The defaults are fairseq's published S2T
 # setting (../PUBLISHED.md): unigram 8000 / 5000, conf/asr_s2t_s.yaml, conf/st_s2t_s.yaml, the last 10 epochs, beam 5.
 set -euo pipefail
@@ -51,13 +52,14 @@ whisper_conf=""             # a Whisper ST config (conf/st_whisper_base.yaml): s
 xstnet_conf=""              # an XSTNet config (conf/st_xstnet_whisper_base.yaml): stage 10
 lut_conf=""                 # a LUT config (conf/st_lut_whisper_base.yaml): stage 11
 chimera_conf=""             # a Chimera config (conf/st_chimera_whisper_base.yaml): stage 12
-fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_{mini,whisper_base}.yaml): stage 13, with fat_st_conf
-fat_st_conf=""              # a FAT-ST config (conf/st_fat_{mini,whisper_base}.yaml): stage 13, from FAT-MLM
-tts_conf=""                 # ST on the corpus + the voiced extra text (conf/st_whisper_base_enc_lora_tts_sent.yaml): stage 14
+fat_conf=""                 # a FAT-MLM config (conf/fat_mlm_whisper_base.yaml): stage 13, with fat_st_conf
+fat_st_conf=""              # a FAT-ST config (conf/st_fat_whisper_base.yaml): stage 13, from FAT-MLM
+tts_conf=""                 # ST on the corpus + the voiced extra text: stage 14
+                            # (../../research/mustc/conf/st_whisper_base_enc_lora_tts_sent.yaml)
 lm_mt_conf=conf/mt_lm_gemma.yaml  # text MT into a pretrained LM (Gemma 3 270M): stage 15, with lm_st_conf
 lm_ctc_conf=""              # the CTC bridge into that LM (conf/ctc_lm_gemma.yaml): stage 15, with
                             # lm_st_conf conf/st_lm_gemma_ctc.yaml, which starts from it and the MT run
-lm_st_conf=""               # ST into that LM from the MT adapters (conf/st_lm_gemma.yaml): stage 15
+lm_st_conf=""               # ST into that LM from the MT adapters (conf/st_lm_gemma_whisper_asr.yaml): stage 15
 exp=""                      # default: exp/en-$tgt_lang
 avg=10                      # checkpoints averaged: the last epochs' (train.save_interval_epochs), else updates'
 beam=5
@@ -70,7 +72,7 @@ usage() {
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
     echo "          [--chimera-conf CONF] [--fat-conf CONF --fat-st-conf CONF] [--tts-conf CONF]"
-    echo "          [--lm-st-conf conf/st_lm_gemma.yaml [--lm-mt-conf conf/mt_lm_gemma.yaml]]"
+    echo "          [--lm-st-conf ../../research/mustc/conf/st_lm_gemma.yaml [--lm-mt-conf conf/mt_lm_gemma.yaml]]"
     echo "          [--lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml]"
     echo "          [--lm-st-conf conf/st_lm_gemma_whisper_asr.yaml]   # Whisper's own search as the bridge"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"

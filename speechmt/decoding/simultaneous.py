@@ -14,7 +14,7 @@ more target tokens to commit (greedy search on the input read so far); committed
   least half of them vote for the last f frames (`attends_to_last`). Averaging the weights of all heads first,
   as this module did before, lets the many heads that rest on other frames outvote the few that track the
   input: on the bundled model's partial inputs it kept fewer of the tokens the whole input confirms for as
-  many wrong ones (recipes/mustc/reports/simultaneous). A language-model decoder (speechmt.models.lm_decoder)
+  many wrong ones (research/mustc/reports/simultaneous). A language-model decoder (speechmt.models.lm_decoder)
   has no cross-attention: it reads the source in its own sequence, after the prompt, so its self-attention from
   the next token's position over the source positions plays that part (every head of the top half of its
   layers), and f counts source positions: the bridge's frames, or a whisper_asr encoder's transcript tokens

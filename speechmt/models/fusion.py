@@ -9,7 +9,7 @@ to 1), and x = proj(out + g (sum_i a_i LN(h_i) - out)), out the top layer's stat
 at `gate` (0: the model starts exactly as without fusion; 1: the pure mix). The weights and the gate are a
 partition per task of `tasks` (a task not listed, or decoding, uses the first): only that task's batches run
 through it, so only its loss updates it. A stage's `freeze: [fusion.]` keeps them at their start while the rest
-learns, a later stage trains them: the progressive schedule of recipes/mustc/conf/st_lm_gemma_ctc_fusion.yaml.
+learns, a later stage trains them: the progressive schedule of research/mustc/conf/st_lm_gemma_ctc_fusion.yaml.
 Layers below encoder.frozen_layers are cached, not run: the lowest layer it can read is frozen_layers itself.
 """
 

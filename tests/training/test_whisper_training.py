@@ -237,7 +237,7 @@ def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_ab
 
 
 def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(trained_top, tiny_data, whisper_dir):
-    """init_encoder_from with prefixes speech_encoder. and decoder. (conf/st_xstnet_whisper_base_top3_from_st.yaml):
+    """init_encoder_from with prefixes speech_encoder. and decoder. (research/mustc/conf/st_xstnet_whisper_base_top3_from_st.yaml):
     every adapter of the ST run is copied into XSTNet, whose identity-start stack then hands the decoder the same
     states, so its translation log-probabilities equal the ST model's."""
     import dataclasses

@@ -15,14 +15,15 @@
 # reruns) in cpu_time.tsv and cpu_time.md: all in $report.
 #
 # Resumable: a finished step leaves $work/done/<step> and is skipped on a rerun; a killed training resumes from
-# its last checkpoint, a killed back-translation from its last finished line. Run from recipes/mustc:
-#   local/data_ablation.sh [--size full] [--hold-out-voice kal] [--jobs 2] [--beam 5]
+# its last checkpoint, a killed back-translation from its last finished line. It runs in recipes/mustc (data/, exp/,
+# corpora/ and conf/ there; relative options are read from there), from wherever it is called:
+#   research/mustc/local/data_ablation.sh [--size full] [--hold-out-voice kal] [--jobs 2] [--beam 5]
 # A smoke test on a tiny budget (minutes; tiny random stand-ins for Whisper and Gemma under $SPEECHMT_HOME):
-#   local/data_ablation.sh --size tiny --work /tmp/abl --report /tmp/abl/report --mt-updates 2 --ctc-updates 2 \
+#   research/mustc/local/data_ablation.sh --size tiny --work /tmp/abl --report /tmp/abl/report --mt-updates 2 --ctc-updates 2 \
 #       --st-updates 2 --bt-limit 4 --distill-limit 4 --tts-limit 10 --limit 4 --beam 1 \
 #       --train-args "train.save_interval_updates=1 train.validate_interval_updates=1 data.max_tokens=600"
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../../recipes/mustc"
 source ../common/env.sh
 
 size=full                   # MuST-C-mini size: tiny, small or full
@@ -31,7 +32,7 @@ seed=0
 jobs=2
 corpus=""                   # default: corpora/mustc-mini-$size-$hold_out_voice
 work=""                     # prepared data, sources and models; default: exp/data-ablation-$size
-report=reports/data-ablation
+report=../../research/mustc/reports/data-ablation
 mt_conf=conf/mt_lm_gemma.yaml
 ctc_conf=conf/ctc_lm_gemma.yaml
 st_conf=conf/st_lm_gemma_ctc.yaml
@@ -49,7 +50,7 @@ limit=""                    # benchmark only the first N utterances of each test
 
 usage() {
     echo "usage: $0 [--size tiny|small|full] [--hold-out-voice kal] [--seed 0] [--jobs 2] [--corpus DIR] [--work DIR]"
-    echo "          [--report reports/data-ablation] [--mt-updates N] [--ctc-updates N] [--st-updates N]"
+    echo "          [--report ../../research/mustc/reports/data-ablation] [--mt-updates N] [--ctc-updates N] [--st-updates N]"
     echo "          [--train-args \"key=value ...\"] [--bt-limit 2000] [--distill-limit 2000] [--tts-limit 3000]"
     echo "          [--augment \"data.augment_noise=0.3 ...\"] [--lm gemma-3-270m] [--beam 5] [--limit N]"
 }

@@ -18,12 +18,13 @@
 # again (delete its folder to redo it). Each system is the average of its last --average saved checkpoints
 # ($exp/sem_NAME/checkpoint_avg.safetensors), benchmarked alone into $exp/sem_NAME/bench; the report at --out joins
 # those rows (benchmark --compare) with every analysis, so systems can be added one session at a time.
-# Usage, from recipes/mustc:
-#   local/semantic_on_lm.sh [--data data/en-de] [--exp exp/en-de] [--mt CKPT] [--ctc CKPT] [--systems "baseline ..."]
+# It runs in recipes/mustc (data/, exp/ there; relative options are read from there), from wherever it is called;
+# the variants' configs are research/mustc/conf/'s, the baseline's recipes/mustc/conf/st_lm_gemma_ctc.yaml. Usage:
+#   research/mustc/local/semantic_on_lm.sh [--data data/en-de] [--exp exp/en-de] [--mt CKPT] [--ctc CKPT] [--systems "baseline ..."]
 #       [--split tst-COMMON] [--beam 5] [--limit N] [--analyze-split dev] [--analyze-limit N] [--out DIR] [--average N]
 #       [--overrides "key=value ..."]   (added to every `speechmt train`; a smoke test: "train.max_updates=4")
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../../recipes/mustc"
 source ../common/env.sh
 
 data=data/en-de
@@ -36,7 +37,7 @@ beam=5
 limit=""                    # only the first N utterances of $split in the benchmark
 analyze_split=dev
 analyze_limit=""            # only the first N (>= 4) utterances of $analyze_split in each analysis
-out=reports/semantic-on-lm
+out=../../research/mustc/reports/semantic-on-lm
 average=2                   # the last N saved checkpoints of each run, averaged
 overrides=""                # key=value overrides for every training, separated by spaces
 usage() {
@@ -52,11 +53,11 @@ start="\"$mt:decoder.\", \"$ctc:speech_encoder.,ctc_head.\""
 conf_of() {  # a system's config
     case "$1" in
         *-bf16) conf_of "${1%-bf16}" ;;
-        fusion-gate|fusion-fast) echo conf/st_lm_gemma_ctc_fusion.yaml ;;
-        procrustes-ls) echo conf/st_lm_gemma_ctc_procrustes.yaml ;;
+        fusion-gate|fusion-fast) echo ../../research/mustc/conf/st_lm_gemma_ctc_fusion.yaml ;;
+        procrustes-ls) echo ../../research/mustc/conf/st_lm_gemma_ctc_procrustes.yaml ;;
         baseline) echo conf/st_lm_gemma_ctc.yaml ;;
-        fat-st) echo conf/st_lm_gemma_ctc_fatst.yaml ;;
-        xstnet|lut|chimera|align|procrustes|fusion) echo "conf/st_lm_gemma_ctc_$1.yaml" ;;
+        fat-st) echo ../../research/mustc/conf/st_lm_gemma_ctc_fatst.yaml ;;
+        xstnet|lut|chimera|align|procrustes|fusion) echo "../../research/mustc/conf/st_lm_gemma_ctc_$1.yaml" ;;
         *) echo "$0: unknown system $1" >&2; exit 2 ;;
     esac
 }
@@ -94,7 +95,7 @@ averaged() {  # averaged NAME: the average of the run's last $average numbered c
 compares=() analyses=()
 for system in $systems; do
     case "$system" in
-        fat-st) train fat-mlm conf/fat_mlm_lm_gemma_ctc.yaml "$start"
+        fat-st) train fat-mlm ../../research/mustc/conf/fat_mlm_lm_gemma_ctc.yaml "$start"
                 train fat-st "$(conf_of fat-st)" "$start, \"$exp/sem_fat-mlm/checkpoint_last.safetensors:semantic.\"" ;;
         procrustes*) train "$system" "$(conf_of "$system")" "\"$mt:decoder.\"" ;;  # its projection is set by Procrustes
         *) train "$system" "$(conf_of "$system")" "$start" ;;

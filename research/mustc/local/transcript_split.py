@@ -1,6 +1,6 @@
 """A prepared split whose source texts are an ASR report's transcripts: the text an MT model reads in a cascade.
 
-    python local/transcript_split.py --report REPORT_DIR --data DATA --split tst-COMMON --out DATA2 --name tst-COMMON-wasr
+    python ../../research/mustc/local/transcript_split.py   # from recipes/mustc --report REPORT_DIR --data DATA --split tst-COMMON --out DATA2 --name tst-COMMON-wasr
 
 REPORT_DIR is `speechmt evaluate --task asr --out REPORT_DIR` of DATA's split (its results.tsv: id, ref, hyp, src);
 the new split DATA2/NAME.jsonl holds every record of the split with src_text replaced by its transcript, so that

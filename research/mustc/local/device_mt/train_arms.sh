@@ -2,7 +2,7 @@
 # On the GPU machine, from the repository root (README.md beside this file): joins the GGUF parts in $XFER
 # (default /root/xfer), imports them, trains the arms "all" and "corpus" of mt_lm_gemma_device.yaml for at most
 # SECONDS each, and packs their LoRA tensors into $OUT.
-# usage: bash recipes/mustc/local/device_mt/train_arms.sh SECONDS [key=value overrides...]
+# usage: bash research/mustc/local/device_mt/train_arms.sh SECONDS [key=value overrides...]
 set -u
 T=$1; shift
 HERE=$(dirname "$0")
