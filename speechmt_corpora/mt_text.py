@@ -12,7 +12,6 @@ n_frames 0, ids `<source>_<n>`: what `TextDataset` and the stages' `data_dir` re
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path

@@ -327,7 +327,8 @@ def benchmark_peer(path: str, split_ids: list[str], records: list[Record],
     if not_numbers:
         raise BenchmarkError(f"{path}: {', '.join(not_numbers)} must be numbers or null")
     if d["split"] != cfg.split:
-        warnings.warn(f"{path}: decoded split {d['split']!r}, benchmarked as {cfg.split!r} (the ids match)")
+        warnings.warn(f"{path}: decoded split {d['split']!r}, benchmarked as {cfg.split!r} (the ids match)",
+                      stacklevel=2)
     hyps = _peer_hypotheses(path, d, split_ids, records)
     row = _score_system(d["task"], hyps, records, cfg.edges, name=str(d["system"]), kind="peer", source=str(path),
                         params=d["params"], timed_utterances=len(d["ids"]), decode_seconds=d["decode_seconds"],

@@ -163,7 +163,7 @@ def quality_latency_table(rows: list[dict], offline: EvalReport | None = None) -
     quality as a percentage of it."""
     main, second = _metrics(rows)
     share = offline is not None and offline.metrics[main].score > 0
-    lines = [f"| policy | k | step ms | {main} |{f' % of offline |' if share else ''} {second} | AL s | LAAL s | "
+    lines = [f"| policy | k | step ms | {main} |{' % of offline |' if share else ''} {second} | AL s | LAAL s | "
              "AL s (CA) | LAAL s (CA) | RTF |",
              "|---|---:|---:|---:|" + ("---:|" if share else "") + "---:|---:|---:|---:|---:|---:|"]
     for row in rows:

@@ -30,7 +30,7 @@ from typing import Iterable
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from speechmt.evaluation.geometry import iterative_normalize, procrustes
 from speechmt.sequence import lengths_to_padding_mask

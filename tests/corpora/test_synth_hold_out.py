@@ -182,7 +182,7 @@ def test_an_unseen_voice_is_added_to_a_finished_build(corpus, capsys):
     stamp = wav.stat().st_mtime_ns
     assert add_unseen_voice(root, voice.name) == (split, after) and wav.stat().st_mtime_ns == stamp  # kept
     seen = voice_of(next(iter(_voices(root, "train").values()))).split(":")[1]
-    with pytest.raises(SynthError, match=f"already speaks with it .*an unseen voice must speak none of its talks"):
+    with pytest.raises(SynthError, match="already speaks with it .*an unseen voice must speak none of its talks"):
         add_unseen_voice(root, seen)
     with pytest.raises(SynthError, match="voice flite:kal: .* already speaks with it"):
         add_unseen_voice(root, "kal")  # the build's own held-out voice: refused, its split tst-kal untouched

@@ -172,7 +172,7 @@ def test_ten_minute_file_subtitles_parse_cover_the_speech_and_never_overlap(tmp_
     subs = list(srt.parse(capsys.readouterr().out))
     cues = [(s.start.total_seconds(), s.end.total_seconds()) for s in subs]
     assert len(speech) == 147 and len(speech) <= len(cues) <= len(speech) + 5  # about one sentence each
-    for (a0, a1), (b0, b1) in zip(cues, cues[1:]):
+    for (_, a1), (b0, _) in zip(cues, cues[1:]):
         assert a1 <= b0
     for s in subs:
         assert 1.0 <= (s.end - s.start).total_seconds() <= 7.0

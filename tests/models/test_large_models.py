@@ -139,7 +139,7 @@ def test_a_bf16_base_runs_outside_autocast_where_nothing_mixes(whisper_dir, lm_d
 def test_a_delta_checkpoint_on_a_bf16_base_reloads_exactly_and_knows_its_base(whisper_dir, lm_dir, tmp_path):
     model = whisper_lm(whisper_dir, lm_dir)
     with torch.no_grad():
-        for n, p in model.named_parameters():
+        for p in model.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))
     base = base_reference(model)

@@ -62,7 +62,7 @@ def _reference(x: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor, mod
                 runs[-1].append(t)
             previous = label
         runs = runs or [list(range(int(lengths[b])))]
-        pick = (lambda r: x[b, r].mean(0)) if mode == "mean" else (lambda r: x[b, r[0]])
+        pick = (lambda r: x[b, r].mean(0)) if mode == "mean" else (lambda r: x[b, r[0]])  # noqa: B023 (used at once)
         result.append(torch.stack([pick(r) for r in runs]))
     return result
 

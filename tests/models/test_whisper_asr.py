@@ -340,7 +340,7 @@ def test_the_state_before_a_token_is_the_one_whose_output_layer_chose_it(hf):
     asr = encoders["before"]
     for row, tokens in enumerate(ids):  # the greedy search's choice at each state before a token is that token
         logits = asr.decoder.output(states[row, : len(tokens)])
-        assert [int(_banned(l, i, asr.eos_id).argmax()) for i, l in enumerate(logits)] == tokens
+        assert [int(_banned(row, i, asr.eos_id).argmax()) for i, row in enumerate(logits)] == tokens
     norm = torch.nn.functional.layer_norm
     before, after = norm(states[:, :-1], (32,)), norm(states[:, 1:], (32,))
     assert encoders["both"].proj.in_features == 64 and encoders["after"].proj.in_features == 32

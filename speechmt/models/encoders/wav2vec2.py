@@ -181,6 +181,6 @@ def feature_extractor_settings(name_or_path: str) -> WaveformConfig:
         fe = AutoFeatureExtractor.from_pretrained(name_or_path)
     except (OSError, ValueError) as e:
         warnings.warn(f"{name_or_path}: no feature extractor config ({str(e).splitlines()[0]}); "
-                      "using 16 kHz input normalised per utterance")
+                      "using 16 kHz input normalised per utterance", stacklevel=2)
         return WaveformConfig()
     return WaveformConfig(int(getattr(fe, "sampling_rate", 16000)), bool(getattr(fe, "do_normalize", True)))

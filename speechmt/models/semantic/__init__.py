@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-from torch import nn
 
 from speechmt.checks import raise_problems
 from speechmt.models.fat_mlm import FatMLMOptions
