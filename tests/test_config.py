@@ -340,7 +340,7 @@ def test_malformed_yaml_is_one_line_naming_file_line_and_column(tmp_path, capfd,
     assert str(e.value) == f"{path}:{where}: not valid YAML: {problem}"
     from speechmt.cli import main
 
-    for command in (["train", "--config", str(path)], ["pretrain-audio", "--config", str(path)]):
+    for command in (["train", "--config", str(path)], ["research", "pretrain-audio", "--config", str(path)]):
         assert main(command) == 2
         err = capfd.readouterr().err
         assert err == f"speechmt: error: {path}:{where}: not valid YAML: {problem}\n"

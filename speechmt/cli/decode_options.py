@@ -35,8 +35,8 @@ def add_memory_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", nargs="+", metavar="MANIFEST",
                    help="a model that reads retrieved examples before the speech (decoder.examples): the manifests "
                    "(.jsonl) whose translation pairs it searches by its own transcript, e.g. the training pairs "
-                   "DATA/train.jsonl DATA/mt-text/train.jsonl, or memory folders or names (`speechmt synth-memory` builds "
-                   "ding-en-de) (default: the memory the model names, decoder.memory)")
+                   "DATA/train.jsonl DATA/mt-text/train.jsonl, or memory folders or names (`speechmt data "
+                   "synth-memory` builds ding-en-de) (default: the memory the model names, decoder.memory)")
 
 
 def add_mbr_option(p: argparse.ArgumentParser) -> None:

@@ -22,8 +22,10 @@ from speechmt.decoding.segment import SegmentConfig
 
 WAV = "a.wav"  # parsing comes first: no file is read before the options pass
 DATA = ["--data", "data", "--split", "dev"]
-TRANSLATE, EVALUATE, BENCHMARK = ["translate", WAV], ["evaluate", *DATA], ["benchmark", *DATA, "--out", "b"]
+TRANSLATE, EVALUATE = ["translate", WAV], ["evaluate", *DATA]
+BENCHMARK = ["research", "benchmark", *DATA, "--out", "b"]
 NO_CUDA = "CUDA is not available on this machine"
+GROUPS = ("data", "import", "research")
 
 # (command line, option named, words of what is allowed)
 CASES = [
@@ -66,12 +68,12 @@ CASES = [
     (BENCHMARK + ["--buckets", "-2"], "--buckets", "expected a finite number > 0"),
     (BENCHMARK + ["--buckets", "4", "2"], "--buckets", "expected increasing seconds"),
     (["average", "exp", "--out", "a.safetensors", "--last", "0"], "--last", "expected an integer from 1 to"),
-    (["synth", "--corpus", "mustc", "--out", "o", "--jobs", "0"], "--jobs", "expected an integer from 1 to 256"),
-    (["synth", "--corpus", "mustc", "--out", "o", "--seed", "-1"], "--seed", "expected an integer from 0 to"),
-    (["vocab", "a.jsonl", "--out", "s.model", "--vocab-size", "0"], "--vocab-size", "expected an integer from 1 to"),
-    (["retrieve", "--data", "d", "--splits", "train", "--k", "0"], "--k", "expected an integer from 1 to 16"),
+    (["data", "synth", "mustc", "--out", "o", "--jobs", "0"], "--jobs", "expected an integer from 1 to 256"),
+    (["data", "synth", "mustc", "--out", "o", "--seed", "-1"], "--seed", "expected an integer from 0 to"),
+    (["data", "vocab", "a.jsonl", "--out", "s.model", "--vocab-size", "0"], "--vocab-size", "expected an integer from 1 to"),
+    (["data", "retrieve", "--data", "d", "--splits", "train", "--k", "0"], "--k", "expected an integer from 1 to 16"),
     (["train", "model.decoder.examples=17"], "model.decoder.examples", "expected an integer from 0 to 16"),
-    *[(["prepare", *corpus, "--root", "r", "--tgt-lang", "de", "--out", "o", *extra], option, allowed)
+    *[(["data", "prepare", *corpus, "--root", "r", "--tgt-lang", "de", "--out", "o", *extra], option, allowed)
       for corpus in (["mustc"], ["covost2", "--src-lang", "en"])
       for extra, option, allowed in ((["--jobs", "0"], "--jobs", "from 1 to 256"),
                                      (["--min-frames", "-1"], "--min-frames", "from 0 to"),
@@ -93,8 +95,9 @@ CASES = [
     (["train", "model.lora.dropout=1"], "model.lora.dropout", "expected a finite number >= 0 and < 1"),
     (["train", "model.encoder.layerdrop=1.5"], "model.encoder.layerdrop", "expected a number from 0 to 1"),
     (["train", "train.device=tpu"], "train.device", "not a known device; expected auto, cpu"),
-    (["pretrain-audio", "a.jsonl", "--out", "o", "--set", "max_updates=0"], "max_updates", "expected an integer >= 1"),
-    (["pretrain-audio", "a.jsonl", "--out", "o", "--set", "lr=abc"], "lr", "expected a finite number"),
+    (["research", "pretrain-audio", "a.jsonl", "--out", "o", "max_updates=0"], "max_updates",
+     "expected an integer >= 1"),
+    (["research", "pretrain-audio", "a.jsonl", "--out", "o", "lr=abc"], "lr", "expected a finite number"),
 ]
 if not torch.cuda.is_available():
     CASES += [(cmd + ["--device", dev], "--device", NO_CUDA)
@@ -120,7 +123,8 @@ def test_a_bad_option_is_one_line_naming_it_and_exit_status_2(argv, option, allo
     status, err = _run_in_process(argv)
     line = _one_line(err)
     assert status == 2
-    command = " ".join(argv[:2] if argv[0] == "prepare" else argv[:1])
+    words = 3 if argv[:2] == ["data", "prepare"] else 2 if argv[0] in GROUPS else 1
+    command = " ".join(argv[:words])
     allowed = (allowed,) if isinstance(allowed, str) else allowed  # alternatives: Python versions word it apart
     assert line.startswith(f"speechmt {command}: error: ") and option in line and any(a in line for a in allowed), line
 
@@ -163,7 +167,7 @@ def test_a_file_that_is_not_a_model_is_one_line_for_every_command_that_loads_one
     for argv in (["translate", str(wav), "--model", str(junk)],
                  ["translate", str(wav), "--cascade", str(junk), str(junk)],
                  ["evaluate", "--model", str(junk), "--data", str(tiny_data), "--split", "dev", "--out", str(tmp_path / "e")],
-                 ["benchmark", "--model", str(junk), "--data", str(tiny_data), "--split", "dev", "--out", str(tmp_path / "b")],
+                 ["research", "benchmark", "--model", str(junk), "--data", str(tiny_data), "--split", "dev", "--out", str(tmp_path / "b")],
                  ["average", str(junk), str(junk), "--out", str(tmp_path / "avg.safetensors")],
                  ["export", str(junk), "--out", str(tmp_path / "m.safetensors")]):
         status, err = _run_in_process(argv)
@@ -171,7 +175,7 @@ def test_a_file_that_is_not_a_model_is_one_line_for_every_command_that_loads_one
 
 
 def test_retrieve_names_a_missing_split_in_one_line(tiny_data, tmp_path):
-    status, err = _run_in_process(["retrieve", "--data", str(tiny_data), "--splits", "dev", "tst-HE", "--memory", "train"])
+    status, err = _run_in_process(["data", "retrieve", "--data", str(tiny_data), "--splits", "dev", "tst-HE", "--memory", "train"])
     assert status == 2 and "tst-HE.jsonl: no split 'tst-HE'" in _one_line(err) and "prepared: dev" in err
     assert not (tiny_data / "examples").exists()  # nothing written when a split is missing
 

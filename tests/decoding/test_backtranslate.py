@@ -99,17 +99,17 @@ def test_round_trip_score_and_threshold_counted(tmp_path):
 
 
 def test_backtranslate_command_with_the_tiny_lm(lm, tmp_path, capsys):
-    args = ["backtranslate", "--input", str(text_file(tmp_path)), "--out", str(tmp_path / "bt"), "--src-lang", "en",
+    args = ["data", "backtranslate", "--input", str(text_file(tmp_path)), "--out", str(tmp_path / "bt"), "--src-lang", "en",
             "--tgt-lang", "de", "--lm", str(lm), "--round-trip", "--max-new-tokens", "5", "--batch-size", "4"]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["generated"] == 5 and summary["generator"].startswith("causal LM")
     assert summary["round_trip_generator"].startswith("causal LM") and summary["throughput"]["lines_per_second"] > 0
     assert summary["pairs"] + sum(summary["dropped"].values()) == 5
-    assert main(["distill", "--input", "x", "--out", str(tmp_path / "d"), "--src-lang", "en", "--tgt-lang", "de",
+    assert main(["data", "distill", "--input", "x", "--out", str(tmp_path / "d"), "--src-lang", "en", "--tgt-lang", "de",
                  "--model", str(tmp_path / "none.safetensors")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
-    assert main(["distill", "--input", "x", "--out", "y", "--src-lang", "en", "--tgt-lang", "xx", "--lm", str(lm)]) == 2
+    assert main(["data", "distill", "--input", "x", "--out", "y", "--src-lang", "en", "--tgt-lang", "xx", "--lm", str(lm)]) == 2
     assert "no few-shot prompt for language 'xx'" in capsys.readouterr().err
 
 
@@ -124,12 +124,12 @@ def test_distill_with_a_speechmt_mt_checkpoint(tiny_data, tmp_path, capsys):
     ckpt = tmp_path / "mt" / "checkpoint_last.safetensors"
     capsys.readouterr()
     src = tiny_data / "train.jsonl"
-    assert main(["distill", "--input", str(src), "--out", str(tmp_path / "kd"), "--src-lang", "en", "--tgt-lang", "de",
+    assert main(["data", "distill", "--input", str(src), "--out", str(tmp_path / "kd"), "--src-lang", "en", "--tgt-lang", "de",
                  "--model", str(ckpt), "--max-new-tokens", "4", "--round-trip", str(ckpt)]) == 0
     summary = json.loads(capsys.readouterr().out)
     n = len(read_manifest(src))
     assert summary["generated"] == n and summary["config"]["field"] == "src_text"
     assert summary["round_trip_generator"].startswith("checkpoint")
-    assert main(["backtranslate", "--input", str(src), "--out", str(tmp_path / "bt"), "--src-lang", "en",
+    assert main(["data", "backtranslate", "--input", str(src), "--out", str(tmp_path / "bt"), "--src-lang", "en",
                  "--tgt-lang", "de", "--model", str(ckpt), "--round-trip"]) == 2
     assert "--round-trip without a value reuses --lm" in capsys.readouterr().err

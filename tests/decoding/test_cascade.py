@@ -91,7 +91,7 @@ def test_evaluate_without_model_uses_the_default_model_and_fails_on_missing_data
 
 @pytest.mark.slow
 def test_benchmark_scores_the_cascade_as_one_system(pair, tiny_data, tmp_path, capsys):
-    assert main(["benchmark", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
+    assert main(["research", "benchmark", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
                  "--out", str(tmp_path / "b")]) == 0
     (row,) = json.loads((tmp_path / "b/benchmark.json").read_text())["systems"]
     asr, mt = (load_model(p) for p in pair)

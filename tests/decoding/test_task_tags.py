@@ -184,7 +184,7 @@ def test_task_goes_with_model_not_with_a_cascade(command, capsys):
 def test_one_multi_task_checkpoint_is_st_asr_mt_and_a_cascade_in_one_benchmark(multi, tiny_data, tmp_path, capsys):
     """XSTNet's comparison: the same checkpoint as end-to-end ST, ASR, text MT, and ASR -> MT cascade."""
     out = tmp_path / "bench"
-    assert main(["benchmark", "--data", str(tiny_data), "--split", "dev", "--out", str(out), "--beam", "2",
+    assert main(["research", "benchmark", "--data", str(tiny_data), "--split", "dev", "--out", str(out), "--beam", "2",
                  "--model", str(multi), "--model", str(multi), "--model", str(multi), "--task", "st", "--task", "asr",
                  "--task", "mt", "--name", "st", "--name", "asr", "--name", "mt",
                  "--cascade", str(multi), str(multi)]) == 0

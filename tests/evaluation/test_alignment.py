@@ -140,7 +140,7 @@ def test_every_transcript_word_has_speech_units_on_a_tiny_ctc_model(tiny_data, t
         assert _words(speech, name) == expected
         assert [len(s) for s in speech.words[name]] == [len(s) for s in text.words["text.out"]]
     out = tmp_path / "an"
-    assert main(["analyze", "--model", str(path), "--data", str(tiny_data), "--split", "train", "--out", str(out)]) == 0
+    assert main(["research", "analyze", "--model", str(path), "--data", str(tiny_data), "--split", "train", "--out", str(out)]) == 0
     r = json.loads((out / "analysis.json").read_text())
     assert r["speech"]["words"]["n_words"] == r["text"]["words"]["n_words"] == 36
     assert r["speech"]["words"]["units"] == [FORCED] * 5 and r["speech"]["words"]["skipped"] == []
@@ -158,7 +158,7 @@ def test_utterances_whose_transcript_does_not_fit_are_skipped_and_counted(tiny_d
     write_manifest(data / "train.jsonl", records)
     path = tiny_checkpoint(tiny_data, tmp_path / "m.safetensors", ctc=True, text_encoder={"layers": 2})
     out = tmp_path / "an"
-    assert main(["analyze", "--model", str(path), "--data", str(data), "--split", "train", "--out", str(out)]) == 0
+    assert main(["research", "analyze", "--model", str(path), "--data", str(data), "--split", "train", "--out", str(out)]) == 0
     r = json.loads((out / "analysis.json").read_text())
     words = r["speech"]["words"]
     assert words["skipped"] == [records[1].id] and words["units"] == [FORCED] * 5

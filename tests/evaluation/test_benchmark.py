@@ -118,7 +118,7 @@ def test_cli_writes_files_and_compare_round_trips(tiny_model, tiny_data, tmp_pat
     refs = [r.tgt_text for r in records]
     peer = _write_peer(tmp_path / "p.json", [r.id for r in records], _known_hyps(refs), system="Peer (beam 5)")
     out = tmp_path / "b1"
-    assert main(["benchmark", "--model", str(tiny_model), "--peer", str(peer), "--data", str(tiny_data),
+    assert main(["research", "benchmark", "--model", str(tiny_model), "--peer", str(peer), "--data", str(tiny_data),
                  "--split", SPLIT, "--out", str(out), "--beam", "1"]) == 0
     printed = capsys.readouterr().out
     assert "| system | task | params |" in printed and "BLEU by source audio duration" in printed
@@ -131,7 +131,7 @@ def test_cli_writes_files_and_compare_round_trips(tiny_model, tiny_data, tmp_pat
     assert first["machine"]["cpu_count"] >= 1 and "tok:13a" in first["signatures"]["BLEU"][0]
 
     out2 = tmp_path / "b2"
-    assert main(["benchmark", "--compare", str(out / "benchmark.json"), "--data", str(tiny_data), "--split", SPLIT,
+    assert main(["research", "benchmark", "--compare", str(out / "benchmark.json"), "--data", str(tiny_data), "--split", SPLIT,
                  "--out", str(out2)]) == 0
     second = json.loads((out2 / "benchmark.json").read_text())
     for a, b in zip(first["systems"], second["systems"], strict=True):
@@ -145,7 +145,7 @@ def _model_name(path: Path) -> str:
 
 
 def _cli_error(capsys, *args: str) -> str:
-    assert main(["benchmark", *args]) == 2
+    assert main(["research", "benchmark", *args]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     return captured.err.strip()
@@ -173,7 +173,7 @@ def test_compare_needs_the_same_utterances(tiny_data, tmp_path, capsys):
     records = read_manifest(tiny_data / f"{SPLIT}.jsonl")
     peer = _write_peer(tmp_path / "p.json", [r.id for r in records], [r.tgt_text for r in records])
     common = ["--data", str(tiny_data), "--split", SPLIT]
-    assert main(["benchmark", "--peer", str(peer), *common, "--out", str(tmp_path / "b1")]) == 0
+    assert main(["research", "benchmark", "--peer", str(peer), *common, "--out", str(tmp_path / "b1")]) == 0
     capsys.readouterr()
     result = tmp_path / "b1" / "benchmark.json"
     assert _cli_error(capsys, "--compare", str(result), *common, "--limit", "3", "--out", str(tmp_path / "b2")) == \
@@ -206,7 +206,7 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     mapped = _write_analysis(tmp_path / "an_a", 0.6, word=0.5)
     plain = _write_analysis(tmp_path / "an_b", None, procrustes=False)
     out = tmp_path / "b1"
-    assert main(["benchmark", *(a for p in peers for a in ("--peer", str(p))), "--analysis", f"A={mapped}",
+    assert main(["research", "benchmark", *(a for p in peers for a in ("--peer", str(p))), "--analysis", f"A={mapped}",
                  "--analysis", f"B={plain / 'analysis.json'}", "--data", str(tiny_data), "--split", SPLIT,
                  "--out", str(out)]) == 0
     capsys.readouterr()
@@ -229,7 +229,7 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     assert (rows[1]["analysis"]["map"], rows[1]["analysis"]["cka"]) == ("none", None) and rows[2]["analysis"] is None
     assert load_benchmark(out).systems[0].analysis == rows[0]["analysis"]  # --compare keeps the numbers
     plain_run = tmp_path / "b2"
-    assert main(["benchmark", "--peer", str(peers[2]), "--data", str(tiny_data), "--split", SPLIT,
+    assert main(["research", "benchmark", "--peer", str(peers[2]), "--data", str(tiny_data), "--split", SPLIT,
                  "--out", str(plain_run)]) == 0
     assert "| device | commit |\n|---" in (plain_run / "benchmark.md").read_text()  # no analysis: no columns
 
@@ -244,7 +244,7 @@ def test_the_report_correlates_the_gap_with_bleu(tiny_data, tmp_path, capsys):
     analyses = [_write_analysis(tmp_path / f"an_{n}", cka, p1=p1, word=w)
                 for n, cka, p1, w in (("A", 0.9, 0.1, 0.6), ("B", 0.5, 0.2, 0.4), ("C", 0.1, 0.3, 0.2))]
     out = tmp_path / "b"
-    assert main(["benchmark", *(a for p in peers for a in ("--peer", str(p))),
+    assert main(["research", "benchmark", *(a for p in peers for a in ("--peer", str(p))),
                  *(a for n, d in zip("ABC", analyses) for a in ("--analysis", f"{n}={d}")),
                  "--data", str(tiny_data), "--split", SPLIT, "--out", str(out)]) == 0
     capsys.readouterr()

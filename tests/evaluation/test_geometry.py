@@ -244,7 +244,7 @@ SPEECH = ["speech.encoder.subsampled", "speech.encoder.layer.0", "speech.encoder
 def test_cli_analyze_own_text_encoder(tiny_data, tmp_path, capsys):
     model = tiny_checkpoint(tiny_data, tmp_path / "m.safetensors", ctc=True, shrink="ctc", text_encoder={"layers": 2})
     out = tmp_path / "an"
-    assert main(["analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
+    assert main(["research", "analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
                  "--limit", "4"]) == 0
     assert "4 utterances; top layers speech.out / text.out: CKA" in capsys.readouterr().out
     r = json.loads((out / "analysis.json").read_text())
@@ -275,7 +275,7 @@ def test_cli_analyze_with_an_external_text_encoder(tiny_data, tiny_bert, tmp_pat
     """A speech-only model against a tiny BERT (width 16 against 64): no raw retrieval, a Procrustes map."""
     model = tiny_checkpoint(tiny_data, tmp_path / "st.safetensors")
     out = tmp_path / "an"
-    assert main(["analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
+    assert main(["research", "analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
                  "--limit", "4", "--text-model", str(tiny_bert)]) == 0
     r = json.loads((out / "analysis.json").read_text())
     assert r["text_layers"] == ["text.hf.embeddings", "text.hf.layer.0", "text.hf.layer.1"]
@@ -289,7 +289,7 @@ def test_cli_analyze_with_an_external_text_encoder(tiny_data, tiny_bert, tmp_pat
 
 def test_cli_analyze_bad_input_is_one_line(tiny_data, tmp_path, capsys):
     model = tiny_checkpoint(tiny_data, tmp_path / "st.safetensors")
-    args = ["analyze", "--model", str(model), "--data", str(tiny_data), "--out", str(tmp_path / "an")]
+    args = ["research", "analyze", "--model", str(model), "--data", str(tiny_data), "--out", str(tmp_path / "an")]
     assert main([*args, "--split", "train"]) == 2
     err = capsys.readouterr().err
     assert err == (f"speechmt: error: {model}: the model has no text encoder (and source tokenizer); name a Hugging "

@@ -198,7 +198,7 @@ def test_cli_converts_and_replaces_an_existing_folder(case, tmp_path, capsys):
     out = tmp_path / "hf"
     out.mkdir()
     (out / "stale.txt").write_text("old")
-    assert main(["import-gguf", str(path), "--out", str(out)]) == 0
+    assert main(["import", "gguf", str(path), "--out", str(out)]) == 0
     assert "stale.txt" not in {p.name for p in out.iterdir()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
     assert f"{out}: Hugging Face causal LM of {path} (float32)" in capsys.readouterr().out
@@ -273,7 +273,7 @@ def test_bad_input_gives_one_line_naming_the_file(kind, expected, tmp_path, caps
     path = _broken(kind, tmp_path)
     with pytest.raises(HFImportError, match=f"^{path}: "):
         import_gguf(path, tmp_path / "hf")
-    assert main(["import-gguf", str(path), "--out", str(tmp_path / "hf")]) == 2
+    assert main(["import", "gguf", str(path), "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err  # transformers' progress bars may come first
     last = err.splitlines()[-1]
     assert last.startswith(f"speechmt: error: {path}: ") and expected in last, err

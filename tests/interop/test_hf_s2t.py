@@ -280,7 +280,7 @@ def test_not_a_speech2text_model_fails_with_one_line(tmp_path, capsys):
     (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(HFImportError, match="not a Hugging Face Speech2Text model \\(model_type 'bert'\\)"):
         import_hf_s2t(tmp_path / "bert", tmp_path / "x.safetensors")
-    assert main(["import-hf", str(tmp_path / "empty"), "--out", str(tmp_path / "x.safetensors")]) == 2
+    assert main(["import", "hf", str(tmp_path / "empty"), "--out", str(tmp_path / "x.safetensors")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("speechmt: error: ") and err.count("\n") == 1
     assert not (tmp_path / "x.safetensors").exists()

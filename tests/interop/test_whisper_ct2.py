@@ -156,7 +156,7 @@ def test_cli_converts_and_replaces_an_existing_folder(ct2_dirs, tmp_path, capsys
     out = tmp_path / "hf"
     out.mkdir()
     (out / "stale.txt").write_text("old")
-    assert main(["import-whisper", str(ct2_dirs["float16"]), "--out", str(out)]) == 0
+    assert main(["import", "whisper", str(ct2_dirs["float16"]), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json", "generation_config.json", "model.safetensors", "preprocessor_config.json",
         "tokenizer.json", "tokenizer_config.json"]
@@ -213,7 +213,7 @@ def test_broken_inputs_give_one_line_errors(ct2_dirs, tmp_path, case, expected, 
     message = str(info.value)
     assert "\n" not in message and expected in message and str(folder) in message
     assert not (tmp_path / "hf").exists()
-    assert main(["import-whisper", str(folder), "--out", str(tmp_path / "hf")]) == 2
+    assert main(["import", "whisper", str(folder), "--out", str(tmp_path / "hf")]) == 2
     assert capsys.readouterr().err == f"speechmt: error: {message}\n"
 
 

@@ -20,8 +20,8 @@ def _pretrain(tiny_data, out, updates: int, *extra: str) -> int:
     conf = out.parent / f"{out.name}.yaml"
     conf.write_text(yaml.safe_dump({"hf_config": tiny_wav2vec2_fields(), "max_tokens": 500, "warmup_updates": 2,
                                     "log_interval": 1, "save_interval_updates": 2, "lr": 1e-3, "seed": 3}))
-    return main(["pretrain-audio", str(tiny_data / "train.jsonl"), str(tiny_data / "dev.jsonl"), "--out", str(out),
-                 "--config", str(conf), "--set", f"max_updates={updates}", *extra])
+    return main(["research", "pretrain-audio", str(tiny_data / "train.jsonl"), str(tiny_data / "dev.jsonl"), "--out", str(out),
+                 "--config", str(conf), f"max_updates={updates}", *extra])
 
 
 def test_pretrain_audio_runs_and_its_output_loads_as_the_wav2vec2_encoder(tiny_data, tmp_path, monkeypatch, capsys):
@@ -32,6 +32,8 @@ def test_pretrain_audio_runs_and_its_output_loads_as_the_wav2vec2_encoder(tiny_d
     assert {"config.json", "model.safetensors", "preprocessor_config.json", STATE_FILE} <= {p.name for p in out.iterdir()}
     assert not (out / ".staging").exists()
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["type"] == "setup" and log[0]["world_size"] == 1
+    log = [x for x in log if x["type"] == "train"]
     assert [x["step"] for x in log] == [1, 2, 3, 4]  # run by the trainer: its log lines, objective wav2vec2
     assert all(np.isfinite(x["loss"]) and x["wav2vec2_masked_frames"] >= 10 and x["wav2vec2_contrastive"] > 0
                for x in log)
@@ -78,9 +80,9 @@ def test_pretrain_config_overrides_and_errors(tmp_path, capsys):
     cfg = load_pretrain_config(None, ["hf_config.num_hidden_layers=6", "lr=1e-4"], manifests=["a.jsonl"], out="o")
     assert cfg.hf_config["num_hidden_layers"] == 6 and cfg.hf_config["hidden_size"] == 256 and cfg.lr == 1e-4
     assert cfg.manifests == ("a.jsonl",)
-    assert main(["pretrain-audio", "a.jsonl", "--out", str(tmp_path), "--set", "max_update=3"]) == 2
+    assert main(["research", "pretrain-audio", "a.jsonl", "--out", str(tmp_path), "max_update=3"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt: error: unknown pretrain-audio option(s): max_update"
-    assert main(["pretrain-audio", "--out", str(tmp_path)]) == 2
+    assert main(["research", "pretrain-audio", "--out", str(tmp_path)]) == 2
     assert "pretrain-audio: no manifests to pretrain on" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="missing.yaml: config file not found"):
         load_pretrain_config(tmp_path / "missing.yaml")
