@@ -13,7 +13,7 @@ from argparse import ArgumentTypeError
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Final, Literal, TypeVar, Union, cast
 
 from speechmt import checks as opt
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from speechmt.decoding.search import DecodeOptions
     from speechmt.decoding.simultaneous import Commit
     from speechmt.decoding.subtitles import Cue
     from speechmt.decoding.translate import LoadedModel, Translation
@@ -29,7 +30,8 @@ Task = Literal["st", "asr", "mt"]
 Dtype = Literal["float32", "bfloat16"]
 Policy = Literal["wait-k", "alignatt"]
 Audio = Union[str, os.PathLike, "np.ndarray"]
-TRANSLATE_TASKS = ("st", "asr")  # what a model does with audio; "mt" (text in) is evaluate's
+TASKS: Final[tuple[Task, ...]] = ("st", "asr", "mt")
+TRANSLATE_TASKS: Final[tuple[Task, ...]] = ("st", "asr")  # what a model does with audio; "mt" (text in) is evaluate's
 T = TypeVar("T")
 
 
@@ -56,25 +58,46 @@ def checked_device(value: object) -> str:
     return str(value)
 
 
-def checked_task(value: object, allowed: tuple[str, ...]) -> str | None:
+def checked_task(value: object, allowed: tuple[Task, ...]) -> Task | None:
     """`value` when it is one of `allowed` or None (the model's own task); OptionError otherwise."""
-    if value is not None and value not in allowed:
-        raise OptionError(f"task: invalid value {str(value)!r}: expected one of {', '.join(allowed)} (or None: the "
-                          "model's own task)")
-    return value  # type: ignore[return-value]
+    if value is None:
+        return None
+    for task in allowed:
+        if value == task:
+            return task
+    raise OptionError(f"task: invalid value {str(value)!r}: expected one of {', '.join(allowed)} (or None: the "
+                      "model's own task)")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """The search options besides the beam, checked (`search_options`): LoadedModel.decode_options's keyword
+    arguments, which `translate`, `cascade_translate` and `evaluate_cascade` pass on to it."""
+
+    len_penalty: float
+    max_len_a: float
+    max_len_b: int
+    min_len: int
+    mbr: str | None
+    samples: int
+
+    def decode_options(self, lm: LoadedModel, beam: int) -> DecodeOptions:
+        """`lm`'s DecodeOptions with `beam` and these options."""
+        return lm.decode_options(beam, len_penalty=self.len_penalty, max_len_a=self.max_len_a,
+                                 max_len_b=self.max_len_b, min_len=self.min_len, mbr=self.mbr, samples=self.samples)
 
 
 def search_options(beam: int, len_penalty: float, max_len_a: float, max_len_b: int, min_len: int,
-                   mbr: str | None, mbr_samples: int) -> tuple[int, dict[str, object]]:
-    """The beam and the other search options checked as the command line checks them: (beam, keyword arguments
+                   mbr: str | None, mbr_samples: int) -> tuple[int, SearchOptions]:
+    """The beam and the other search options checked as the command line checks them: (beam, the other options
     of LoadedModel.decode_options)."""
     from speechmt.decoding.mbr import UTILITIES
 
     beam = checked("beam", opt.integer(1, opt.MAX_BEAM), beam)
-    decode = {"len_penalty": checked("len_penalty", opt.number(-10, 10), len_penalty),
-              "max_len_a": checked("max_len_a", opt.number(0, 10), max_len_a),
-              "max_len_b": checked("max_len_b", opt.integer(0, opt.MAX_OUTPUT_TOKENS), max_len_b),
-              "min_len": checked("min_len", opt.integer(0, opt.MAX_OUTPUT_TOKENS), min_len)}
+    penalty = checked("len_penalty", opt.number(-10, 10), len_penalty)
+    len_a = checked("max_len_a", opt.number(0, 10), max_len_a)
+    len_b = checked("max_len_b", opt.integer(0, opt.MAX_OUTPUT_TOKENS), max_len_b)
+    least = checked("min_len", opt.integer(0, opt.MAX_OUTPUT_TOKENS), min_len)
     if mbr not in (None, *UTILITIES):
         raise OptionError(f"mbr: invalid value {str(mbr)!r}: expected chrf, bleu or None")
     samples = checked("mbr_samples", opt.integer(0, opt.MAX_BEAM), mbr_samples)
@@ -82,7 +105,7 @@ def search_options(beam: int, len_penalty: float, max_len_a: float, max_len_b: i
         raise OptionError("mbr_samples: only with mbr (chrf or bleu)")
     if mbr and beam < 2 and not samples:
         raise OptionError(f"mbr: needs a beam of 2 or more hypotheses, or mbr_samples, to choose from (beam is {beam})")
-    return beam, {**decode, "mbr": mbr, "samples": samples}
+    return beam, SearchOptions(penalty, len_a, len_b, least, mbr, samples)
 
 
 def _checked_dtype(dtype: object) -> str:
@@ -117,7 +140,7 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
     from speechmt.decoding.translate import load_model as _load, with_memory
     from speechmt.pretrained import default_model_path
 
-    device, task = checked_device(device), checked_task(task, ("st", "asr", "mt"))
+    device, task = checked_device(device), checked_task(task, TASKS)
     lm = _load(default_model_path() if path is None else path, device, task, _checked_dtype(dtype))
     return with_memory(lm, memory) if memory else lm
 
@@ -193,7 +216,7 @@ def translate(model: LoadedModel | Cascade | str | os.PathLike | None, inputs: A
     them with the texts, as subtitles show them), `audio_seconds`, `transcript` (a cascade's ASR output),
     `error`, `warning` (audio too short to translate: an empty text and a warning, also issued through `warnings`).
     """
-    beam, decode = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, mbr, mbr_samples)
+    beam, search = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, mbr, mbr_samples)
     nbest = checked("nbest", opt.integer(1, opt.MAX_BEAM), nbest)
     if nbest > beam:
         raise OptionError(f"nbest: invalid value '{nbest}': expected an integer from 1 to beam ({beam})")
@@ -206,16 +229,27 @@ def translate(model: LoadedModel | Cascade | str | os.PathLike | None, inputs: A
     _check_chunk_seconds(lm.asr if isinstance(lm, Cascade) else lm, seconds)
     from speechmt.decoding.segment import SegmentConfig
 
-    items = [inputs] if isinstance(inputs, (str, os.PathLike)) or hasattr(inputs, "dtype") else list(inputs)
+    items = _audio_items(inputs)
     segment = SegmentConfig(max_seconds=seconds, pause_cut_ms=pause_ms)
-    kwargs = dict(beam=beam, batch_size=batch_size, segment=segment, errors=errors, **decode)
     if isinstance(lm, Cascade):
         from speechmt.decoding.cascade import cascade_translate
 
-        return cascade_translate(lm.asr, lm.mt, items, **kwargs)
+        return cascade_translate(lm.asr, lm.mt, items, beam=beam, batch_size=batch_size, segment=segment,
+                                 errors=errors, len_penalty=search.len_penalty, max_len_a=search.max_len_a,
+                                 max_len_b=search.max_len_b, min_len=search.min_len, mbr=search.mbr,
+                                 samples=search.samples)
     from speechmt.decoding.translate import translate as _translate
 
-    return _translate(lm, items, nbest=nbest, **kwargs)
+    return _translate(lm, items, beam=beam, batch_size=batch_size, segment=segment, errors=errors, nbest=nbest,
+                      len_penalty=search.len_penalty, max_len_a=search.max_len_a, max_len_b=search.max_len_b,
+                      min_len=search.min_len, mbr=search.mbr, samples=search.samples)
+
+
+def _audio_items(inputs: Audio | Sequence[Audio]) -> list[Audio]:
+    """`translate`'s inputs as a list: one file or array, or the items of a sequence of them."""
+    if isinstance(inputs, (str, os.PathLike)) or hasattr(inputs, "dtype"):
+        return [cast("Audio", inputs)]  # a path, or an array (a sequence of inputs has no dtype)
+    return list(inputs)
 
 
 def _check_chunk_seconds(lm: LoadedModel, seconds: float) -> None:
@@ -226,7 +260,7 @@ def _check_chunk_seconds(lm: LoadedModel, seconds: float) -> None:
                           "audio at once")
 
 
-def _model(model: LoadedModel | Cascade | str | os.PathLike | None, task: str | None,
+def _model(model: LoadedModel | Cascade | str | os.PathLike | None, task: Task | None,
            device: str | None) -> LoadedModel | Cascade:
     """`model` itself, or loaded from its path (None: the bundled model); a loaded model must already do
     `task` on `device` when they are given, and a cascade takes no task."""
@@ -238,10 +272,10 @@ def _model(model: LoadedModel | Cascade | str | os.PathLike | None, task: str | 
     return model
 
 
-def _loaded(model: LoadedModel | str | os.PathLike | None, task: str | None, device: str | None) -> LoadedModel:
+def _loaded(model: LoadedModel | str | os.PathLike | None, task: Task | None, device: str | None) -> LoadedModel:
     """`_model` of a single model."""
     if model is None or isinstance(model, (str, os.PathLike)):
-        return load_model(model, device or "cpu", task)  # type: ignore[arg-type]
+        return load_model(model, device or "cpu", task)
     if task is not None and task != model.task:
         raise OptionError(f"task: invalid value {task!r}: the model was loaded for {model.task!r}; pass task to "
                           "load_model, or a checkpoint path to translate")
@@ -311,17 +345,16 @@ def simultaneous(model: LoadedModel | str | os.PathLike | None, audio: Audio | I
     from speechmt.decoding.simultaneous import SimultaneousConfig, default_k, translate_stream
     from speechmt.evaluation.latency import Delays, corpus_latency, word_delays
 
-    cfg = dict(step_ms=checked("step_ms", opt.number(25, 10000), step_ms),
-               tail_beam=checked("tail_beam", opt.integer(1, opt.MAX_BEAM), tail_beam),
-               max_seconds=checked("window_seconds", opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True),
-                                   window_seconds))
-    _, decode = search_options(1, len_penalty, max_len_a, max_len_b, min_len, None, 0)
+    step = checked("step_ms", opt.number(25, 10000), step_ms)
+    tail = checked("tail_beam", opt.integer(1, opt.MAX_BEAM), tail_beam)
+    window = checked("window_seconds", opt.number(0, opt.MAX_CHUNK_SECONDS, lo_open=True), window_seconds)
+    _, search = search_options(1, len_penalty, max_len_a, max_len_b, min_len, None, 0)
     lm = _streaming_model(model, task, device, policy)
     k = default_k(policy, lm) if k is None else checked("k", opt.integer(1, 1000), k)
     if isinstance(audio, (str, os.PathLike)):
         source, audio = source or os.fspath(audio), read_audio(audio)
-    result = translate_stream(lm, audio, SimultaneousConfig(policy, k, **cfg), lm.decode_options(1, **decode),
-                              on_commit)
+    cfg = SimultaneousConfig(policy, k, step_ms=step, max_seconds=window, tail_beam=tail)
+    result = translate_stream(lm, audio, cfg, search.decode_options(lm, 1), on_commit)
     delays, elapsed = word_delays(result.events())
     latency = corpus_latency([Delays(tuple(delays), tuple(elapsed), result.source_ms)])
     return Stream(source or "stream", result.text, result.commits, result.source_ms, result.compute_ms, delays,

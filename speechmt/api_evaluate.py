@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from speechmt import checks as opt
-from speechmt.api import (Cascade, OptionError, Policy, Task, _loaded, _model, checked, checked_device, checked_task,
-                          search_options)
+from speechmt.api import (TASKS, Cascade, OptionError, Policy, Task, _loaded, _model, checked, checked_device,
+                          checked_task, search_options)
 
 if TYPE_CHECKING:
+    from speechmt.decoding.search import DecodeOptions
     from speechmt.decoding.simultaneous import SimultaneousConfig
     from speechmt.decoding.translate import LoadedModel
     from speechmt.evaluation.report import EvalReport
@@ -55,16 +56,19 @@ def evaluate(model: LoadedModel | Cascade | str | os.PathLike | None, data: str 
     from speechmt.evaluation.evaluate import evaluate as _evaluate, evaluate_cascade
     from speechmt.evaluation.report import append_results_row
 
-    beam, decode = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, mbr, mbr_samples)
+    beam, search = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, mbr, mbr_samples)
     max_tokens = checked("max_tokens", opt.integer(1, opt.MAX_TOKENS), max_tokens)
     limit = None if limit is None else checked("limit", opt.integer(1, opt.MAX_TOKENS), limit)
-    lm = _model(model, checked_task(task, ("st", "asr", "mt")), None if device is None else checked_device(device))
-    common = dict(out_dir=out, max_tokens=max_tokens, name=name, skip_bad_audio=skip_bad_audio, comet_model=comet,
-                  limit=limit)
+    lm = _model(model, checked_task(task, TASKS), None if device is None else checked_device(device))
     if isinstance(lm, Cascade):
-        report = evaluate_cascade(lm.asr, lm.mt, data, split, beam, **common, **decode)
+        report = evaluate_cascade(lm.asr, lm.mt, data, split, beam, out_dir=out, max_tokens=max_tokens, name=name,
+                                  skip_bad_audio=skip_bad_audio, comet_model=comet, limit=limit,
+                                  len_penalty=search.len_penalty, max_len_a=search.max_len_a,
+                                  max_len_b=search.max_len_b, min_len=search.min_len, mbr=search.mbr,
+                                  samples=search.samples)
     else:
-        report = _evaluate(lm, data, split, lm.decode_options(beam, **decode), **common)
+        report = _evaluate(lm, data, split, search.decode_options(lm, beam), out_dir=out, max_tokens=max_tokens,
+                           name=name, skip_bad_audio=skip_bad_audio, comet_model=comet, limit=limit)
     if results is not None:
         append_results_row(results, report)
     return report
@@ -128,34 +132,34 @@ def evaluate_simultaneous(model: LoadedModel | str | os.PathLike | None, data: s
 
     if policy not in POLICIES:
         raise OptionError(f"policy: invalid value {str(policy)!r}: expected {' or '.join(POLICIES)}")
-    beam, decode = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, None, 0)
-    lm = _loaded(model, checked_task(task, ("st", "asr", "mt")), None if device is None else checked_device(device))
+    beam, search = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, None, 0)
+    lm = _loaded(model, checked_task(task, TASKS), None if device is None else checked_device(device))
     ks = [default_k(policy, lm)] if k is None else [k] if isinstance(k, int) else list(k)
     cfgs = [SimultaneousConfig(policy, checked("k", opt.integer(1, 1000), n),
                                checked("step_ms", opt.number(25, 10000), step_ms),
                                tail_beam=checked("tail_beam", opt.integer(1, opt.MAX_BEAM), tail_beam)) for n in ks]
     folders = _run_folders(out, cfgs)
     reports = evaluate_simultaneous_settings(lm, data, split, cfgs, folders, name, limit,
-                                             lm.decode_options(1, **decode),
+                                             search.decode_options(lm, 1),
                                              journal=None if out is None else Path(out) / "streams.jsonl")
     runs = [SimultaneousRun(c, r) for c, r in zip(cfgs, reports)]
     rows = [row for folder in compare for row in read_quality_latency(folder)]
     rows += [latency_row(run.config, run.report) for run in runs]
     if len(rows) == 1:
         return SimultaneousEvaluation(runs, rows)
-    return _with_offline(lm, data, split, SimultaneousEvaluation(runs, rows), lm.decode_options(beam, **decode),
+    return _with_offline(lm, data, split, SimultaneousEvaluation(runs, rows), search.decode_options(lm, beam),
                          max_tokens, limit, out, name)
 
 
-def _run_folders(out: str | os.PathLike | None, cfgs: list[SimultaneousConfig]) -> list[str | None]:
+def _run_folders(out: str | os.PathLike | None, cfgs: list[SimultaneousConfig]) -> list[str | os.PathLike | None]:
     """Each setting's report folder: `out` itself for one, out/<policy>-k<k> for several; None without `out`."""
     if out is None:
         return [None] * len(cfgs)
     return [str(out)] if len(cfgs) == 1 else [str(Path(out) / f"{c.policy}-k{c.k}") for c in cfgs]
 
 
-def _with_offline(lm: LoadedModel, data: str | os.PathLike, split: str, result: SimultaneousEvaluation, options,
-                  max_tokens: int, limit: int | None, out: str | os.PathLike | None,
+def _with_offline(lm: LoadedModel, data: str | os.PathLike, split: str, result: SimultaneousEvaluation,
+                  options: DecodeOptions, max_tokens: int, limit: int | None, out: str | os.PathLike | None,
                   name: str | None) -> SimultaneousEvaluation:
     """`result` with the offline report of the same utterances and, with `out`, the quality-latency table."""
     from speechmt.evaluation.evaluate import evaluate as _evaluate

@@ -120,7 +120,7 @@ def sentence_chrf(hypothesis: str, reference: str) -> float:
 
 
 def generate_pairs(cfg: BacktranslateConfig, generator: Generator, round_trip: Generator | None = None,
-                   names: dict[str, str] | None = None) -> dict:
+                   names: dict[str, str | None] | None = None) -> dict:
     """Translates the input (see the module docstring) and writes the prepared MT folder; returns the summary."""
     if cfg.mode not in ("back", "distill"):
         raise BacktranslateError(f"mode {cfg.mode!r}: expected back or distill")
