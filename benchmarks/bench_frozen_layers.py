@@ -23,12 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from speechmt.data.batching import collate_sequences
-from speechmt.data.manifest import read_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.frontend.whisper_mel import mel_settings, whisper_log_mel
+from speechmt.hub import resolve_pretrained
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
-from speechmt.hub import resolve_pretrained
 from speechmt.tokenizers.whisper import WhisperTokenizer
 
 

@@ -45,9 +45,15 @@ from typing import Callable
 import torch
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 from torch import Tensor
-from transformers import (GenerationConfig, Speech2TextConfig, Speech2TextFeatureExtractor,
-                          Speech2TextForConditionalGeneration, Speech2TextTokenizer)
+from transformers import (
+    GenerationConfig,
+    Speech2TextConfig,
+    Speech2TextFeatureExtractor,
+    Speech2TextForConditionalGeneration,
+    Speech2TextTokenizer,
+)
 
+from speechmt.checkpoint import load_checkpoint
 from speechmt.data.batching import collate_sequences
 from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import read_manifest
@@ -55,7 +61,6 @@ from speechmt.decoding.search import DecodeOptions, beam_search
 from speechmt.decoding.translate import LoadedModel, load_model
 from speechmt.interop.hf_s2t import _rename, import_hf_s2t  # _rename: HF parameter name -> ours
 from speechmt.tokenizers.sentencepiece import Tokenizer
-from speechmt.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes" / "mustc" / "data" / "en-de"

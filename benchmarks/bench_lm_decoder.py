@@ -26,19 +26,19 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from bench_frozen_layers import batches, targets  # the same batches and targets as that benchmark
+
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest
 from speechmt.frontend.whisper_mel import mel_settings
 from speechmt.hub import resolve_pretrained
-from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
+from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.tasks.losses import ctc_loss
-from speechmt.training.run import init_encoder_from
 from speechmt.tokenizers.lm import LMTokenizer
 from speechmt.tokenizers.whisper import WhisperTokenizer
+from speechmt.training.run import init_encoder_from
 
 LM_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05,
            "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}

@@ -18,7 +18,13 @@ import torch
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.models.build import build_model, count_parameters
 from speechmt.models.config import preset
-from speechmt.training.builders import build_dataset, frontend_for, load_tokenizers, model_config_for, objective_settings_for
+from speechmt.training.builders import (
+    build_dataset,
+    frontend_for,
+    load_tokenizers,
+    model_config_for,
+    objective_settings_for,
+)
 from speechmt.training.log import Meter
 from speechmt.training.trainer import Trainer, fixed_data
 

@@ -20,8 +20,14 @@ import sys
 from pathlib import Path
 
 from speechmt_corpora.common import SynthError
-from speechmt_corpora.voice_scores import (held_out_voice, markdown, read_benchmark, read_evaluation,
-                                           scores_by_voice, talk_voices)
+from speechmt_corpora.voice_scores import (
+    held_out_voice,
+    markdown,
+    read_benchmark,
+    read_evaluation,
+    scores_by_voice,
+    talk_voices,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,6 +87,7 @@ def stream_scores(words: list[str], delays: list[float], elapsed: list[float], r
     tgt_text), without the words written after the audio of a segment cut short began to be read (module
     docstring): computation-unaware, aware with `elapsed` (SimulEval's) and with `real_time` (emission times)."""
     from bench_memory_decoding import PAUSE_SECONDS
+
     from speechmt.evaluation.stream_latency import stream_laal
 
     if len(words) != len(delays):
@@ -110,6 +111,7 @@ def one_run(args) -> dict:
 
     torch.set_num_threads(args.threads)
     from bench_memory_decoding import clip_sequence_segments
+
     from speechmt.decoding.simultaneous import SimultaneousConfig, translate_stream
     from speechmt.decoding.translate import load_model
     from speechmt.evaluation.latency import length_adaptive_average_lagging, word_delays

@@ -14,8 +14,18 @@ speechmt.api_interop (`speechmt import`) and speechmt.api_research (`speechmt re
 
 from importlib.metadata import PackageNotFoundError, version
 
-from speechmt.api import (Cascade, OptionError, Stream, load_cascade, load_model, simultaneous, subtitle_cues,
-                          subtitles, translate, write_subtitles)
+from speechmt.api import (
+    Cascade,
+    OptionError,
+    Stream,
+    load_cascade,
+    load_model,
+    simultaneous,
+    subtitle_cues,
+    subtitles,
+    translate,
+    write_subtitles,
+)
 from speechmt.api_evaluate import SimultaneousEvaluation, SimultaneousRun, evaluate, evaluate_simultaneous
 from speechmt.api_train import average, export, train
 

@@ -137,7 +137,8 @@ def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task:
     file) for a missing, unsafe (pickled) or unusable checkpoint, or a task it was not trained for, or `memory`
     for a model that reads no examples; speechmt.data.manifest.ManifestError (one line) for a memory not there.
     """
-    from speechmt.decoding.translate import load_model as _load, with_memory
+    from speechmt.decoding.translate import load_model as _load
+    from speechmt.decoding.translate import with_memory
     from speechmt.pretrained import default_model_path
 
     device, task = checked_device(device), checked_task(task, TASKS)

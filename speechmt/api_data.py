@@ -118,8 +118,12 @@ def backtranslate(input: str | os.PathLike, out: str | os.PathLike, src_lang: st
 
     Raises speechmt.decoding.text_generators.GeneratorError (one line) for a generator that cannot be made.
     """
-    from speechmt.decoding.backtranslate import (BacktranslateConfig, generate_pairs, load_generator,
-                                                 round_trip_generator)
+    from speechmt.decoding.backtranslate import (
+        BacktranslateConfig,
+        generate_pairs,
+        load_generator,
+        round_trip_generator,
+    )
 
     cfg = BacktranslateConfig(os.fspath(input), os.fspath(out), src_lang, tgt_lang, mode, field, batch_size, limit,
                               min_score)

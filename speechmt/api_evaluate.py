@@ -12,8 +12,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from speechmt import checks as opt
-from speechmt.api import (TASKS, Cascade, OptionError, Policy, Task, _loaded, _model, checked, checked_device,
-                          checked_task, search_options)
+from speechmt.api import (
+    TASKS,
+    Cascade,
+    OptionError,
+    Policy,
+    Task,
+    _loaded,
+    _model,
+    checked,
+    checked_device,
+    checked_task,
+    search_options,
+)
 
 if TYPE_CHECKING:
     from speechmt.decoding.search import DecodeOptions
@@ -53,7 +64,8 @@ def evaluate(model: LoadedModel | Cascade | str | os.PathLike | None, data: str 
     Returns the speechmt.evaluation.report.EvalReport: `metrics` (name -> Score: `score`, `signature`), `n`, and
     `extra` (decode options, seconds, real-time factor `rtf`, memory per target token, commit).
     """
-    from speechmt.evaluation.evaluate import evaluate as _evaluate, evaluate_cascade
+    from speechmt.evaluation.evaluate import evaluate as _evaluate
+    from speechmt.evaluation.evaluate import evaluate_cascade
     from speechmt.evaluation.report import append_results_row
 
     beam, search = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, mbr, mbr_samples)
@@ -127,8 +139,7 @@ def evaluate_simultaneous(model: LoadedModel | str | os.PathLike | None, data: s
         compare: report folders of earlier runs whose quality-latency rows (quality_latency.json) join the table.
     """
     from speechmt.decoding.simultaneous import POLICIES, SimultaneousConfig, default_k
-    from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous_settings, latency_row,
-                                                       read_quality_latency)
+    from speechmt.evaluation.simultaneous_eval import evaluate_simultaneous_settings, latency_row, read_quality_latency
 
     if policy not in POLICIES:
         raise OptionError(f"policy: invalid value {str(policy)!r}: expected {' or '.join(POLICIES)}")

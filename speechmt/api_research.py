@@ -81,7 +81,8 @@ def pretrain_audio(manifests: Sequence[str | os.PathLike] = (), out: str | os.Pa
 
     Returns the options the run used and where it ended.
     """
-    from speechmt.training.pretrain_audio import load_pretrain_config, pretrain_audio as _pretrain
+    from speechmt.training.pretrain_audio import load_pretrain_config
+    from speechmt.training.pretrain_audio import pretrain_audio as _pretrain
 
     cfg = load_pretrain_config(config, list(overrides), manifests=[os.fspath(m) for m in manifests] or None,
                                out=None if out is None else os.fspath(out))

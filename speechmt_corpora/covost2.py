@@ -21,8 +21,17 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from speechmt_corpora.common import (SynthError, ensure_free, finish_summary, low_noise, publish,
-                                        run_parallel, split_pool, staging_dir, write_tsv)
+from speechmt_corpora.common import (
+    SynthError,
+    ensure_free,
+    finish_summary,
+    low_noise,
+    publish,
+    run_parallel,
+    split_pool,
+    staging_dir,
+    write_tsv,
+)
 from speechmt_corpora.text import BIBLE_KEYS, Pair, bible_pairs, ding_pairs
 from speechmt_corpora.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
 

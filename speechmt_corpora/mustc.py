@@ -31,11 +31,29 @@ import numpy as np
 import soundfile as sf
 
 from speechmt.evaluation.report import write_text_atomic
-from speechmt_corpora.common import (SynthError, ensure_free, finish_summary, low_noise, publish,
-                                        run_parallel, split_pool, staging_dir, write_lines)
+from speechmt_corpora.common import (
+    SynthError,
+    ensure_free,
+    finish_summary,
+    low_noise,
+    publish,
+    run_parallel,
+    split_pool,
+    staging_dir,
+    write_lines,
+)
 from speechmt_corpora.text import Pair, ding_pairs
-from speechmt_corpora.voices import (Speaker, TTSError, Voice, check_voices, draw_speaker, find_voice, other_voices,
-                                       synthesize, voice_label)
+from speechmt_corpora.voices import (
+    Speaker,
+    TTSError,
+    Voice,
+    check_voices,
+    draw_speaker,
+    find_voice,
+    other_voices,
+    synthesize,
+    voice_label,
+)
 
 SAMPLE_RATE = 16000
 PAIR = "en-de"

@@ -33,8 +33,15 @@ import numpy as np
 from speechmt.data.manifest import iter_manifest
 from speechmt_corpora.common import SynthError, ensure_free, publish, run_parallel, staging_dir
 from speechmt_corpora.mt_text import key
-from speechmt_corpora.mustc import (TALK_SEGMENTS, TalkJob, split_summary, talk_sizes, voice_counts, voice_talk,
-                                      write_split)
+from speechmt_corpora.mustc import (
+    TALK_SEGMENTS,
+    TalkJob,
+    split_summary,
+    talk_sizes,
+    voice_counts,
+    voice_talk,
+    write_split,
+)
 from speechmt_corpora.text import Pair
 from speechmt_corpora.voices import Voice, check_voices, draw_speaker, find_voice, other_voices, voice_label
 

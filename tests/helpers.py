@@ -4,8 +4,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
-from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES
 from speechmt.models.config import ModelConfig, preset
+from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES
 
 
 def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:

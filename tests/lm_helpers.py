@@ -57,9 +57,9 @@ def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS, **o
     """(a tiny conv-encoder model with the CTC bridge into the tiny LM at lm_dir (shrink.embed lm, its CTC head over
     the transcripts' LM tokens), the LM's source tokenizer), in eval mode; `overrides`: ModelConfig fields (a
     semantic layer; decoder fields merge into the LM decoder's)."""
-    from speechmt.models.ctc_head import FIRST_LABEL
     from speechmt.models.build import build_model
     from speechmt.models.config import preset
+    from speechmt.models.ctc_head import FIRST_LABEL
     from speechmt.tokenizers.lm import LMTokenizer
 
     src = LMTokenizer.from_pretrained(str(lm_dir), role="source")

@@ -12,13 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 
 import speechmt

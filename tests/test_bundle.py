@@ -10,8 +10,8 @@ from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoin
 from speechmt.frontend import FbankFrontend, WaveformFrontend
 from speechmt.models import preset
 from speechmt.pretrained import DEFAULT_MODEL
-from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.tokenizers.pair import Tokenizers
+from speechmt.tokenizers.sentencepiece import Tokenizer
 
 
 @pytest.fixture

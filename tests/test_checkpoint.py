@@ -19,9 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import speechmt.checkpoint as checkpoint
+from speechmt.checkpoint import FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
 from speechmt.models.build import build_model
 from speechmt.models.config import preset
-from speechmt.checkpoint import FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
 from speechmt.training.optim import build_optimizer, build_scheduler
 from speechmt.training.state import rng_state, set_rng_state
 

@@ -8,9 +8,9 @@ import torch
 import yaml
 
 import speechmt
+from speechmt.checkpoint import FORMAT, CheckpointError, load_checkpoint
 from speechmt.cli import main
 from speechmt.config import save_config
-from speechmt.checkpoint import FORMAT, CheckpointError, load_checkpoint
 from tests.conftest import ASSETS
 from tests.helpers import tiny_config, tiny_wav2vec2_fields
 

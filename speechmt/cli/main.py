@@ -19,13 +19,13 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.config import ConfigError
     from speechmt.data.manifest import ManifestError
     from speechmt.data.prepare import PrepareError
-    from speechmt_corpora.common import SynthError
     from speechmt.decoding.backtranslate import BacktranslateError
     from speechmt.decoding.simultaneous import SimultaneousError
     from speechmt.decoding.text_generators import GeneratorError
     from speechmt.evaluation.analyze import AnalysisError
     from speechmt.evaluation.benchmark import BenchmarkError
     from speechmt.interop import HFImportError
+    from speechmt_corpora.common import SynthError
 
     return (AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError, BenchmarkError, AnalysisError,
             SimultaneousError, BacktranslateError, GeneratorError, CheckpointError, ConfigError, SynthError)

@@ -13,8 +13,13 @@ from speechmt import __version__
 from speechmt import checks as opt
 from speechmt.cli import commands
 from speechmt.cli.data_parser import add_data_group
-from speechmt.cli.decode_options import (add_decode_options, add_memory_option, add_simultaneous_options, check_mbr,
-                                         check_simultaneous)
+from speechmt.cli.decode_options import (
+    add_decode_options,
+    add_memory_option,
+    add_simultaneous_options,
+    check_mbr,
+    check_simultaneous,
+)
 from speechmt.cli.tools_parser import add_import_group, add_research_group
 
 

@@ -14,10 +14,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from speechmt.checkpoint import CheckpointError
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.segment import SegmentConfig
 from speechmt.decoding.translate import LoadedModel, Translation, decode_encoded, encode_texts, load_model, translate
-from speechmt.checkpoint import CheckpointError
 
 
 def load_cascade(asr_path: str | os.PathLike, mt_path: str | os.PathLike, device: str | torch.device = "cpu",

@@ -21,22 +21,22 @@ import numpy as np
 import torch
 
 from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resample
+from speechmt.bundle import ModelBundle
+from speechmt.checkpoint import CheckpointError, load_checkpoint
+from speechmt.checks import DTYPES
 from speechmt.data.batching import collate_sequences
 from speechmt.data.retrieval import TranslationMemory, example_prefixes, memory_from_manifests
-from speechmt.bundle import ModelBundle
-from speechmt.frontend import Frontend
 from speechmt.decoding.mbr import mbr_order
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
+from speechmt.frontend import Frontend
 from speechmt.models.build import build_model
+from speechmt.models.delta import load_model_state
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.hf_whisper import whisper_transcript_tokenizer
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.lm import language_name
 from speechmt.tokenizers.sentencepiece import Tokenizer
-from speechmt.checkpoint import CheckpointError, load_checkpoint
-from speechmt.checks import DTYPES
-from speechmt.models.delta import load_model_state
 
 
 @dataclass

@@ -29,8 +29,7 @@ from speechmt.decoding.translate import LoadedModel, load_model
 from speechmt.evaluation.geometry import anisotropy, linear_cka, procrustes_test, pwcca, retrieval, rsa, word_geometry
 from speechmt.evaluation.plots import PlotError, plot_heatmap, plot_layer_lines
 from speechmt.evaluation.report import git_commit, write_text_atomic
-from speechmt.evaluation.representations import (Layers, hf_text_layers, own_text_layers, speech_layers,
-                                                  word_pairs)
+from speechmt.evaluation.representations import Layers, hf_text_layers, own_text_layers, speech_layers, word_pairs
 
 MIN_UTTERANCES = 4  # RSA needs 3; Procrustes fits on half and tests on the other half
 MEASURES = {"cka": linear_cka, "rsa": rsa, "pwcca": pwcca}

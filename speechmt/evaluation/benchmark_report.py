@@ -9,8 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from speechmt.evaluation.geometry import spearman
 from speechmt.evaluation.benchmark import ANALYSIS_COLUMNS, Benchmark, BenchmarkError, SystemResult
+from speechmt.evaluation.geometry import spearman
 from speechmt.evaluation.plots import PlotError, plot_benchmark
 from speechmt.evaluation.report import table_cell, write_text_atomic
 

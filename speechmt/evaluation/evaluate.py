@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 
 from speechmt.audio import AudioError, FbankConfig
+from speechmt.checkpoint import CheckpointError
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
 from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split, record_audio, split_manifest
@@ -31,10 +32,9 @@ from speechmt.data.retrieval import with_examples
 from speechmt.decoding.cascade import asr_stage_options, check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.translate import LoadedModel, decode_encoded, decode_inputs, encode_texts
-from speechmt.frontend import FbankFrontend
 from speechmt.evaluation.metrics import cer, optional_comet, translation_scores, wer
 from speechmt.evaluation.report import EvalReport, git_commit, write_report
-from speechmt.checkpoint import CheckpointError
+from speechmt.frontend import FbankFrontend
 from speechmt.progress import Progress, progress
 
 

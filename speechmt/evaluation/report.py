@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from speechmt.atomic import write_text_atomic  # noqa: F401 (callers import it from here too)
-
 from speechmt.evaluation.metrics import Score, normalize_for_wer
 
 RESULTS_HEADER = "| date | model | split | BLEU | chrF | WER | signature | commit |"

@@ -40,8 +40,7 @@ import torch
 from torch import Tensor
 
 from speechmt.data.batching import collate_sequences
-from speechmt.data.manifest import Record
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import Record, record_audio
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.evaluation.geometry import mean_pool

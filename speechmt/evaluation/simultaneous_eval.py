@@ -11,11 +11,15 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from speechmt.data.manifest import read_split, split_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import read_split, record_audio, split_manifest
 from speechmt.decoding.search import DecodeOptions
-from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError,
-                                            SimultaneousResult, translate_stream)
+from speechmt.decoding.simultaneous import (
+    EncoderMemo,
+    SimultaneousConfig,
+    SimultaneousError,
+    SimultaneousResult,
+    translate_stream,
+)
 from speechmt.decoding.translate import LoadedModel
 from speechmt.evaluation.evaluate import check_one_line, one_line, references, score
 from speechmt.evaluation.latency import Delays, corpus_latency, word_delays

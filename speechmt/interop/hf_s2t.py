@@ -27,18 +27,23 @@ from typing import Callable, TypeVar
 import torch
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 from torch import Tensor
-from transformers import (AutoConfig, Speech2TextConfig, Speech2TextFeatureExtractor,
-                          Speech2TextForConditionalGeneration, Speech2TextTokenizer)
+from transformers import (
+    AutoConfig,
+    Speech2TextConfig,
+    Speech2TextFeatureExtractor,
+    Speech2TextForConditionalGeneration,
+    Speech2TextTokenizer,
+)
 
 from speechmt.audio import SAMPLE_RATE, CMVNConfig, FbankConfig
 from speechmt.bundle import ModelBundle
+from speechmt.checkpoint import save_checkpoint
 from speechmt.frontend import FbankFrontend
 from speechmt.interop import HFImportError
 from speechmt.models.build import build_model
 from speechmt.models.config import DecoderConfig, EncoderConfig, ModelConfig
-from speechmt.tokenizers.sentencepiece import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 from speechmt.tokenizers.pair import Tokenizers
-from speechmt.checkpoint import save_checkpoint
+from speechmt.tokenizers.sentencepiece import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 
 __all__ = ["NEVER", "convert_tokenizer", "convert_weights", "fbank_frontend", "import_hf_s2t", "model_config",
            "vocab_order"]

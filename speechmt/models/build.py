@@ -187,8 +187,13 @@ def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelCon
 def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Module) -> tuple[nn.Module, ModelConfig]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm: plus the LM
     decoder's soft embeddings of its tokens); `cfg` with the complete HF config and the search's prompt filled in."""
-    from speechmt.models.hf_whisper import (hf_config_dict, whisper_asr_encoder_from_hf, whisper_asr_prompt,
-                                            whisper_lm_table, whisper_lm_text)
+    from speechmt.models.hf_whisper import (
+        hf_config_dict,
+        whisper_asr_encoder_from_hf,
+        whisper_asr_prompt,
+        whisper_lm_table,
+        whisper_lm_text,
+    )
 
     e = cfg.encoder
     prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)

@@ -15,9 +15,9 @@ from collections.abc import Collection
 
 from torch import Tensor, nn
 
+from speechmt.checkpoint import CheckpointError, state_checksum
 from speechmt.models.config import ModelConfig
 from speechmt.models.translator import Translator
-from speechmt.checkpoint import CheckpointError, state_checksum
 
 
 def base_sources(cfg: ModelConfig) -> list[str]:

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from speechmt.models.decoder import TransformerDecoder, transformer_decoder
 from speechmt.hub import resolve_pretrained
+from speechmt.models.decoder import TransformerDecoder, transformer_decoder
 from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
 from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
 

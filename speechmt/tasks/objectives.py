@@ -20,8 +20,8 @@ from typing import Callable
 import torch
 
 from speechmt.data.dataset import Batch
-from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder
 from speechmt.models.encoders import EncoderOutput
+from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder
 from speechmt.models.translator import Translator
 from speechmt.tasks.align import AlignConfig, align_sentence, align_words, lm_hidden
 from speechmt.tasks.fat_bridge import fat_bridge

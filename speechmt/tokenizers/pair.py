@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.tokenizers.lm import LMTokenizer
+from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.tokenizers.whisper import WhisperTokenizer
 
 AnyTokenizer = Tokenizer | WhisperTokenizer | LMTokenizer

@@ -20,7 +20,6 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
-
 PAD, UNK, BOS, EOS, BLANK = "<pad>", "<unk>", "<s>", "</s>", "<blank>"
 SPECIAL_PIECES = (PAD, UNK, BOS, EOS, BLANK)
 _MAGIC = b"SMTTOK1\n"

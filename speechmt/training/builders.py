@@ -7,23 +7,23 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig
 import torch
 
+from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
 from speechmt.data.dataset import SpeechDataset, StoredFeatures, TextDataset, global_cmvn, speech_source
 from speechmt.data.manifest import read_split
 from speechmt.data.retrieval import example_prefixes, read_examples, with_examples
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
+from speechmt.models.config import ModelConfig
 from speechmt.models.ctc_head import FIRST_LABEL
 from speechmt.models.semantic.lut import LM_TEACHER
-from speechmt.models.config import ModelConfig
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
-from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 from speechmt.tokenizers.lm import LMTokenizer
-from speechmt.tokenizers.whisper import WhisperTokenizer, WhisperTokenizerConfig
 from speechmt.tokenizers.pair import AnyTokenizer, Tokenizers
+from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
+from speechmt.tokenizers.whisper import WhisperTokenizer, WhisperTokenizerConfig
 
 if TYPE_CHECKING:
     from speechmt.data.augment import Augmenter

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from speechmt.checkpoint import (FORMAT, PICKLE_FORMAT, CheckpointError, file_kind, load_checkpoint,
-                                         save_checkpoint)
+from speechmt.checkpoint import FORMAT, PICKLE_FORMAT, CheckpointError, file_kind, load_checkpoint, save_checkpoint
 
 
 def _numpy_data() -> list:

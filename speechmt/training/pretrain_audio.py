@@ -23,8 +23,8 @@ import torch
 from speechmt.checkpoint import CheckpointError
 from speechmt.checks import checked, read_yaml_mapping
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig, TrainConfig, yaml_value
-from speechmt.data.manifest import Record, read_manifest
 from speechmt.data.dataset import AudioInput, SpeechDataset
+from speechmt.data.manifest import Record, read_manifest
 from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 from speechmt.models.wav2vec2_pretraining import PretrainingSettings, Wav2Vec2Pretraining
 from speechmt.tasks import ObjectiveSettings, Stage, TaskData

@@ -16,19 +16,31 @@ import numpy as np
 import torch
 
 from speechmt.bundle import ModelBundle
+from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.config import ExperimentConfig, init_source, save_config
+from speechmt.frontend import Frontend
 from speechmt.models.build import build, translator_weights
 from speechmt.models.config import ModelConfig
-from speechmt.training import distributed as dist
-from speechmt.frontend import Frontend
+from speechmt.models.delta import base_reference
 from speechmt.tasks import TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizers.pair import Tokenizers
-from speechmt.training.builders import (build_dataset, decoder_side, decoder_tag, decoder_tags, decoder_tokenizer,
-                                        frontend_for, main_task, model_config_for, objective_settings_for, stream_dir,
-                                        teacher_for, tokenizers_for, with_teacher)
-from speechmt.models.delta import base_reference
-from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
+from speechmt.training import distributed as dist
+from speechmt.training.builders import (
+    build_dataset,
+    decoder_side,
+    decoder_tag,
+    decoder_tags,
+    decoder_tokenizer,
+    frontend_for,
+    main_task,
+    model_config_for,
+    objective_settings_for,
+    stream_dir,
+    teacher_for,
+    tokenizers_for,
+    with_teacher,
+)
 from speechmt.training.procrustes import whisper_asr_table
 from speechmt.training.state import TrainState, rank_seed
 from speechmt.training.trainer import LAST, Trainer

@@ -14,14 +14,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from speechmt.checkpoint import save_checkpoint
 from speechmt.config import ExperimentConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import Batch
 from speechmt.data.loader import make_loader, resolve_workers
+from speechmt.models.delta import load_model_state, model_state, trained_keys
 from speechmt.tasks import OBJECTIVES, ObjectiveSettings, Stage, TaskData, stages_of, task_losses
 from speechmt.training import distributed as dist
-from speechmt.checkpoint import save_checkpoint
-from speechmt.models.delta import load_model_state, model_state, trained_keys
 from speechmt.training.log import JsonLog, Meter
 from speechmt.training.optim import build_optimizer, build_scheduler
 from speechmt.training.state import TrainState, check_base, rank_seed, rng_state, set_rng_state, update_freq_per_rank

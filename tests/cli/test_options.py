@@ -13,10 +13,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speechmt.cli import main, parse_args
-from speechmt.config import ConfigError, load_config
-from speechmt.config import SECTIONS
 from speechmt.checks import check_config, check_override
+from speechmt.cli import main, parse_args
+from speechmt.config import SECTIONS, ConfigError, load_config
 from speechmt.decoding.search import DecodeOptions
 from speechmt.decoding.segment import SegmentConfig
 

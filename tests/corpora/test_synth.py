@@ -16,8 +16,8 @@ import yaml
 
 from speechmt.audio import read_audio
 from speechmt_corpora import SynthError, build_mini_corpus
-from speechmt_corpora.common import NOISE_STD, read_tsv, split_pool, write_tsv
 from speechmt_corpora import mustc as mustc_builder
+from speechmt_corpora.common import NOISE_STD, read_tsv, split_pool, write_tsv
 from speechmt_corpora.mustc import TalkJob, talk_sizes, voice_talk
 from speechmt_corpora.text import Pair, clean_verse, is_dictionary_sentence, parse_diatheke
 from speechmt_corpora.voices import VOICES, Speaker, TTSError, check_voices

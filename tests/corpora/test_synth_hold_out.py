@@ -19,8 +19,15 @@ from speechmt_corpora import SynthError, build_mini_corpus
 from speechmt_corpora.common import split_pool
 from speechmt_corpora.mustc import TALK_VOICES, add_unseen_voice, plan_talks, read_talks
 from speechmt_corpora.text import Pair
-from speechmt_corpora.voice_scores import (Scored, held_out_voice, read_benchmark, read_evaluation, scores_by_voice,
-                                           talk_voices, voice_of)
+from speechmt_corpora.voice_scores import (
+    Scored,
+    held_out_voice,
+    read_benchmark,
+    read_evaluation,
+    scores_by_voice,
+    talk_voices,
+    voice_of,
+)
 from speechmt_corpora.voiced_text import corpus_held_out_voice, plan
 from speechmt_corpora.voices import VOICES, find_voice, other_voices
 

@@ -12,8 +12,15 @@ import pytest
 from speechmt.cli import main
 from speechmt.decoding.backtranslate import BacktranslateConfig, read_inputs
 from speechmt_corpora.common import SynthError
-from speechmt_corpora.fortunes import (FORTUNES_DE_DIR, entry_sentences, is_art, is_poem, rhyme_key, split_sentences,
-                                       unquote)
+from speechmt_corpora.fortunes import (
+    FORTUNES_DE_DIR,
+    entry_sentences,
+    is_art,
+    is_poem,
+    rhyme_key,
+    split_sentences,
+    unquote,
+)
 from speechmt_corpora.mono_text import MonoPaths, build_mono_text
 from speechmt_corpora.mt_filters import TextFilter, key
 from tests.corpora.test_synth_mt_sources import DEV, TEST, corpus

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from speechmt.cli import main
-from speechmt.decoding.backtranslate import BacktranslateConfig, BacktranslateError, generate_pairs, read_done
 from speechmt.data.manifest import read_manifest
+from speechmt.decoding.backtranslate import BacktranslateConfig, BacktranslateError, generate_pairs, read_done
 from speechmt.decoding.text_generators import FewShotLM, GeneratorError, few_shot_prompt
 from tests.lm_helpers import tiny_lm_dir
 

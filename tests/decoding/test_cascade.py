@@ -7,11 +7,11 @@ import pytest
 
 from speechmt import load_model
 from speechmt.audio import read_audio
+from speechmt.checkpoint import CheckpointError
 from speechmt.cli import main
 from speechmt.config import save_config
 from speechmt.data.manifest import read_manifest
 from speechmt.decoding.cascade import cascade_translate, check_cascade, load_cascade, translate_texts
-from speechmt.checkpoint import CheckpointError
 from tests.helpers import tiny_config
 
 

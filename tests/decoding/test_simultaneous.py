@@ -14,15 +14,30 @@ import speechmt.evaluation.simultaneous_eval as simultaneous_eval
 from speechmt.audio import read_audio
 from speechmt.cli import main
 from speechmt.decoding.search import search, start_tokens
-from speechmt.decoding.simultaneous import (EncoderMemo, SimultaneousConfig, SimultaneousError, _blocks_of,
-                                            _CrossAttention, _SourceAttention, alignment_heads, attends_to_last,
-                                            default_k, simultaneous_translate, translate_stream)
+from speechmt.decoding.simultaneous import (
+    EncoderMemo,
+    SimultaneousConfig,
+    SimultaneousError,
+    _blocks_of,
+    _CrossAttention,
+    _SourceAttention,
+    alignment_heads,
+    attends_to_last,
+    default_k,
+    simultaneous_translate,
+    translate_stream,
+)
 from speechmt.decoding.translate import encode_audio, load_model
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import EvalReport
-from speechmt.evaluation.simultaneous_eval import (evaluate_simultaneous, evaluate_simultaneous_settings, latency_row,
-                                                   policy_label, quality_latency_table)
-from speechmt.models.lm_decoder import load_causal_lm, lm_decoder
+from speechmt.evaluation.simultaneous_eval import (
+    evaluate_simultaneous,
+    evaluate_simultaneous_settings,
+    latency_row,
+    policy_label,
+    quality_latency_table,
+)
+from speechmt.models.lm_decoder import lm_decoder, load_causal_lm
 from tests.conftest import ASSETS
 from tests.helpers import two_update_st
 from tests.lm_helpers import tiny_lm_dir, train_whisper_lm

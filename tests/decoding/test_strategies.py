@@ -13,8 +13,19 @@ from speechmt.decoding.base import Hypothesis
 from speechmt.decoding.filters import MaxLength, MinLength, SuppressAtBegin, SuppressTokens
 from speechmt.decoding.mbr import MBRRanker, mbr_order
 from speechmt.decoding.rankers import LengthPenaltyRanker
-from speechmt.decoding.search import (LOGIT_FILTERS, RANKERS, TOKEN_DECODERS, DecodeOptions, beam_search, constrain,
-                                      decode, greedy_search, max_lengths, search, start_tokens)
+from speechmt.decoding.search import (
+    LOGIT_FILTERS,
+    RANKERS,
+    TOKEN_DECODERS,
+    DecodeOptions,
+    beam_search,
+    constrain,
+    decode,
+    greedy_search,
+    max_lengths,
+    search,
+    start_tokens,
+)
 from speechmt.decoding.token_decoders import GreedyDecoder, draw, kept
 from speechmt.decoding.translate import encode_audio, hypothesis_texts, load_model, translate
 from speechmt.models import build_model, preset

@@ -13,8 +13,18 @@ import soundfile as sf
 
 from speechmt.cli import main
 from speechmt.decoding.segment import SegmentConfig, find_segments, voiced_span
-from speechmt.decoding.subtitles import (Cue, SubtitleConfig, chunk_cues, fit_durations, make_cues, part_words,
-                                         timestamp, to_srt, to_vtt, wrap)
+from speechmt.decoding.subtitles import (
+    Cue,
+    SubtitleConfig,
+    chunk_cues,
+    fit_durations,
+    make_cues,
+    part_words,
+    timestamp,
+    to_srt,
+    to_vtt,
+    wrap,
+)
 
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")

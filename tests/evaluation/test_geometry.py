@@ -11,10 +11,24 @@ import torch
 from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.checkpoint import save_checkpoint
 from speechmt.cli import main
-from speechmt.evaluation.geometry import (anisotropy, csls_scores, intra_similarity, iterative_normalize, linear_cka,
-                                          mean_pool, precision_at_1, procrustes, procrustes_test, pwcca, retrieval,
-                                          rsa, self_similarity, spearman, word_geometry)
 from speechmt.evaluation.analyze import compare
+from speechmt.evaluation.geometry import (
+    anisotropy,
+    csls_scores,
+    intra_similarity,
+    iterative_normalize,
+    linear_cka,
+    mean_pool,
+    precision_at_1,
+    procrustes,
+    procrustes_test,
+    pwcca,
+    retrieval,
+    rsa,
+    self_similarity,
+    spearman,
+    word_geometry,
+)
 from speechmt.evaluation.representations import Layers, ctc_alignments, piece_words, word_pairs
 from speechmt.models import build_model, preset
 from speechmt.models.encoders.base import EncoderOutput

@@ -3,8 +3,13 @@ delays from commits."""
 
 import pytest
 
-from speechmt.evaluation.latency import (Delays, average_lagging, corpus_latency, length_adaptive_average_lagging,
-                                         word_delays)
+from speechmt.evaluation.latency import (
+    Delays,
+    average_lagging,
+    corpus_latency,
+    length_adaptive_average_lagging,
+    word_delays,
+)
 
 
 def test_ideal_policy_lags_by_one_step():

@@ -1,5 +1,5 @@
-import sacrebleu
 import pytest
+import sacrebleu
 
 from speechmt.evaluation.metrics import Score, bleu, cer, chrf, normalize_for_wer, wer
 

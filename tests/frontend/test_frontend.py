@@ -7,8 +7,14 @@ import pytest
 import torch
 
 from speechmt.audio import CMVNConfig, FbankConfig, apply_cmvn, fbank
-from speechmt.frontend import (FbankFrontend, WaveformConfig, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend,
-                               frontend_from_state)
+from speechmt.frontend import (
+    FbankFrontend,
+    WaveformConfig,
+    WaveformFrontend,
+    WhisperMelConfig,
+    WhisperMelFrontend,
+    frontend_from_state,
+)
 from speechmt.frontend.waveform import normalize_waveform
 from speechmt.frontend.whisper_mel import whisper_log_mel
 

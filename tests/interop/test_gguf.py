@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                          LlamaForCausalLM)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 from speechmt.cli import main
 from speechmt.interop import HFImportError

@@ -11,17 +11,21 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from transformers import (GenerationConfig, Speech2TextConfig, Speech2TextFeatureExtractor,
-                          Speech2TextForConditionalGeneration, Speech2TextTokenizer)
+from transformers import (
+    GenerationConfig,
+    Speech2TextConfig,
+    Speech2TextFeatureExtractor,
+    Speech2TextForConditionalGeneration,
+    Speech2TextTokenizer,
+)
 
 from speechmt.audio import CMVNConfig, FbankConfig
+from speechmt.checkpoint import load_checkpoint
 from speechmt.cli import main
 from speechmt.decoding.search import beam_search
 from speechmt.decoding.translate import LoadedModel, load_model, translate
 from speechmt.interop import HFImportError
-from speechmt.interop.hf_s2t import (NEVER, convert_tokenizer, fbank_frontend, import_hf_s2t, model_config,
-                                     vocab_order)
-from speechmt.checkpoint import load_checkpoint
+from speechmt.interop.hf_s2t import NEVER, convert_tokenizer, fbank_frontend, import_hf_s2t, model_config, vocab_order
 
 SENTENCES = [
     "the cat sat on the warm mat", "a small dog ran across the park", "we translate speech into text",

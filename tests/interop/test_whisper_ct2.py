@@ -9,9 +9,16 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import (AutoFeatureExtractor, AutoTokenizer, GenerationConfig, WhisperConfig,
-                          WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor,
-                          WhisperTokenizerFast)
+from transformers import (
+    AutoFeatureExtractor,
+    AutoTokenizer,
+    GenerationConfig,
+    WhisperConfig,
+    WhisperFeatureExtractor,
+    WhisperForConditionalGeneration,
+    WhisperProcessor,
+    WhisperTokenizerFast,
+)
 
 from speechmt.cli import main
 from speechmt.interop import HFImportError

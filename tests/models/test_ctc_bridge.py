@@ -5,12 +5,13 @@ the CTC is certain of the transcript, the LM reads the speech exactly as it read
 import pytest
 import torch
 
+from speechmt.models.build import build_model
+from speechmt.models.config import ModelConfig, preset
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.shrink import ShrinkConfig, soft_embeddings
-from speechmt.models.build import build_model
-from speechmt.models.config import ModelConfig, preset
 from tests.lm_helpers import CTC_TRANSCRIPTS, certain_ctc, spelled_logits
+
 
 @pytest.fixture(scope="module")
 def model(bridge):

@@ -14,13 +14,19 @@ import torch
 from speechmt import load_model, translate
 from speechmt.checkpoint import save_checkpoint
 from speechmt.data.encoder_cache import cache_key
-from speechmt.data.manifest import read_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.models import preset
 from speechmt.models.build import build
-from speechmt.models.fat_mlm import (FatMasks, FatMLM, WhisperFatMLM, fat_mlm_loss, reconstruction_frames, span_mask,
-                                     translator_state)
 from speechmt.models.config import ModelConfig
+from speechmt.models.fat_mlm import (
+    FatMasks,
+    FatMLM,
+    WhisperFatMLM,
+    fat_mlm_loss,
+    reconstruction_frames,
+    span_mask,
+    translator_state,
+)
 from speechmt.tasks import Stage, TaskData
 from speechmt.tokenizers.whisper import WhisperTokenizer
 from speechmt.training.builders import frontend_for

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from speechmt.models.finetune import LoraSettings, merge_lora, set_finetuning
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
+from speechmt.models.finetune import LoraSettings, merge_lora, set_finetuning
 from tests.whisper_helpers import tiny_whisper_dir
 
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from speechmt.data.dataset import Batch
-from speechmt.models.fusion import FusionConfig
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
+from speechmt.models.fusion import FusionConfig
 from speechmt.tasks.objectives import ObjectiveSettings
 from speechmt.tasks.tasks import task_losses
 from tests.whisper_helpers import tiny_whisper_dir

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
-from speechmt.models.decoder import DecoderCache
-from speechmt.models.encoders.whisper import whisper_output_lengths
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
+from speechmt.models.decoder import DecoderCache
+from speechmt.models.encoders.whisper import whisper_output_lengths
 from speechmt.models.hf_whisper import load_hf_whisper
 from tests.whisper_helpers import tiny_whisper_dir
 

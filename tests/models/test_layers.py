@@ -5,7 +5,6 @@ import torch
 import torch.nn.functional as F
 
 from speechmt.models import layers
-from speechmt.sequence import lengths_to_padding_mask
 from speechmt.models.layers import (
     MultiHeadAttention,
     SinusoidalPositionalEncoding,
@@ -17,6 +16,7 @@ from speechmt.models.layers import (
     transformer_encoder,
     zero_residual_branches,
 )
+from speechmt.sequence import lengths_to_padding_mask
 
 
 def test_positions_known_values_and_offset():

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from speechmt.decoding.search import DecodeOptions, beam_search, greedy_search
-from speechmt.models.encoders import EncoderOutput
 from speechmt.models.build import build_model
 from speechmt.models.config import preset
+from speechmt.models.encoders import EncoderOutput
 from speechmt.tasks.objectives import shift_right
-from speechmt.tokenizers.sentencepiece import UnknownTagError
 from speechmt.tokenizers.lm import LMTokenizer, language_name
+from speechmt.tokenizers.sentencepiece import UnknownTagError
 
 TARGETS = ["Das Wetter ist heute schön.", "Bitte öffne das Fenster.", "Der Zug fährt um neun Uhr ab."]
 

@@ -10,11 +10,11 @@ import torch
 from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.decoding.translate import load_model
-from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config
 from speechmt.models.build import build_model
 from speechmt.models.config import EncoderConfig, ModelConfig, preset
-from speechmt.tokenizers.sentencepiece import Tokenizer
+from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config
 from speechmt.tokenizers.pair import Tokenizers
+from speechmt.tokenizers.sentencepiece import Tokenizer
 from tests.helpers import flat_model_config
 
 # every field of the flat ModelConfig as checkpoints stored it before the nesting (commit 6e9295d)

@@ -188,8 +188,8 @@ def test_configs_from_before_shrinking_and_wav2vec2_build_the_same_model():
 
 def test_the_recipe_config_and_its_ctc_requirement(tiny_data):
     from speechmt.config import ConfigError, load_config
-    from speechmt.tokenizers.sentencepiece import Tokenizer
     from speechmt.tokenizers.pair import Tokenizers
+    from speechmt.tokenizers.sentencepiece import Tokenizer
     from speechmt.training.builders import model_config_for
     from tests.conftest import ASSETS
 

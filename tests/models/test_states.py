@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from speechmt.models import build_model, preset
+from speechmt.models.config import ModelConfig
 from speechmt.models.encoders.base import note
 from speechmt.models.semantic import SEMANTICS
-from speechmt.models.config import ModelConfig
 from speechmt.models.translator import Translator
 from tests.helpers import tiny_wav2vec2_fields
 from tests.whisper_helpers import tiny_whisper_dir

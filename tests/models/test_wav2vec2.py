@@ -5,18 +5,25 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import torch
-from transformers import (AutoModel, Data2VecAudioModel, HubertConfig, HubertModel, Wav2Vec2Config,
-                          Wav2Vec2FeatureExtractor, Wav2Vec2Model)
+from transformers import (
+    AutoModel,
+    Data2VecAudioModel,
+    HubertConfig,
+    HubertModel,
+    Wav2Vec2Config,
+    Wav2Vec2FeatureExtractor,
+    Wav2Vec2Model,
+)
 
 from speechmt import load_model
 from speechmt.audio import CMVNConfig, FbankConfig
-from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
+from speechmt.checkpoint import save_checkpoint
 from speechmt.decoding.translate import LoadedModel, translate
+from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import Wav2Vec2Options, feature_extractor_settings, wav2vec2_encoder
-from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.tokenizers.pair import Tokenizers
-from speechmt.checkpoint import save_checkpoint
+from speechmt.tokenizers.sentencepiece import Tokenizer
 from tests.helpers import tiny_wav2vec2_fields
 
 
@@ -279,9 +286,9 @@ def test_wav2vec2_config_validation(overrides, message):
 def test_tiny_wav2vec2_st_model_overfits_and_translates_its_training_audio_exactly(tiny_data, tmp_path):
     """run_training on waveforms (wav2vec2 + conv shrink), then the checkpoint alone translates and scores."""
     from speechmt.audio import read_audio
+    from speechmt.checkpoint import load_checkpoint
     from speechmt.data.manifest import read_manifest
     from speechmt.evaluation.evaluate import evaluate
-    from speechmt.checkpoint import load_checkpoint
     from speechmt.training.run import run_training
     from tests.helpers import tiny_config
 

@@ -9,8 +9,8 @@ import torch
 
 import speechmt.pretrained as pretrained
 from speechmt import load_model, translate
-from speechmt.cli import main
 from speechmt.checkpoint import CheckpointError, load_checkpoint
+from speechmt.cli import main
 from speechmt.models.build import count_parameters
 from speechmt.models.config import ModelConfig
 from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model

@@ -7,13 +7,21 @@ import pytest
 import torch
 
 from speechmt.data.dataset import Batch
-from speechmt.models.encoders import EncoderOutput
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig, preset
-from speechmt.tasks.align import (AlignConfig, frame_positions, pair_loss, span_weights, start_values, token_spans,
-                                  transcript_units)
+from speechmt.models.encoders import EncoderOutput
+from speechmt.tasks.align import (
+    AlignConfig,
+    frame_positions,
+    pair_loss,
+    span_weights,
+    start_values,
+    token_spans,
+    transcript_units,
+)
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
-from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS, certain_ctc
+from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS
+from tests.lm_helpers import certain_ctc
 from tests.models.test_whisper_asr import _mels
 
 

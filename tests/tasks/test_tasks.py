@@ -4,8 +4,8 @@ import torch
 from speechmt.data.dataset import Batch
 from speechmt.models import build_model, preset
 from speechmt.tasks import ObjectiveSettings, task_losses
-from speechmt.tasks.tasks import keep_parts
 from speechmt.tasks.losses import ctc_loss, strip_specials
+from speechmt.tasks.tasks import keep_parts
 
 
 @pytest.mark.parametrize("shrink", ["none", "conv", "ctc"])

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from speechmt.checkpoint import load_checkpoint
+from speechmt.checks import ConfigError
 from speechmt.config import save_config
 from speechmt.tasks import Stage, TaskData
 from speechmt.training.run import run_training
 from speechmt.training.state import update_freq_per_rank
-from speechmt.checks import ConfigError
 from tests.helpers import kill_tree, tiny_config
 
 UPDATES = 20

@@ -6,11 +6,11 @@ import torch
 import yaml
 from transformers import Wav2Vec2Model
 
+from speechmt.checkpoint import load_checkpoint
 from speechmt.cli import main
 from speechmt.frontend.waveform import WaveformConfig
 from speechmt.models import ModelConfig, build_model
 from speechmt.models.encoders.wav2vec2 import feature_extractor_settings
-from speechmt.checkpoint import load_checkpoint
 from speechmt.models.wav2vec2_pretraining import PretrainingSettings, masks_and_negatives
 from speechmt.training.pretrain_audio import STATE_FILE, load_pretrain_config
 from tests.helpers import tiny_wav2vec2_fields

@@ -6,11 +6,11 @@ from collections import Counter
 import pytest
 import torch
 
+from speechmt.checkpoint import load_checkpoint
 from speechmt.config import ConfigError
 from speechmt.models.build import build_model
 from speechmt.tasks import Stage, TaskData
 from speechmt.training.builders import build_dataset, frontend_for, load_tokenizers, model_config_for
-from speechmt.checkpoint import load_checkpoint
 from speechmt.training.run import run_training, seed_everything
 from speechmt.training.trainer import Trainer, draw_streams
 from tests.helpers import tiny_config

@@ -3,10 +3,10 @@ import json
 import pytest
 import torch
 
-from speechmt.cli import main
 from speechmt.checkpoint import CheckpointError, load_checkpoint
-from speechmt.training.run import average, init_encoder_from, run_training
+from speechmt.cli import main
 from speechmt.models.build import build_model
+from speechmt.training.run import average, init_encoder_from, run_training
 from tests.helpers import tiny_config
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
 from speechmt.decoding.translate import load_model
 from speechmt.models.config import ModelConfig
-from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.training.run import run_training
 from tests.whisper_helpers import tiny_whisper_dir
 
@@ -91,8 +91,8 @@ def test_a_changed_base_is_refused_with_one_line(trained, tmp_path):
 
 
 def test_whispers_own_30s_input_is_a_data_option_kept_with_the_features(tiny_data, whisper_dir, tmp_path):
-    from speechmt.frontend.whisper_mel import WhisperMelConfig
     from speechmt.frontend import WhisperMelFrontend
+    from speechmt.frontend.whisper_mel import WhisperMelConfig
     from speechmt.training.builders import frontend_for
 
     cfg = whisper_config(tiny_data, whisper_dir, tmp_path)
@@ -212,8 +212,7 @@ def test_bottom_layers_frozen_train_from_their_cache_and_save_only_the_layers_ab
 
     from speechmt.data.encoder_cache import cache_key
     from speechmt.data.features import FeatureStore
-    from speechmt.data.manifest import read_manifest
-    from speechmt.data.manifest import record_audio
+    from speechmt.data.manifest import read_manifest, record_audio
     from speechmt.frontend.whisper_mel import whisper_log_mel
 
     _, tmp_path = trained_top
@@ -244,8 +243,7 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
 
     import torch
 
-    from speechmt.data.manifest import read_manifest
-    from speechmt.data.manifest import record_audio
+    from speechmt.data.manifest import read_manifest, record_audio
     from speechmt.frontend.whisper_mel import whisper_log_mel
     from speechmt.models import build_model
     from speechmt.training.builders import load_tokenizers, model_config_for

@@ -25,11 +25,12 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoFeatureExtractor, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 
-from speechmt.sequence import lengths_to_padding_mask
 from speechmt.frontend.waveform import WaveformConfig
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.finetune import lna_
 from speechmt.models.memory import enable_hf_checkpointing
+from speechmt.sequence import lengths_to_padding_mask
+
 
 @dataclass(frozen=True)
 class Wav2Vec2Options:

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.sequence import lengths_to_padding_mask
 from speechmt.models.encoders.base import EncoderOutput, Record, note
+from speechmt.sequence import lengths_to_padding_mask
 
 
 @dataclass(frozen=True)

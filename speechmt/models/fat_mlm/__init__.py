@@ -39,8 +39,17 @@ Files: masking.py (span and token masks), model.py (FatMLM, its loss, the conv b
 from __future__ import annotations
 
 from speechmt.models.fat_mlm.masking import FatMasks, TokenMask, reconstruction_frames, span_mask, token_mask
-from speechmt.models.fat_mlm.model import SEGMENT_OF, SOURCE, SPEECH, TARGET, FatMLM, FatMLMOptions, FatOutput, \
-    conv_fat_mlm, fat_mlm_loss
+from speechmt.models.fat_mlm.model import (
+    SEGMENT_OF,
+    SOURCE,
+    SPEECH,
+    TARGET,
+    FatMLM,
+    FatMLMOptions,
+    FatOutput,
+    conv_fat_mlm,
+    fat_mlm_loss,
+)
 from speechmt.models.fat_mlm.transfer import DECODER_FROM_ENCODER, translator_state
 from speechmt.models.fat_mlm.whisper_fat_mlm import WhisperFatMLM, whisper_fat_mlm
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.fat_mlm.masking import FatMasks, TokenMask, reconstruction_frames, span_mask, token_mask
-from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.layers import STACK_INITS, config_stack, embedding
 from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 

@@ -70,8 +70,12 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
     its target text ids are those below <|endoftext|> and, `pretrained`, its target embedding starts as the
     Whisper decoder's token embedding (the same load as the encoder's when they name the same model)."""
     from speechmt.models.finetune import set_finetuning
-    from speechmt.models.hf_whisper import hf_config_dict, whisper_decoder_config, whisper_encoder_from_hf, \
-        whisper_models
+    from speechmt.models.hf_whisper import (
+        hf_config_dict,
+        whisper_decoder_config,
+        whisper_encoder_from_hf,
+        whisper_models,
+    )
 
     problems = [cfg.encoder.finetune != "frozen" and "reconstructs the frozen Whisper encoder's states: it needs "
                 f"encoder.finetune frozen, got {cfg.encoder.finetune!r}",

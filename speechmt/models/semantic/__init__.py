@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-
 from speechmt.checks import raise_problems
-from speechmt.models.fat_mlm import FatMLMOptions
 from speechmt.models.encoders.base import EncoderOutput, Record
+from speechmt.models.fat_mlm import FatMLMOptions
 from speechmt.models.semantic.chimera import ChimeraMemory, ChimeraOptions, chimera
 from speechmt.models.semantic.identity import Identity, identity
 from speechmt.models.semantic.lut import LUTOptions, LUTSemanticEncoder, lut, lut_teacher, with_lut_teacher

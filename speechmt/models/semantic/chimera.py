@@ -17,8 +17,14 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.layers import FeedForward, MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    config_stack, key_padding_mask
+from speechmt.models.layers import (
+    FeedForward,
+    MultiHeadAttention,
+    SinusoidalPositionalEncoding,
+    TransformerEncoder,
+    config_stack,
+    key_padding_mask,
+)
 from speechmt.models.semantic.options import parse_options, text_positions
 
 

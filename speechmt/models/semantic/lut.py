@@ -24,8 +24,14 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record
-from speechmt.models.layers import MultiHeadAttention, SinusoidalPositionalEncoding, TransformerEncoder, \
-    STACK_INITS, config_stack, key_padding_mask
+from speechmt.models.layers import (
+    STACK_INITS,
+    MultiHeadAttention,
+    SinusoidalPositionalEncoding,
+    TransformerEncoder,
+    config_stack,
+    key_padding_mask,
+)
 from speechmt.models.semantic.options import parse_options, text_positions
 
 LM_TEACHER = "lm"  # LUTOptions.teacher naming the model's own language-model decoder

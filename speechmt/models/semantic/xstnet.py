@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.encoders.base import EncoderOutput, Record, note
 from speechmt.models.fat_mlm.model import pack_parts, unpack_part
-from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.layers import STACK_INITS, SinusoidalPositionalEncoding, TransformerEncoder, config_stack
 from speechmt.models.semantic.options import parse_options, text_positions
 

@@ -11,8 +11,7 @@ import torch
 from speechmt import load_model, translate
 from speechmt.cli import main
 from speechmt.data.dataset import Batch
-from speechmt.data.manifest import read_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.models import build_model, preset
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.translator import Translator

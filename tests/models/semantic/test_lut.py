@@ -9,8 +9,7 @@ import torch
 
 from speechmt import load_model, translate
 from speechmt.data.dataset import Batch
-from speechmt.data.manifest import read_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.models import build_model, preset
 from speechmt.models.translator import Translator
 from speechmt.tasks import Stage, TaskData

@@ -11,10 +11,10 @@ import torch
 from speechmt.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.data.dataset import Batch
 from speechmt.decoding.search import DecodeOptions, greedy_search
-from speechmt.models.delta import base_reference, load_model_state, model_state
-from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder, XSTNetEncoder
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
+from speechmt.models.delta import base_reference, load_model_state, model_state
+from speechmt.models.semantic import ChimeraMemory, LUTSemanticEncoder, XSTNetEncoder
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
 from speechmt.tasks.tasks import task_losses
 from tests.lm_helpers import CTC_TRANSCRIPTS, ctc_bridge_model

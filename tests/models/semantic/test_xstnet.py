@@ -6,12 +6,11 @@ import pytest
 import torch
 
 from speechmt import load_model, translate
-from speechmt.data.manifest import read_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.checkpoint import load_checkpoint
+from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.models import build_model, preset
 from speechmt.models.translator import Translator
 from speechmt.tasks import Stage, TaskData
-from speechmt.checkpoint import load_checkpoint
 from speechmt.training.builders import load_tokenizers, model_config_for
 from speechmt.training.run import run_training, seed_everything
 from tests.helpers import tiny_config
