@@ -19,13 +19,20 @@ from typing import Any
 
 import yaml
 
-from speechmt.checks import (ConfigError, check_config, check_override, checked, count_problem, field_check,
-                             raise_problems, read_yaml_mapping)
-from speechmt.models.migrate import migrate_model_config, migrate_model_override
+from speechmt.checks import (
+    ConfigError,
+    check_config,
+    check_override,
+    checked,
+    count_problem,
+    field_check,
+    raise_problems,
+    read_yaml_mapping,
+)
 from speechmt.models.config import ModelConfig, preset
+from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.tasks.align import AlignConfig
 from speechmt.tasks.schedule import Stage, parse_stages
-
 
 
 @dataclass
@@ -50,7 +57,7 @@ class DataConfig:
     max_sentences: int = checked(0, lo=0)  # 0: no limit
     # DataLoader workers per rank (persistent, speechmt.data.loader); -1: sized to the machine, the usable CPUs
     # per local rank less one, at most 8
-    num_workers: int = checked(0, lo=-1, note="-1: sized to the machine")
+    num_workers: int = checked(-1, lo=-1, note="-1: sized to the machine")
     # how workers start: "fork", "spawn", "forkserver", or "" for the platform's default
     loader_context: str = checked("", choices=("", "fork", "spawn", "forkserver"), note='"": the platform default')
     # on-the-fly augmentation of the training audio (speechmt.data.augment; wav2vec2 and whisper encoders, not

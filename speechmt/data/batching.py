@@ -9,7 +9,6 @@ import torch
 from torch.utils.data import Sampler
 
 
-
 def collate_sequences(seqs: Sequence[torch.Tensor], pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Pads B tensors of shape (T_i, ...) to one (B, T_max, ...) tensor; also returns lengths (B,) int64.
 
@@ -18,8 +17,19 @@ def collate_sequences(seqs: Sequence[torch.Tensor], pad_value: float = 0.0) -> t
     if not seqs:
         raise ValueError("collate_sequences needs at least one sequence")
     lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
-    x = torch.nn.utils.rnn.pad_sequence(list(seqs), batch_first=True, padding_value=pad_value)
+    x = _new_batch_tensor(seqs[0], (len(seqs), int(lengths.max()), *seqs[0].shape[1:])).fill_(pad_value)
+    for i, s in enumerate(seqs):
+        x[i, : s.shape[0]] = s
     return x, lengths
+
+
+def _new_batch_tensor(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised tensor of `shape` with `like`'s dtype and device; in a DataLoader worker, in shared memory
+    (as torch's default_collate does), so that handing the batch to the main process copies nothing."""
+    if torch.utils.data.get_worker_info() is None:
+        return like.new_empty(shape)
+    storage = like._typed_storage()._new_shared(int(np.prod(shape)), device=like.device)
+    return like.new(storage).resize_(shape)
 
 
 def padded_size(batch: Sequence[int], sizes: Sequence[int]) -> int:

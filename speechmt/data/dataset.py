@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -19,9 +19,9 @@ from torch.utils.data import Dataset
 from speechmt.audio import CMVNConfig, SpecAugmentConfig, spec_augment
 from speechmt.checks import ConfigError
 from speechmt.data.batching import collate_sequences
-from speechmt.data.features import FeatureStore
-from speechmt.data.manifest import ManifestError, Record, read_split, record_audio
 from speechmt.data.encoder_cache import cached_split
+from speechmt.data.features import FeatureStore
+from speechmt.data.manifest import ManifestError, Record, RecordTable, read_split, record_audio, record_column
 from speechmt.frontend import FbankFrontend, Frontend
 from speechmt.tokenizers.sentencepiece import Tokenizer
 
@@ -38,13 +38,13 @@ def global_cmvn(data_dir: str | os.PathLike) -> CMVNConfig:
         return CMVNConfig("global", tuple(d["mean"].tolist()), tuple(d["std"].tolist()))
 
 
-def load_split(data_dir: str | os.PathLike, split: str, num_mel_bins: int = 80) -> tuple[list[Record], FeatureStore]:
+def load_split(data_dir: str | os.PathLike, split: str, num_mel_bins: int = 80) -> tuple[RecordTable, FeatureStore]:
     """A prepared split's manifest and feature store, checked to hold the same utterances in the same order."""
     data_dir = Path(data_dir)
     records = read_split(data_dir, split)
     prefix = data_dir / f"fbank{num_mel_bins}" / split
     store = FeatureStore(prefix)
-    if store.ids != [r.id for r in records]:
+    if store.ids != records.ids:
         raise ManifestError(f"{data_dir / f'{split}.jsonl'} and its feature store {prefix} hold different "
                             "utterances; prepare the split again with --overwrite")
     return records, store
@@ -91,6 +91,11 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def pin_memory(self) -> "Batch":
+        """The batch with its tensors in page-locked memory (DataLoader(pin_memory=True) calls this)."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Batch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in pinned.items()})
 
 
 def collate(examples: list[Example], pad_id: int = 0) -> Batch:
@@ -177,7 +182,7 @@ InputSource = StoredFeatures | AudioInput | CachedStates
 
 
 def speech_source(data_dir: str | os.PathLike, split: str, frontend: Frontend, encoder: nn.Module | None = None,
-                  augment: "Augmenter | None" = None) -> tuple[list[Record], InputSource]:
+                  augment: "Augmenter | None" = None) -> tuple[RecordTable, InputSource]:
     """A split's records and where their encoder input comes from: the feature store preparation wrote (a
     front end whose features are `prepared`: fbank), else the audio through the front end, or, when
     `encoder`'s states are frozen (a frozen Whisper encoder, or its frozen bottom layers), its states of that
@@ -210,7 +215,7 @@ class SpeechDataset(Dataset):
     the source ids read before its speech (retrieved examples), or None.
     """
 
-    def __init__(self, records: list[Record], source: InputSource,
+    def __init__(self, records: Sequence[Record], source: InputSource,
                  src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
                  src_tag: str | None = None, tgt_tag: str | None = None,
                  spec_augment: SpecAugmentConfig | None = None, seed: int = 0, tgt_field: str = "tgt_text",
@@ -232,9 +237,9 @@ class SpeechDataset(Dataset):
         self.epoch = epoch
 
     @property
-    def sizes(self) -> list[int]:
-        """Frames per utterance, for batching."""
-        return [r.n_frames for r in self.records]
+    def sizes(self) -> np.ndarray:
+        """Frames per utterance (N,) int64, for batching."""
+        return record_column(self.records, "n_frames")
 
     def __len__(self) -> int:
         return len(self.records)

@@ -23,12 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from speechmt.checkpoint import state_checksum
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
-from speechmt.checkpoint import state_checksum
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.ranks import build_once
-
 
 GENERATION_FIELDS = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "max_length",
                                "decoder_start_token_id", "transformers_version", "_name_or_path"})

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from speechmt.data.manifest import StringColumn
+
 
 class FeatureStoreWriter:
     """Appends utterances' features, (T, dim) each, to a new store; `close()` publishes it."""
@@ -54,15 +56,19 @@ class FeatureStoreWriter:
 
 
 class FeatureStore:
-    """Read-only, memory-mapped access to a store: `store[id]` or `store.get(i)` -> (T, dim) float32."""
+    """Read-only, memory-mapped access to a store: `store[id]` or `store.get(i)` -> (T, dim) float32.
+
+    Compact per process: ids as fixed-width UTF-8 bytes (N,), offsets and lengths as int64 arrays (N,), an id's
+    position found by binary search. Pickling keeps only the prefix: a copy (a DataLoader worker under spawn)
+    reopens the index and the memory map instead of carrying the frames."""
 
     def __init__(self, prefix: str | os.PathLike):
-        prefix = Path(prefix)
+        self.prefix = Path(prefix)
         index_path = Path(f"{prefix}.index.npz")
         if not index_path.exists():
             raise FileNotFoundError(f"{index_path}: feature store index not found (run `speechmt prepare`)")
         with np.load(index_path) as idx:
-            self.ids = [str(i) for i in idx["ids"]]
+            self._keys = np.char.encode(idx["ids"], "utf-8") if len(idx["ids"]) else np.zeros(0, dtype="S1")
             self.offsets, self.lengths = idx["offsets"], idx["lengths"]
             self.dim, dtype = int(idx["dim"]), np.dtype(str(idx["dtype"]))
         total = int(self.lengths.sum())
@@ -73,13 +79,34 @@ class FeatureStore:
             raise ValueError(f"{bin_path}: feature store is incomplete ({size} bytes, expected {expected})")
         self._data = np.memmap(bin_path, dtype=dtype, mode="r", shape=(total, self.dim)) if total else \
             np.zeros((0, self.dim), dtype=dtype)
-        self._pos = {utt: i for i, utt in enumerate(self.ids)}
+        self._order: np.ndarray | None = None  # argsort of the ids, made at the first look-up by id
+
+    def __getstate__(self) -> dict:
+        return {"prefix": str(self.prefix)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["prefix"])
+
+    @property
+    def ids(self) -> StringColumn:
+        """The utterance ids in store order (a sequence of str)."""
+        return StringColumn.from_fixed(self._keys)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._keys)
+
+    def position(self, utt_id: str) -> int | None:
+        """The index of `utt_id` in the store, or None."""
+        if self._order is None:
+            self._order = np.argsort(self._keys, kind="stable")
+        key = np.array(utt_id.encode("utf-8"))
+        if key.dtype.itemsize > self._keys.dtype.itemsize:
+            return None
+        j = int(np.searchsorted(self._keys, key, sorter=self._order))
+        return int(self._order[j]) if j < len(self._keys) and self._keys[self._order[j]] == key else None
 
     def __contains__(self, utt_id: str) -> bool:
-        return utt_id in self._pos
+        return self.position(utt_id) is not None
 
     def get(self, i: int) -> np.ndarray:
         """Features of the i-th utterance, (T, dim) float32."""
@@ -87,6 +114,7 @@ class FeatureStore:
         return np.asarray(self._data[start:start + int(self.lengths[i])], dtype=np.float32)
 
     def __getitem__(self, utt_id: str) -> np.ndarray:
-        if utt_id not in self._pos:
+        i = self.position(utt_id)
+        if i is None:
             raise KeyError(f"{utt_id}: not in this feature store")
-        return self.get(self._pos[utt_id])
+        return self.get(i)

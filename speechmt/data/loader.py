@@ -19,14 +19,16 @@ Use per epoch (the sampler keeps exact-resume semantics: its position counts the
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import sys
 from typing import Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from speechmt.data.dataset import collate
+from speechmt.data.dataset import Batch, collate
 
 MAX_AUTO_WORKERS = 8
 PREFETCH_FACTOR = 2  # batches in flight per worker
@@ -81,6 +83,21 @@ class EpochItems(Dataset):
         return self.dataset[i]
 
 
+def _exit_at_once() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def end_as_forked(worker_id: int) -> None:
+    """Worker init: a worker ends as a forked one does, by os._exit once Python's exit handlers ran (those
+    registered before this one are skipped: multiprocessing's, whose queues the DataLoader has cancelled). A
+    spawned worker would otherwise finalize the interpreter while its queue's feeder thread is still pickling a
+    prefetched batch inside torch's C++ code; Python before 3.14 ends that thread with pthread_exit, whose unwinding
+    through C++ frames aborts the worker ("terminate called without an active exception")."""
+    atexit.register(_exit_at_once)
+
+
 def make_loader(dataset: Dataset, batch_sampler: Sampler[list[int]], *, pad_id: int, num_workers: int,
                 device: torch.device, context: str | None = None, seed: int = 0) -> DataLoader:
     """A DataLoader of `dataset`'s padded Batches in `batch_sampler`'s order, to keep for a whole stage.
@@ -99,11 +116,12 @@ def make_loader(dataset: Dataset, batch_sampler: Sampler[list[int]], *, pad_id: 
                       collate_fn=functools.partial(collate, pad_id=pad_id), num_workers=num_workers,
                       pin_memory=torch.device(device).type == "cuda", persistent_workers=workers,
                       prefetch_factor=PREFETCH_FACTOR if workers else None,
-                      multiprocessing_context=(context or None) if workers else None,
+                      multiprocessing_context=(context or None) if workers else None, worker_init_fn=end_as_forked,
                       generator=torch.Generator().manual_seed(seed))
 
 
-def in_process_batches(dataset: Dataset, batch_sampler: Sequence[list[int]] | Sampler[list[int]], pad_id: int):
+def in_process_batches(dataset: Dataset, batch_sampler: Sequence[list[int]] | Sampler[list[int]],
+                       pad_id: int) -> Iterator[Batch]:
     """The reference make_loader must equal: each batch of the sampler collated in this process."""
     for b in batch_sampler:
         yield collate([dataset[i] for i in b], pad_id)

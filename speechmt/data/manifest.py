@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import array
 import json
 import os
+from collections.abc import Sequence as SequenceABC
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, overload
 
 import numpy as np
 
@@ -78,9 +80,9 @@ def split_manifest(data_dir: str | os.PathLike, split: str) -> Path:
     return path
 
 
-def read_split(data_dir: str | os.PathLike, split: str) -> list[Record]:
-    """All records of a prepared split's manifest (split_manifest)."""
-    return read_manifest(split_manifest(data_dir, split))
+def read_split(data_dir: str | os.PathLike, split: str) -> "RecordTable":
+    """All records of a prepared split's manifest (split_manifest), as a compact RecordTable."""
+    return RecordTable.read(split_manifest(data_dir, split))
 
 
 def read_manifest(path: str | os.PathLike) -> list[Record]:
@@ -107,3 +109,206 @@ def record_audio(record: Record, base_dir: str | os.PathLike) -> np.ndarray:
     if not path.is_absolute():
         path = Path(base_dir) / path
     return read_audio(path, record.offset, record.duration or None)
+
+
+NUMBER_FIELDS = {"offset": "d", "duration": "d", "n_frames": "q"}  # field -> array typecode (float64, int64)
+STRING_FIELDS = tuple(f for f in RECORD_FIELDS if f not in NUMBER_FIELDS)
+
+
+class StringColumn(SequenceABC):
+    """N strings held as one UTF-8 blob (uint8) and N + 1 int64 offsets: string i is blob[offsets[i]:offsets[i+1]].
+
+    A few bytes per string instead of a Python object each (~50 bytes + its characters); `column[i]` decodes one.
+    """
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray):
+        if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(blob):
+            raise ValueError(f"string column offsets must run from 0 to the blob's {len(blob)} bytes")
+        self.blob, self.offsets = blob, offsets
+
+    @classmethod
+    def from_strings(cls, strings: Iterable[str]) -> "StringColumn":
+        blob, lengths = bytearray(), array.array("q")
+        for s in strings:
+            b = s.encode("utf-8")
+            blob += b
+            lengths.append(len(b))
+        return cls.from_parts(blob, lengths)
+
+    @classmethod
+    def from_parts(cls, blob: bytearray | bytes, lengths: Sequence[int]) -> "StringColumn":
+        """A column from the concatenated UTF-8 bytes and each string's byte length."""
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
+        return cls(np.frombuffer(blob, dtype=np.uint8), offsets)
+
+    @classmethod
+    def from_fixed(cls, fixed: np.ndarray) -> "StringColumn":
+        """A column from a fixed-width bytes array (numpy dtype S<w>) of UTF-8 strings."""
+        if not len(fixed):
+            return cls(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+        width = fixed.dtype.itemsize
+        lengths = np.char.str_len(fixed).astype(np.int64)
+        grid = fixed.view(np.uint8).reshape(len(fixed), width)  # (N, width), zero-padded
+        blob = grid[np.arange(width)[None, :] < lengths[:, None]]
+        return cls(np.ascontiguousarray(blob), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+    def fixed(self) -> np.ndarray:
+        """The strings as a fixed-width UTF-8 bytes array (N,) of dtype S<longest>, for sorting and searching."""
+        lengths = np.diff(self.offsets)
+        width = max(int(lengths.max(initial=0)), 1)
+        grid = np.zeros((len(self), width), dtype=np.uint8)
+        grid[np.arange(width)[None, :] < lengths[:, None]] = self.blob
+        return grid.view(f"S{width}").reshape(len(self))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> "StringColumn": ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        i = _position(i, len(self), "string")
+        return self.blob[self.offsets[i]:self.offsets[i + 1]].tobytes().decode("utf-8")
+
+    def take(self, indices: np.ndarray) -> "StringColumn":
+        """The strings at `indices` (K,), in that order."""
+        indices = np.asarray(indices, dtype=np.int64)
+        starts, lengths = self.offsets[indices], self.offsets[indices + 1] - self.offsets[indices]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return StringColumn(self.blob[gather], offsets)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StringColumn):
+            return np.array_equal(self.offsets, other.offsets) and np.array_equal(self.blob, other.blob)
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def nbytes(self) -> int:
+        return self.blob.nbytes + self.offsets.nbytes
+
+
+class RecordTable(SequenceABC):
+    """The records of a manifest as columns: numbers in numpy arrays, each text field a StringColumn.
+
+    A compact per-rank index (~ the UTF-8 size of the texts plus 8 bytes per field and record) where a list of
+    Records costs a Python object per field; `table[i]` builds the i-th Record, `table[a:b]` is a table, and
+    `column("n_frames")` is the (N,) array.
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray | StringColumn]):
+        missing = [f for f in RECORD_FIELDS if f not in columns]
+        lengths = {len(c) for c in columns.values()}
+        if missing or len(lengths) > 1:
+            raise ValueError(f"a record table needs the columns {RECORD_FIELDS} of one length; missing {missing}, "
+                             f"lengths {sorted(lengths)}")
+        self._columns = {f: columns[f] for f in RECORD_FIELDS}
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "RecordTable":
+        """The records of a manifest, in file order; a malformed line raises ManifestError naming file and line."""
+        numbers = {f: array.array(code) for f, code in NUMBER_FIELDS.items()}
+        blobs = {f: bytearray() for f in STRING_FIELDS}
+        lengths = {f: array.array("q") for f in STRING_FIELDS}
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    _append_line(path, lineno, line, numbers, blobs, lengths)
+        columns = {f: np.frombuffer(a, dtype=np.dtype(a.typecode)) for f, a in numbers.items()}
+        columns.update({f: StringColumn.from_parts(blobs[f], lengths[f]) for f in STRING_FIELDS})
+        return cls(columns)
+
+    @classmethod
+    def from_records(cls, records: Iterable[Record]) -> "RecordTable":
+        records = list(records)
+        columns: dict[str, np.ndarray | StringColumn] = {
+            f: np.array([getattr(r, f) for r in records], dtype=np.float64 if code == "d" else np.int64)
+            for f, code in NUMBER_FIELDS.items()}
+        columns.update({f: StringColumn.from_strings(getattr(r, f) for r in records) for f in STRING_FIELDS})
+        return cls(columns)
+
+    def column(self, name: str) -> np.ndarray | StringColumn:
+        """One field for all records: (N,) float64/int64 array for numbers, a StringColumn for text."""
+        if name not in self._columns:
+            raise KeyError(f"{name}: not a manifest field; fields: {', '.join(RECORD_FIELDS)}")
+        return self._columns[name]
+
+    @property
+    def ids(self) -> StringColumn:
+        return self._columns["id"]
+
+    def __len__(self) -> int:
+        return len(self._columns["id"])
+
+    @overload
+    def __getitem__(self, i: int) -> Record: ...
+    @overload
+    def __getitem__(self, i: slice) -> "RecordTable": ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        i = _position(i, len(self), "record")
+        values = {f: c[i] for f, c in self._columns.items()}
+        values.update({f: float(values[f]) if code == "d" else int(values[f]) for f, code in NUMBER_FIELDS.items()})
+        return Record(**values)
+
+    def take(self, indices: np.ndarray) -> "RecordTable":
+        """The records at `indices` (K,), in that order, as a table."""
+        indices = np.asarray(indices, dtype=np.int64)
+        return RecordTable({f: c.take(indices) if isinstance(c, StringColumn) else c[indices]
+                            for f, c in self._columns.items()})
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RecordTable, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self._columns.values())
+
+
+def _position(i: int, n: int, what: str) -> int:
+    """Index `i` (negative from the end) of a sequence of `n`, as 0..n-1; IndexError outside."""
+    if not -n <= i < n:
+        raise IndexError(f"{what} {i} of {n}")
+    return int(i) % n
+
+
+def _append_line(path, lineno: int, line: str, numbers: dict, blobs: dict, lengths: dict) -> None:
+    """Appends one manifest line's fields to the column builders of RecordTable.read (a bad line ends the read,
+    so the columns it leaves uneven are thrown away)."""
+    try:
+        d = json.loads(line)
+        for f, column in numbers.items():
+            column.append(d[f] if type(d[f]) is (float if column.typecode == "d" else int) else _number(d[f], column))
+        for f, blob in blobs.items():
+            b = d[f].encode("utf-8")
+            blob += b
+            lengths[f].append(len(b))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ManifestError(f"{path}:{lineno}: malformed manifest record ({type(e).__name__}: {e})") from None
+
+
+def _number(value, column: array.array) -> float | int:
+    """A manifest number of another JSON type (1 for 1.0, 150.0 for 150) as the column's type; else ValueError."""
+    return float(value) if column.typecode == "d" else int(value)
+
+
+def record_column(records: Sequence[Record], name: str) -> np.ndarray:
+    """A number field of records (a RecordTable's column, or gathered from a list of Records) as an (N,) array."""
+    if isinstance(records, RecordTable):
+        return records.column(name)
+    return np.array([getattr(r, name) for r in records], dtype=np.float64 if NUMBER_FIELDS[name] == "d" else np.int64)

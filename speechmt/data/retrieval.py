@@ -36,8 +36,8 @@ from typing import Sequence
 import torch
 
 from speechmt.atomic import write_text_atomic
-from speechmt.hub import speechmt_home
 from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split
+from speechmt.hub import speechmt_home
 
 _WORD = re.compile(r"\w+")
 _TIE_MARGIN = 8  # candidates beyond k, so that pairs tied with the k-th are ordered by position

@@ -6,10 +6,19 @@ import pytest
 import soundfile as sf
 
 from speechmt.config import ConfigError, ExperimentConfig
-from speechmt.data.augment import (AugmentConfig, AugmentError, Augmenter, add_noise, augment_config, reverberate,
-                                   snr_db, synthetic_rir, telephone)
-from speechmt.data.manifest import Record
+from speechmt.data.augment import (
+    AugmentConfig,
+    Augmenter,
+    AugmentError,
+    add_noise,
+    augment_config,
+    reverberate,
+    snr_db,
+    synthetic_rir,
+    telephone,
+)
 from speechmt.data.dataset import AudioInput, SpeechDataset
+from speechmt.data.manifest import Record
 from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend
 
 SR = 16000

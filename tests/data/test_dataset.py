@@ -5,10 +5,10 @@ from torch.utils.data import DataLoader
 from speechmt.audio import SpecAugmentConfig
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import Example, SpeechDataset, StoredFeatures, TextDataset, collate, global_cmvn, load_split
-from speechmt.frontend import FbankFrontend
 from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig
 from speechmt.data.vocab import train_from_manifests
+from speechmt.frontend import FbankFrontend
 from speechmt.tokenizers.sentencepiece import TokenizerConfig
 
 
@@ -32,7 +32,7 @@ def test_speech_dataset_items(prepared):
     out, tok = prepared
     records, store = load_split(out, "train")
     ds = SpeechDataset(records, stored(store, out), tok, tok, src_tag="<en>", tgt_tag="<de>")
-    assert ds.sizes == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
+    assert ds.sizes.tolist() == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
     ex = ds[1]
     assert ex.id == "ted_1_1" and ex.feats.shape == (240, 80)
     assert ex.src_ids[0] == tok.tag_id("<en>") and ex.tgt_ids[0] == tok.tag_id("<de>")

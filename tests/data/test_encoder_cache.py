@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from speechmt.data.encoder_cache import cache_key, cached_split
-from speechmt.data.manifest import read_manifest
-from speechmt.data.manifest import record_audio
+from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig

@@ -162,10 +162,10 @@ def test_covost_bad_inputs_are_counted_and_nothing_else_lost(broken_covost, tmp_
 
 
 def test_cli_prepare_and_clear_error(mustc_root, tmp_path, capsys):
-    assert main(["prepare", "mustc", "--root", str(mustc_root), "--tgt-lang", "de", "--out", str(tmp_path),
+    assert main(["data", "prepare", "mustc", "--root", str(mustc_root), "--tgt-lang", "de", "--out", str(tmp_path),
                  "--jobs", "1", "--splits", "dev"]) == 0
     assert "dev" in capsys.readouterr().out and (tmp_path / "dev.jsonl").exists()
-    assert main(["prepare", "mustc", "--root", str(tmp_path / "nowhere"), "--tgt-lang", "de",
+    assert main(["data", "prepare", "mustc", "--root", str(tmp_path / "nowhere"), "--tgt-lang", "de",
                  "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("speechmt: error:") and "no en-de/data folder" in err and "\n" not in err

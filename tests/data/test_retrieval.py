@@ -8,8 +8,15 @@ import shutil
 import pytest
 
 from speechmt.data.manifest import ManifestError, Record, read_split, write_manifest
-from speechmt.data.retrieval import (BM25, TranslationMemory, examples_path, read_examples, retrieve_splits,
-                                     with_examples, words)
+from speechmt.data.retrieval import (
+    BM25,
+    TranslationMemory,
+    examples_path,
+    read_examples,
+    retrieve_splits,
+    with_examples,
+    words,
+)
 from speechmt.tokenizers.lm import few_shot_source
 
 DOCS = [["the", "cat", "sat"], ["the", "dog", "sat", "sat"], ["a", "bird"]]
@@ -192,9 +199,9 @@ def test_distractors_after_a_skip_are_the_memorys_next_best(data_dir):
 def test_retrieve_cli_refuses_a_distract_rate_without_a_memory(data_dir, capsys):
     from speechmt.cli.main import main
 
-    assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract-rate", "0.5"]) == 2
+    assert main(["data", "retrieve", "--data", str(data_dir), "--splits", "test", "--distract-rate", "0.5"]) == 2
     assert capsys.readouterr().err.strip().endswith("error: --distract-rate needs --distract")
-    assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract-skip", "4"]) == 2
+    assert main(["data", "retrieve", "--data", str(data_dir), "--splits", "test", "--distract-skip", "4"]) == 2
     assert capsys.readouterr().err.strip().endswith("error: --distract-skip needs --distract")
-    assert main(["retrieve", "--data", str(data_dir), "--splits", "test", "--distract", "none.jsonl"]) == 2
+    assert main(["data", "retrieve", "--data", str(data_dir), "--splits", "test", "--distract", "none.jsonl"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt: error: none.jsonl: no such manifest for the translation memory"

@@ -6,9 +6,8 @@ import torch
 from transformers import Wav2Vec2FeatureExtractor
 
 from speechmt.audio import read_audio
-from speechmt.data.dataset import collate
+from speechmt.data.dataset import AudioInput, SpeechDataset, collate
 from speechmt.data.manifest import read_manifest, write_manifest
-from speechmt.data.dataset import AudioInput, SpeechDataset
 from speechmt.frontend.waveform import WaveformConfig, WaveformFrontend, normalize_waveform, waveform_input
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from speechmt.training.builders import build_dataset, load_tokenizers
@@ -36,7 +35,7 @@ def test_dataset_reads_each_utterance_slice(tiny_data):
     ds = SpeechDataset.from_audio(tiny_data, "train", WaveformFrontend(), src_tokenizer=tok, tgt_tokenizer=tok,
                                   src_tag="<en>", tgt_tag="<de>")
     records = read_manifest(tiny_data / "train.jsonl")
-    assert len(ds) == 6 and ds.sizes == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
+    assert len(ds) == 6 and ds.sizes.tolist() == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
     for i in (0, 1, 5):
         r, ex = records[i], ds[i]
         wave = read_audio(r.audio, r.offset, r.duration)
