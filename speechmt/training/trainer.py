@@ -94,12 +94,12 @@ class Trainer:
 
     # --- data ---
 
-    def _loader(self, data, sampler) -> DataLoader:
+    def _loader(self, data, sampler, seed: int = 0) -> DataLoader:
         """A loader to keep for the stage (persistent workers: speechmt.data.loader); it draws on its own
-        generator, never on the global RNG (exact resume)."""
+        generator (seeded per stream and rank), never on the global RNG (exact resume)."""
         d = self.cfg.data
         return make_loader(data, sampler, pad_id=self.pad_id, num_workers=resolve_workers(d.num_workers),
-                           device=self.device, context=d.loader_context)
+                           device=self.device, context=d.loader_context, seed=rank_seed(seed, dist.rank()))
 
     def _enter_stage(self) -> Stage:
         """The current stage with its freezing applied and its streams built."""
@@ -108,9 +108,14 @@ class Trainer:
         for name, p in self.model.named_parameters():
             p.requires_grad = self.trainable[name] and not (frozen and name.startswith(frozen))
         if self.streams_of != self.state.stage:
+            self._close_streams()  # the last stage's workers stop before this one's start
             self.streams = [self._stream(spec, i) for i, spec in enumerate(stage.tasks)]
             self.streams_of = self.state.stage
         return stage
+
+    def _close_streams(self) -> None:
+        """Drops the streams and with them their loaders' workers."""
+        self.streams, self.streams_of = [], None
 
     def _stream(self, spec: TaskData, i: int) -> Stream:
         t, d = self.cfg.train, self.cfg.data
@@ -118,7 +123,7 @@ class Trainer:
         sampler = BucketBatchSampler(train.sizes, spec.max_tokens or d.max_tokens,
                                      spec.max_sentences or d.max_sentences or None, shuffle=True,
                                      seed=t.seed + 7919 * i, rank=dist.rank(), world_size=dist.world_size())
-        return Stream(spec, train, self.data(spec, False), sampler, self._loader(train, sampler))
+        return Stream(spec, train, self.data(spec, False), sampler, self._loader(train, sampler, t.seed + 7919 * i))
 
     def _position(self, i: int) -> tuple[int, int]:
         if i == 0:
@@ -188,6 +193,7 @@ class Trainer:
             self._next_stage()
         bar.close()
         self.save(LAST)
+        self._close_streams()
         return self.state
 
     def _log_setup(self) -> None:
