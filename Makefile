@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # TORCH_SPEC=torch (or any pin) before its first `make setup`. An installed torch is never replaced.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup system-deps python-deps test test-fast demo bench peers clean
+.PHONY: setup system-deps python-deps test test-fast lint demo bench peers clean
 
 setup: system-deps python-deps
 
@@ -23,8 +23,13 @@ $(VENV)/.installed: pyproject.toml scripts/install_python_deps.sh
 	@bash scripts/install_python_deps.sh "$(PYTHON)" "$(VENV)" "$(TORCH_SPEC)"
 	@touch $@
 
-test: setup
+test: setup lint
 	SPEECHMT_REQUIRE_TORCHAUDIO=1 $(BIN)/python -m pytest -q tests
+
+# ruff (lint rules in pyproject.toml) over the code, and mypy over the public API (speechmt/__init__, api*)
+lint: python-deps
+	$(BIN)/ruff check speechmt speechmt_corpora tests benchmarks scripts
+	$(BIN)/mypy
 
 test-fast: python-deps
 	$(BIN)/python -m pytest -q -m "not slow" tests
