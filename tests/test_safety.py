@@ -74,7 +74,7 @@ def test_translate_evaluate_benchmark_refuse(evil, tiny_data, tmp_path, capsys):
     _refused(capsys, ["translate", str(WAV), "--cascade", str(path), str(path)], path)
     _refused(capsys, ["evaluate", "--model", str(path), "--data", str(tiny_data), "--split", "dev",
                       "--out", str(tmp_path / "ev")], path)
-    _refused(capsys, ["benchmark", "--model", str(path), "--data", str(tiny_data), "--split", "dev",
+    _refused(capsys, ["research", "benchmark", "--model", str(path), "--data", str(tiny_data), "--split", "dev",
                       "--out", str(tmp_path / "bench")], path)
     assert not marker.exists()
 
@@ -83,7 +83,7 @@ def test_average_export_convert_refuse(evil, tmp_path, capsys):
     path, marker = evil
     _refused(capsys, ["average", str(path), str(path), "--out", str(tmp_path / "avg.safetensors")], path)
     _refused(capsys, ["export", str(path), "--out", str(tmp_path / "m.safetensors")], path)
-    assert main(["convert", str(path), "--out", str(tmp_path / "new.safetensors")]) == 2
+    assert main(["import", "convert", str(path), "--out", str(tmp_path / "new.safetensors")]) == 2
     assert capsys.readouterr().err == (f"speechmt: error: {path}: converting unpickles it, and a pickle can run any "
                                        "code; pass --trust only if you trust where the file came from\n")
     assert not marker.exists() and not list(tmp_path.glob("*.safetensors"))
@@ -117,8 +117,8 @@ def test_pretrain_audio_resume_refuses(evil, tiny_data, tmp_path, capsys):
     state = _crafted(out / "checkpoint_last.safetensors", marker)  # resumed as `train` resumes
     conf = tmp_path / "pre.yaml"
     conf.write_text(yaml.safe_dump({"hf_config": tiny_wav2vec2_fields(), "max_tokens": 500}))
-    assert main(["pretrain-audio", str(tiny_data / "train.jsonl"), "--out", str(out), "--config", str(conf),
-                 "--set", "max_updates=1"]) == 2
+    assert main(["research", "pretrain-audio", str(tiny_data / "train.jsonl"), "--out", str(out), "--config",
+                 str(conf), "max_updates=1"]) == 2
     assert capsys.readouterr().err == (_pickle_error(state) + "; no readable checkpoint_<step>.safetensors beside it "
                                        "either; pass --no-resume to start afresh\n")
     assert not marker.exists() and state.exists()
@@ -150,21 +150,21 @@ def test_convert_trust_makes_an_old_checkpoint_that_loads_and_translates_identic
     old = tmp_path / "old.pt"
     torch.save({**state, "format": "speechmt-checkpoint-1"}, old)  # as speechmt 0.1 wrote checkpoints
     new = tmp_path / "new.safetensors"
-    assert main(["convert", str(old), "--out", str(new), "--trust"]) == 0
+    assert main(["import", "convert", str(old), "--out", str(new), "--trust"]) == 0
     n = len(state["model"])
     assert capsys.readouterr().out.startswith(f"{new}: {old} in the safe format ({n} model tensors, ")
     assert _same(load_checkpoint(new), state)
     a, b = speechmt.load_model(trained), speechmt.load_model(new)
     (ra,), (rb,) = speechmt.translate(a, [WAV], beam=3, nbest=3), speechmt.translate(b, [WAV], beam=3, nbest=3)
     assert ra.text == rb.text and ra.nbest == rb.nbest
-    assert main(["convert", str(new), "--out", str(tmp_path / "again.safetensors"), "--trust"]) == 2
+    assert main(["import", "convert", str(new), "--out", str(tmp_path / "again.safetensors"), "--trust"]) == 2
     assert capsys.readouterr().err == f"speechmt: error: {new}: already a {FORMAT} file; nothing to convert\n"
 
 
 def test_convert_with_trust_still_runs_no_code(tmp_path, capsys):
     marker = tmp_path / "marker"
     path = _crafted(tmp_path / "evil.pt", marker)
-    assert main(["convert", str(path), "--out", str(tmp_path / "new.safetensors"), "--trust"]) == 2
+    assert main(["import", "convert", str(path), "--out", str(tmp_path / "new.safetensors"), "--trust"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"speechmt: error: {path}: not a readable checkpoint, truncated or corrupt (")
     assert err.count("\n") == 1 and not marker.exists() and not list(tmp_path.glob("*.safetensors"))

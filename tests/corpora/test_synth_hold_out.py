@@ -113,9 +113,9 @@ def test_synth_tts_keeps_the_corpus_held_out_voice(corpus):
 
 
 def test_hold_out_is_for_mustc_only(tmp_path, capsys):
-    assert main(["synth", "--corpus", "covost2", "--size", "tiny", "--out", str(tmp_path),
+    assert main(["data", "synth", "covost2", "--size", "tiny", "--out", str(tmp_path),
                  "--hold-out-voice", "kal"]) == 2
-    assert "--hold-out-voice is for --corpus mustc only" in capsys.readouterr().err
+    assert "argument --hold-out-voice: for corpus mustc only, not covost2" in capsys.readouterr().err
     with pytest.raises(ValueError, match="mustc corpus only"):
         build_mini_corpus("covost2", "tiny", tmp_path, hold_out_voice="kal")
 
@@ -172,7 +172,7 @@ def test_an_unseen_voice_is_added_to_a_finished_build(corpus, capsys):
     used = {voice_of(label) for label in before["voices"]}
     voice = next(v for v in VOICES["en"] if v.engine == "flite" and f"flite:{v.name}" not in used)
     split = f"tst-{voice.name}"
-    assert main(["synth", "--corpus", "mustc", "--size", "tiny", "--out", str(root), "--unseen-voice", voice.name]) == 0
+    assert main(["data", "synth", "mustc", "--size", "tiny", "--out", str(root), "--unseen-voice", voice.name]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["split"] == split and printed["voice"] == f"flite:{voice.name}" and printed["sentences"] == 4
     for lang in ("en", "de"):  # tst-COMMON's sentences, in its order, talk by talk
@@ -199,8 +199,9 @@ def test_an_unseen_voice_is_added_to_a_finished_build(corpus, capsys):
 
 
 def test_unseen_voice_options_are_checked(tmp_path, capsys):
-    assert main(["synth", "--corpus", "covost2", "--out", str(tmp_path), "--unseen-voice", "kal"]) == 2
-    assert capsys.readouterr().err.strip() == "speechmt synth: error: --unseen-voice is for --corpus mustc only"
-    assert main(["synth", "--corpus", "mustc", "--out", str(tmp_path), "--unseen-voice", "kal",
+    assert main(["data", "synth", "covost2", "--out", str(tmp_path), "--unseen-voice", "kal"]) == 2
+    assert capsys.readouterr().err.strip() == ("speechmt data synth: error: argument --unseen-voice: for corpus mustc "
+                                              "only, not covost2")
+    assert main(["data", "synth", "mustc", "--out", str(tmp_path), "--unseen-voice", "kal",
                  "--hold-out-voice", "slt"]) == 2
-    assert "--unseen-voice adds to a finished build" in capsys.readouterr().err
+    assert "argument --unseen-voice: adds to a finished build" in capsys.readouterr().err

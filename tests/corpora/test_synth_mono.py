@@ -156,7 +156,7 @@ def test_the_pieces_one_by_one():
 
 def test_command_writes_beside_the_corpus_for_backtranslate(fixtures, capsys):
     paths, root = fixtures
-    assert main(["synth-mono", "--corpus", "mustc", "--root", str(root), "--fortunes", str(paths.fortunes_de)]) == 0
+    assert main(["data", "synth-mono", "mustc", "--root", str(root), "--fortunes", str(paths.fortunes_de)]) == 0
     printed = json.loads(capsys.readouterr().out)
     out = root / "en-de" / "mono-text"
     assert printed["file"] == str(out / "mono.de.txt") and (out / "mono_text_summary.json").is_file()
@@ -168,16 +168,16 @@ def test_command_writes_beside_the_corpus_for_backtranslate(fixtures, capsys):
 def test_command_errors_are_one_line(fixtures, tmp_path, capsys):
     paths, root = fixtures
     missing = tmp_path / "no-fortunes"
-    assert main(["synth-mono", "--corpus", "mustc", "--root", str(root), "--fortunes", str(missing)]) == 2
+    assert main(["data", "synth-mono", "mustc", "--root", str(root), "--fortunes", str(missing)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"speechmt: error: no de text: fortunes-de: not installed: {missing}: no fortune files: install "
                    "the Debian package fortunes-de"]
-    assert main(["synth-mono", "--corpus", "mustc", "--root", str(tmp_path / "none"),
+    assert main(["data", "synth-mono", "mustc", "--root", str(tmp_path / "none"),
                  "--fortunes", str(paths.fortunes_de)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"speechmt: error: {tmp_path / 'none'}: no MuST-C en-de")
-    assert main(["synth-mono", "--corpus", "mustc", "--root", str(root), "--lang", "es"]) == 2
-    assert capsys.readouterr().err.startswith("speechmt synth-mono: error: argument --lang: invalid choice: 'es'")
+    assert main(["data", "synth-mono", "mustc", "--root", str(root), "--lang", "es"]) == 2
+    assert capsys.readouterr().err.startswith("speechmt data synth-mono: error: argument --lang: invalid choice: 'es'")
 
 
 def test_the_real_installed_fortunes(tmp_path):
