@@ -5,7 +5,7 @@ speechmt's safetensors + JSON checkpoint. Medians of --runs loads each, interlea
     python benchmarks/bench_checkpoint_format.py OLD.pt [--runs 7]
 
 OLD.pt is a pickled checkpoint you trust (e.g. `git show 4fcf0da^:speechmt/pretrained/mustc_mini_en_de.pt`);
-it is converted with `speechmt convert --trust` into a temporary folder first.
+it is converted with `speechmt import convert --trust` into a temporary folder first.
 """
 
 from __future__ import annotations

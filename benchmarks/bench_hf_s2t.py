@@ -1,5 +1,5 @@
 """Beam search speed against Hugging Face `generate`, same weights: one s2t_s-size Speech2Text model,
-saved with save_pretrained, imported with `speechmt import-hf`, decodes a prepared split in both, in this
+saved with save_pretrained, imported with `speechmt import hf`, decodes a prepared split in both, in this
 one process.
 
     python benchmarks/bench_hf_s2t.py [--data recipes/mustc/data/en-de] [--split tst-COMMON] [--limit 200]

@@ -1,5 +1,5 @@
 """BLEU and chrF per synthetic voice of MuST-C-mini evaluations, the seen voices pooled against the held-out one
-(`speechmt synth --hold-out-voice kal` builds tst-kal: tst-COMMON's sentences spoken by a voice never trained on).
+(`speechmt data synth --hold-out-voice kal` builds tst-kal: tst-COMMON's sentences spoken by a voice never trained on).
 
     .venv/bin/python benchmarks/bleu_by_voice.py --corpus corpora/mustc-kal \\
         --eval exp/st/eval_tst-COMMON --eval exp/st/eval_tst-kal
@@ -7,7 +7,7 @@
         --benchmark ../../research/mustc/reports/data-ablation --benchmark ../../research/mustc/reports/data-ablation/tst-kal \\
         --system "all-data lm-st" [--out by_voice.json] [--markdown by_voice.md]
 
-Sources are `speechmt evaluate` folders (--eval) or one --system of `speechmt benchmark` folders (--benchmark);
+Sources are `speechmt evaluate` folders (--eval) or one --system of `speechmt research benchmark` folders (--benchmark);
 their utterances are pooled. Prints one row per voice, then the seen voices and the held-out voice with the
 ratio of their BLEU (speechmt_corpora.voice_scores).
 """
@@ -32,10 +32,10 @@ from speechmt_corpora.voice_scores import (
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", required=True, help="the MuST-C-mini folder (`speechmt synth --out`)")
+    parser.add_argument("--corpus", required=True, help="the MuST-C-mini folder (`speechmt data synth --out`)")
     parser.add_argument("--eval", action="append", default=[], help="a `speechmt evaluate --out` folder; repeat")
-    parser.add_argument("--benchmark", action="append", default=[], help="a `speechmt benchmark --out` folder; "
-                        "repeat (with --system)")
+    parser.add_argument("--benchmark", action="append", default=[],
+                        help="a `speechmt research benchmark --out` folder; repeat (with --system)")
     parser.add_argument("--system", help="the benchmark system to score (its --name)")
     parser.add_argument("--out", help="write the scores as JSON here")
     parser.add_argument("--markdown", help="write the table here")

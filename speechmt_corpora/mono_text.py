@@ -4,7 +4,7 @@ source's sentences through the shared filters (speechmt_corpora.mt_filters.TextF
 corpus uses, found as synth-mt finds them (speechmt_corpora.mt_text.direction: any split, either side).
 
 `build_mono_text(corpus, root, out, lang, paths)` writes `out/mono.<lang>.txt`, one sentence per line (what
-`speechmt backtranslate --input` reads), and `out/mono_text_summary.json`: per source its licence, the entries
+`speechmt data backtranslate --input` reads), and `out/mono_text_summary.json`: per source its licence, the entries
 read, kept and dropped by reason, the lines cut and texts cleaned, and the sentences read, kept and dropped by
 reason; and the command that translates the file.
 """
@@ -61,7 +61,7 @@ def licence(source: Source, doc: Path = DOC_DIR) -> str:
 def next_command(src_lang: str, tgt_lang: str, lang: str, path: Path) -> str:
     """The command that makes MT pairs of the file: back-translation of target-side text, distillation of source."""
     command = "backtranslate" if lang == tgt_lang else "distill"
-    return (f"speechmt {command} --input {path} --src-lang {src_lang} --tgt-lang {tgt_lang} --lm gemma-3-270m "
+    return (f"speechmt data {command} --input {path} --src-lang {src_lang} --tgt-lang {tgt_lang} --lm gemma-3-270m "
             f"--out {path.parent / command}")
 
 

@@ -1,4 +1,4 @@
-"""The filters every parallel text source of `speechmt synth-mt` goes through, each drop counted by reason:
+"""The filters every parallel text source of `speechmt data synth-mt` goes through, each drop counted by reason:
 
 - `empty`: a side without text;
 - `placeholder or markup`: printf/Python/shell format codes (`%s`, `%(name)d`, `{0}`, `${VAR}`), tags,
@@ -13,7 +13,7 @@
   sentence reaches training;
 - `duplicate`: a source or target text seen before (case-folded), in this or an earlier source.
 
-`TextFilter` does the same for the sentences of monolingual text (`speechmt synth-mono`): `empty`, `url or
+`TextFilter` does the same for the sentences of monolingual text (`speechmt data synth-mono`): `empty`, `url or
 e-mail`, `placeholder or markup`, `not a whole sentence` (no capital or digit first, or no . ! ? … last),
 `too few words` / `too many words` (the source's range), `numbers or symbols` (under 60 % of the characters
 letters), `wrong language` (more English function words than of its own language), `a corpus sentence`,

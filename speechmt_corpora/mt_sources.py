@@ -1,4 +1,4 @@
-"""The parallel text sources of `speechmt synth-mt`: what each is, its Debian packages and licence, the
+"""The parallel text sources of `speechmt data synth-mt`: what each is, its Debian packages and licence, the
 languages it pairs with English, its English word range, and how it is read (at run time, from the installed
 packages: none of their text is in this repository).
 

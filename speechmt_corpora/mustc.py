@@ -237,7 +237,7 @@ def read_talks(split_dir: Path, name: str) -> list[tuple[int, tuple[Pair, ...]]]
     paths = [txt / f"{name}.{ext}" for ext in ("yaml", "en", "de")]
     missing = [str(q) for q in paths if not q.is_file()]
     if missing:
-        raise SynthError(f"{missing[0]}: no such file (a MuST-C-mini split written by `speechmt synth`)")
+        raise SynthError(f"{missing[0]}: no such file (a MuST-C-mini split written by `speechmt data synth`)")
     yaml, en, de = (q.read_text(encoding="utf-8").splitlines() for q in paths)
     if not len(yaml) == len(en) == len(de):
         raise SynthError(f"{txt}: {name}.yaml, .en and .de have {len(yaml)}, {len(en)} and {len(de)} lines")
@@ -272,7 +272,7 @@ def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -
     test_dir = out / PAIR / "data" / SPLIT_DIRS["test"]
     if not path.is_file() or not test_dir.is_dir():
         raise SynthError(f"{out}: no finished MuST-C-mini build (synth_summary.json and {PAIR}/data/tst-COMMON); "
-                         "build it first with `speechmt synth --corpus mustc`")
+                         "build it first with `speechmt data synth mustc`")
     summary = json.loads(path.read_text(encoding="utf-8"))
     voice = find_voice("en", voice_name)
     label, split = voice_label(voice), held_out_split(voice)

@@ -1,9 +1,9 @@
 """BLEU and chrF per synthetic voice of a MuST-C-mini evaluation: seen voices against a held-out one.
 
-Each split of a MuST-C-mini corpus (and each split `speechmt synth-tts` adds) holds `talk_voices.tsv`, the
+Each split of a MuST-C-mini corpus (and each split `speechmt data synth-tts` adds) holds `talk_voices.tsv`, the
 speaker of each talk; an utterance `ted_<N>_<i>` belongs to talk `ted_<N>`. `scores_by_voice` groups the
 utterances of one or more evaluations (a `speechmt evaluate` folder's results.tsv, or one system of a
-`speechmt benchmark` folder) by voice (engine:name, every speed and pitch of it together) and scores each
+`speechmt research benchmark` folder) by voice (engine:name, every speed and pitch of it together) and scores each
 group with the metric code of `speechmt evaluate`, then the seen voices pooled against the voice the corpus
 holds out (synth_summary.json's hold_out_voice), with the ratio of their BLEU (issue 32's goal: >= 0.8).
 With `--hold-out-voice kal` tst-kal repeats tst-COMMON's sentences, so scoring both compares voices on the
@@ -46,7 +46,7 @@ def talk_voices(root: Path) -> dict[str, str]:
     found = read_talk_voices(corpus_dir(root) / PAIR / "data")
     if not found:
         raise SynthError(f"{root}: no {PAIR}/data/<split>/{TALK_VOICES} (build the corpus with this version of "
-                         "`speechmt synth`)")
+                         "`speechmt data synth`)")
     return found
 
 
@@ -72,7 +72,7 @@ def read_evaluation(folder: Path) -> list[Scored]:
 
 
 def read_benchmark(folder: Path, system: str) -> list[Scored]:
-    """The utterances that one system of a `speechmt benchmark` folder decoded (hyp.<slug>.txt, in the order of
+    """The utterances that one system of a `speechmt research benchmark` folder decoded (hyp.<slug>.txt, in the order of
     the split's first n manifest records, checked against the benchmark's digest of their ids)."""
     folder = Path(folder)
     bench = json.loads((folder / "benchmark.json").read_text(encoding="utf-8"))

@@ -3,7 +3,7 @@ speakers into a new MuST-C split, so that MT data becomes ST data (synthetic sou
 text), as Jia et al. (ICASSP 2019, "Leveraging weakly supervised data to improve end-to-end speech-to-text
 translation") do with a TTS model.
 
-`voice_text_pairs(root, text, split="train-tts")` reads pairs from a manifest (e.g. `speechmt synth-mt`'s
+`voice_text_pairs(root, text, split="train-tts")` reads pairs from a manifest (e.g. `speechmt data synth-mt`'s
 `train.jsonl`, whose audio fields are empty), drops every pair either side of which is a sentence of one of
 the corpus' dev or test splits (every split not named `train*`: none reaches training through the back
 door), and writes
@@ -14,7 +14,7 @@ root/en-de/data/<split>/txt/<split>.{yaml,en,de}   as every MuST-C split
 root/en-de/data/<split>/voiced_text_summary.json   pairs read, excluded, voiced, failed (with reasons), hours
 ```
 
-which `speechmt prepare mustc` prepares like the released splits (a `train*` name counts as training). Only
+which `speechmt data prepare mustc` prepares like the released splits (a `train*` name counts as training). Only
 English-source corpora (the MuST-C layout) are voiced here. A voice that the corpus holds out (its
 synth_summary.json's hold_out_voice) speaks none of these talks either.
 """
@@ -53,7 +53,7 @@ _TALK = re.compile(r"ted_(\d+)\.wav")
 def read_pairs(text: Path) -> list[Pair]:
     """(source, target) pairs of a manifest, in file order."""
     if not Path(text).is_file():
-        raise SynthError(f"{text}: no such manifest (make one with `speechmt synth-mt`)")
+        raise SynthError(f"{text}: no such manifest (make one with `speechmt data synth-mt`)")
     return [Pair(r.src_text, r.tgt_text) for r in iter_manifest(text)]
 
 
@@ -129,7 +129,7 @@ def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: in
     is missing, the split exists, or no voice is installed."""
     data_dir = Path(root) / PAIR / "data"
     if not data_dir.is_dir():
-        raise SynthError(f"{root}: no {PAIR}/data folder (build the corpus with `speechmt synth` first)")
+        raise SynthError(f"{root}: no {PAIR}/data folder (build the corpus with `speechmt data synth` first)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", split):
         raise SynthError(f"split name {split!r}: use letters, digits, '.', '_' and '-' only")
     final = data_dir / split

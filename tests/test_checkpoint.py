@@ -201,8 +201,8 @@ def test_damaged_and_foreign_files_are_one_line_errors(tmp_path):
     torch.save({"weights": 1}, tmp_path / "foreign.pt")
     assert _error(tmp_path / "foreign.pt") == (
         f"{tmp_path / 'foreign.pt'}: an old pickled speechmt checkpoint; pickles can run code, so it is not loaded. "
-        f"Convert it once, if you trust its source: speechmt convert {tmp_path / 'foreign.pt'} --out NEW.safetensors "
-        "--trust")
+        f"Convert it once, if you trust its source: speechmt import convert {tmp_path / 'foreign.pt'} --out "
+        "NEW.safetensors --trust")
     assert _error(tmp_path / "none.safetensors") == f"{tmp_path / 'none.safetensors'}: checkpoint not found"
 
 

@@ -36,7 +36,8 @@ def _crafted(path, marker):
 
 def _pickle_error(path) -> str:
     return (f"speechmt: error: {path}: an old pickled speechmt checkpoint; pickles can run code, so it is not "
-            f"loaded. Convert it once, if you trust its source: speechmt convert {path} --out NEW.safetensors --trust")
+            f"loaded. Convert it once, if you trust its source: speechmt import convert {path} --out NEW.safetensors "
+            "--trust")
 
 
 def test_the_crafted_file_does_run_code_when_unpickled(tmp_path):
@@ -99,7 +100,7 @@ def test_training_resume_and_init_encoder_from_refuse(evil, tiny_data, tmp_path,
     assert err.count("\n") == 1 and "Traceback" not in err
     if path.suffix == ".pt":  # a run of an older speechmt: how to convert it to resume
         assert err == (f"speechmt: error: {last}: a pickled checkpoint of an older speechmt, not loaded (pickles "
-                       f"can run code); to resume, convert it if you trust it: speechmt convert {last} --out "
+                       f"can run code); to resume, convert it if you trust it: speechmt import convert {last} --out "
                        f"{exp / 'checkpoint_last.safetensors'} --trust; or pass --no-resume to start afresh\n")
     else:
         assert err == (_pickle_error(last) + "; no readable checkpoint_<step>.safetensors beside it either; pass "

@@ -9,12 +9,12 @@ language model, continues a 3-shot plain-text prompt
 
 greedily, and its output up to the first newline is the translation. Runs in the project's .venv (torch +
 transformers); scores with speechmt's metric code (sacreBLEU BLEU and chrF, as `speechmt evaluate`) and
-writes a peer hypotheses file that `speechmt benchmark --peer FILE.json` also reads:
+writes a peer hypotheses file that `speechmt research benchmark --peer FILE.json` also reads:
 
     .venv/bin/python benchmarks/peers/cascade_whisper_gemma.py --data DATA --split tst-REAL \\
         --out eval/cascade_whisper_gemma.tst-REAL.json
 
-DATA is a prepared data folder (`speechmt prepare ...`, holding SPLIT.jsonl). Beside OUT.json go OUT.asr.json
+DATA is a prepared data folder (`speechmt data prepare ...`, holding SPLIT.jsonl). Beside OUT.json go OUT.asr.json
 (the Whisper transcription, a faster_whisper_peer.py file) and OUT.tsv (id, transcript, hypothesis,
 reference). `--asr-json` reuses an earlier transcription instead of running Whisper again.
 """

@@ -1,6 +1,6 @@
 """Peer system: OpenAI Whisper base through faster-whisper (CTranslate2) on a prepared speechmt split.
 
-Writes a peer hypotheses file that `speechmt benchmark --peer FILE.json` scores next to speechmt models.
+Writes a peer hypotheses file that `speechmt research benchmark --peer FILE.json` scores next to speechmt models.
 Runs in the peer environment (`make peers` builds .venv-peers), never in the project's .venv:
 
     .venv-peers/bin/python benchmarks/peers/faster_whisper_peer.py --data recipes/covost2/data/de-en \\
@@ -53,7 +53,7 @@ class Clip:
 def read_clips(data_dir: Path, split: str) -> list[Clip]:
     """Reads DATA/SPLIT.jsonl (speechmt manifest records); relative audio paths are resolved against DATA."""
     if not data_dir.is_dir():
-        raise PeerError(f"{data_dir}: data directory not found (prepare it with `speechmt prepare`)")
+        raise PeerError(f"{data_dir}: data directory not found (prepare it with `speechmt data prepare`)")
     path = data_dir / f"{split}.jsonl"
     if not path.is_file():
         raise PeerError(f"{path}: split '{split}' not found in {data_dir}")

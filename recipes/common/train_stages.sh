@@ -15,9 +15,9 @@
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
-        "$SPEECHMT" vocab "$data/train.jsonl" --field tgt --vocab-size "$st_vocab" \
+        "$SPEECHMT" data vocab "$data/train.jsonl" --field tgt --vocab-size "$st_vocab" \
             --lang-tags "<$src_lang>" "<$tgt_lang>" --out "$st_spm"
-        "$SPEECHMT" vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
+        "$SPEECHMT" data vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
             --lang-tags "<$src_lang>" --out "$asr_spm"
     fi
 }
@@ -32,11 +32,11 @@ average_and_score() {
     done
 }
 
-# The extra text-only MT pairs of `speechmt synth-mt` in $data/mt-text (stages 10, 12, 13 and 14 read them);
+# The extra text-only MT pairs of `speechmt data synth-mt` in $data/mt-text (stages 10, 12, 13 and 14 read them);
 # made once unless "always" is given (stage 10 rebuilds them).
 extra_mt_text() {
     if [ "${1:-}" = always ] || [ ! -f "$data/mt-text/train.jsonl" ]; then
-        "$SPEECHMT" synth-mt --corpus "$corpus" --root "$root" --out "$data/mt-text" \
+        "$SPEECHMT" data synth-mt "$corpus" --root "$root" --out "$data/mt-text" \
             $([ "$corpus" = covost2 ] && echo --lang "$src_lang")
     fi
 }
@@ -148,10 +148,10 @@ train_stages() {
         fi
         extra_mt_text
         if [ ! -d "$root/en-$tgt_lang/data/train-tts-sent" ]; then  # whole sentences of 4+ words, no phrases
-            "$SPEECHMT" synth-tts --root "$root" --text "$data/mt-text/train.jsonl" --split train-tts-sent \
+            "$SPEECHMT" data synth-tts --root "$root" --text "$data/mt-text/train.jsonl" --split train-tts-sent \
                 --sentences --min-words 4 --jobs "$jobs"
         fi
-        "$SPEECHMT" prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"  # the new split
+        "$SPEECHMT" data prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"  # the new split
         speechmt_train --config "$tts_conf" data.dir="$data" data.src_lang="$src_lang" data.tgt_lang="$tgt_lang" \
             train.save_dir="$exp/st_tts"
         average_and_score st_tts "ST + voiced text"

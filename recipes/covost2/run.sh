@@ -97,25 +97,25 @@ st_spm=$data/spm_st_${vocab_tail:-$st_vocab}.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: CoVoST-mini ($mini) at $root"
-    "$SPEECHMT" synth --corpus covost2 --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
+    "$SPEECHMT" data synth covost2 --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "stage 1: prepare $root ($src_lang -> $tgt_lang) -> $data"
-    "$SPEECHMT" prepare covost2 --root "$root" --src-lang "$src_lang" --tgt-lang "$tgt_lang" --out "$data" \
+    "$SPEECHMT" data prepare covost2 --root "$root" --src-lang "$src_lang" --tgt-lang "$tgt_lang" --out "$data" \
         --jobs "$jobs"
     if [ "$asr_data" != "$data" ]; then
         log "stage 1: prepare $root ($asr_src_lang -> $asr_tgt_lang: the ASR pretraining's speech) -> $asr_data"
-        "$SPEECHMT" prepare covost2 --root "$root" --src-lang "$asr_src_lang" --tgt-lang "$asr_tgt_lang" \
+        "$SPEECHMT" data prepare covost2 --root "$root" --src-lang "$asr_src_lang" --tgt-lang "$asr_tgt_lang" \
             --out "$asr_data" --jobs "$jobs"
     fi
 fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
     log "stage 2: vocabularies ($vocab_type) -> $st_spm, $asr_spm"
-    "$SPEECHMT" vocab "$data/train.jsonl" --field tgt --model-type "$vocab_type" --vocab-size "$st_vocab" \
+    "$SPEECHMT" data vocab "$data/train.jsonl" --field tgt --model-type "$vocab_type" --vocab-size "$st_vocab" \
         --lang-tags "<$src_lang>" "<$tgt_lang>" --out "$st_spm"
-    "$SPEECHMT" vocab "$asr_data/train.jsonl" --field src --model-type "$vocab_type" --vocab-size "$asr_vocab" \
+    "$SPEECHMT" data vocab "$asr_data/train.jsonl" --field src --model-type "$vocab_type" --vocab-size "$asr_vocab" \
         --lang-tags "<$asr_src_lang>" --out "$asr_spm"
 fi
 

@@ -13,6 +13,6 @@ usage() { echo "usage: $0 [--size tiny|small|full] [--out DIR] [--seed 0] [--job
 parse_options "$@"
 
 log "MuST-C-mini ($size) -> $out/mustc"
-"$SPEECHMT" synth --corpus mustc --size "$size" --out "$out/mustc" --seed "$seed" --jobs "$jobs"
+"$SPEECHMT" data synth mustc --size "$size" --out "$out/mustc" --seed "$seed" --jobs "$jobs"
 log "CoVoST-mini ($size) -> $out/covost2"
-"$SPEECHMT" synth --corpus covost2 --size "$size" --out "$out/covost2" --seed "$seed" --jobs "$jobs"
+"$SPEECHMT" data synth covost2 --size "$size" --out "$out/covost2" --seed "$seed" --jobs "$jobs"

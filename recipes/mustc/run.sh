@@ -21,8 +21,8 @@
 #      then FAT-ST (conf/st_fat_whisper_base.yaml, ../../research/mustc/conf/st_fat_mini.yaml) initialised from it,
 #      averaged, BLEU on $test_sets; in $exp/<config name>
 #  14  with --tts-conf (../../research/mustc/conf/st_whisper_base_enc_lora_tts_sent.yaml): the extra MT text's whole
-#      sentences voiced into $root's split train-tts-sent (`speechmt synth-tts`: synthetic speech for text-only pairs)
-#      and prepared, then ST on the corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
+#      sentences voiced into $root's split train-tts-sent (`speechmt data synth-tts`: synthetic speech for text-only
+#      pairs) and prepared, then ST on the corpus and it -> $exp/st_tts, averaged, BLEU on $test_sets
 #  15  with --lm-st-conf (conf/st_lm_gemma_whisper_asr.yaml): Gemma 3 270M as the decoder: text MT ($lm_mt_conf)
 #      -> $exp/lm_mt, then ST from its LoRA adapters (bridge with the LM frozen, then ST + MT) -> $exp/lm_st; BLEU as
 #      MT and ST
@@ -87,12 +87,12 @@ st_spm=$data/spm_st_$st_vocab.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: MuST-C-mini ($mini) at $root"
-    "$SPEECHMT" synth --corpus mustc --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
+    "$SPEECHMT" data synth mustc --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "stage 1: prepare $root -> $data"
-    "$SPEECHMT" prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"
+    "$SPEECHMT" data prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"
 fi
 
 vocab_stage

@@ -66,7 +66,7 @@ class FeatureStore:
         self.prefix = Path(prefix)
         index_path = Path(f"{prefix}.index.npz")
         if not index_path.exists():
-            raise FileNotFoundError(f"{index_path}: feature store index not found (run `speechmt prepare`)")
+            raise FileNotFoundError(f"{index_path}: feature store index not found (run `speechmt data prepare`)")
         with np.load(index_path) as idx:
             self._keys = np.char.encode(idx["ids"], "utf-8") if len(idx["ids"]) else np.zeros(0, dtype="S1")
             self.offsets, self.lengths = idx["offsets"], idx["lengths"]

@@ -103,7 +103,7 @@ def read_mustc_split(root: str | os.PathLike, tgt_lang: str, split: str) -> Iter
 
 def present_splits(data_dir: Path) -> tuple[str, ...]:
     """The split folders (with a txt/ folder) under `data_dir`: the released ones (train, dev, tst-COMMON,
-    tst-HE) first, then any other, such as `speechmt synth-tts`'s train-tts, in name order."""
+    tst-HE) first, then any other, such as `speechmt data synth-tts`'s train-tts, in name order."""
     names = sorted(d.parent.name for d in data_dir.glob("*/txt") if d.is_dir() and not d.parent.name.startswith("."))
     return tuple([s for s in MUSTC_SPLITS if s in names] + [s for s in names if s not in MUSTC_SPLITS])
 

@@ -8,7 +8,7 @@ log(1 + (N - df + 0.5) / (df + 0.5)), and the term weight tf / (tf + k1 (1 - b +
 
     English: <example source>\\nGerman: <example target>\\nEnglish: <source>\\nGerman: <target>
 
-`speechmt retrieve` writes each split's examples beside it (DIR/examples/SPLIT.jsonl; a stream's split
+`speechmt data retrieve` writes each split's examples beside it (DIR/examples/SPLIT.jsonl; a stream's split
 "mt-text/train" -> DIR/mt-text/examples/train.jsonl), one line per utterance, best first, with its score; a
 model with `decoder.examples: k` reads the first k of them in training and in `evaluate --task mt`; a speech
 model (whisper_asr) reads them before its speech, found when decoding by its own transcript in the memory of the
@@ -251,12 +251,12 @@ def memory_of(data_dir: str | os.PathLike, splits: Sequence[str]) -> tuple[Trans
     return TranslationMemory(pairs), offsets
 
 
-MEMORY_FILE = "memory.jsonl"  # a translation memory folder's manifest (`speechmt synth-memory` writes one)
+MEMORY_FILE = "memory.jsonl"  # a translation memory folder's manifest (`speechmt data synth-memory` writes one)
 
 
 def memory_manifest(name: str | os.PathLike) -> Path:
     """Where a translation memory's pairs are: a manifest (.jsonl) as it is; a folder, or a name of a folder under
-    $SPEECHMT_HOME (`ding-en-de`, which `speechmt synth-memory` builds), as its memory.jsonl. ManifestError (one
+    $SPEECHMT_HOME (`ding-en-de`, which `speechmt data synth-memory` builds), as its memory.jsonl. ManifestError (one
     line) when none is there."""
     path = Path(name)
     if path.is_file():
@@ -267,7 +267,7 @@ def memory_manifest(name: str | os.PathLike) -> Path:
     if path.suffix == ".jsonl" or len(path.parts) > 1:
         raise ManifestError(f"{name}: no such manifest for the translation memory")
     raise ManifestError(f"{name}: no translation memory of that name ({speechmt_home() / path / MEMORY_FILE} not "
-                        f"found); build it with `speechmt synth-memory --out {speechmt_home() / path}`")
+                        f"found); build it with `speechmt data synth-memory --out {speechmt_home() / path}`")
 
 
 def memory_from_manifests(paths: Sequence[str | os.PathLike]) -> TranslationMemory:
@@ -288,7 +288,7 @@ def read_examples(data_dir: str | os.PathLike, split: str, records: Sequence[Rec
     path = examples_path(data_dir, split)
     if not path.is_file():
         raise ManifestError(f"{path}: no retrieved examples for split {split!r} (the model reads decoder.examples); "
-                            f"run `speechmt retrieve --data {data_dir} --splits {split}`")
+                            f"run `speechmt data retrieve --data {data_dir} --splits {split}`")
     found = {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -300,7 +300,7 @@ def read_examples(data_dir: str | os.PathLike, split: str, records: Sequence[Rec
     missing = [r.id for r in records if r.id not in found]
     if missing:
         raise ManifestError(f"{path}: no examples for {len(missing)} utterances of split {split!r} "
-                            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); rerun `speechmt retrieve`")
+                            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); rerun `speechmt data retrieve`")
     return [found[r.id] for r in records]
 
 

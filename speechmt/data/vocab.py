@@ -1,4 +1,4 @@
-"""`speechmt vocab`: a SentencePiece tokenizer trained on the texts of prepared manifests."""
+"""`speechmt data vocab`: a SentencePiece tokenizer trained on the texts of prepared manifests."""
 
 from __future__ import annotations
 

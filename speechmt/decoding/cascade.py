@@ -57,7 +57,7 @@ def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOption
     if mt.examples:
         raise CheckpointError(f"{mt.path}: the model reads {mt.examples} retrieved examples before each source "
                               "(decoder.examples), which plain texts lack; score it with `speechmt evaluate --task mt` "
-                              "on a split that `speechmt retrieve` prepared")
+                              "on a split that `speechmt data retrieve` prepared")
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = [""] * len(texts)
     for b in range(0, len(order), batch_size):

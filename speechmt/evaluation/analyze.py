@@ -1,4 +1,4 @@
-"""`speechmt analyze`: how far apart speech and text are inside a model, layer by layer (issue 14).
+"""`speechmt research analyze`: how far apart speech and text are inside a model, layer by layer (issue 14).
 
 The same utterances go through the speech path (audio, the model's own front end) and the text path (their
 transcripts: the model's own text encoder, or an external Hugging Face text encoder with `text_model`);

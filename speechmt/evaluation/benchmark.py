@@ -1,4 +1,4 @@
-"""`speechmt benchmark`: several systems scored and timed on one prepared split, in one table and one plot.
+"""`speechmt research benchmark`: several systems scored and timed on one prepared split, in one table and one plot.
 
 A system is one of
 - a speechmt checkpoint, decoded here (`decode_split`, the model loaded before the clock starts);
@@ -9,7 +9,7 @@ Every system is scored against the references of the same utterances (the split'
 records) with the same metric code (`evaluate.score`): BLEU and chrF for translation, WER and CER for ASR.
 The split's main metric (BLEU, or WER for ASR) is also given per bucket of source audio duration.
 
-`--analysis NAME=DIR` adds the summary numbers of a `speechmt analyze` output (DIR/analysis.json) to the row
+`--analysis NAME=DIR` adds the summary numbers of a `speechmt research analyze` output (DIR/analysis.json) to the row
 of system NAME: the top layers' linear CKA and speech->text sentence retrieval P@1 between them, cosine and
 CSLS, after the analysis' Procrustes map where it has one (`read_analysis`).
 
@@ -80,7 +80,7 @@ class BenchmarkConfig:
     device: str = "cpu"
     dtype: str = "float32"  # the decoded models' weights (load_model's dtype)
     edges: tuple[float, ...] = DEFAULT_EDGES
-    analyses: tuple[str, ...] = ()  # "NAME=DIR": the `speechmt analyze` output of the system named NAME
+    analyses: tuple[str, ...] = ()  # "NAME=DIR": the `speechmt research analyze` output of the system named NAME
 
 
 @dataclass
@@ -98,7 +98,7 @@ class SystemResult:
 
     `kind` is "model" or "peer"; a row read back by `--compare` keeps its kind and names the JSON it came
     from in `result_file`. Speed fields are None where unknown. `analysis` holds the summary numbers of the
-    system's `speechmt analyze` output (`read_analysis`), or None.
+    system's `speechmt research analyze` output (`read_analysis`), or None.
     """
 
     name: str
@@ -376,7 +376,7 @@ ANALYSIS_COLUMNS = (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSL
 
 
 def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
-    """The summary numbers of a `speechmt analyze` output (its folder or analysis.json): the split and number
+    """The summary numbers of a `speechmt research analyze` output (its folder or analysis.json): the split and number
     of utterances analysed, the top speech and text layers, their linear CKA, and speech->text sentence
     retrieval P@1 between them with cosine and CSLS, after the Procrustes map where the analysis has one
     (`map` "procrustes", else "none"), and speech->text word retrieval P@1 (CSLS) of the model's own states, no
@@ -397,9 +397,9 @@ def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
                "cosine": block["cosine"]["speech_to_text"], "csls": block["csls"]["speech_to_text"],
                "word": _word_p1(d.get("word_retrieval"))}
     except KeyError as e:
-        raise BenchmarkError(f"{path}: not a `speechmt analyze` result (no {e})") from None
+        raise BenchmarkError(f"{path}: not a `speechmt research analyze` result (no {e})") from None
     except TypeError as e:
-        raise BenchmarkError(f"{path}: not a `speechmt analyze` result ({e})") from None
+        raise BenchmarkError(f"{path}: not a `speechmt research analyze` result ({e})") from None
     bad = [k for k, _ in ANALYSIS_COLUMNS if out[k] is not None and type(out[k]) not in (int, float)]
     if bad:
         raise BenchmarkError(f"{path}: {', '.join(bad)} of the top layers must be numbers or null")

@@ -1,4 +1,4 @@
-"""`speechmt benchmark`'s report files: benchmark.json, benchmark.md (the main table, the tables per source
+"""`speechmt research benchmark`'s report files: benchmark.json, benchmark.md (the main table, the tables per source
 duration bucket, the metric signatures, the systems and the machine), the plots and one hypotheses file per
 decoded system (speechmt.evaluation.benchmark computes what they show)."""
 
@@ -42,7 +42,7 @@ def _analysis_cells(row: SystemResult) -> list[str]:
 
 
 def _main_table(bench: Benchmark) -> list[str]:
-    """One row per system; with the columns of `speechmt analyze` when a system has its numbers."""
+    """One row per system; with the columns of `speechmt research analyze` when a system has its numbers."""
     extra = any(r.analysis for r in bench.systems)
     heads = "".join(f" {label} |" for _, label in ANALYSIS_COLUMNS) if extra else ""
     rule = "---:|" * len(ANALYSIS_COLUMNS) if extra else ""
@@ -104,8 +104,8 @@ def benchmark_markdown(bench: Benchmark) -> str:
              "- RTF = decoding seconds / audio seconds (lower is faster); speed of peers and of compared rows "
              "was measured by their own runs"]
     if any(r.analysis for r in bench.systems):
-        lines.append("- CKA top, P@1 cos, P@1 CSLS: from `speechmt analyze` (--analysis): linear CKA of the top "
-                     "speech and text layers, and speech->text sentence retrieval P@1 between them (cosine, CSLS) "
+        lines.append("- CKA top, P@1 cos, P@1 CSLS: from `speechmt research analyze` (--analysis): linear CKA of the "
+                     "top speech and text layers, and speech->text sentence retrieval P@1 between them (cosine, CSLS) "
                      "after the Procrustes map (tested on the second half of the analysed utterances; as they are "
                      "where the analysis has no map); word P@1: speech->text retrieval of the transcript's words "
                      "(CSLS) between the model's own states, no map")

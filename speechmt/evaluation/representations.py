@@ -1,4 +1,4 @@
-"""A model's states of a split's utterances, layer by layer, for `speechmt analyze` (speechmt.evaluation.
+"""A model's states of a split's utterances, layer by layer, for `speechmt research analyze` (speechmt.evaluation.
 analyze): the speech path (every stage Translator.states names, from the audio through the model's own front
 end) and the text path (the model's own text encoder, or an external Hugging Face text encoder's hidden
 states, its special tokens left out). Per layer: mean-pooled utterance vectors, a few single states of each

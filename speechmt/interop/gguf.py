@@ -13,7 +13,7 @@ Only the file's header (magic, version, metadata, tensor shapes) is read here, t
 that is not GGUF, holds an architecture transformers does not read, or lacks what the model needs (transformers
 would fill missing metadata with its defaults and missing tensors with random values).
 
-Usage: `import_gguf(file, out_dir)`; `speechmt import-gguf FILE --out DIR` on the command line.
+Usage: `import_gguf(file, out_dir)`; `speechmt import gguf FILE --out DIR` on the command line.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The mapping inverts ctranslate2's WhisperLoader (converters/transformers.py):
 - Quantized weights (int8/int16 with a `weight_scale`) are dequantized (value / scale) to float32.
 Scalars (num_heads, activation, pre_norm, ...) feed the config or are checked, never copied as tensors.
 
-Usage: `import_whisper(ct2_dir, out_dir)`; `speechmt import-whisper DIR --out HF_DIR` on the command line.
+Usage: `import_whisper(ct2_dir, out_dir)`; `speechmt import whisper DIR --out HF_DIR` on the command line.
 """
 
 from __future__ import annotations

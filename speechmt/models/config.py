@@ -201,11 +201,11 @@ class DecoderConfig:
     vocab: tuple[int, ...] = ()  # lm: the LM ids of the output vocabulary (speechmt.tokenizers.lm)
     prompt: tuple[int, ...] = ()  # lm: the LM ids before the source ("<bos>English:")
     # lm: up to this many retrieved translation pairs read before each source (text, or the speech bridge's
-    # vectors), as few-shot examples (`speechmt retrieve` writes them beside a split for training; decoding speech
+    # vectors), as few-shot examples (`speechmt data retrieve` writes them beside a split for training; decoding speech
     # retrieves them by the model's own transcript: speechmt.data.retrieval); 0: none
     examples: int = checked(0, lo=0, hi=16)
     # examples: the translation memory that decoding speech searches when none is given (--memory): a manifest,
-    # a folder with memory.jsonl, or a folder's name under $SPEECHMT_HOME (`ding-en-de`: `speechmt synth-memory`);
+    # a folder with memory.jsonl, or a folder's name under $SPEECHMT_HOME (`ding-en-de`: `speechmt data synth-memory`);
     # "": none named
     memory: str = ""
     # recompute the layers' activations in the backward pass (less memory, ~1/3 more compute)

@@ -140,7 +140,7 @@ class LMTokenizer:
         path = folder / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"{name_or_path}: no tokenizer.json in {folder} (run `make setup` for "
-                                    "gemma-3-270m, or `speechmt import-gguf`, or pass a local LM folder)")
+                                    "gemma-3-270m, or `speechmt import gguf`, or pass a local LM folder)")
         text = path.read_text(encoding="utf-8")
         sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return cls(text, folder, LMTokenizerConfig(name_or_path, role, tuple(vocab), sha))

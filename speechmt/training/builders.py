@@ -35,7 +35,7 @@ def run_tasks(cfg: ExperimentConfig) -> list[TaskData]:
 
 def stream_dir(cfg: ExperimentConfig, spec: TaskData) -> str:
     """The prepared folder a stream reads: data.dir, or its data_dir (a relative one inside data.dir, e.g.
-    "mt-text" for the extra text that `speechmt synth-mt --out DATA/mt-text` writes)."""
+    "mt-text" for the extra text that `speechmt data synth-mt --out DATA/mt-text` writes)."""
     if not spec.data_dir:
         return cfg.data.dir
     return spec.data_dir if Path(spec.data_dir).is_absolute() else str(Path(cfg.data.dir) / spec.data_dir)
@@ -109,7 +109,7 @@ def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
     """The tokenizer of what the decoder writes (`side` from decoder_side)."""
     tok = toks.src if side == "src" else toks.tgt
     if tok is None:
-        raise ConfigError(f"the decoder needs data.{side}_vocab (a SentencePiece model from `speechmt vocab`)")
+        raise ConfigError(f"the decoder needs data.{side}_vocab (a SentencePiece model from `speechmt data vocab`)")
     return tok
 
 

@@ -1,4 +1,4 @@
-"""`speechmt convert OLD --out NEW --trust`: an old pickled checkpoint (torch.save, "speechmt-checkpoint-1")
+"""`speechmt import convert OLD --out NEW --trust`: an old pickled checkpoint (torch.save, "speechmt-checkpoint-1")
 rewritten in the safe format of speechmt.checkpoint ("speechmt-checkpoint-2", safetensors + JSON).
 
 Unpickling can run any code the file asks for, so this is the one place in speechmt that unpickles, only when

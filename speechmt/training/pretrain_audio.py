@@ -1,4 +1,4 @@
-"""`speechmt pretrain-audio`: wav2vec 2.0 self-supervised pretraining on unlabelled audio (Baevski et al.,
+"""`speechmt research pretrain-audio`: wav2vec 2.0 self-supervised pretraining on unlabelled audio (Baevski et al.,
 NeurIPS 2020; the model and its loss: speechmt.models.wav2vec2_pretraining), run by the same trainer as every
 other run: one stage of the `audio` task with the `wav2vec2` objective.
 

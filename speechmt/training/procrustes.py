@@ -19,7 +19,7 @@ input embedding of that token's text (the table asr_embed lm reads), from the st
 training reads, cached or searched live (`asr_pairs`): the projection then hands the LM its own input space from
 the first update.
 
-`speechmt analyze` on the checkpoint written before the first update (train.max_updates 0), with and without
+`speechmt research analyze` on the checkpoint written before the first update (train.max_updates 0), with and without
 the option, measures the speech-text gap it closes (docs/semantic-layers.md).
 """
 

@@ -200,7 +200,7 @@ def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path]
     if not last.exists():
         if (old := save_dir / "checkpoint_last.pt").exists():
             raise CheckpointError(f"{old}: a pickled checkpoint of an older speechmt, not loaded (pickles can run "
-                                  f"code); to resume, convert it if you trust it: speechmt convert {old} --out "
+                                  f"code); to resume, convert it if you trust it: speechmt import convert {old} --out "
                                   f"{last} --trust; or pass --no-resume to start afresh")
         return None
     try:

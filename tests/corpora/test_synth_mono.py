@@ -94,7 +94,7 @@ def test_every_drop_counted_by_reason_and_the_sentences_kept(fixtures, tmp_path)
                                   "sprueche": {"entries": 17, "sentences": 20}}
     assert (summary["sentences"], summary["per_source"], summary["pair"]) == (14, {"fortunes-de": 14}, "en-de")
     assert summary["excluded_as_corpus_sentences"] == 1 and summary["corpus_sentences"] == 6
-    assert summary["next"].startswith(f"speechmt backtranslate --input {tmp_path / 'mono' / 'mono.de.txt'} "
+    assert summary["next"].startswith(f"speechmt data backtranslate --input {tmp_path / 'mono' / 'mono.de.txt'} "
                                       "--src-lang en --tgt-lang de")
     assert json.loads((tmp_path / "mono" / "mono_text_summary.json").read_text(encoding="utf-8")) == summary
 
@@ -116,7 +116,7 @@ def test_covost_german_is_the_source_side_for_distill(fixtures, tmp_path):
         f"path\tsentence\ttranslation\tclient_id\tsplit\na.mp3\t{KEPT[4]}\tWho rises early has the day.\tx\tdev\n",
         encoding="utf-8")
     summary = build_mono_text("covost2", root, tmp_path / "mono", paths=paths)
-    assert summary["pair"] == "de-en" and summary["next"].startswith("speechmt distill ")
+    assert summary["pair"] == "de-en" and summary["next"].startswith("speechmt data distill ")
     assert summary["sources"]["fortunes-de"]["dropped"]["a corpus sentence"] == 2  # the sentence, and its repeat
     with pytest.raises(SynthError, match=r"corpus 'mustc' \(en-de\) has no es side"):
         build_mono_text("mustc", fixtures[1], tmp_path / "x", lang="es", paths=paths)

@@ -129,7 +129,7 @@ def test_with_examples_composes_the_first_k_and_missing_examples_are_one_line_er
     composed = with_examples(records, data_dir, "test", k=1)
     assert composed[0].src_text == few_shot_source(records[0].src_text, examples[0][:1], "en", "de")
     assert composed[1].src_text == records[1].src_text and composed[0].tgt_text == records[0].tgt_text
-    with pytest.raises(ManifestError, match=r"no retrieved examples for split 'train'.*speechmt retrieve"):
+    with pytest.raises(ManifestError, match=r"no retrieved examples for split 'train'.*speechmt data retrieve"):
         read_examples(data_dir, "train", read_split(data_dir, "train"))
     shutil.copy(data_dir / "train.jsonl", data_dir / "test.jsonl")
     with pytest.raises(ManifestError, match=r"no examples for 4 utterances of split 'test' \(train_0, train_1, train_2, \.\.\.\)"):
@@ -151,7 +151,7 @@ def test_a_memory_is_a_manifest_a_folder_or_a_name_under_speechmt_home(data_dir,
     with pytest.raises(ManifestError, match=r"^none.jsonl: no such manifest for the translation memory$"):
         memory_manifest("none.jsonl")
     with pytest.raises(ManifestError, match=r"^other: no translation memory of that name \(.*home/other/memory.jsonl "
-                       r"not found\); build it with `speechmt synth-memory --out .*home/other`$"):
+                       r"not found\); build it with `speechmt data synth-memory --out .*home/other`$"):
         memory_manifest("other")
 
 

@@ -218,7 +218,7 @@ def test_analysis_numbers_become_columns(tiny_data, tmp_path, capsys):
     # are, and no word units; C has no analysis
     assert [row.split(" | ")[-4:] for row in table[2:5]] == [["0.600", "0.750", "0.875", "0.500 |"],
                                                             ["-", "0.250", "0.375", "- |"], ["-", "-", "-", "- |"]]
-    assert any(line.startswith("- CKA top, P@1 cos, P@1 CSLS: from `speechmt analyze`") for line in md)
+    assert any(line.startswith("- CKA top, P@1 cos, P@1 CSLS: from `speechmt research analyze`") for line in md)
     assert f"- A (peer `{peers[0]}`): beam 5; analysis `{mapped / 'analysis.json'}` (dev, 8 utterances, speech.out " \
            "/ text.out)" in md
     assert any(line.endswith("speech.out / text.out, no Procrustes map)") for line in md)
@@ -275,7 +275,7 @@ def test_bad_analysis_is_one_line(tiny_data, tmp_path, capsys):
     assert err.startswith(f"speechmt: error: {empty / 'analysis.json'}: not a JSON analysis result (")
     (empty / "analysis.json").write_text('{"n": 8}', encoding="utf-8")
     assert _cli_error(capsys, *common, "--analysis", f"P={empty}") == \
-        f"speechmt: error: {empty / 'analysis.json'}: not a `speechmt analyze` result (no 'sentence')"
+        f"speechmt: error: {empty / 'analysis.json'}: not a `speechmt research analyze` result (no 'sentence')"
     (empty / "analysis.json").write_text('{"n": 8, "split": "dev", "sentence": {"top": {"speech": "s", "text": "t", '
                                          '"cka": "high", "raw": null, "procrustes": null}}}', encoding="utf-8")
     assert _cli_error(capsys, *common, "--analysis", f"P={empty}") == \

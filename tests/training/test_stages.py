@@ -136,7 +136,8 @@ def test_a_missing_vocabulary_is_a_one_line_error(tiny_data, tmp_path, capsys):
     save_config(cfg, tmp_path / "c.yaml")
     assert main(["train", "--config", str(tmp_path / "c.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "speechmt: error: the decoder needs data.tgt_vocab (a SentencePiece model from `speechmt vocab`)"
+    assert err.strip() == ("speechmt: error: the decoder needs data.tgt_vocab (a SentencePiece model from "
+                           "`speechmt data vocab`)")
 
 
 def test_each_stream_batches_by_its_own_size(tiny_data, tmp_path):

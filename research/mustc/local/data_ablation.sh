@@ -2,14 +2,15 @@
 # The data ablation of issue 32 (part 4): the language-model decoder's ST (conf/st_lm_gemma_ctc.yaml: (a) text MT
 # conf/mt_lm_gemma.yaml, (b) the CTC bridge conf/ctc_lm_gemma.yaml, (c) ST from both through train.init_from)
 # trained twice at equal updates and batch sizes, on two prepared data folders that differ in their data only:
-#   corpus-only  MuST-C-mini (built with a held-out voice) and its default extra MT text (`speechmt synth-mt`:
+#   corpus-only  MuST-C-mini (built with a held-out voice) and its default extra MT text (`speechmt data synth-mt`:
 #                Ding), the data every earlier LM-decoder run had;
-#   all-data     the same plus each new source of issue 32: every installable parallel text (`synth-mt --sources
-#                all`), back-translated German ($bt_limit lines, by the LM), distilled source text ($distill_limit
-#                lines of the corpus' English, by corpus-only's MT run (a)), the extra text's whole sentences voiced
-#                by every installed voice but the held-out one, flite's included (`synth-tts`, $tts_limit pairs),
-#                and waveform augmentation of the training audio ($augment; the encoder's states then not cached).
-# Both are scored with `speechmt benchmark` on tst-COMMON and on the held-out voice's tst-<voice> (the same
+#   all-data     the same plus each new source of issue 32: every installable parallel text (`speechmt data
+#                synth-mt --sources all`), back-translated German ($bt_limit lines, by the LM), distilled source text
+#                ($distill_limit lines of the corpus' English, by corpus-only's MT run (a)), the extra text's whole
+#                sentences voiced by every installed voice but the held-out one, flite's included (`speechmt data
+#                synth-tts`, $tts_limit pairs), and waveform augmentation of the training audio ($augment; the
+#                encoder's states then not cached).
+# Both are scored with `speechmt research benchmark` on tst-COMMON and on the held-out voice's tst-<voice> (the same
 # sentences), systems named by data set first ("corpus-only lm-st", "all-data lm-mt", ...), BLEU per voice by
 # benchmarks/bleu_by_voice.py, and the CPU seconds of every step (/usr/bin/time: user + system, summed over
 # reruns) in cpu_time.tsv and cpu_time.md: all in $report.
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/../../../recipes/mustc"
 source ../common/env.sh
 
 size=full                   # MuST-C-mini size: tiny, small or full
-hold_out_voice=kal          # speaks tst-<voice> only (speechmt synth --hold-out-voice)
+hold_out_voice=kal          # speaks tst-<voice> only (speechmt data synth --hold-out-voice)
 seed=0
 jobs=2
 corpus=""                   # default: corpora/mustc-mini-$size-$hold_out_voice
@@ -42,7 +43,7 @@ st_updates=""
 train_args=""               # more overrides for every training run, e.g. "train.threads=1"
 bt_limit=2000               # German lines back-translated by the LM (Gemma 3 270M: ~0.4 lines/s on 2 cores)
 distill_limit=2000          # corpus sentences distilled by corpus-only's MT model
-tts_limit=3000              # extra sentences voiced (synth-tts --sentences --min-words 4)
+tts_limit=3000              # extra sentences voiced (data synth-tts --sentences --min-words 4)
 augment="data.augment_noise=0.3 data.augment_reverb=0.3 data.augment_telephone=0.2"
 lm=gemma-3-270m             # the LM that back-translates (a folder, or a name under $SPEECHMT_HOME)
 beam=5
@@ -110,26 +111,26 @@ train_lm_st() {
 }
 
 # --- the corpus, with a held-out voice, prepared; its default extra MT text (corpus-only) ---
-step corpus "$SPEECHMT" synth --corpus mustc --size "$size" --out "$corpus" --seed "$seed" --jobs "$jobs" \
+step corpus "$SPEECHMT" data synth mustc --size "$size" --out "$corpus" --seed "$seed" --jobs "$jobs" \
     --hold-out-voice "$hold_out_voice"
 held_split=$(cd "$corpus/en-de/data" && ls -d tst-* | grep -vx 'tst-COMMON\|tst-HE')  # the held-out voice's
-step prepare "$SPEECHMT" prepare mustc --root "$corpus" --tgt-lang de --out "$data" --jobs "$jobs" \
+step prepare "$SPEECHMT" data prepare mustc --root "$corpus" --tgt-lang de --out "$data" --jobs "$jobs" \
     --splits train dev tst-COMMON "$held_split"
-step corpus-mt-text "$SPEECHMT" synth-mt --corpus mustc --root "$corpus" --out "$data/mt-text"
+step corpus-mt-text "$SPEECHMT" data synth-mt mustc --root "$corpus" --out "$data/mt-text"
 
 # --- corpus-only: (a), (b), (c) ---
 train_lm_st corpus-only "$data"
 
 # --- all-data's sources ---
-step src-mt-text-all "$SPEECHMT" synth-mt --corpus mustc --root "$corpus" --out "$sources/mt-text-all" --sources all
-step src-backtranslate "$SPEECHMT" backtranslate --input "$sources/mt-text-all/train.jsonl" --field tgt_text \
+step src-mt-text-all "$SPEECHMT" data synth-mt mustc --root "$corpus" --out "$sources/mt-text-all" --sources all
+step src-backtranslate "$SPEECHMT" data backtranslate --input "$sources/mt-text-all/train.jsonl" --field tgt_text \
     --out "$sources/backtranslated" --src-lang en --tgt-lang de --lm "$lm" --limit "$bt_limit"
-step src-distill "$SPEECHMT" distill --input "$data/train.jsonl" --field src_text --out "$sources/distilled" \
+step src-distill "$SPEECHMT" data distill --input "$data/train.jsonl" --field src_text --out "$sources/distilled" \
     --src-lang en --tgt-lang de --model "$work/corpus-only/lm_mt/checkpoint_avg.safetensors" --task mt \
     --limit "$distill_limit"
-step src-voiced "$SPEECHMT" synth-tts --root "$corpus" --text "$sources/mt-text-all/train.jsonl" \
+step src-voiced "$SPEECHMT" data synth-tts --root "$corpus" --text "$sources/mt-text-all/train.jsonl" \
     --split train-tts-all --sentences --min-words 4 --limit "$tts_limit" --seed "$seed" --jobs "$jobs"
-step src-voiced-prepare "$SPEECHMT" prepare mustc --root "$corpus" --tgt-lang de --out "$sources/voiced" \
+step src-voiced-prepare "$SPEECHMT" data prepare mustc --root "$corpus" --tgt-lang de --out "$sources/voiced" \
     --jobs "$jobs" --splits train-tts-all
 
 # --- all-data's folder: the corpus' dev and test splits as they are; training = corpus + voiced text; extra MT
@@ -156,9 +157,9 @@ for set in corpus-only all-data; do
     systems+=(--model "$work/$set/lm_st/checkpoint_avg.safetensors" --name "$set lm-st" --task st
               --model "$work/$set/lm_mt/checkpoint_avg.safetensors" --name "$set lm-mt" --task mt)
 done
-step benchmark-tst-COMMON "$SPEECHMT" benchmark --data "$data" --split tst-COMMON "${systems[@]}" --beam "$beam" \
+step benchmark-tst-COMMON "$SPEECHMT" research benchmark --data "$data" --split tst-COMMON "${systems[@]}" --beam "$beam" \
     ${limit:+--limit "$limit"} --out "$report"
-step "benchmark-$held_split" "$SPEECHMT" benchmark --data "$data" --split "$held_split" "${systems[@]}" \
+step "benchmark-$held_split" "$SPEECHMT" research benchmark --data "$data" --split "$held_split" "${systems[@]}" \
     --beam "$beam" ${limit:+--limit "$limit"} --out "$report/$held_split"
 by_voice() {
     : > "$report/by_voice.md"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 33, parts 4-5: every bridge system in front of the LM decoder (Gemma 3 270M behind the CTC bridge) trained at
-# one budget from the same start, then analysed and scored side by side in one `speechmt benchmark --analysis`
+# one budget from the same start, then analysed and scored side by side in one `speechmt research benchmark --analysis`
 # report (systems named by variant first, Spearman's rho of each gap measure against BLEU in benchmark.md).
 #   baseline   conf/st_lm_gemma_ctc.yaml             xstnet   conf/st_lm_gemma_ctc_xstnet.yaml
 #   lut        conf/st_lm_gemma_ctc_lut.yaml         chimera  conf/st_lm_gemma_ctc_chimera.yaml
@@ -17,7 +17,7 @@
 # with a benchmark decoded
 # again (delete its folder to redo it). Each system is the average of its last --average saved checkpoints
 # ($exp/sem_NAME/checkpoint_avg.safetensors), benchmarked alone into $exp/sem_NAME/bench; the report at --out joins
-# those rows (benchmark --compare) with every analysis, so systems can be added one session at a time.
+# those rows (research benchmark --compare) with every analysis, so systems can be added one session at a time.
 # It runs in recipes/mustc (data/, exp/ there; relative options are read from there), from wherever it is called;
 # the variants' configs are research/mustc/conf/'s, the baseline's recipes/mustc/conf/st_lm_gemma_ctc.yaml. Usage:
 #   research/mustc/local/semantic_on_lm.sh [--data data/en-de] [--exp exp/en-de] [--mt CKPT] [--ctc CKPT] [--systems "baseline ..."]
@@ -103,12 +103,12 @@ for system in $systems; do
     ckpt=$(averaged "$system")
     if [ ! -f "$exp/sem_$system/analysis/analysis.json" ]; then
         log "$system: analysing $ckpt on $analyze_split"
-        "$SPEECHMT" analyze --model "$ckpt" --data "$data" --split "$analyze_split" --out "$exp/sem_$system/analysis" \
+        "$SPEECHMT" research analyze --model "$ckpt" --data "$data" --split "$analyze_split" --out "$exp/sem_$system/analysis" \
             ${analyze_limit:+--limit "$analyze_limit"}
     fi
     if [ ! -f "$exp/sem_$system/bench/benchmark.json" ]; then
         log "$system: benchmark on $split (beam $beam)"
-        "$SPEECHMT" benchmark --model "$ckpt" --name "$system" --data "$data" --split "$split" --beam "$beam" \
+        "$SPEECHMT" research benchmark --model "$ckpt" --name "$system" --data "$data" --split "$split" --beam "$beam" \
             --out "$exp/sem_$system/bench" ${limit:+--limit "$limit"}
     fi
     compares+=(--compare "$exp/sem_$system/bench/benchmark.json")
@@ -116,5 +116,5 @@ for system in $systems; do
 done
 
 log "report: ${systems// /, } on $split (beam $beam) -> $out"
-"$SPEECHMT" benchmark "${compares[@]}" "${analyses[@]}" --data "$data" --split "$split" --out "$out" \
+"$SPEECHMT" research benchmark "${compares[@]}" "${analyses[@]}" --data "$data" --split "$split" --out "$out" \
     ${limit:+--limit "$limit"}

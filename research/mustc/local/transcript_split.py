@@ -4,7 +4,7 @@
 
 REPORT_DIR is `speechmt evaluate --task asr --out REPORT_DIR` of DATA's split (its results.tsv: id, ref, hyp, src);
 the new split DATA2/NAME.jsonl holds every record of the split with src_text replaced by its transcript, so that
-`speechmt retrieve` finds examples by what was heard and `speechmt evaluate --task mt` translates it (a cascade
+`speechmt data retrieve` finds examples by what was heard and `speechmt evaluate --task mt` translates it (a cascade
 through the MT path, retrieved examples included). Every utterance must have a transcript.
 """
 

@@ -11,7 +11,7 @@ X=${XFER:-/root/xfer}; mkdir -p $X $SPEECHMT_HOME ${OUT:-/tmp/out}
 PY=${PY:-python3}
 if [ ! -d $SPEECHMT_HOME/gemma-3-270m ]; then
   cat $X/part.* | gzip -d > $X/slim.gguf || exit 4
-  $PY -m speechmt import-gguf $X/slim.gguf --out $SPEECHMT_HOME/gemma-3-270m || exit 5
+  $PY -m speechmt import gguf $X/slim.gguf --out $SPEECHMT_HOME/gemma-3-270m || exit 5
 fi
 [ -d $X/data ] || { mkdir -p $X/data && tar -xzf $HERE/data.tar.gz -C $X/data; } || exit 6
 for arm in all corpus; do
