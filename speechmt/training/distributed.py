@@ -119,8 +119,3 @@ def all_gather_object(obj: Any) -> list[Any]:
     tdist.all_gather_object(out, obj)
     return out
 
-
-def destroy() -> None:
-    """Leaves the process group (at the end of a run) so that the next run in this process can join one."""
-    if tdist.is_initialized():
-        tdist.destroy_process_group()

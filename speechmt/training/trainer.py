@@ -415,7 +415,7 @@ class Trainer:
 
     def save(self, name: str) -> None:
         """Writes save_dir/name (rank 0; the state gathered from all ranks first)."""
-        state = self.checkpoint_state() if dist.is_main() or dist.world_size() > 1 else None
+        state = self.checkpoint_state()  # every rank: gathering the state is a collective
         if dist.is_main():
             save_checkpoint(self.save_dir / name, state)
             if name == LAST and self.on_save is not None:
