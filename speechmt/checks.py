@@ -199,13 +199,26 @@ def check_override(item: str, sections: dict[str, type]) -> str:
     cls = sections.get(section)
     if not sep or not path or cls is None:
         return item
-    for name in path[:-1]:  # down to the dataclass holding the last name
+    for i, name in enumerate(path[:-1]):  # down to the dataclass holding the last name
         cls = _hints(cls).get(name)
         if not dataclasses.is_dataclass(cls):
             return item
+        cls = _declaring(cls, path[i + 1]) or cls
     if path[-1] in _hints(cls) and not dataclasses.is_dataclass(_hints(cls)[path[-1]]):
         check_field(cls, path[-1], _yaml_scalar(text), key, raw=text)
     return item
+
+
+def _declaring(cls: type, name: str) -> type | None:
+    """`cls` when it has the field `name`, else the first dataclass derived from it that has (a component
+    kind's options, whose slot's field names the base: an override checked before the kind is known)."""
+    if name in _hints(cls):
+        return cls
+    for sub in cls.__subclasses__():
+        found = _declaring(sub, name) if dataclasses.is_dataclass(sub) else None
+        if found is not None:
+            return found
+    return None
 
 
 def check_key_value(cls: type, item: str) -> str:
@@ -230,8 +243,8 @@ def _check_dataclass(part: Any, cls: type, label: str) -> None:
     """check_config of one dataclass instance, recursing into the fields that hold dataclasses."""
     for name, hint in _hints(cls).items():
         value = getattr(part, name)
-        if dataclasses.is_dataclass(hint):
-            _check_dataclass(value, hint, f"{label}.{name}")
+        if dataclasses.is_dataclass(hint):  # a component kind's options: the kind's dataclass (a subclass)
+            _check_dataclass(value, type(value) if isinstance(value, hint) else hint, f"{label}.{name}")
             continue
         checked_value = check_field(cls, name, value, f"{label}.{name}")
         if checked_value is not value:

@@ -29,7 +29,7 @@ from speechmt.checks import (
     raise_problems,
     read_yaml_mapping,
 )
-from speechmt.models.config import ModelConfig, preset
+from speechmt.models.config import SLOTS, ModelConfig, preset
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.tasks.align import AlignConfig
 from speechmt.tasks.schedule import Stage, parse_stages
@@ -199,12 +199,12 @@ class ExperimentConfig:
         aligns = any("align" in t.objectives for stage in self.train.stages for t in stage.tasks)
         users = [name for name, on in (("train.init_procrustes", self.train.init_procrustes),
                                        ("the align objective", aligns)) if on]
-        if not users or encoder.kind != "whisper_asr":
+        if not users or not encoder.transcribes:
             return ""
         if encoder.asr_embed != "states":
             return (f"{users[0]} on encoder whisper_asr needs model.encoder.asr_embed states (with "
                     f"{encoder.asr_embed} the LM reads the transcript's embeddings already; its projection starts at zero)")
-        if self.model.decoder.kind != "lm":
+        if not self.model.decoder.lm_tokens:
             return f"{users[0]} on encoder whisper_asr needs decoder kind lm (its embeddings are the targets)"
         if aligns and self.train.align.layer:
             return (f"train.align.layer {self.train.align.layer}: a whisper_asr encoder's tokens meet the LM's "
@@ -290,8 +290,8 @@ def _check_known(cls, d: dict[str, Any], section: str) -> None:
     if unknown:
         raise ConfigError(f"unknown {section} option(s): {', '.join(map(str, unknown))}")
     hints = typing.get_type_hints(cls)
-    for name, value in d.items():
-        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+    for name, value in d.items():  # a component slot's options are checked by its kind (models.components.Slot)
+        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict) and not (cls is ModelConfig and name in SLOTS):
             _check_known(hints[name], value, f"{section}.{name}")
 
 
@@ -325,8 +325,18 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
                 path, value = migrate_model_override(section, ".".join(path), value)
             except ValueError as e:
                 raise ConfigError(f"override {item!r}: {e}") from None
+            _new_kind(section, path, value)
         _set_path(section, path, value, item)
     return d
+
+
+def _new_kind(model: dict[str, Any], path: list[str], value: Any) -> None:
+    """An override of a component's kind (model.encoder.kind=whisper) to another kind than the config's drops
+    the options the config gave the old one: another kind has other options (set its own after it)."""
+    if len(path) == 2 and path[1] == "kind" and isinstance(model.get(path[0]), dict) and path[0] in SLOTS:
+        part = model[path[0]]
+        if part.get("kind", SLOTS[path[0]].default) != value:
+            model[path[0]] = {}
 
 
 def _set_path(section: dict[str, Any], path: list[str], value: Any, item: str) -> None:

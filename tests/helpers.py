@@ -30,6 +30,14 @@ def two_update_st(data: Path, exp: Path) -> str:
 
 
 AFTER_NESTING = ("ctc_vocab",)  # shared fields added after the nesting: no flat checkpoint has them
+# the encoder's and decoder's fields when one dataclass held every kind's (before each kind had options of its own)
+LEGACY_DEFAULTS = {
+    "encoder": dict(layers=12, input_dim=80, subsampler="conv1d", conv_channels=1024, conv_kernels=(5, 5),
+                    name_or_path="", hf_config={}, finetune="full", layerdrop=0.0, freeze_feature_extractor=False,
+                    mask_time_prob=0.0, mask_time_length=10, gradient_checkpointing=False),
+    "decoder": dict(layers=6, name_or_path="", hf_config={}, finetune="full", tie_embeddings=True, output_bias=False),
+    "shrink": dict(channels=1024, kernel=5, mode="mean", layers=2, embed="states"),
+}
 
 
 def flat_model_config(cfg: ModelConfig) -> dict:
@@ -37,7 +45,8 @@ def flat_model_config(cfg: ModelConfig) -> dict:
     the shared fields, every old flat name, and the encoder's three fine-tuning flags."""
     nested = asdict(cfg)
     flat = {k: v for k, v in nested.items() if not isinstance(v, dict) and k not in AFTER_NESTING}
-    flat.update({old: nested[group][name] for old, (group, name) in FLAT_NAMES.items()})
+    flat.update({old: nested[group].get(name, LEGACY_DEFAULTS.get(group, {}).get(name))
+                 for old, (group, name) in FLAT_NAMES.items()})
     flat.update({flag: cfg.encoder.finetune == mode for flag, mode in FINETUNE_FLAGS.items()})
     return flat
 

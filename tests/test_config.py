@@ -15,7 +15,9 @@ from speechmt.config import (
     load_config,
     save_config,
 )
-from speechmt.models.config import PRESETS, EncoderConfig, ModelConfig
+from speechmt.models.config import PRESETS, ModelConfig
+from speechmt.models.encoders.wav2vec2 import Wav2Vec2EncoderConfig
+from speechmt.models.encoders.whisper import WhisperEncoderConfig
 from speechmt.models.finetune import LoraSettings
 from speechmt.tasks.schedule import Stage, TaskData
 
@@ -28,8 +30,7 @@ EXPERIMENT_CONFS = sorted(p for folder in (RECIPES, RECIPES.parent / "research")
 def _rich_config() -> ExperimentConfig:
     """Every kind of value away from its default: tuples, dicts, None, a two-stage schedule."""
     hf_config = {"model_type": "wav2vec2", "conv_dim": [8, 8], "nested": {"x": 1.5}}
-    model = ModelConfig(encoder=EncoderConfig(kind="wav2vec2", hf_config=hf_config, conv_kernels=(3, 3, 3),
-                                              layerdrop=0.1),
+    model = ModelConfig(encoder=Wav2Vec2EncoderConfig(hf_config=hf_config, mask_time_length=3, layerdrop=0.1),
                         lora=LoraSettings(targets=("q_proj", "v_proj")), d_model=96, n_heads=3, tgt_vocab_size=123,
                         dropout=0.25, semantic={"kind": "xstnet", "options": {"layers": 2}}, shrink={"kind": "conv", "kernel": 3})
     data = DataConfig(dir="/data/x", src_lang="fr", lang_tag=False, max_tokens=500, spec_augment="")
@@ -48,16 +49,15 @@ def test_yaml_round_trip(tmp_path):
     back = load_config(tmp_path / "c.yaml")
     assert back == cfg
     assert back.train.adam_betas == (0.9, 0.999) and type(back.train.adam_betas) is tuple
-    assert back.model.encoder.conv_kernels == (3, 3, 3) and back.model.lora.targets == ("q_proj", "v_proj")
+    assert back.model.encoder.mask_time_length == 3 and back.model.lora.targets == ("q_proj", "v_proj")
     assert back.model.encoder.hf_config == {"model_type": "wav2vec2", "conv_dim": [8, 8], "nested": {"x": 1.5}}
     assert [s.name for s in back.train.stages] == ["mt", "all"] and isinstance(back.train.stages[1], Stage)
     assert back.train.stages[1].tasks[1] == TaskData("asr", {"ce": 1.0}, "/data/y", "tr", None, 2.5)
     assert back.train.stages[0].tasks[0].valid_split == "dev" and back.train.stages[0].freeze == ["speech_encoder."]
     # the file is plain YAML: lists for tuples, nothing Python-specific
     plain = yaml.safe_load((tmp_path / "c.yaml").read_text())
-    assert plain["train"]["adam_betas"] == [0.9, 0.999] and plain["model"]["encoder"]["conv_kernels"] == [3, 3, 3]
-    assert plain["model"]["shrink"] == {"kind": "conv", "channels": 1024, "kernel": 3, "mode": "mean", "layers": 2,
-                                     "embed": "states"}
+    assert plain["train"]["adam_betas"] == [0.9, 0.999] and plain["model"]["encoder"]["hf_config"]["conv_dim"] == [8, 8]
+    assert plain["model"]["shrink"] == {"kind": "conv", "channels": 1024, "kernel": 3, "layers": 2}
     assert plain["train"]["stages"][1]["tasks"][0]["objectives"] == {"ce": 0.7, "ctc": 0.3}
     assert "!!python" not in (tmp_path / "c.yaml").read_text()
     # and a second round gives the same text
@@ -258,7 +258,8 @@ def test_dotted_overrides_reach_nested_fields_and_old_flat_names_still_work(tmp_
                                             "model.shrink.kind=ctc", "model.semantic.kind=xstnet", "model.semantic.options.layers=1",
                                             "model.lora.rank=4"])
         m = cfg.model
-        assert (m.encoder.layers, m.shrink.kind, m.shrink.channels, m.lora.rank) == (5, "ctc", 32, 4)
+        assert (m.encoder.layers, m.shrink.kind, m.shrink.mode, m.lora.rank) == (5, "ctc", "mean", 4)
+        assert not hasattr(m.shrink, "channels")  # the conv shrink's options went with its kind
         assert m.semantic.options == {"layers": 1} and m.encoder.conv_kernels == (3, 3)  # the rest kept
         old = load_config(tmp_path / conf, ["model.encoder_layers=5", "model.text_encoder_layers=5",
                                             "model.shrink=ctc", "model.lora_rank=4", "model.semantic.kind=xstnet",
@@ -267,7 +268,8 @@ def test_dotted_overrides_reach_nested_fields_and_old_flat_names_still_work(tmp_
     whisper = ["model.encoder=whisper", "model.encoder_name_or_path=w", "model.decoder=whisper"]
     cfg = load_config(tmp_path / "nested.yaml", whisper + ["model.text_encoder.shared=false",
                                                            "model.freeze_encoder=true"])
-    assert (cfg.model.encoder.kind, cfg.model.encoder.name_or_path, cfg.model.encoder.layers) == ("whisper", "w", 3)
+    assert (cfg.model.encoder.kind, cfg.model.encoder.name_or_path) == ("whisper", "w")
+    assert not hasattr(cfg.model.encoder, "layers")  # another kind: the conv encoder's options are dropped
     assert cfg.model.encoder.finetune == "frozen" and cfg.model.decoder.kind == "whisper"
     whisper = ["model.encoder.kind=whisper", "model.encoder.name_or_path=w"]
     # an old flag set false ends its own mode only
@@ -276,27 +278,32 @@ def test_dotted_overrides_reach_nested_fields_and_old_flat_names_still_work(tmp_
     assert load_config(None, whisper + ["model.freeze_encoder=true", "model.freeze_encoder=false"]).model.encoder \
         .finetune == "full"
     assert load_config(None, ["model.encoder={kind: whisper, name_or_path: w}"]).model.encoder == \
-        EncoderConfig(kind="whisper", name_or_path="w")
+        WhisperEncoderConfig(name_or_path="w")
 
 
 def test_apply_overrides_makes_the_model_section_nested():
     d = {"model": {"preset": "tiny", "encoder": "whisper", "encoder_name_or_path": "w"}}
-    apply_overrides(d, ["model.encoder.layers=3", "model.decoder_layers=1"])
-    assert d["model"] == {"preset": "tiny", "encoder": {"kind": "whisper", "name_or_path": "w", "layers": 3},
+    apply_overrides(d, ["model.encoder.frozen_layers=3", "model.decoder_layers=1"])
+    assert d["model"] == {"preset": "tiny", "encoder": {"kind": "whisper", "name_or_path": "w", "frozen_layers": 3},
                           "decoder": {"layers": 1}}
 
 
 @pytest.mark.parametrize("overrides, message", [
     (["model.encoder.kind=lstm"], "model: bad ModelConfig: unknown encoder 'lstm'; expected one of conv, wav2vec2, "
                                   "whisper, whisper_asr"),
-    (["model.shrink.mode=max"], "model: bad ModelConfig: unknown shrink.mode 'max'; expected one of mean, first"),
-    (["model.encoder.finetune=lora"], "model: bad ModelConfig: encoder.finetune: options of encoders wav2vec2, "
-                                      "whisper and whisper_asr only"),
+    (["model.shrink.kind=ctc", "model.shrink.mode=max"],
+     "model: bad ModelConfig: unknown shrink.mode 'max'; expected one of mean, first"),
+    (["model.encoder.finetune=lora"], "model: bad ModelConfig: encoder.finetune: not an option of encoder 'conv' "
+                                      "(its options: layers, input_dim, subsampler, conv_channels, conv_kernels)"),
     (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
                                      "encoder.name_or_path) or decoder.hf_config"),
     (["model.semantic.kind=perceiver"], "model: bad ModelConfig: unknown semantic 'perceiver'; expected one of "
                                         "identity, lut, xstnet, chimera, fat_mlm"),
-    (["model.encoder.layer=3"], "unknown model.encoder option(s): layer"),
+    (["model.encoder.layer=3"], "model: bad ModelConfig: encoder.layer: not an option of encoder 'conv' (its "
+                                "options: layers, input_dim, subsampler, conv_channels, conv_kernels)"),
+    (["model.encoder.kind=whisper", "model.encoder.asr_beam=2"],
+     "model: bad ModelConfig: encoder.asr_beam: not an option of encoder 'whisper' (its options: name_or_path, "
+     "hf_config, finetune, frozen_layers, layerdrop, gradient_checkpointing, base_dtype)"),
     (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
     (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),
     (["model.encoder.layers=-1"], "invalid value '-1' for model.encoder.layers: expected an integer >= 0"),

@@ -144,7 +144,7 @@ def _is_lm_decoder(decoder: torch.nn.Module) -> bool:
 def alignment_heads(config) -> list[tuple[int, int]] | None:
     """(layer, head) pairs of a Whisper decoder's alignment heads, read from its base model's
     generation_config.json; None for other decoders or when the base does not list them."""
-    if config.decoder.kind != "whisper" or not config.whisper_decoder_source:
+    if not config.decoder.whisper_tokens or not config.whisper_decoder_source:
         return None
     path = Path(resolve_pretrained(config.whisper_decoder_source)) / "generation_config.json"
     if not path.is_file():

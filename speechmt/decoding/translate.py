@@ -158,7 +158,7 @@ def _task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tup
     """(the decoder's tag for `task`, the tokenizer its output is decoded with, whether that output is Whisper's
     own transcript: task asr of a whisper_asr encoder, read with Whisper's tokenizer, no tag)."""
     encoder = bundle.config.encoder
-    if task == "asr" and encoder.kind == "whisper_asr":
+    if task == "asr" and encoder.transcribes:
         return None, whisper_transcript_tokenizer(encoder.name_or_path), True
     try:
         return bundle.tag(task), bundle.decoder_tokenizer(task), False

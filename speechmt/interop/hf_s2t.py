@@ -41,7 +41,9 @@ from speechmt.checkpoint import save_checkpoint
 from speechmt.frontend import FbankFrontend
 from speechmt.interop import HFImportError
 from speechmt.models.build import build_model
-from speechmt.models.config import DecoderConfig, EncoderConfig, ModelConfig
+from speechmt.models.config import ModelConfig
+from speechmt.models.decoder import TransformerDecoderConfig
+from speechmt.models.encoders.conv import ConvEncoderConfig
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.tokenizers.sentencepiece import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 
@@ -209,9 +211,9 @@ def model_config(c: Speech2TextConfig, vocab_size: int, name: str = "model") -> 
         tgt_vocab_size=vocab_size, d_model=c.d_model, n_heads=c.encoder_attention_heads, ffn_dim=c.encoder_ffn_dim,
         dropout=c.dropout, attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout,
         pad_id=0, position_offset=c.pad_token_id + 1,
-        encoder=EncoderConfig(layers=c.encoder_layers, input_dim=c.input_feat_per_channel, subsampler="conv1d",
-                              conv_channels=c.conv_channels, conv_kernels=kernels),
-        decoder=DecoderConfig(layers=c.decoder_layers, tie_embeddings=c.tie_word_embeddings, output_bias=True))
+        encoder=ConvEncoderConfig(layers=c.encoder_layers, input_dim=c.input_feat_per_channel, subsampler="conv1d",
+                                  conv_channels=c.conv_channels, conv_kernels=kernels),
+        decoder=TransformerDecoderConfig(layers=c.decoder_layers, tie_embeddings=c.tie_word_embeddings, output_bias=True))
 
 
 def _rename(key: str) -> str | None:

@@ -6,22 +6,22 @@ and a checkpoint of either read on a Translator's names (FAT-ST)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from typing import Callable
 
 from torch import Tensor, nn
 
+from speechmt.models.components import BuildParts
 from speechmt.models.config import ModelConfig
-from speechmt.models.ctc_head import CTC_BLANK_ID, FIRST_LABEL, CTCHead, LabelEmbeddings
-from speechmt.models.decoder import TransformerDecoder, transformer_decoder
-from speechmt.models.encoders import ConvEncoder, TextEncoder, subsampler
+from speechmt.models.ctc_head import CTCHead
+from speechmt.models.decoder import TransformerDecoder
+from speechmt.models.encoders import ConvEncoder, TextEncoder
 from speechmt.models.fat_mlm import fat_mlm, translator_state
 from speechmt.models.finetune import set_finetuning
 from speechmt.models.fusion import build_fusion
 from speechmt.models.layers import TransformerEncoder, config_stack, embedding
-from speechmt.models.memory import checkpoint_decoder_layers, enable_hf_checkpointing, torch_dtype, train_in_float32
+from speechmt.models.memory import checkpoint_decoder_layers, torch_dtype, train_in_float32
+from speechmt.models.registry import DECODERS, ENCODERS, SHRINKS
 from speechmt.models.semantic import SEMANTICS
-from speechmt.models.shrink import build_shrink
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.sentencepiece import Tokenizer
 
@@ -54,40 +54,22 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
                          "Translator: build it with speechmt.models.build.build")
     from speechmt.models.hf_whisper import whisper_models
 
-    kinds = (cfg.encoder.kind, cfg.decoder.kind)
-    hf_enc, hf_dec = whisper_models(cfg, pretrained) if {"whisper", "whisper_asr"} & set(kinds) else (None, None)
-    decoder = None
-    if hf_dec is not None:
-        decoder, cfg = _whisper_decoder(cfg, hf_dec)
-    elif cfg.decoder.kind == "lm":
-        decoder, cfg = _lm_decoder(cfg, pretrained)
+    hf_encoder, hf_decoder = whisper_models(cfg, pretrained)
+    parts = BuildParts(pretrained, hf_encoder, hf_decoder)
+    # a pretrained decoder (Whisper's, an LM) sets the model's width and vocabulary, which the encoder projects
+    # to: it is built first; a trained one takes them from the config, after the encoder (the seeded order)
+    if cfg.decoder.one_vocabulary:
+        parts.decoder, cfg = DECODERS.builder(cfg.decoder.kind)(cfg, parts)
     cfg.check_vocabularies()
-    shared = None
-    if cfg.encoder.kind == "wav2vec2":
-        speech, cfg = _wav2vec2_encoder(cfg, pretrained)
-    elif cfg.encoder.kind == "whisper":
-        from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
-
-        speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop, cfg.encoder.frozen_layers,
-                                         cfg.encoder.gradient_checkpointing)
-        cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
-    elif cfg.encoder.kind == "whisper_asr":
-        speech, cfg = _whisper_asr_encoder(cfg, hf_enc, decoder)
-    else:
-        speech = _conv_encoder(cfg)
-        shared = speech.encoder
-    if cfg.shrink.kind == "ctc" and not cfg.ctc:
-        raise ValueError("shrink 'ctc' needs the CTC head: ctc=True with src_vocab_size > 0 (train.ctc_weight > 0)")
-    if decoder is None:
-        d = cfg.decoder
-        decoder = transformer_decoder(cfg.tgt_vocab_size, d.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim,
-                                      cfg.dropout, cfg.attention_dropout, cfg.activation_dropout, d.tie_embeddings,
-                                      cfg.pad_id, cfg.position_offset, d.output_bias)
-    ctc_head = CTCHead(cfg.d_model, cfg.src_vocab_size, cfg.ctc_vocab) if cfg.ctc else None
-    shrink = build_shrink(cfg.shrink, cfg.d_model, CTC_BLANK_ID, _label_embeddings(cfg, ctc_head, decoder), FIRST_LABEL)
+    speech, cfg = ENCODERS.builder(cfg.encoder.kind)(cfg, parts)
+    shared = speech.encoder if isinstance(speech, ConvEncoder) else None  # what text_encoder.shared runs
+    if parts.decoder is None:
+        parts.decoder, cfg = DECODERS.builder(cfg.decoder.kind)(cfg, parts)
+    decoder = parts.decoder
+    ctc_head = parts.ctc_head = CTCHead(cfg.d_model, cfg.src_vocab_size, cfg.ctc_vocab) if cfg.ctc else None
+    shrink, cfg = SHRINKS.builder(cfg.shrink.kind)(cfg, parts)
     semantic = SEMANTICS[cfg.semantic.kind](cfg, **cfg.semantic.options)
     fusion = build_fusion(cfg.fusion, cfg.encoder.kind, speech, cfg.encoder.frozen_layers)
-    _finetune_encoder(cfg, speech)
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
     model = Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic, fusion)
     _memory_options(cfg, speech, decoder)  # after the text encoder's copies of Whisper's tables (they stay float32)
@@ -102,16 +84,6 @@ def _memory_options(cfg: ModelConfig, speech: nn.Module, decoder: nn.Module) -> 
     for part, options in ((speech, cfg.encoder), (decoder, cfg.decoder)):
         if options.base_dtype != "float32":
             train_in_float32(part, torch_dtype(options.base_dtype))
-
-
-def _label_embeddings(cfg: ModelConfig, head: CTCHead | None, decoder: nn.Module) -> LabelEmbeddings | None:
-    """The table of shrink.embed lm (its CTC head must write the LM's tokens: ctc_vocab), else None."""
-    if cfg.shrink.embed != "lm":
-        return None
-    if head is None or not cfg.ctc_vocab:
-        raise ValueError("shrink.embed lm needs a CTC head over the LM's tokens (model.ctc_vocab, filled in from "
-                         "the transcripts when a run starts; train a ctc objective)")
-    return LabelEmbeddings(head, decoder)
 
 
 def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None,
@@ -139,88 +111,6 @@ def whisper_text_encoder(decoder: TransformerDecoder, stack: TransformerEncoder 
     for p in (*tokens.parameters(), *positions.parameters()):
         p.requires_grad_(not freeze)
     return TextEncoder(tokens, stack, dropout, positions=positions, scale=decoder.scale)
-
-
-def _conv_encoder(cfg: ModelConfig) -> ConvEncoder:
-    e = cfg.encoder
-    stack = config_stack(cfg, e.layers)
-    sub = subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels)
-    return ConvEncoder(sub, stack, cfg.d_model, cfg.dropout, cfg.position_offset)
-
-
-def _wav2vec2_encoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelConfig]:
-    """The encoder, and `cfg` with the complete HF config in encoder.hf_config (so that a checkpoint
-    rebuilds the same architecture without the pretrained model at hand)."""
-    from speechmt.models.encoders.wav2vec2 import Wav2Vec2Options, wav2vec2_encoder
-
-    e = cfg.encoder
-    options = Wav2Vec2Options(freeze_feature_extractor=e.freeze_feature_extractor, freeze=e.finetune == "frozen",
-                              lna=e.finetune == "lna", layerdrop=e.layerdrop, mask_time_prob=e.mask_time_prob,
-                              mask_time_length=e.mask_time_length, gradient_checkpointing=e.gradient_checkpointing)
-    encoder = wav2vec2_encoder(e.name_or_path, e.hf_config, cfg.d_model, options, pretrained)
-    return encoder, replace(cfg, encoder=replace(e, hf_config=encoder.model.config.to_dict()))
-
-
-def _whisper_decoder(cfg: ModelConfig, hf_model: nn.Module) -> tuple[TransformerDecoder, ModelConfig]:
-    """Whisper's decoder, and `cfg` with Whisper's dimensions and complete HF config filled in."""
-    from speechmt.models.hf_whisper import whisper_decoder_config, whisper_decoder_from_hf
-
-    cfg = whisper_decoder_config(cfg, hf_model)
-    return whisper_decoder_from_hf(hf_model.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
-                                   cfg.activation_dropout), cfg
-
-
-def _lm_decoder(cfg: ModelConfig, pretrained: bool) -> tuple[nn.Module, ModelConfig]:
-    """A causal LM as the decoder, and `cfg` with its width as d_model, its trimmed vocabulary's size and its
-    complete HF config filled in."""
-    from speechmt.models.lm_decoder import lm_config_dict, lm_decoder, load_causal_lm
-
-    d = cfg.decoder
-    decoder = lm_decoder(load_causal_lm(d.name_or_path, d.hf_config, pretrained, torch_dtype(d.base_dtype)), d.vocab,
-                         d.prompt)
-    if d.gradient_checkpointing:
-        enable_hf_checkpointing(decoder.lm)
-    return decoder, replace(cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab),
-                            decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
-
-
-def _whisper_asr_encoder(cfg: ModelConfig, hf_model: nn.Module, decoder: nn.Module) -> tuple[nn.Module, ModelConfig]:
-    """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm: plus the LM
-    decoder's soft embeddings of its tokens); `cfg` with the complete HF config and the search's prompt filled in."""
-    from speechmt.models.hf_whisper import (
-        hf_config_dict,
-        whisper_asr_encoder_from_hf,
-        whisper_asr_prompt,
-        whisper_lm_table,
-        whisper_lm_text,
-    )
-
-    e = cfg.encoder
-    prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
-    if e.asr_embed != "states" and cfg.decoder.kind != "lm":
-        raise ValueError(f"encoder.asr_embed {e.asr_embed} needs decoder 'lm' (its input embeddings are the table)")
-    tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), decoder)
-    pieces = whisper_lm_table(*tokenizers) if e.asr_embed == "lm" else None
-    text = whisper_lm_text(*tokenizers) if e.asr_embed == "text" else None
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text,
-                                         state=e.asr_state)
-    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
-
-
-def _finetune_encoder(cfg: ModelConfig, speech: nn.Module) -> None:
-    """A pretrained encoder's fine-tuning mode (wav2vec2 applies freeze/LNA itself; LoRA for both); with
-    encoder.frozen_layers N (whisper), to the layers above N and the final LayerNorm only."""
-    e = cfg.encoder
-    if e.kind == "whisper_asr":  # frozen when built; only its projection trains
-        return
-    if e.frozen_layers:
-        speech.model.requires_grad_(False)
-        for layer in speech.model.layers[e.frozen_layers:]:
-            layer.requires_grad_(True)
-            set_finetuning(layer, e.finetune, cfg.lora)
-        speech.model.layer_norm.requires_grad_(e.finetune in ("full", "lna"))
-    elif e.kind == "whisper" or e.finetune == "lora":
-        set_finetuning(speech.model, e.finetune, cfg.lora)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 from torch import Tensor, nn
 
+from speechmt.checks import checked, field_problems, raise_problems
+from speechmt.models.components import BuildParts, KindOptions, kind_field
+from speechmt.models.finetune import FINETUNE_MODES
 from speechmt.models.layers import (
     LayerCache,
     LearnedPositionalEmbedding,
@@ -21,6 +25,70 @@ from speechmt.models.layers import (
     embedding,
     key_padding_mask,
 )
+from speechmt.tokenizers.whisper import language_token
+
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
+
+
+@dataclass
+class DecoderConfig(KindOptions):
+    """What the rest of the package may ask of a decoder, whatever its kind: each kind's options dataclass
+    (speechmt.models.registry.DECODERS) derives from this one and sets what differs."""
+
+    kind: str = ""
+    # the options of some kinds, read as these values for a kind without them (a kind's own field replaces each)
+    name_or_path: ClassVar[str] = ""  # the pretrained model it starts from
+    hf_config: ClassVar[dict] = {}
+    base_dtype: ClassVar[str] = "float32"
+    vocab: ClassVar[tuple[int, ...]] = ()
+    prompt: ClassVar[tuple[int, ...]] = ()
+    examples: ClassVar[int] = 0  # retrieved translation pairs read before each source
+    memory: ClassVar[str] = ""  # the translation memory the examples come from
+    whisper_tokens: ClassVar[bool] = False
+    """True when the decoder writes Whisper's tokenizer's ids (Whisper's decoder)."""
+    lm_tokens: ClassVar[bool] = False
+    """True when the decoder writes a language model's tokens (an LM decoder; its trimmed vocabulary)."""
+
+    @property
+    def one_vocabulary(self) -> bool:
+        """True when the decoder writes every task (ASR, ST, MT) in one pretrained tokenizer's vocabulary
+        (Whisper's, an LM's); a Transformer decoder writes the SentencePiece vocabulary of its side."""
+        return self.whisper_tokens or self.lm_tokens
+
+    def language_tag(self, lang: str, src_lang: str, whisper_task: str) -> str:
+        """The tag that starts a target in `lang`: "<lang>", or Whisper's language token, which in Whisper's
+        translate task names the source language (`src_lang`)."""
+        if self.whisper_tokens:
+            return language_token(src_lang if whisper_task == "translate" else lang)
+        return f"<{lang}>"
+
+
+@dataclass
+class TransformerDecoderConfig(DecoderConfig):
+    """decoder kind "transformer": `layers` pre-norm layers of the model's shared dimensions, trained."""
+
+    kind: str = kind_field("transformer")
+    layers: int = checked(6, lo=1)
+    finetune: str = "full"  # full, frozen, lna (LayerNorms + attention) or lora (ModelConfig.lora adapters)
+    tie_embeddings: bool = True  # decoder input embedding == output projection
+    output_bias: bool = False  # a bias on the output projection (imported models)
+    # recompute the layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self):
+        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + [
+            self.finetune not in FINETUNE_MODES and
+            f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+        ])
+
+
+def build_transformer_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfig]:
+    """A Transformer decoder of the model's shared dimensions and target vocabulary."""
+    d = cfg.decoder
+    return transformer_decoder(cfg.tgt_vocab_size, d.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
+                               cfg.attention_dropout, cfg.activation_dropout, d.tie_embeddings, cfg.pad_id,
+                               cfg.position_offset, d.output_bias), cfg
 
 
 @dataclass

@@ -14,16 +14,50 @@ the keys adds the same number to every score of a query).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
 
+from speechmt.checks import field_problems, raise_problems
 from speechmt.hub import resolve_pretrained
-from speechmt.models.decoder import TransformerDecoder, transformer_decoder
+from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.decoder import DecoderConfig, TransformerDecoder, transformer_decoder
 from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
 from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
+
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
+
+
+@dataclass
+class WhisperDecoderConfig(PretrainedOptions, DecoderConfig):
+    """decoder kind "whisper": a Whisper model's pretrained decoder, from name_or_path or else the encoder's;
+    d_model, layers, heads, vocabulary and positions are Whisper's, and targets use Whisper's tokenizer and
+    language tokens."""
+
+    kind: str = kind_field("whisper")
+    # recompute the layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    # the type the frozen pretrained weights are kept in (float32, bfloat16 or float16: half the bytes); what
+    # trains (LoRA adapters, LNA's parts) stays float32; needs finetune frozen, lna or lora
+    base_dtype: str = base_dtype_field()
+    whisper_tokens: ClassVar[bool] = True
+
+    def __post_init__(self):
+        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + self.pretrained_problems("decoder") + [
+            base_dtype_problem("decoder", self.base_dtype, self.finetune != "full")])
+
+
+def build_whisper_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfig]:
+    """Whisper's decoder (parts.hf_decoder), and `cfg` with Whisper's dimensions and complete HF config."""
+    cfg = whisper_decoder_config(cfg, parts.hf_decoder)
+    decoder = whisper_decoder_from_hf(parts.hf_decoder.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
+                                      cfg.activation_dropout)
+    return decoder, cfg
+
 
 _LAYER = re.compile(r"layers\.(\d+)\.(\w+)\.(.+)")
 _LAYER_NAMES = {"self_attn": "self_attn", "self_attn_layer_norm": "self_norm", "encoder_attn": "cross_attn",
@@ -110,12 +144,12 @@ def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module |
     """The HF Whisper models the encoder and the decoder come from (one load when they name the same), each in its
     base_dtype (one load in float32 when they share it and their base_dtype differ; build_model casts the parts)."""
     e, d = cfg.encoder, cfg.decoder
-    shared = e.kind in ("whisper", "whisper_asr") and d.kind == "whisper" and \
+    whisper_encoder = e.frontend == "whisper_mel"
+    shared = whisper_encoder and d.whisper_tokens and \
         cfg.whisper_decoder_source == e.name_or_path and (not d.hf_config or d.hf_config == e.hf_config)
     enc_dtype = torch_dtype(e.base_dtype if not shared or e.base_dtype == d.base_dtype else "float32")
-    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained, enc_dtype) \
-        if e.kind in ("whisper", "whisper_asr") else None
-    if d.kind != "whisper":
+    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained, enc_dtype) if whisper_encoder else None
+    if not d.whisper_tokens:
         return enc, None
     if shared:
         return enc, enc
@@ -126,7 +160,7 @@ def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module |
 def whisper_decoder_config(cfg, hf_model: nn.Module):
     """`cfg` with the Whisper decoder's dimensions, vocabulary and complete HF config filled in."""
     c = hf_model.config
-    decoder = replace(cfg.decoder, layers=c.decoder_layers, tie_embeddings=True, hf_config=hf_config_dict(hf_model))
+    decoder = replace(cfg.decoder, hf_config=hf_config_dict(hf_model))
     return replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
                    tgt_vocab_size=c.vocab_size, decoder=decoder)
 

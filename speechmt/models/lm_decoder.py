@@ -22,17 +22,71 @@ and the target's first tokens; each later call only the new tokens; beam search 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.hub import resolve_pretrained
+from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.decoder import DecoderConfig
+from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
+
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
 
 _META_KEYS = ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "quantization_config")
 # a multimodal checkpoint's text tensors -> a causal LM's names (Gemma 3, Mistral 3, LLaVA-style models)
 _TEXT_KEYS = {r"^language_model\.model\.": "model.", r"^model\.language_model\.": "model.",
               r"^language_model\.lm_head\.": "lm_head."}
+
+
+
+@dataclass
+class LMDecoderConfig(PretrainedOptions, DecoderConfig):
+    """decoder kind "lm": a pretrained causal language model from name_or_path, reading [prompt | source |
+    target]; d_model is its width. `vocab` (the LM ids of its trimmed output vocabulary) and `prompt` (the LM ids
+    read before the source) are filled in from the LM's tokenizer and the training targets when a run starts."""
+
+    kind: str = kind_field("lm")
+    vocab: tuple[int, ...] = ()  # the LM ids of the output vocabulary (speechmt.tokenizers.lm)
+    prompt: tuple[int, ...] = ()  # the LM ids before the source ("<bos>English:")
+    # up to this many retrieved translation pairs read before each source (text, or the speech bridge's vectors),
+    # as few-shot examples (`speechmt data retrieve` writes them beside a split for training; decoding speech
+    # retrieves them by the model's own transcript: speechmt.data.retrieval); 0: none
+    examples: int = checked(0, lo=0, hi=16)
+    # examples: the translation memory that decoding speech searches when none is given (--memory): a manifest,
+    # a folder with memory.jsonl, or a folder's name under $SPEECHMT_HOME (`ding-en-de`: `speechmt data
+    # synth-memory`); "": none named
+    memory: str = ""
+    # recompute the layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    # the type the frozen pretrained weights are kept in (float32, bfloat16 or float16: half the bytes); what
+    # trains (LoRA adapters, LNA's parts) stays float32; needs finetune frozen, lna or lora
+    base_dtype: str = base_dtype_field()
+    lm_tokens: ClassVar[bool] = True
+
+    def __post_init__(self):
+        self.vocab, self.prompt = tuple(self.vocab), tuple(self.prompt)
+        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + self.pretrained_problems("decoder") + [
+            base_dtype_problem("decoder", self.base_dtype, self.finetune != "full"),
+            self.memory and not self.examples and
+            f"decoder.memory ({self.memory!r}) needs decoder.examples > 0 (the memory is where examples come from)",
+        ])
+
+
+def build_lm_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[LMDecoder, ModelConfig]:
+    """A causal LM as the decoder, and `cfg` with its width as d_model, its trimmed vocabulary's size and its
+    complete HF config filled in."""
+    d = cfg.decoder
+    decoder = lm_decoder(load_causal_lm(d.name_or_path, d.hf_config, parts.pretrained, torch_dtype(d.base_dtype)),
+                         d.vocab, d.prompt)
+    if d.gradient_checkpointing:
+        enable_hf_checkpointing(decoder.lm)
+    return decoder, replace(cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab),
+                            decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
 
 
 @dataclass

@@ -21,6 +21,8 @@ __all__ = ["FINETUNE_FLAGS", "FLAT_NAMES", "GROUPS", "merge_model_configs", "mig
 
 GROUPS = ("encoder", "shrink", "text_encoder", "semantic", "decoder", "lora", "fusion")
 """The sub-configs of ModelConfig (fields holding a dataclass, a mapping in dict form)."""
+DEFAULT_KINDS = {"encoder": "conv", "shrink": "none", "semantic": "identity", "decoder": "transformer"}
+"""The kind of a sub-config that names none."""
 
 FLAT_NAMES: dict[str, tuple[str, str]] = {
     "encoder": ("encoder", "kind"),
@@ -102,11 +104,14 @@ def migrate_model_override(model: Mapping[str, Any], key: str, value: Any) -> tu
 
 
 def merge_model_configs(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Two nested model-config dicts merged: `overrides` wins, field by field within each sub-config."""
+    """Two nested model-config dicts merged: `overrides` wins, field by field within each sub-config; a
+    sub-config whose kind `overrides` changes is replaced whole (another kind has other options)."""
     out = {**base, **overrides}
     for group in GROUPS:
-        if isinstance(base.get(group), Mapping) and isinstance(overrides.get(group), Mapping):
-            out[group] = {**base[group], **overrides[group]}
+        old, new = base.get(group), overrides.get(group)
+        kinds = [d.get("kind", DEFAULT_KINDS.get(group)) for d in (old, new) if isinstance(d, Mapping)]
+        if isinstance(old, Mapping) and isinstance(new, Mapping) and kinds[0] == kinds[1]:
+            out[group] = {**old, **new}
     return out
 
 

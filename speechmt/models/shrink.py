@@ -23,51 +23,99 @@ Both map an EncoderOutput to an EncoderOutput with new x and lengths, keeping th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
+from speechmt.models.components import BuildParts, KindOptions, kind_field
+from speechmt.models.ctc_head import CTC_BLANK_ID, FIRST_LABEL, LabelEmbeddings
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.subsampling import Conv1dSubsampler
 from speechmt.sequence import lengths_to_padding_mask
 
-SHRINKS = ("none", "conv", "ctc")
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
+
 SHRINK_MODES = ("mean", "first")
 SHRINK_EMBEDS = ("states", "lm")
 
 
 @dataclass
-class ShrinkConfig:
-    """The shrinking of the acoustic states before the decoder: "none", "conv" (`layers` stride-2 Conv1d +
-    GLU with `channels` and `kernel`: 2 ** layers times shorter) or "ctc" (merge runs of one CTC label: `mode`
-    "mean" or "first"; needs the model's CTC head, trained by the CTC loss: train.ctc_weight > 0)."""
+class ShrinkConfig(KindOptions):
+    """What the rest of the package may ask of the shrinking of the acoustic states before the decoder, whatever
+    its kind (speechmt.models.registry.SHRINKS: none, conv, ctc); each kind's options derive from this one."""
 
-    kind: str = "none"
+    kind: str = ""
+    embed: ClassVar[str] = "states"  # what a segment becomes (a kind without the option: its states)
+    needs_ctc_head: ClassVar[bool] = False
+    """True when the states are merged by the CTC head's labels, which a CTC loss must train."""
+
+
+@dataclass
+class NoShrinkConfig(ShrinkConfig):
+    """shrink kind "none": the acoustic states as they are."""
+
+    kind: str = kind_field("none")
+
+
+@dataclass
+class ConvShrinkConfig(ShrinkConfig):
+    """shrink kind "conv": `layers` stride-2 Conv1d + GLU with `channels` and `kernel`: 2 ** layers times shorter."""
+
+    kind: str = kind_field("conv")
     channels: int = checked(1024, lo=1)
     kernel: int = checked(5, lo=1)
+    layers: int = checked(2, lo=1)  # stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
+
+    def __post_init__(self):
+        raise_problems("bad ModelConfig", field_problems(self, "shrink."))
+
+
+@dataclass
+class CTCShrinkConfig(ShrinkConfig):
+    """shrink kind "ctc": merge runs of one CTC label (`mode` "mean" or "first"); needs the model's CTC head,
+    trained by the CTC loss: train.ctc_weight > 0."""
+
+    kind: str = kind_field("ctc")
     mode: str = "mean"
-    layers: int = checked(2, lo=1)  # conv: stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
-    # ctc: what a segment becomes: "states" (its acoustic states, merged by `mode`) or "lm" (the mean of its
-    # frames' soft LM token embeddings: needs decoder 'lm', whose tokenizer the CTC head then writes)
+    # what a segment becomes: "states" (its acoustic states, merged by `mode`) or "lm" (the mean of its frames' soft
+    # LM token embeddings: needs decoder 'lm', whose tokenizer the CTC head then writes)
     embed: str = "states"
+    needs_ctc_head: ClassVar[bool] = True
 
     def __post_init__(self):
         raise_problems("bad ModelConfig", field_problems(self, "shrink.") + [
             self.embed not in SHRINK_EMBEDS and
             f"unknown shrink.embed {self.embed!r}; expected one of {', '.join(SHRINK_EMBEDS)}",
-            self.embed == "lm" and self.kind != "ctc" and "shrink.embed lm needs shrink.kind ctc",
-            self.kind not in SHRINKS and f"unknown shrink {self.kind!r}; expected one of {', '.join(SHRINKS)}",
             self.mode not in SHRINK_MODES and
             f"unknown shrink.mode {self.mode!r}; expected one of {', '.join(SHRINK_MODES)}",
         ])
 
-    @property
-    def needs_ctc_head(self) -> bool:
-        """True when the states are merged by the CTC head's labels (kind ctc), which a CTC loss must train."""
-        return self.kind == "ctc"
+
+def build_no_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[None, ModelConfig]:
+    return None, cfg
+
+
+def build_conv_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvShrink, ModelConfig]:
+    s = cfg.shrink
+    return ConvShrink(cfg.d_model, s.channels, (s.kernel,) * s.layers), cfg
+
+
+def build_ctc_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[CTCShrink, ModelConfig]:
+    """CTC-guided merging over the CTC head's labels (parts.ctc_head); with embed lm, of the soft embeddings of the
+    LM decoder's tokens that the head writes (model.ctc_vocab)."""
+    if parts.ctc_head is None:
+        raise ValueError("shrink 'ctc' needs the CTC head: ctc=True with src_vocab_size > 0 (train.ctc_weight > 0)")
+    table = None
+    if cfg.shrink.embed == "lm":
+        if not cfg.ctc_vocab:
+            raise ValueError("shrink.embed lm needs a CTC head over the LM's tokens (model.ctc_vocab, filled in from "
+                             "the transcripts when a run starts; train a ctc objective)")
+        table = LabelEmbeddings(parts.ctc_head, parts.decoder)
+    return CTCShrink(CTC_BLANK_ID, cfg.shrink.mode, table, FIRST_LABEL), cfg
 
 
 class Shrink(Protocol):
@@ -177,17 +225,3 @@ def soft_embeddings(ctc_logits: Tensor, kept: Tensor, table: Tensor, first_label
         probs = torch.softmax(ctc_logits[kept][:, first_label:].float(), dim=-1)  # (N, V')
         out[kept] = (probs @ table.float()).to(out.dtype)
     return out
-
-
-def build_shrink(cfg: ShrinkConfig, dim: int, blank_id: int, table=None, first_label: int = 5) -> Shrink | None:
-    """The shrink a model config names: "none" (None), "conv" or "ctc" (one of SHRINKS); with embed "lm",
-    `table` gives the CTC labels' input embeddings (CTCShrink)."""
-    if cfg.kind == "none":
-        return None
-    if cfg.kind == "conv":
-        return ConvShrink(dim, cfg.channels, (cfg.kernel,) * cfg.layers)
-    if cfg.kind == "ctc":
-        if cfg.embed == "lm" and table is None:
-            raise ValueError("shrink.embed lm needs the language model's embeddings of the CTC labels (decoder 'lm')")
-        return CTCShrink(blank_id, cfg.mode, table if cfg.embed == "lm" else None, first_label)
-    raise ValueError(f"unknown shrink {cfg.kind!r}; expected one of {', '.join(SHRINKS)}")

@@ -6,7 +6,9 @@ full (English -> German, synthetic speech); MODEL_CARD.md beside it says how it 
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -71,12 +73,13 @@ def _with_memory(checkpoint: str | os.PathLike, model_config: dict, memory: str)
     CheckpointError (one line) for a model that reads no examples."""
     from speechmt.models.config import ModelConfig
 
-    config = {**model_config, "decoder": {**model_config["decoder"], "memory": str(memory)}}
     try:
-        ModelConfig.from_dict(config)
-    except ValueError as e:  # decoder.memory needs decoder.examples
+        config = ModelConfig.from_dict(model_config)
+        decoder = {k: v for k, v in dataclasses.asdict(config.decoder).items() if k != "kind"}
+        config = replace(config, decoder={"kind": config.decoder.kind, **decoder, "memory": str(memory)})
+    except ValueError as e:  # decoder.memory needs decoder.examples; a decoder without examples has no memory
         raise CheckpointError(f"{checkpoint}: cannot name a translation memory ({e})") from None
-    return config
+    return dataclasses.asdict(config)
 
 
 def _padded_features(checkpoint: str | os.PathLike, features: dict, seconds: float) -> dict:

@@ -144,7 +144,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     aligns = any("align" in t.objectives for t in all_tasks(stages_of(cfg.train)))
     fits = cfg.train.init_procrustes and not (resume and (Path(cfg.train.save_dir) / LAST).exists())  # not on a resume
     table = None  # the LM's embeddings of Whisper's pieces: align's targets and Procrustes' pairs (whisper_asr)
-    if cfg.model.encoder.kind == "whisper_asr" and (aligns or fits):
+    if cfg.model.encoder.transcribes and (aligns or fits):
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     if table is not None and aligns:
         model.speech_encoder.set_targets(table)  # the align objective's text side
@@ -179,7 +179,7 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
     if spec is None:
         raise ValueError("train.init_procrustes needs a speech stream (st or asr) in the first stage")
     spec = dataclasses.replace(spec, objectives={**spec.objectives, "align": 1.0})
-    if table is None and cfg.model.encoder.kind == "whisper_asr":
+    if table is None and cfg.model.encoder.transcribes:
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     batches = first_batches(data(spec, True), cfg.train.init_procrustes, pad_id, device)
     stats = init_projection(model.to(device), batches, settings.first_text_id, settings.blank_id,

@@ -37,6 +37,7 @@ from speechmt.evaluation.simultaneous_eval import (
     policy_label,
     quality_latency_table,
 )
+from speechmt.models.hf_whisper import WhisperDecoderConfig
 from speechmt.models.lm_decoder import lm_decoder, load_causal_lm
 from tests.conftest import ASSETS
 from tests.helpers import two_update_st
@@ -254,7 +255,7 @@ def test_whisper_alignment_heads_come_from_the_base_generation_config(tmp_path, 
     base.mkdir()
     (base / "generation_config.json").write_text(json.dumps({"alignment_heads": [[3, 1], [5, 2]]}))
     config = lm.model.config
-    whisper = SimpleNamespace(decoder=SimpleNamespace(kind="whisper"), whisper_decoder_source=str(base))
+    whisper = SimpleNamespace(decoder=WhisperDecoderConfig(), whisper_decoder_source=str(base))
     assert alignment_heads(whisper) == [(3, 1), (5, 2)]
     assert alignment_heads(config) is None  # not a Whisper decoder: the top half's heads
     (base / "generation_config.json").write_text("{}")

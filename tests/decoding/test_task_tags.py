@@ -13,6 +13,7 @@ from speechmt.cli import main
 from speechmt.data.manifest import read_manifest
 from speechmt.data.vocab import train_from_manifests
 from speechmt.decoding.translate import load_model
+from speechmt.models.hf_whisper import WhisperDecoderConfig
 from speechmt.pretrained import export_model
 from speechmt.tasks import Stage, TaskData
 from speechmt.tokenizers.sentencepiece import Tokenizer, TokenizerConfig
@@ -75,7 +76,7 @@ def test_decoder_tags_name_every_task_whose_decoder_is_trained(tiny_data, tmp_pa
     assert decoder_tags(_stages(tiny_config(tiny_data, tmp_path), {"ctc": 1.0})) == {"st": "<de>", "mt": "<de>"}
     cfg.data.lang_tag = False
     assert decoder_tags(cfg) == {"st": None, "mt": None, "asr": None}
-    cfg.data.lang_tag, cfg.model.decoder.kind = True, "whisper"
+    cfg.data.lang_tag, cfg.model.decoder = True, WhisperDecoderConfig()
     assert decoder_tags(cfg) == {"st": "<|de|>", "mt": "<|de|>", "asr": "<|en|>"}
 
 

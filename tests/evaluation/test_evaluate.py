@@ -26,7 +26,7 @@ def _conv_out(n: int) -> int:
 
 @pytest.mark.parametrize("shrink", ["none", "conv"])
 def test_memory_lengths_follow_the_subsampling_and_the_shrink(tiny_data, shrink):
-    lm = _loaded(tiny_data, shrink=shrink, shrink_channels=32)
+    lm = _loaded(tiny_data, shrink={"kind": shrink, **({"channels": 32} if shrink == "conv" else {})})
     decoded = decode_split(lm, tiny_data, "train", lm.decode_options(beam=1, max_len_a=0, max_len_b=3))
     frames = [r.n_frames for r in read_manifest(tiny_data / "train.jsonl")]
     expected = [_conv_out(_conv_out(n)) for n in frames]  # the tiny preset's 2 stride-2 convs: 10 -> 40 ms

@@ -9,7 +9,7 @@ from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig, preset
 from speechmt.models.ctc_head import FIRST_LABEL, CTCHead
 from speechmt.models.encoders import EncoderOutput
-from speechmt.models.shrink import ShrinkConfig, soft_embeddings
+from speechmt.models.shrink import CTCShrinkConfig, soft_embeddings
 from tests.lm_helpers import CTC_TRANSCRIPTS, certain_ctc, spelled_logits
 
 
@@ -73,7 +73,7 @@ def test_an_all_blank_utterance_reads_one_vector(model):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(shrink=dict(kind="conv", embed="lm")), "shrink.embed lm needs shrink.kind ctc"),
+    (dict(shrink=dict(kind="conv", embed="lm")), "shrink.embed: not an option of shrink 'conv'"),
     (dict(shrink=dict(kind="ctc", embed="text")), "unknown shrink.embed 'text'"),
     (dict(ctc=True, src_vocab_size=10, shrink=dict(kind="ctc", embed="lm")), "shrink.embed lm needs decoder 'lm'"),
 ])
@@ -83,7 +83,7 @@ def test_config_errors_name_the_option(overrides, message):
 
 
 def test_building_without_the_lm_token_list_is_one_clear_error(lm_dir):
-    cfg = preset("tiny", n_heads=2, ctc=True, src_vocab_size=10, shrink=ShrinkConfig(kind="ctc", embed="lm"),
+    cfg = preset("tiny", n_heads=2, ctc=True, src_vocab_size=10, shrink=CTCShrinkConfig(embed="lm"),
                  decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=(0, 1, 2, 3), prompt=(2,)))
     with pytest.raises(ValueError, match="needs a CTC head over the LM's tokens"):
         build_model(cfg)

@@ -11,7 +11,10 @@ from speechmt.audio import CMVNConfig, FbankConfig
 from speechmt.checkpoint import load_checkpoint, save_checkpoint
 from speechmt.decoding.translate import load_model
 from speechmt.models.build import build_model
-from speechmt.models.config import EncoderConfig, ModelConfig, preset
+from speechmt.models.config import ModelConfig, preset
+from speechmt.models.decoder import TransformerDecoderConfig
+from speechmt.models.encoders.wav2vec2 import Wav2Vec2EncoderConfig
+from speechmt.models.encoders.whisper import WhisperEncoderConfig
 from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.tokenizers.sentencepiece import Tokenizer
@@ -59,11 +62,22 @@ def test_every_old_field_has_a_nested_place_and_comes_back():
     assert nested["decoder"] == dict(kind="transformer", layers=4, name_or_path="dec", hf_config={"d_model": 8},
                                      finetune="lna", tie_embeddings=False, output_bias=True)
     assert nested["lora"] == dict(rank=8, alpha=16.0, dropout=0.1, targets=["q_proj"])
-    cfg = ModelConfig(**nested)
-    back = flat_model_config(cfg)  # the nested config in the old names again: nothing lost, nothing changed
+    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder.conv_channels, encoder.conv_kernels, "
+                                         r"encoder.input_dim, encoder.layers, encoder.subsampler: not an option of "
+                                         r"encoder 'wav2vec2' \(its options: "):
+        ModelConfig(**nested)  # written by hand, options of another kind are an error
+    cfg = ModelConfig.from_dict(OLD)  # saved in a checkpoint: the fields of other kinds, never read, are dropped
+    assert cfg.encoder == Wav2Vec2EncoderConfig(
+        name_or_path="some/w2v", hf_config={"hidden_size": 8, "conv_dim": [4, 4]}, finetune="lna", layerdrop=0.1,
+        freeze_feature_extractor=True, mask_time_prob=0.05, mask_time_length=7, gradient_checkpointing=True)
+    assert cfg.decoder == TransformerDecoderConfig(layers=4, finetune="lna", tie_embeddings=False, output_bias=True)
+    back = flat_model_config(cfg)  # the nested config in the old names again: what the model reads is unchanged
     assert set(back) == set(OLD_FIELDS)
-    assert back == {**OLD, "conv_kernels": (3, 3, 3), "lora_targets": ("q_proj",)}
-    assert ModelConfig.from_dict(OLD) == cfg == ModelConfig.from_dict(asdict(cfg))
+    dropped = ("encoder_layers", "input_dim", "subsampler", "conv_channels", "conv_kernels", "decoder_name_or_path",
+               "decoder_hf_config", "shrink_mode")
+    assert {k: v for k, v in back.items() if k not in dropped} == {
+        k: v for k, v in {**OLD, "lora_targets": ("q_proj",)}.items() if k not in dropped}
+    assert ModelConfig.from_dict(back) == cfg == ModelConfig.from_dict(asdict(cfg)) == ModelConfig(**asdict(cfg))
 
 
 def test_a_nested_config_passes_through_and_round_trips():
@@ -98,9 +112,9 @@ def test_mixed_dicts_merge_and_conflicts_are_one_line():
         migrate_model_config({"freeze_encoder": True, "encoder_lora": True})
     with pytest.raises(ValueError, match=r"^bad ModelConfig: freeze_encoder must be true or false, got 'yes'$"):
         migrate_model_config({"freeze_encoder": "yes"})
-    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder must be given as EncoderConfig\(\.\.\.\) or a "
-                                         r"mapping of its fields, got 'whisper' \(a flat config: "
-                                         r"ModelConfig.from_dict\)$"):
+    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder must be given as a mapping with its kind and "
+                                         r"options or as the options of a encoder kind \(ConvEncoderConfig, .*\), "
+                                         r"got 'whisper' \(a flat config: ModelConfig.from_dict\)$"):
         ModelConfig(encoder="whisper")
 
 
@@ -110,7 +124,7 @@ def test_preset_takes_old_flat_and_nested_overrides():
     assert preset("tiny", encoder_layers=3) == preset("tiny", encoder={"layers": 3}) == three
     assert preset("tiny", encoder=replace(tiny.encoder, layers=3)) == three  # a whole sub-config
     assert preset("tiny", freeze_encoder=True, encoder="whisper", encoder_name_or_path="w").encoder == \
-        EncoderConfig(kind="whisper", layers=2, conv_channels=64, name_or_path="w", finetune="frozen")
+        WhisperEncoderConfig(name_or_path="w", finetune="frozen")  # another kind: tiny's conv options dropped
     assert preset("tiny", lora_rank=4, decoder_finetune="lora").lora.rank == 4
 
 

@@ -130,7 +130,7 @@ def _tiny(**overrides):
 
 @pytest.mark.parametrize("kind", ["conv", "ctc"])
 def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
-    model = _tiny(src_vocab_size=12, ctc=True, shrink=kind, shrink_channels=32)
+    model = _tiny(src_vocab_size=12, ctc=True, shrink={"kind": kind, **({"channels": 32} if kind == "conv" else {})})
     feats, lengths = torch.randn(3, 64, 80), torch.tensor([64, 40, 9])
     enc = model.encode_speech(feats, lengths)
     acoustic = torch.tensor([16, 10, 3])
@@ -157,8 +157,10 @@ def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(shrink="pool"), "unknown shrink 'pool'"),
-    (dict(shrink_mode="max"), r"unknown shrink\.mode 'max'"),
-    (dict(shrink={"kernel": 0}), r"shrink\.kernel must be an integer >= 1, got 0"),
+    (dict(shrink="ctc", shrink_mode="max"), r"unknown shrink\.mode 'max'"),
+    (dict(shrink={"kind": "conv", "kernel": 0}), r"shrink\.kernel must be an integer >= 1, got 0"),
+    (dict(shrink={"kind": "ctc", "kernel": 3}), r"^bad ModelConfig: shrink\.kernel: not an option of shrink 'ctc' \(its "
+                                                 r"options: embed, mode\)$"),
 ])
 def test_shrink_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -358,9 +358,9 @@ def test_the_state_choice_is_a_checked_option_of_the_states_hand_over(whisper_di
     frozen = {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"}
     with pytest.raises(ValueError, match="unknown encoder.asr_state 'middle'; expected after, before or both"):
         ModelConfig(encoder=frozen | {"asr_state": "middle"})
-    with pytest.raises(ValueError, match="encoder.asr_state before needs encoder whisper_asr with asr_embed states"):
+    with pytest.raises(ValueError, match="encoder.asr_state before needs encoder.asr_embed states"):
         ModelConfig(encoder=frozen | {"asr_embed": "lm", "asr_state": "before"})
-    with pytest.raises(ValueError, match="encoder.asr_state both needs encoder whisper_asr"):
+    with pytest.raises(ValueError, match="encoder.asr_state: not an option of encoder 'whisper'"):
         ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "asr_state": "both"})
     assert ModelConfig(encoder=frozen | {"asr_state": "both"}).encoder.asr_state == "both"
 

@@ -11,8 +11,8 @@ from speechmt.tasks.tasks import keep_parts
 @pytest.mark.parametrize("shrink", ["none", "conv", "ctc"])
 def test_ctc_loss_is_on_the_acoustic_states_whatever_the_shrink(shrink):
     model = build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                               tgt_vocab_size=20, src_vocab_size=12, ctc=True, shrink=shrink,
-                               shrink_channels=32)).eval()
+                               tgt_vocab_size=20, src_vocab_size=12, ctc=True,
+                               shrink={"kind": shrink, **({"channels": 32} if shrink == "conv" else {})})).eval()
     feats, lengths = torch.randn(2, 64, 80), torch.tensor([64, 36])
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
     batch = Batch(ids=["a", "b"], feats=feats, feat_lengths=lengths, src=src, src_lengths=torch.tensor([5, 3]),

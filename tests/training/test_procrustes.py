@@ -271,5 +271,6 @@ def test_whisper_asr_procrustes_settings_are_checked_with_the_config(model, mess
         ExperimentConfig.from_dict({
             "model": {"encoder": {"kind": "whisper_asr", "name_or_path": "whisper-base", "finetune": "frozen",
                                   "asr_embed": model["asr_embed"], "asr_beam": model.get("asr_beam", 1)},
-                      "decoder": {"kind": model.get("decoder", "lm"), "name_or_path": "gemma-3-270m"}},
+                      "decoder": {"kind": "lm", "name_or_path": "gemma-3-270m"} if model.get("decoder", "lm") == "lm"
+                      else {"kind": model["decoder"]}},
             "train": {"init_procrustes": 100}})

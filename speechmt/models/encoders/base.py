@@ -1,11 +1,13 @@
-"""What every encoder returns, and the shape of an acoustic encoder."""
+"""What every encoder returns, the shape of an acoustic encoder, and what every encoder kind's options say."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from torch import Tensor
+
+from speechmt.models.components import KindOptions
 
 Record = dict[str, tuple[Tensor, Tensor]]
 """Named intermediate states {name: (x (B, T, D), lengths (B,))}, filled in order by the modules a `record`
@@ -54,3 +56,32 @@ class AcousticEncoder(Protocol):
     def states_frozen(self) -> bool:
         """True when the encoder's states are computed by nothing trained, so a split's can be cached once
         (speechmt.data.encoder_cache): a Whisper encoder's, when frozen."""
+
+
+@dataclass
+class EncoderConfig(KindOptions):
+    """What the rest of the package may ask of an acoustic encoder, whatever its kind: each kind's options
+    dataclass (speechmt.models.registry.ENCODERS) derives from this one and sets what differs."""
+
+    kind: str = ""
+    # the options of some kinds, read as these values for a kind without them (a kind's own field replaces each)
+    name_or_path: ClassVar[str] = ""  # the pretrained model it starts from
+    hf_config: ClassVar[dict] = {}
+    finetune: ClassVar[str] = "full"
+    frozen_layers: ClassVar[int] = 0  # bottom layers frozen whatever finetune says (their states cacheable)
+    layerdrop: ClassVar[float] = 0.0
+    gradient_checkpointing: ClassVar[bool] = False
+    base_dtype: ClassVar[str] = "float32"  # the type its frozen weights are kept in
+    frontend: ClassVar[str] = "fbank"
+    """The front end (speechmt.frontend, by name) whose output the encoder reads: fbank, waveform or whisper_mel."""
+    reads_stored_features: ClassVar[bool] = False
+    """True when it reads the features preparation stored (fbank), not audio."""
+    transcribes: ClassVar[bool] = False
+    """True when the encoder is a speech recogniser whose states are those of its own transcript (a cascade's
+    first half): its ASR output is that transcript, and its vectors meet the LM's embeddings token by token."""
+
+    @property
+    def cacheable_states(self) -> bool:
+        """True when some of the encoder's states are computed by nothing trained, so data.cache_encoder can
+        cache them once per split."""
+        return False

@@ -4,12 +4,51 @@ fairseq's s2t_transformer (Wang et al., 2020, "fairseq S2T: Fast Speech-to-Text 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from torch import Tensor, nn
 
-from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder
+from speechmt.checks import checked, field_problems, raise_problems
+from speechmt.models.components import BuildParts, kind_field
+from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
+from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, config_stack
 from speechmt.models.subsampling import Conv1dSubsampler, Conv2dSubsampler
+
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
+
+SUBSAMPLERS = ("conv1d", "conv2d")
+
+
+@dataclass
+class ConvEncoderConfig(EncoderConfig):
+    """encoder kind "conv": fbank -> convolutional subsampler -> `layers` Transformer layers of the model's
+    shared dimensions."""
+
+    kind: str = kind_field("conv")
+    layers: int = checked(12, lo=0)  # Transformer layers
+    input_dim: int = checked(80, lo=1)  # fbank bins
+    subsampler: str = "conv1d"  # "conv1d" (fairseq S2T) or "conv2d" (ESPnet; 3x3 kernels, conv_kernels unused)
+    conv_channels: int = checked(1024, lo=1)
+    conv_kernels: tuple[int, ...] = (5, 5)
+    reads_stored_features: ClassVar[bool] = True
+
+    def __post_init__(self):
+        self.conv_kernels = tuple(self.conv_kernels)
+        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + [
+            self.subsampler not in SUBSAMPLERS and
+            f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
+            not self.conv_kernels and "encoder.conv_kernels is empty",
+        ])
+
+
+def build_conv_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvEncoder, ModelConfig]:
+    """The conv encoder of `cfg` (its Transformer is what text_encoder.shared runs)."""
+    e = cfg.encoder
+    stack = config_stack(cfg, e.layers)  # before the subsampler: the seeded order of every tiny model's weights
+    sub = subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels)
+    return ConvEncoder(sub, stack, cfg.d_model, cfg.dropout, cfg.position_offset), cfg
 
 
 class ConvEncoder(nn.Module):

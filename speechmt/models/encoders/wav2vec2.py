@@ -18,18 +18,55 @@ Pretrained Models"): only the LayerNorms and the self-attention projections trai
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor, nn
-from transformers import AutoConfig, AutoFeatureExtractor, AutoModel, PretrainedConfig, PreTrainedModel
-from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 
+from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.frontend.waveform import WaveformConfig
-from speechmt.models.encoders.base import EncoderOutput, Record, note
-from speechmt.models.finetune import lna_
+from speechmt.models.components import BuildParts, PretrainedOptions, kind_field
+from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
+from speechmt.models.finetune import lna_, lora_
 from speechmt.models.memory import enable_hf_checkpointing
 from speechmt.sequence import lengths_to_padding_mask
+
+if TYPE_CHECKING:  # transformers is imported when an encoder is built
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    from speechmt.models.config import ModelConfig
+
+
+@dataclass
+class Wav2Vec2EncoderConfig(PretrainedOptions, EncoderConfig):
+    """encoder kind "wav2vec2": a Hugging Face wav2vec2 / HuBERT / data2vec audio model on waveforms
+    (hf_config for a random init: with "model_type" wav2vec2, hubert or data2vec-audio)."""
+
+    kind: str = kind_field("wav2vec2")
+    layerdrop: float = checked(0.0, lo=0, hi=1)  # probability of skipping each layer in training
+    freeze_feature_extractor: bool = False  # freeze the CNN over the waveform (usual when pretrained)
+    mask_time_prob: float = checked(0.0, lo=0, hi=1, hi_in=False)  # share of frames masked in spans in training
+    mask_time_length: int = checked(10, lo=1)  # frames per masked span
+    # recompute its layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    frontend: ClassVar[str] = "waveform"
+
+    def __post_init__(self):
+        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + self.pretrained_problems("encoder"))
+
+
+def build_wav2vec2_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Wav2Vec2Encoder, ModelConfig]:
+    """The encoder, and `cfg` with the complete HF config in encoder.hf_config (so that a checkpoint
+    rebuilds the same architecture without the pretrained model at hand)."""
+    e = cfg.encoder
+    options = Wav2Vec2Options(freeze_feature_extractor=e.freeze_feature_extractor, freeze=e.finetune == "frozen",
+                              lna=e.finetune == "lna", layerdrop=e.layerdrop, mask_time_prob=e.mask_time_prob,
+                              mask_time_length=e.mask_time_length, gradient_checkpointing=e.gradient_checkpointing)
+    encoder = wav2vec2_encoder(e.name_or_path, e.hf_config, cfg.d_model, options, parts.pretrained)
+    if e.finetune == "lora":  # frozen and lna are the options'
+        lora_(encoder.model, cfg.lora)
+    return encoder, replace(cfg, encoder=replace(e, hf_config=encoder.model.config.to_dict()))
 
 
 @dataclass(frozen=True)
@@ -115,6 +152,8 @@ class Wav2Vec2Encoder(nn.Module):
         if width <= o.mask_time_length:
             return torch.zeros(len(frames), width, dtype=torch.bool, device=lengths.device)
         valid = (~lengths_to_padding_mask(frames, width)).long()
+        from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
+
         spans = _compute_mask_indices((len(frames), width), o.mask_time_prob, o.mask_time_length, valid,
                                       min_masks=self.model.config.mask_time_min_masks)
         return torch.from_numpy(spans).to(lengths.device)
@@ -125,6 +164,8 @@ def hf_audio_config(name_or_path: str, fields: dict, options: Wav2Vec2Options,
     """The HF config: the pretrained model's with `fields` as overrides, or (no name_or_path, or not
     `pretrained`) one built from `fields` alone (its "model_type", default "wav2vec2"); the options'
     layer drop and time masking written in."""
+    from transformers import AutoConfig
+
     if name_or_path and pretrained:
         try:
             config = AutoConfig.from_pretrained(name_or_path, **fields)
@@ -143,6 +184,8 @@ def hf_audio_config(name_or_path: str, fields: dict, options: Wav2Vec2Options,
 
 def hf_audio_model(config: PretrainedConfig, name_or_path: str = "", pretrained: bool = True) -> PreTrainedModel:
     """AutoModel with `config`: pretrained weights from name_or_path, or a random init."""
+    from transformers import AutoModel
+
     if name_or_path and pretrained:
         try:
             return AutoModel.from_pretrained(name_or_path, config=config, dtype=torch.float32)
@@ -178,6 +221,8 @@ def feature_extractor_settings(name_or_path: str) -> WaveformConfig:
     (preprocessor_config.json); defaults (16 kHz, normalised) for a random init or a model without one."""
     if not name_or_path:
         return WaveformConfig()
+    from transformers import AutoFeatureExtractor
+
     try:
         fe = AutoFeatureExtractor.from_pretrained(name_or_path)
     except (OSError, ValueError) as e:

@@ -19,14 +19,70 @@ a frozen encoder, or the bottom layers only, with the layers above adapted (`enc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechmt.models.encoders.base import EncoderOutput, Record, note
+from speechmt.checks import checked, field_problems, raise_problems
+from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
+from speechmt.models.finetune import set_finetuning
 from speechmt.sequence import lengths_to_padding_mask
+
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
+
+
+@dataclass
+class WhisperEncoderConfig(PretrainedOptions, EncoderConfig):
+    """encoder kind "whisper": a Hugging Face Whisper model's encoder on its log-mel features, at the
+    utterance's length (finetune frozen: its states are cacheable)."""
+
+    kind: str = kind_field("whisper")
+    layerdrop: float = checked(0.0, lo=0, hi=1)  # probability of skipping each layer in training
+    # the convolutions and the first N layers stay frozen whatever `finetune` says, which then applies to the
+    # layers above (and the final LayerNorm); their input, the states after layer N, is cached when
+    # data.cache_encoder is on, so an update runs only the layers above
+    frozen_layers: int = checked(0, lo=0)
+    # recompute its layers' activations in the backward pass (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    # the type its frozen weights are kept in (float32, bfloat16 or float16: half the bytes); what trains stays
+    # float32; needs something frozen (finetune frozen, lna or lora, or frozen_layers); speechmt.models.memory
+    base_dtype: str = base_dtype_field()
+    frontend: ClassVar[str] = "whisper_mel"
+
+    def __post_init__(self):
+        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + self.pretrained_problems("encoder") + [
+            base_dtype_problem("encoder", self.base_dtype, self.finetune != "full" or self.frozen_layers > 0),
+            self.frozen_layers and self.finetune == "frozen" and
+            "encoder.frozen_layers needs encoder.finetune full, lna or lora (frozen freezes every layer)",
+        ])
+
+    @property
+    def cacheable_states(self) -> bool:
+        return self.finetune == "frozen" or self.frozen_layers > 0
+
+
+def build_whisper_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperEncoder, ModelConfig]:
+    """The Whisper encoder of parts.hf_encoder with its fine-tuning mode (with frozen_layers N: applied to the
+    layers above N and the final LayerNorm only), and `cfg` with its complete HF config."""
+    from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
+
+    e, lora = cfg.encoder, cfg.lora
+    speech = whisper_encoder_from_hf(parts.hf_encoder, cfg.d_model, e.layerdrop, e.frozen_layers,
+                                     e.gradient_checkpointing)
+    if e.frozen_layers:
+        speech.model.requires_grad_(False)
+        for layer in speech.model.layers[e.frozen_layers:]:
+            layer.requires_grad_(True)
+            set_finetuning(layer, e.finetune, lora)
+        speech.model.layer_norm.requires_grad_(e.finetune in ("full", "lna"))
+    else:
+        set_finetuning(speech.model, e.finetune, lora)
+    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(parts.hf_encoder)))
 
 
 @dataclass(frozen=True)

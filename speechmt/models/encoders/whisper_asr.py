@@ -38,16 +38,22 @@ would only write it again. The decoder's search options do not apply to it.
 from __future__ import annotations
 
 import codecs
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechmt.checks import checked, field_problems, raise_problems
+from speechmt.models.components import BuildParts, PretrainedOptions, kind_field
 from speechmt.models.decoder import TransformerDecoder
-from speechmt.models.encoders.base import EncoderOutput, Record, note
+from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.encoders.whisper import WhisperEncoder
 from speechmt.sequence import lengths_to_padding_mask
+
+if TYPE_CHECKING:
+    from speechmt.models.config import ModelConfig
 
 WHISPER_FRAMES = 3000
 """Mel frames of Whisper's 30 s input window."""
@@ -76,6 +82,76 @@ ASR_STATES = ("after", "before", "both")
 ID_BASE = 2048
 """embed "text" stores each LM id as two channels (id // ID_BASE, id % ID_BASE) beside the states: the encoder
 cache's float16 holds every integer up to 2048 exactly."""
+
+ASR_EMBEDS = ("states", "lm", "text")
+"""What a transcript token becomes (WhisperASRConfig.asr_embed)."""
+
+
+@dataclass
+class WhisperASRConfig(PretrainedOptions, EncoderConfig):
+    """encoder kind "whisper_asr": a whole Whisper model, frozen, transcribing its padded input (the cascade's
+    first half): its decoder's states at the transcript's tokens (module docstring). Needs
+    data.whisper_pad_seconds of at least MIN_PAD_SECONDS."""
+
+    kind: str = kind_field("whisper_asr")
+    finetune: str = "frozen"  # its search is not trained: frozen is the one mode
+    # the decoder prompt's ids (<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>), filled in from the
+    # Whisper model's generation config for `asr_language` when the model is built
+    asr_prompt: tuple[int, ...] = ()
+    asr_language: str = "en"
+    asr_beam: int = checked(1, lo=1, hi=16)  # 1: greedy search; more: a beam search of that many
+    # what each transcript token becomes: "states" (its decoder state, projected), "lm" (the LM decoder's soft
+    # embeddings of Whisper's candidates for it, plus that projection) or "text" (the transcript re-tokenised as
+    # the LM's own source text, each LM token's embedding plus the projection of the state of the Whisper piece
+    # that completes it); lm and text need decoder 'lm'
+    asr_embed: str = "states"
+    # with asr_embed states: which of Whisper's decoder states a transcript token's vector projects: "after" (the
+    # state after reading it), "before" (the state that predicted it: its output layer scores that token) or
+    # "both" (the two concatenated)
+    asr_state: str = "after"
+    frontend: ClassVar[str] = "whisper_mel"
+    transcribes: ClassVar[bool] = True
+
+    def __post_init__(self):
+        self.asr_prompt = tuple(int(i) for i in self.asr_prompt)
+        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + self.pretrained_problems("encoder") + [
+            self.finetune != "frozen" and
+            f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
+            self.asr_embed not in ASR_EMBEDS and
+            f"unknown encoder.asr_embed {self.asr_embed!r}; expected {', '.join(ASR_EMBEDS[:-1])} or {ASR_EMBEDS[-1]}",
+            self.asr_state not in ASR_STATES and
+            f"unknown encoder.asr_state {self.asr_state!r}; expected {', '.join(ASR_STATES[:-1])} or {ASR_STATES[-1]}",
+            self.asr_state != "after" and self.asr_embed != "states" and
+            f"encoder.asr_state {self.asr_state} needs encoder.asr_embed states (lm reads the state before each "
+            f"token through Whisper's output layer already; text reads the one completing it)",
+        ])
+
+    @property
+    def cacheable_states(self) -> bool:
+        return True
+
+
+def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfig]:
+    """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm or text: plus
+    the LM decoder's embeddings of its tokens); `cfg` with the complete HF config and the search's prompt filled in."""
+    from speechmt.models.hf_whisper import (
+        hf_config_dict,
+        whisper_asr_encoder_from_hf,
+        whisper_asr_prompt,
+        whisper_lm_table,
+        whisper_lm_text,
+    )
+
+    e, hf_model = cfg.encoder, parts.hf_encoder
+    prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
+    if e.asr_embed != "states" and not cfg.decoder.lm_tokens:
+        raise ValueError(f"encoder.asr_embed {e.asr_embed} needs decoder 'lm' (its input embeddings are the table)")
+    tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), parts.decoder)
+    pieces = whisper_lm_table(*tokenizers) if e.asr_embed == "lm" else None
+    text = whisper_lm_text(*tokenizers) if e.asr_embed == "text" else None
+    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text,
+                                         state=e.asr_state)
+    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 
 class PieceEmbeddings:
