@@ -31,13 +31,16 @@ def _prepare_config(jobs: int, min_frames: int, max_frames: int, dtype: str, ove
                          overwrite=overwrite)
 
 
-def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str, *,
+def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str | Sequence[str], *,
                   splits: Sequence[str] | None = None, jobs: int = 2, min_frames: int = 5, max_frames: int = 3000,
                   dtype: Literal["float16", "float32"] = "float16", overwrite: bool = False) -> Summary:
     """Prepares MuST-C en-<tgt_lang> (the released layout: root/en-<tgt>/data/) under `out`: manifests, fbank
     features, global CMVN and the summary, which counts every skipped utterance with its reason.
 
     Args:
+        tgt_lang: one target (de), or several (["de", "es", "fr"]) into one folder: `train` holds every pair,
+            the other splits are kept apart as dev_en-de, tst-COMMON_en-fr, ..., `dev` is their union, ids end in
+            @en-de, and the summary counts per direction (docs/data.md).
         splits: default: those present of train, dev, tst-COMMON, tst-HE.
         jobs: feature extraction processes. min_frames, max_frames: training utterances outside are skipped.
         dtype: the feature store's precision. overwrite: redo splits that are already prepared.
@@ -48,11 +51,12 @@ def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str
     return _prepare(root, out, tgt_lang, tuple(splits) if splits else None, cfg)
 
 
-def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: str, tgt_lang: str, *,
-                    jobs: int = 2, min_frames: int = 5, max_frames: int = 3000,
+def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: str | Sequence[str],
+                    tgt_lang: str | Sequence[str], *, jobs: int = 2, min_frames: int = 5, max_frames: int = 3000,
                     dtype: Literal["float16", "float32"] = "float16", overwrite: bool = False) -> Summary:
     """Prepares CoVoST 2 <src_lang>-><tgt_lang> (root holds <src>/clips and the TSVs) under `out`, as
-    `prepare_mustc` does."""
+    `prepare_mustc` does; several source or target languages: every direction between them (never a language
+    into itself) into one folder, laid out as `prepare_mustc`'s several targets (dev_de-en, test_es-en, ...)."""
     from speechmt.data.covost2 import prepare_covost2 as _prepare
 
     return _prepare(root, out, src_lang, tgt_lang, _prepare_config(jobs, min_frames, max_frames, dtype, overwrite))
@@ -138,16 +142,37 @@ def distill(input: str | os.PathLike, out: str | os.PathLike, src_lang: str, tgt
     return backtranslate(input, out, src_lang, tgt_lang, **{**options, "mode": "distill"})
 
 
-def synth(corpus: Corpus, out: str | os.PathLike, *, size: Literal["tiny", "small", "full"] = "small",
-          seed: int = 0, jobs: int = 2, hold_out_voice: str | None = None) -> Summary:
+def synth(corpus: Literal["mustc", "covost2", "real"], out: str | os.PathLike, *,
+          size: Literal["tiny", "small", "full"] = "small", seed: int = 0, jobs: int = 2,
+          hold_out_voice: str | None = None, langs: Sequence[str] | None = None,
+          tst_real: str | os.PathLike | None = None) -> Summary:
     """Builds a synthetic mini corpus (docs/data.md) in the released layout of `corpus` under `out` and returns its
     summary (also out/synth_summary.json). `hold_out_voice` (mustc): this voice speaks no train, dev or tst-COMMON
-    talk, only the test split tst-VOICE."""
+    talk, only the test split tst-VOICE. `langs`: mustc's targets (default de; any of de es fr it nl pt ro ru) or
+    covost2's sources into English (default de es; any of de es fr it pt nl ru ca); the languages other than de
+    (and es for covost2) take their pairs from the installed packages' gettext catalogs, and the summary gives
+    pairs and hours per direction and names the directions with too little text.
+
+    `corpus` "real": real recorded speech beyond English (speechmt_corpora.real_speech), not synthetic: the Asterisk
+    telephone prompts of `langs` (default fr, es, it; Debian asterisk-core-sounds-<lang>-wav and -<lang>) with
+    English references written for speechmt, in the CoVoST 2 layout under `out` (split test); with `tst_real` (a
+    folder holding en-de/data/tst-REAL), also tst-REAL with French, Spanish and Italian references as
+    TST_REAL/en-<lang>/data/tst-REAL. Its summary is also out/real_x_en_summary.json."""
     from speechmt_corpora import build_mini_corpus
 
     if hold_out_voice and corpus != "mustc":
         raise OptionError(f"hold_out_voice: for corpus mustc only, not {corpus}")
-    return build_mini_corpus(corpus, size, Path(out), seed=seed, jobs=jobs, hold_out_voice=hold_out_voice)
+    if tst_real and corpus != "real":
+        raise OptionError(f"tst_real: for corpus real only, not {corpus}")
+    if corpus == "real":
+        from speechmt_corpora.real_speech import REAL_TARGETS, build_real_x_en, build_tst_real_targets
+
+        summary = build_real_x_en(Path(out), tuple(langs) if langs else REAL_TARGETS)
+        if tst_real:
+            summary["tst_real"] = {f"en-{lang}": n for lang, n in build_tst_real_targets(Path(tst_real)).items()}
+        return summary
+    return build_mini_corpus(corpus, size, Path(out), seed=seed, jobs=jobs, hold_out_voice=hold_out_voice,
+                             langs=tuple(langs) if langs else None)
 
 
 def add_unseen_voice(out: str | os.PathLike, voice: str, *, seed: int = 0, jobs: int = 2) -> Summary:
@@ -208,3 +233,4 @@ def synth_tts(root: str | os.PathLike, *, text: str | os.PathLike | None = None,
 
     pairs = Path(text) if text else default_out("mustc", Path(root)) / "train.jsonl"
     return voice_text_pairs(Path(root), pairs, split, limit, seed, jobs, min_words, sentences)
+

@@ -9,6 +9,9 @@ out/<src>/text-only.<src>_en.tsv                 sentence, translation: pairs he
 de: the German side of the Ding dictionary pairs (ordered by the same seed stream as MuST-C-mini, so the
 two corpora hold out the same text-only pairs); es: Reina Valera 1909 verses paired with the World English
 Bible. Each clip is one speaker (voice, speed, pitch) with 0.2-0.8 s of near-silence before and after.
+Other sources (fr, it, pt, nl, ru, ca: `langs`) take the gettext catalogs of the installed packages, the message's
+translation as the source and its English msgid as the translation (speechmt_corpora.languages), voiced by pico
+(fr, it) and espeak-ng.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from speechmt_corpora.common import (
     staging_dir,
     write_tsv,
 )
+from speechmt_corpora.languages import COVOST_SOURCES, check_langs, gettext_pool, stream, too_little_text
 from speechmt_corpora.text import BIBLE_KEYS, Pair, bible_pairs, ding_pairs
 from speechmt_corpora.voices import Speaker, TTSError, check_voices, draw_speaker, synthesize
 
@@ -42,6 +46,7 @@ TRAIN_COVOST_EVERY = 4  # every 4th training clip is labelled train_covost
 DIRECTIONS = ("de", "es")
 STREAMS = {"de": 0, "es": 1}  # de shares stream 0 with MuST-C-mini: the same Ding order
 ID_BASES = {"de": 11_000_000, "es": 12_000_000}
+OTHER_ID_BASE = 20_000_000  # + 1,000,000 per language of COVOST_SOURCES after de and es
 VALIDATED_HEADER = ("client_id", "path", "sentence", "up_votes", "down_votes", "age", "gender", "accent")
 COVOST_HEADER = ("path", "sentence", "translation", "client_id", "split")
 
@@ -81,21 +86,35 @@ class ClipResult:
     reason: str | None = None
 
 
-def source_pairs(lang: str, size: str) -> tuple[Pair, ...]:
-    """(source, English) pairs of a direction; tiny reads only John's gospel of the Bible (fast)."""
+def lang_stream(lang: str) -> int:
+    """The seed stream of a direction: STREAMS for de and es, a stable number of its own for the others."""
+    return STREAMS[lang] if lang in STREAMS else stream("covost2", lang)
+
+
+def id_base(lang: str) -> int:
+    """The first clip number of a direction (ids of different directions never meet)."""
+    return ID_BASES[lang] if lang in ID_BASES else OTHER_ID_BASE + 1_000_000 * COVOST_SOURCES.index(lang)
+
+
+def source_pairs(lang: str, size: str) -> tuple[tuple[Pair, ...], dict | None]:
+    """(source, English) pairs of a direction and, for a gettext direction, what its reading found; tiny reads only
+    John's gospel of the Bible (fast)."""
     if lang == "de":
-        return tuple(Pair(src=p.tgt, tgt=p.src) for p in ding_pairs())
-    return bible_pairs(BIBLE_KEYS["john"] if size == "tiny" else BIBLE_KEYS["all"])
+        return tuple(Pair(src=p.tgt, tgt=p.src) for p in ding_pairs()), None
+    if lang == "es":
+        return bible_pairs(BIBLE_KEYS["john"] if size == "tiny" else BIBLE_KEYS["all"]), None
+    pairs, found = gettext_pool(lang)
+    return tuple(Pair(src=p.tgt, tgt=p.src) for p in pairs), found
 
 
 def plan_clips(lang: str, splits: dict[str, list[Pair]], seed: int) -> list[Clip]:
     """Numbers the clips of all splits and draws each a seeded speaker; train clips alternate labels."""
-    rng = np.random.default_rng([seed, STREAMS[lang], 1])
+    rng = np.random.default_rng([seed, lang_stream(lang), 1])
     clips = []
     for split in ("train", "dev", "test"):
         for i, pair in enumerate(splits[split]):
             label = "train_covost" if split == "train" and i % TRAIN_COVOST_EVERY == 3 else split
-            clips.append(Clip(ID_BASES[lang] + len(clips), label, pair, draw_speaker(lang, rng), lang))
+            clips.append(Clip(id_base(lang) + len(clips), label, pair, draw_speaker(lang, rng), lang))
     return clips
 
 
@@ -104,7 +123,7 @@ def voice_clips(job: ClipJob) -> list[ClipResult]:
     results = []
     with tempfile.TemporaryDirectory(prefix="synth-") as workdir:
         for clip in job.clips:
-            rng = np.random.default_rng([job.seed, STREAMS[clip.lang], 2, clip.clip_id])
+            rng = np.random.default_rng([job.seed, lang_stream(clip.lang), 2, clip.clip_id])
             try:
                 speech = synthesize(clip.speaker, clip.pair.src, SAMPLE_RATE, Path(workdir))
             except TTSError as e:
@@ -151,8 +170,8 @@ def direction_summary(lang: str, n_pairs: int, results: list[ClipResult]) -> dic
 
 def build_direction(out: Path, lang: str, size: str, seed: int, jobs: int) -> dict:
     """Builds out/<lang> for one X->en direction and returns its summary."""
-    pairs = source_pairs(lang, size)
-    text_only, splits = split_pool(pairs, size, seed, STREAMS[lang])
+    pairs, text_source = source_pairs(lang, size)
+    text_only, splits = split_pool(pairs, size, seed, lang_stream(lang))
     final = out / lang
     root = staging_dir(final)
     (root / "clips").mkdir()
@@ -163,21 +182,40 @@ def build_direction(out: Path, lang: str, size: str, seed: int, jobs: int) -> di
     results = [r for batch in run_parallel(voice_clips, batches, jobs, desc, "batch") for r in batch]
     write_tables(root, lang, results, text_only)
     publish(root, final)
-    return finish_summary(direction_summary(lang, len(pairs), results), len(text_only))
+    summary = direction_summary(lang, len(pairs), results)
+    if text_source:
+        summary["text_source"] = text_source
+    return finish_summary(summary, len(text_only))
 
 
-def build_covost2(out: Path, size: str, seed: int, jobs: int) -> dict:
-    """Builds CoVoST-mini de->en and es->en under `out` and returns the summary of both directions."""
-    for lang in DIRECTIONS:
+def build_covost2(out: Path, size: str, seed: int, jobs: int, langs: tuple[str, ...] = DIRECTIONS) -> dict:
+    """Builds CoVoST-mini <lang>->en for each of `langs` (default de and es) under `out` and returns the summary
+    of every direction. A build of other languages than de and es adds per direction the usable pairs and hours
+    (`per_direction`) and names the directions with too little text (`too_little_text`)."""
+    langs = check_langs(langs, COVOST_SOURCES, "CoVoST-mini source languages")
+    for lang in langs:
         ensure_free(out / lang)
     if "MP3" not in sf.available_formats():
         raise SynthError("this libsndfile cannot write MP3 (needs 1.1 or newer): install soundfile>=0.12.1")
     with tempfile.TemporaryDirectory(prefix="synth-check-") as workdir:
-        for lang in DIRECTIONS:
+        for lang in langs:
             check_voices(lang, Path(workdir))
-    directions = {lang: build_direction(out, lang, size, seed, jobs) for lang in DIRECTIONS}
-    return {"corpus": "covost2", "size": size, "seed": seed, "directions": directions,
-            "sentences": {lang: d["sentences"] for lang, d in directions.items()},
-            "voices": {lang: d["voices"] for lang, d in directions.items()},
-            "audio_hours": round(sum(d["audio_hours"] for d in directions.values()), 4),
-            "text_only_pairs": sum(d["text_only_pairs"] for d in directions.values())}
+    directions = {lang: build_direction(out, lang, size, seed, jobs) for lang in langs}
+    summary = {"corpus": "covost2", "size": size, "seed": seed, "directions": directions,
+               "sentences": {lang: d["sentences"] for lang, d in directions.items()},
+               "voices": {lang: d["voices"] for lang, d in directions.items()},
+               "audio_hours": round(sum(d["audio_hours"] for d in directions.values()), 4),
+               "text_only_pairs": sum(d["text_only_pairs"] for d in directions.values())}
+    if langs != DIRECTIONS:
+        summary["langs"] = list(langs)
+        summary["per_direction"] = {f"{lang}-en": per_direction(d) for lang, d in directions.items()}
+        summary["too_little_text"] = too_little_text({f"{lang}-en": d["pairs_usable"]
+                                                      for lang, d in directions.items()})
+    return summary
+
+
+def per_direction(summary: dict) -> dict:
+    """A direction's usable pairs, voiced sentences, text-only pairs and hours: the line of the summary's table."""
+    return {"pairs_usable": summary["pairs_usable"], "sentences": sum(summary["sentences"].values()),
+            "text_only_pairs": summary["text_only_pairs"], "audio_hours": summary["audio_hours"],
+            "speech_hours": summary["speech_hours"]}

@@ -1,4 +1,6 @@
-"""MuST-C-mini en-de: German-English dictionary sentences voiced as synthetic talks, in the MuST-C layout.
+"""MuST-C-mini en-de: German-English dictionary sentences voiced as synthetic talks, in the MuST-C layout; and
+MuST-C-mini en-X for MuST-C's other targets (es, fr, it, nl, pt, ro, ru) from the gettext catalogs of the installed
+packages (speechmt_corpora.languages), in the same layout under out/en-X/ with txt/<split>.X.
 
 ```
 out/en-de/data/{train,dev,tst-COMMON}/wav/ted_<N>.wav      whole talks, 16 kHz mono 16-bit
@@ -42,6 +44,7 @@ from speechmt_corpora.common import (
     staging_dir,
     write_lines,
 )
+from speechmt_corpora.languages import gettext_pool, stream
 from speechmt_corpora.text import Pair, ding_pairs
 from speechmt_corpora.voices import (
     Speaker,
@@ -66,13 +69,15 @@ TALK_VOICES = "talk_voices.tsv"  # beside a split's wav/ and txt/: wav name and 
 
 @dataclass(frozen=True)
 class TalkJob:
-    """One talk to voice: its number, speaker, (English, German) segments and the wav to write."""
+    """One talk to voice: its number, speaker, (English, target) segments, the wav to write, and the seed stream of
+    its pair (DING_STREAM for en-de)."""
 
     talk_id: int
     speaker: Speaker
     pairs: tuple[Pair, ...]
     wav_path: Path
     seed: int
+    stream: int = DING_STREAM
 
 
 @dataclass
@@ -101,10 +106,10 @@ def talk_sizes(n: int, low: int, high: int, rng: np.random.Generator) -> list[in
 
 
 def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path,
-               voices: tuple[Voice, ...] | None = None) -> dict[str, list[TalkJob]]:
+               voices: tuple[Voice, ...] | None = None, stream: int = DING_STREAM) -> dict[str, list[TalkJob]]:
     """Groups each split's pairs into talks, numbered across splits, each with a seeded speaker of `voices`
     (default: every English voice)."""
-    rng = np.random.default_rng([seed, DING_STREAM, 1])
+    rng = np.random.default_rng([seed, stream, 1])
     low, high = TALK_SEGMENTS[size]
     plans: dict[str, list[TalkJob]] = {}
     talk_id = 1
@@ -115,7 +120,7 @@ def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path,
         start = 0
         for n in talk_sizes(len(pairs), low, high, rng):
             plans[split].append(TalkJob(talk_id, draw_speaker("en", rng, voices), tuple(pairs[start:start + n]),
-                                        wav_dir / f"ted_{talk_id}.wav", seed))
+                                        wav_dir / f"ted_{talk_id}.wav", seed, stream))
             talk_id += 1
             start += n
     return plans
@@ -126,16 +131,17 @@ def held_out_split(voice: Voice) -> str:
     return "tst-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", voice.name)
 
 
-def plan_held_out(test: list[TalkJob], voice: Voice, first_talk: int, wav_dir: Path, seed: int) -> list[TalkJob]:
+def plan_held_out(test: list[TalkJob], voice: Voice, first_talk: int, wav_dir: Path, seed: int,
+                  stream: int = DING_STREAM) -> list[TalkJob]:
     """The test talks again, numbered from `first_talk`, each spoken by `voice` at a seeded speed and pitch."""
-    rng = np.random.default_rng([seed, DING_STREAM, 3])
+    rng = np.random.default_rng([seed, stream, 3])
     return [TalkJob(first_talk + i, draw_speaker("en", rng, (voice,)), job.pairs,
-                    wav_dir / f"ted_{first_talk + i}.wav", seed) for i, job in enumerate(test)]
+                    wav_dir / f"ted_{first_talk + i}.wav", seed, stream) for i, job in enumerate(test)]
 
 
 def voice_talk(job: TalkJob) -> TalkResult:
     """Speaks a talk's English segments one after another and writes the talk wav (16 kHz PCM_16)."""
-    rng = np.random.default_rng([job.seed, DING_STREAM, 2, job.talk_id])
+    rng = np.random.default_rng([job.seed, job.stream, 2, job.talk_id])
     result = TalkResult(job.talk_id, job.speaker.label)
     pieces = [low_noise(rng, rng.uniform(*PAUSE_S), SAMPLE_RATE)]
     position = len(pieces[0])
@@ -163,15 +169,15 @@ def yaml_line(offset: float, duration: float, english: str, talk_id: int) -> str
             f"speaker_id: spk.{talk_id}, wav: ted_{talk_id}.wav}}")
 
 
-def write_split(txt_dir: Path, name: str, results: list[TalkResult]) -> None:
-    """Writes <name>.yaml, <name>.en and <name>.de, talk by talk in offset order, and the speaker of each
+def write_split(txt_dir: Path, name: str, results: list[TalkResult], tgt_lang: str = "de") -> None:
+    """Writes <name>.yaml, <name>.en and <name>.<tgt_lang>, talk by talk in offset order, and the speaker of each
     voiced talk in ../talk_voices.tsv (header `wav<TAB>voice`)."""
     items = [(r.talk_id, offset, duration, pair) for r in results for offset, duration, pair in r.items]
     write_lines(txt_dir.parent / TALK_VOICES, ["wav\tvoice"] + [f"ted_{r.talk_id}.wav\t{r.speaker}"
                                                                  for r in results if r.items])
     write_lines(txt_dir / f"{name}.yaml", (yaml_line(o, d, p.src, t) for t, o, d, p in items))
     write_lines(txt_dir / f"{name}.en", (p.src for *_, p in items))
-    write_lines(txt_dir / f"{name}.de", (p.tgt for *_, p in items))
+    write_lines(txt_dir / f"{name}.{tgt_lang}", (p.tgt for *_, p in items))
 
 
 def voice_counts(results: list[TalkResult]) -> Counter:
@@ -190,38 +196,49 @@ def split_summary(results: list[TalkResult]) -> dict[str, float]:
             "speech_seconds": round(sum(d for r in results for _, d, _ in r.items), 2)}
 
 
-def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None = None) -> dict:
-    """Builds MuST-C-mini en-de under `out` (see the module docstring) and returns its summary. With
+def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None = None,
+                tgt_lang: str = "de") -> dict:
+    """Builds MuST-C-mini en-<tgt_lang> under `out` (see the module docstring) and returns its summary. With
     `hold_out_voice` (a voice name such as `kal` or `flite:kal`), that voice speaks the split tst-<name> only."""
-    final = out / PAIR
+    pair_name = f"en-{tgt_lang}"
+    final = out / pair_name
     ensure_free(final)
     held = find_voice("en", hold_out_voice) if hold_out_voice else None
     with tempfile.TemporaryDirectory(prefix="synth-check-") as workdir:
         check_voices("en", Path(workdir))
-    pairs = ding_pairs()
-    text_only, splits = split_pool(pairs, size, seed, DING_STREAM)
+    text_source = None
+    if tgt_lang == "de":
+        pairs, pool_stream = ding_pairs(), DING_STREAM
+    else:
+        pairs, text_source = gettext_pool(tgt_lang)
+        pool_stream = stream("mustc", tgt_lang)
+    text_only, splits = split_pool(pairs, size, seed, pool_stream)
     root = staging_dir(final)
-    plans = plan_talks(splits, size, seed, root, other_voices("en", held) if held else None)
+    plans = plan_talks(splits, size, seed, root, other_voices("en", held) if held else None, pool_stream)
     dirs = dict(SPLIT_DIRS)
     if held:
         dirs["held-out"] = held_out_split(held)
         first = sum(len(p) for p in plans.values()) + 1
-        plans["held-out"] = plan_held_out(plans["test"], held, first, root / "data" / dirs["held-out"] / "wav", seed)
-    summary: dict = {"corpus": "mustc", "pair": PAIR, "size": size, "seed": seed, "pairs_usable": len(pairs),
+        plans["held-out"] = plan_held_out(plans["test"], held, first, root / "data" / dirs["held-out"] / "wav", seed,
+                                          pool_stream)
+    summary: dict = {"corpus": "mustc", "pair": pair_name, "size": size, "seed": seed, "pairs_usable": len(pairs),
                      "hold_out_voice": voice_label(held) if held else None,
                      "splits": {}, "voices": Counter(), "failures": []}
+    if text_source:
+        summary["text_source"] = text_source
     for split, jobs_of_split in plans.items():
         split_dir = root / "data" / dirs[split]
         (split_dir / "wav").mkdir(parents=True)
         (split_dir / "txt").mkdir()
-        results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {dirs[split]}", "talk")
-        write_split(split_dir / "txt", dirs[split], results)
+        results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {pair_name} {dirs[split]}"
+                               if tgt_lang != "de" else f"synth mustc {dirs[split]}", "talk")
+        write_split(split_dir / "txt", dirs[split], results, tgt_lang)
         summary["splits"][dirs[split]] = split_summary(results)
         summary["failures"] += [dict(f, split=dirs[split]) for r in results for f in r.failures]
         summary["voices"].update(voice_counts(results))
     (root / "text-only").mkdir()
     write_lines(root / "text-only" / "train.en", (p.src for p in text_only))
-    write_lines(root / "text-only" / "train.de", (p.tgt for p in text_only))
+    write_lines(root / "text-only" / f"train.{tgt_lang}", (p.tgt for p in text_only))
     publish(root, final)
     return finish_summary(summary, len(text_only))
 

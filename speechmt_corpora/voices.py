@@ -100,6 +100,16 @@ VOICES: dict[str, tuple[Voice, ...]] = {
            _espeak("de+f2", "female"), _espeak("de+m3", "male"), _espeak("de+f4", "female")),
     "es": (_pico("es-ES"), _espeak("es", "male"), _espeak("es+f3", "female"), _espeak("es-419", "male"),
            _espeak("es+m2", "male"), _espeak("es-419+f4", "female")),
+    # CoVoST-mini's other sources (speechmt_corpora.languages): pico where it speaks the language, else espeak-ng
+    "fr": (_pico("fr-FR"), _espeak("fr-fr", "male"), _espeak("fr-fr+f3", "female"), _espeak("fr-be", "male"),
+           _espeak("fr-fr+m3", "male"), _espeak("fr-ch+f4", "female")),
+    "it": (_pico("it-IT"), _espeak("it", "male"), _espeak("it+f3", "female"), _espeak("it+m3", "male"),
+           _espeak("it+f4", "female")),
+    "pt": (_espeak("pt-br", "male"), _espeak("pt-br+f3", "female"), _espeak("pt", "male"), _espeak("pt+f4", "female"),
+           _espeak("pt-br+m3", "male")),
+    "nl": (_espeak("nl", "male"), _espeak("nl+f3", "female"), _espeak("nl+m3", "male"), _espeak("nl+f4", "female")),
+    "ru": (_espeak("ru", "male"), _espeak("ru+f3", "female"), _espeak("ru+m3", "male"), _espeak("ru+f4", "female")),
+    "ca": (_espeak("ca", "male"), _espeak("ca+f3", "female"), _espeak("ca+m3", "male"), _espeak("ca+f4", "female")),
 }
 
 

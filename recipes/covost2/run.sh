@@ -2,7 +2,10 @@
 # CoVoST 2 <src_lang>-><tgt_lang> recipe, staged: run.sh --stage N --stop-stage M.
 #   0  build CoVoST-mini (synthetic, same layout; de->en and es->en) at $root when --mini is given
 #   1  prepare train (train + train_covost), dev, test: manifests, fbank80, global CMVN, summary; with
-#      --asr-src-lang en also CoVoST 2's English clips (the en-><asr_tgt_lang> splits) into $asr_data
+#      --asr-src-lang en also CoVoST 2's English clips (the en-><asr_tgt_lang> splits) into $asr_data; with
+#      --src-langs "de es fr" (or --tgt-langs "de ca" from English) every direction into one folder ($data default
+#      data/de+es+fr-en): train holds them all, dev_de-en, test_es-en, ... each direction's own splits, dev their
+#      union (docs/data.md); the training stages are for one direction, so such a run stops after stage 1
 #   2  SentencePiece vocabularies ($vocab_type: unigram, or char as fairseq's CoVoST 2 recipe): $st_vocab on the
 #      target side (ST), $asr_vocab on the ASR transcripts
 #   3  ASR pretraining ($asr_conf) on $asr_data: the source language, or English with --asr-src-lang en (fairseq's
@@ -40,6 +43,8 @@ corpus=covost2
 root=corpora/covost2        # holds <src_lang>/clips, <src_lang>/validated.tsv, <src_lang>/covost_v2.*.tsv
 src_lang=de
 tgt_lang=en
+src_langs=""                # several sources ("de es fr"): stages 0-1 for every direction into one data folder
+tgt_langs=""                # several targets ("de ca", from --src-lang en): the same
 mini=""                     # tiny, small or full: build CoVoST-mini at $root in stage 0
 seed=0
 jobs=2
@@ -71,7 +76,8 @@ test_sets=test
 name=""                     # label of the results rows, default: the corpus root and configs
 
 usage() {
-    echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--src-lang de] [--tgt-lang en]"
+    echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--src-lang de | --src-langs \"de es fr\"]"
+    echo "          [--tgt-lang en | --tgt-langs \"de ca\"]"
     echo "          [--mini tiny|small|full] [--data DIR] [--jobs 2] [--gpus 1] [--st-vocab 8000] [--asr-vocab 5000]"
     echo "          [--vocab-type unigram|char] [--asr-src-lang en [--asr-tgt-lang de] [--asr-data DIR]]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
@@ -82,8 +88,13 @@ usage() {
     echo "          [--avg 10] [--beam 5] [--test-sets test] [--name LABEL]"
 }
 parse_options "$@"
-data=${data:-data/$src_lang-$tgt_lang}
-exp=${exp:-exp/$src_lang-$tgt_lang}
+read -r -a sources <<< "${src_langs:-$src_lang}"
+read -r -a targets <<< "${tgt_langs:-$tgt_lang}"
+if [ "${#sources[@]}" -eq 1 ]; then src_lang=${sources[0]}; fi
+if [ "${#targets[@]}" -eq 1 ]; then tgt_lang=${targets[0]}; fi
+several=$(( ${#sources[@]} * ${#targets[@]} > 1 ))
+data=${data:-data/$(IFS=+; echo "${sources[*]}")-$(IFS=+; echo "${targets[*]}")}
+exp=${exp:-exp/$(IFS=+; echo "${sources[*]}")-$(IFS=+; echo "${targets[*]}")}
 name=${name:-$(basename "$root") $src_lang-$tgt_lang $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
 asr_src_lang=${asr_src_lang:-$src_lang}
 if [ "$asr_src_lang" = "$src_lang" ]; then
@@ -97,13 +108,18 @@ st_spm=$data/spm_st_${vocab_tail:-$st_vocab}.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: CoVoST-mini ($mini) at $root"
-    "$SPEECHMT" data synth covost2 --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
+    "$SPEECHMT" data synth covost2 --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs" \
+        $([ -n "$src_langs" ] && echo --src-langs "${sources[@]}")
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
-    log "stage 1: prepare $root ($src_lang -> $tgt_lang) -> $data"
-    "$SPEECHMT" data prepare covost2 --root "$root" --src-lang "$src_lang" --tgt-lang "$tgt_lang" --out "$data" \
-        --jobs "$jobs"
+    log "stage 1: prepare $root (${sources[*]} -> ${targets[*]}) -> $data"
+    "$SPEECHMT" data prepare covost2 --root "$root" --src-langs "${sources[@]}" --tgt-langs "${targets[@]}" \
+        --out "$data" --jobs "$jobs"
+    if [ "$several" = 1 ]; then
+        log "done (stages $stage..1: the training stages train one direction; run them with --src-lang)"
+        exit 0
+    fi
     if [ "$asr_data" != "$data" ]; then
         log "stage 1: prepare $root ($asr_src_lang -> $asr_tgt_lang: the ASR pretraining's speech) -> $asr_data"
         "$SPEECHMT" data prepare covost2 --root "$root" --src-lang "$asr_src_lang" --tgt-lang "$asr_tgt_lang" \

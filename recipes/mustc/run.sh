@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # MuST-C en-<tgt_lang> recipe, staged as icefall/ESPnet recipes: run.sh --stage N --stop-stage M.
 #   0  build MuST-C-mini (synthetic, same layout) at $root when --mini tiny|small|full is given
-#   1  prepare every split: manifests, fbank80 features, global CMVN, summary (skips counted with reasons)
+#   1  prepare every split: manifests, fbank80 features, global CMVN, summary (skips counted with reasons); with
+#      --tgt-langs "de es fr" every pair into one folder ($data default data/en-de+es+fr): train holds them all,
+#      dev_en-de, tst-COMMON_en-fr, ... each pair's own splits, dev their union (docs/data.md); the training stages
+#      are for one pair, so such a run stops after stage 1
 #   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
 #   3  ASR pretraining ($asr_conf)
 #   4  average the last $avg ASR checkpoints (epoch checkpoints when the run wrote them); WER on $test_sets
@@ -38,6 +41,7 @@ stop_stage=15
 corpus=mustc
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
+tgt_langs=""                # several targets ("de es fr"): stages 0-1 for every pair into one data folder
 mini=""                     # tiny, small or full: build MuST-C-mini at $root in stage 0
 seed=0
 jobs=2
@@ -67,7 +71,8 @@ test_sets=tst-COMMON
 name=""                     # label of the results rows, default: the corpus root and configs
 
 usage() {
-    echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--tgt-lang de] [--mini tiny|small|full]"
+    echo "usage: $0 [--stage N] [--stop-stage M] [--root DIR] [--tgt-lang de | --tgt-langs \"de es fr\"]"
+    echo "          [--mini tiny|small|full]"
     echo "          [--data DIR] [--jobs 2] [--gpus 1] [--st-vocab 8000] [--asr-vocab 5000] [--seed 0]"
     echo "          [--asr-conf conf/asr_s2t_s.yaml] [--st-conf conf/st_s2t_s.yaml] [--mt-conf CONF] [--exp DIR]"
     echo "          [--whisper-conf conf/st_whisper_base.yaml] [--xstnet-conf CONF] [--lut-conf CONF]"
@@ -78,8 +83,11 @@ usage() {
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
 }
 parse_options "$@"
-data=${data:-data/en-$tgt_lang}
-exp=${exp:-exp/en-$tgt_lang}
+read -r -a targets <<< "${tgt_langs:-$tgt_lang}"
+if [ "${#targets[@]}" -eq 1 ]; then tgt_lang=${targets[0]}; fi
+pairs=$(IFS=+; echo "${targets[*]}")    # de+es+fr
+data=${data:-data/en-$pairs}
+exp=${exp:-exp/en-$pairs}
 name=${name:-$(basename "$root") $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
 src_lang=en
 asr_spm=$data/spm_asr_$asr_vocab.model
@@ -87,12 +95,18 @@ st_spm=$data/spm_st_$st_vocab.model
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ] && [ -n "$mini" ]; then
     log "stage 0: MuST-C-mini ($mini) at $root"
-    "$SPEECHMT" data synth mustc --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs"
+    "$SPEECHMT" data synth mustc --size "$mini" --out "$root" --seed "$seed" --jobs "$jobs" \
+        --tgt-langs "${targets[@]}"
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
-    log "stage 1: prepare $root -> $data"
-    "$SPEECHMT" data prepare mustc --root "$root" --tgt-lang "$tgt_lang" --out "$data" --jobs "$jobs"
+    log "stage 1: prepare $root (en -> ${targets[*]}) -> $data"
+    "$SPEECHMT" data prepare mustc --root "$root" --tgt-langs "${targets[@]}" --out "$data" --jobs "$jobs"
+fi
+
+if [ "${#targets[@]}" -gt 1 ]; then
+    log "done (stages $stage..1: the training stages train one pair; run them with --tgt-lang)"
+    exit 0
 fi
 
 vocab_stage

@@ -16,17 +16,23 @@ def _prepare_options(args: argparse.Namespace) -> dict:
                 overwrite=args.overwrite)
 
 
+def _langs(args: argparse.Namespace, side: str) -> str | list[str]:
+    """--<side>-lang's value, or --<side>-langs' codes (each value may hold several)."""
+    several = getattr(args, f"{side}_langs")
+    return [lang for value in several for lang in value] if several else getattr(args, f"{side}_lang")
+
+
 def cmd_prepare_mustc(args: argparse.Namespace) -> int:
     from speechmt.api_data import prepare_mustc
 
-    prepare_mustc(args.root, args.out, args.tgt_lang, splits=args.splits, **_prepare_options(args))
+    prepare_mustc(args.root, args.out, _langs(args, "tgt"), splits=args.splits, **_prepare_options(args))
     return 0
 
 
 def cmd_prepare_covost2(args: argparse.Namespace) -> int:
     from speechmt.api_data import prepare_covost2
 
-    prepare_covost2(args.root, args.out, args.src_lang, args.tgt_lang, **_prepare_options(args))
+    prepare_covost2(args.root, args.out, _langs(args, "src"), _langs(args, "tgt"), **_prepare_options(args))
     return 0
 
 
@@ -64,8 +70,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if args.unseen_voice:
         _print_json(add_unseen_voice(args.out, args.unseen_voice, seed=args.seed, jobs=args.jobs))
     else:
+        several = args.tgt_langs or args.src_langs
+        langs = [lang for value in several for lang in value] if several else None
         _print_json(synth(args.corpus, args.out, size=args.size, seed=args.seed, jobs=args.jobs,
-                          hold_out_voice=args.hold_out_voice))
+                          hold_out_voice=args.hold_out_voice, langs=langs, tst_real=args.tst_real))
     return 0
 
 
@@ -103,3 +111,4 @@ def cmd_synth_tts(args: argparse.Namespace) -> int:
                         sentences=args.sentences, seed=args.seed, jobs=args.jobs)
     _print_json({k: v for k, v in summary.items() if k != "failures"})
     return 0
+

@@ -5,6 +5,7 @@ and texts built from Debian voices and packages."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from speechmt import checks as opt
 from speechmt.cli import data_commands
@@ -46,17 +47,38 @@ def _prepare(sub) -> None:
     prep = sub.add_parser("prepare", help="prepare a corpus: manifests, features, summary")
     corpora = prep.add_subparsers(dest="corpus", metavar="CORPUS", required=True)
     mustc = corpora.add_parser("mustc", help="MuST-C (released layout)")
-    mustc.add_argument("--root", required=True, help="folder holding en-<tgt>/data/")
-    mustc.add_argument("--tgt-lang", required=True)
+    mustc.add_argument("--root", required=True, help="folder holding en-<tgt>/data/ (one folder per pair)")
+    _add_langs(mustc, "tgt", "the target language (de)", "several targets into one folder (\"de es fr\"): train "
+               "holds every pair, other splits are kept apart as dev_en-de, tst-COMMON_en-fr, ... (docs/data.md)")
     mustc.add_argument("--splits", nargs="*", help="default: those present of train dev tst-COMMON tst-HE")
     _add_prepare_options(mustc)
     mustc.set_defaults(func=data_commands.cmd_prepare_mustc)
     covost = corpora.add_parser("covost2", help="CoVoST 2 (released layout)")
     covost.add_argument("--root", required=True, help="folder holding <src>/clips and the TSVs")
-    covost.add_argument("--src-lang", required=True)
-    covost.add_argument("--tgt-lang", required=True)
+    _add_langs(covost, "src", "the source language (de)", "several sources (\"de es fr\"): every source "
+               "into every target, one folder, as --tgt-langs (docs/data.md)")
+    _add_langs(covost, "tgt", "the target language (en)", "several targets (\"de ca\" from --src-lang en)")
     _add_prepare_options(covost)
     covost.set_defaults(func=data_commands.cmd_prepare_covost2)
+
+
+LANG_CODE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,4})?")
+
+
+def language_list(text: str) -> tuple[str, ...]:
+    """`--tgt-langs` values: language codes separated by spaces or commas ("de es fr", "zh-CN,sv-SE")."""
+    langs = tuple(t for t in re.split(r"[\s,]+", text) if t)
+    bad = [t for t in langs if not LANG_CODE.fullmatch(t)]
+    if not langs or bad:
+        raise argparse.ArgumentTypeError(f"invalid language list {text!r}: expected codes such as de, es, zh-CN")
+    return langs
+
+
+def _add_langs(p: argparse.ArgumentParser, side: str, one: str, several: str) -> None:
+    """--<side>-lang or --<side>-langs, exactly one of them."""
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument(f"--{side}-lang", help=one)
+    group.add_argument(f"--{side}-langs", nargs="+", type=language_list, metavar="LANGS", help=several)
 
 
 def _vocab(sub) -> None:
@@ -133,8 +155,11 @@ def _backtranslate(sub) -> None:
 
 
 def _synth(sub) -> None:
-    synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout")
-    synth.add_argument("corpus", choices=CORPORA, help="the layout: mustc or covost2")
+    synth = sub.add_parser("synth", help="build a synthetic mini corpus in a released layout (or `real`: real "
+                           "recorded speech beyond English from Debian packages)")
+    synth.add_argument("corpus", choices=CORPORA + ("real",), help="the layout: mustc or covost2; real: Asterisk's "
+                       "recorded French, Spanish and Italian prompts with English references written for speechmt "
+                       "(CoVoST 2 layout, split test; docs/data.md)")
     synth.add_argument("--size", default="small", choices=("tiny", "small", "full"))
     synth.add_argument("--out", required=True)
     synth.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
@@ -144,6 +169,16 @@ def _synth(sub) -> None:
     synth.add_argument("--unseen-voice", metavar="VOICE", help="mustc: add to the finished build at --out the test "
                        "split tst-VOICE, tst-COMMON's sentences spoken by a voice none of its talks uses (a voice "
                        "never trained on, measured without rebuilding)")
+    synth.add_argument("--tgt-langs", nargs="+", type=language_list, metavar="LANGS",
+                       help="mustc: the targets, one folder en-X each (default de; any of de es fr it nl pt ro ru: "
+                       "other than de from the installed gettext catalogs)")
+    synth.add_argument("--src-langs", nargs="+", type=language_list, metavar="LANGS",
+                       help="covost2: the sources into English (default de es; any of de es fr it pt nl ru ca: other "
+                       "than de and es from the installed gettext catalogs); real: the prompts' languages (default "
+                       "fr es it)")
+    synth.add_argument("--tst-real", metavar="ROOT", help="real: also write ROOT/en-fr, en-es, en-it/data/tst-REAL "
+                       "(French, Spanish, Italian references) from ROOT/en-de/data/tst-REAL, as "
+                       "benchmarks/real_speech/build.sh ROOT writes it")
     synth.set_defaults(func=data_commands.cmd_synth, check=_check_synth)
 
 
@@ -153,6 +188,13 @@ def _check_synth(args: argparse.Namespace) -> str | None:
             return f"argument {flag}: for corpus mustc only, not {args.corpus}"
     if args.unseen_voice and args.hold_out_voice:
         return "argument --unseen-voice: adds to a finished build; --hold-out-voice makes a new one"
+    for flag, value, corpora in (("--tgt-langs", args.tgt_langs, ("mustc",)),
+                                 ("--src-langs", args.src_langs, ("covost2", "real")),
+                                 ("--tst-real", args.tst_real, ("real",))):
+        if value and args.corpus not in corpora:
+            return f"argument {flag}: for corpus {' or '.join(corpora)} only, not {args.corpus}"
+    if args.corpus == "real" and args.size != "small":
+        return "argument --size: corpus real has one size"
     return None
 
 
@@ -210,3 +252,4 @@ def _synth_tts(sub) -> None:
     tts.add_argument("--seed", type=opt.integer(0, 2**32 - 1), default=0)
     tts.add_argument("--jobs", type=opt.integer(1, opt.MAX_JOBS), default=2)
     tts.set_defaults(func=data_commands.cmd_synth_tts)
+

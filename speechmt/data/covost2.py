@@ -9,17 +9,32 @@ TSV next to the clips so that `root` holds:
     <src>/covost_v2.<src>_<tgt>.tsv   path, sentence, translation, client_id, split
 
 Split values train and train_covost both go to `train`; dev and test keep their names.
+
+Several directions (`prepare_covost2(root, out, ("de", "es", "fr"), "en")`: every source with every target, a
+language never into itself) go into one folder as `speechmt.data.prepare.prepare_directions` lays it out:
+`train` holds every direction, dev_de-en, test_es-en, ... each direction's other splits, `dev` their union; ids
+end in @de-en.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Iterator
 
 from speechmt.data.manifest import Record
-from speechmt.data.prepare import PrepareConfig, PrepareError, Skip, format_summary, prepare_splits
+from speechmt.data.prepare import (
+    PrepareConfig,
+    PrepareError,
+    Skip,
+    check_directions,
+    direction,
+    format_summary,
+    prepare_directions,
+    prepare_splits,
+)
 
 COVOST_SPLITS = {"train": "train", "train_covost": "train", "dev": "dev", "test": "test"}
 
@@ -91,11 +106,34 @@ def read_covost_splits(root: str | os.PathLike, src_lang: str, tgt_lang: str) ->
     return out
 
 
-def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: str, tgt_lang: str,
-                    cfg: PrepareConfig = PrepareConfig()) -> dict:
-    """Prepares CoVoST 2 <src_lang>-><tgt_lang>: manifests, fbank stores, global CMVN and a summary."""
-    splits = read_covost_splits(root, src_lang, tgt_lang)
-    summary = prepare_splits(splits, out, cfg, {"corpus": "covost2", "src_lang": src_lang, "tgt_lang": tgt_lang,
-                                                "root": str((Path(root) / src_lang).resolve())})
+def covost_directions(src_lang: str | Sequence[str], tgt_lang: str | Sequence[str]) -> list[tuple[str, str]]:
+    """(source, target) for every source with every target, a language never into itself, in the given order."""
+    srcs = (src_lang,) if isinstance(src_lang, str) else tuple(dict.fromkeys(src_lang))
+    tgts = (tgt_lang,) if isinstance(tgt_lang, str) else tuple(dict.fromkeys(tgt_lang))
+    pairs = [(s, t) for s in srcs for t in tgts if s != t]
+    if not pairs:
+        raise PrepareError(f"no direction from {' '.join(srcs) or 'no source'} into {' '.join(tgts) or 'no target'} "
+                           "(a language is never translated into itself)")
+    return pairs
+
+
+def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: str | Sequence[str],
+                    tgt_lang: str | Sequence[str], cfg: PrepareConfig = PrepareConfig()) -> dict:
+    """Prepares CoVoST 2 <src_lang>-><tgt_lang>: manifests, fbank stores, global CMVN and a summary.
+
+    Several source or target languages: every direction between them into one folder (module docstring)."""
+    pairs = covost_directions(src_lang, tgt_lang)
+    if len(pairs) == 1:
+        (src, tgt), = pairs
+        check_directions(out, [direction(src, tgt)], cfg)
+        splits = read_covost_splits(root, src, tgt)
+        summary = prepare_splits(splits, out, cfg, {"corpus": "covost2", "src_lang": src, "tgt_lang": tgt,
+                                                    "root": str((Path(root) / src).resolve())})
+    else:
+        by_direction = {direction(s, t): read_covost_splits(root, s, t) for s, t in pairs}
+        summary = prepare_directions(by_direction, out, cfg, {
+            "corpus": "covost2", "src_langs": list(dict.fromkeys(s for s, _ in pairs)),
+            "tgt_langs": list(dict.fromkeys(t for _, t in pairs)),
+            "roots": {direction(s, t): str((Path(root) / s).resolve()) for s, t in pairs}})
     print(format_summary(summary))
     return summary

@@ -9,19 +9,33 @@ and unpack it; `root` is the folder that holds `en-de/` (or `en-de/` itself):
     en-de/data/<split>/txt/<split>.<tgt>
 
 Segments are grouped by talk, sorted by offset, and named `{talk}_{i}` (i from 0 in offset order).
+
+Several targets (`prepare_mustc(root, out, ("de", "es", "fr"))`, each pair's folder under `root`) go into one
+folder as `speechmt.data.prepare.prepare_directions` lays it out: `train` holds every pair, dev_en-de,
+tst-COMMON_en-fr, ... each pair's other splits, `dev` their union; ids end in @en-de.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Iterator
 
 import yaml
 
 from speechmt.data.manifest import Record
-from speechmt.data.prepare import PrepareConfig, PrepareError, Skip, format_summary, prepare_splits
+from speechmt.data.prepare import (
+    PrepareConfig,
+    PrepareError,
+    Skip,
+    check_directions,
+    direction,
+    format_summary,
+    prepare_directions,
+    prepare_splits,
+)
 
 MUSTC_SPLITS = ("train", "dev", "tst-COMMON", "tst-HE")
 _LOADER = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
@@ -108,19 +122,32 @@ def present_splits(data_dir: Path) -> tuple[str, ...]:
     return tuple([s for s in MUSTC_SPLITS if s in names] + [s for s in names if s not in MUSTC_SPLITS])
 
 
-def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str,
+def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str | Sequence[str],
                   splits: tuple[str, ...] | None = None, cfg: PrepareConfig = PrepareConfig()) -> dict:
     """Prepares MuST-C en-<tgt_lang>: manifests, fbank stores, global CMVN and a summary under `out`.
 
-    `splits` defaults to every split folder present (`present_splits`). Returns the summary dict.
+    `tgt_lang`: one target, or several (en-de, en-fr, ... into one folder, module docstring). `splits` defaults
+    to every split folder present (`present_splits`), per pair. Returns the summary dict.
     """
-    pair = _pair_dir(Path(root), tgt_lang)
-    if splits is None:
-        splits = present_splits(pair / "data")
-        if not splits:
-            raise PrepareError(f"{pair / 'data'}: no split folders ({', '.join(MUSTC_SPLITS)})")
-    readers = {s: read_mustc_split(root, tgt_lang, s) for s in splits}
-    summary = prepare_splits(readers, out, cfg, {"corpus": "mustc", "src_lang": "en", "tgt_lang": tgt_lang,
-                                                 "root": str(pair.resolve())})
+    langs = (tgt_lang,) if isinstance(tgt_lang, str) else tuple(dict.fromkeys(tgt_lang))
+    if not langs:
+        raise PrepareError("no target language")
+    pairs = {lang: _pair_dir(Path(root), lang) for lang in langs}
+    chosen = {lang: splits or present_splits(pair / "data") for lang, pair in pairs.items()}
+    for lang, names in chosen.items():
+        if not names:
+            raise PrepareError(f"{pairs[lang] / 'data'}: no split folders ({', '.join(MUSTC_SPLITS)})")
+    if len(langs) == 1:
+        lang = langs[0]
+        check_directions(out, [direction("en", lang)], cfg)
+        readers = {s: read_mustc_split(root, lang, s) for s in chosen[lang]}
+        summary = prepare_splits(readers, out, cfg, {"corpus": "mustc", "src_lang": "en", "tgt_lang": lang,
+                                                     "root": str(pairs[lang].resolve())})
+    else:
+        by_direction = {direction("en", lang): {s: read_mustc_split(root, lang, s) for s in chosen[lang]}
+                        for lang in langs}
+        summary = prepare_directions(by_direction, out, cfg, {
+            "corpus": "mustc", "src_langs": ["en"], "tgt_langs": list(langs),
+            "roots": {direction("en", lang): str(pair.resolve()) for lang, pair in pairs.items()}})
     print(format_summary(summary))
     return summary

@@ -9,11 +9,20 @@ could not use (malformed row, missing text). `prepare_splits` extracts features 
     out/<split>.summary.json       counts by skip reason, hours, frames, the skipped items themselves
 
 plus out/global_cmvn.npz (statistics over the training splits) and out/prepare_summary.json.
+
+Several directions into one folder (`prepare_directions`): the training split `train` holds every direction's
+utterances (one manifest, one feature store; each record's src_lang and tgt_lang say its direction), every other
+split is kept per direction as `<split>_<src>-<tgt>` (dev_en-de, tst-COMMON_en-fr, test_de-en), and `dev` is
+the union of the per-direction dev splits (copied, for a multilingual model's validation). Every id ends in
+`@<src>-<tgt>`, so that ids stay unique in the folder (MuST-C's pairs reuse talk names with other segmentations,
+CoVoST 2's en->X directions the same clips). The summary counts items, kept utterances, hours and skips per
+direction and split.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -26,8 +35,8 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from speechmt.audio import SAMPLE_RATE, AudioError, CMVNStats, FbankConfig, fbank, read_audio
-from speechmt.data.features import FeatureStoreWriter
-from speechmt.data.manifest import Record, write_manifest
+from speechmt.data.features import FeatureStore, FeatureStoreWriter
+from speechmt.data.manifest import Record, iter_manifest, write_manifest
 from speechmt.progress import progress
 
 
@@ -65,6 +74,15 @@ class SplitSummary:
     hours: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_items: list[dict] = field(default_factory=list)
+    # per direction ("en-de": items, kept, frames, hours, skipped), in a folder of several directions only
+    directions: dict[str, dict] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The summary as JSON, without the empty per-direction counts of a one-direction folder."""
+        d = asdict(self)
+        if not self.directions:
+            del d["directions"]
+        return d
 
 
 def _extract(args: tuple[str, float, float | None, FbankConfig]) -> tuple[np.ndarray | None, float, Skip | None]:
@@ -110,15 +128,20 @@ def _length_skip(rec: Record, n: int, cfg: PrepareConfig, is_train: bool) -> Ski
 
 
 def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: PrepareConfig, is_train: bool,
-                  stats: CMVNStats | None = None, pool: ProcessPoolExecutor | None = None) -> SplitSummary:
-    """Extracts, filters and writes one split; returns its summary (also written to out/<split>.summary.json)."""
+                  stats: CMVNStats | None = None, pool: ProcessPoolExecutor | None = None,
+                  by_direction: bool = False) -> SplitSummary:
+    """Extracts, filters and writes one split; returns its summary (also written to out/<split>.summary.json).
+
+    `by_direction`: count per direction too (ids end in @<src>-<tgt>, as `prepare_directions` writes them)."""
     summary = SplitSummary(split)
     records: list[Record] = []
     skips: list[Skip] = []
     for item in items:
         (records if isinstance(item, Record) else skips).append(item)
     summary.items = len(records) + len(skips)
+    n_read_skips = len(skips)
     kept: list[Record] = []
+    kept_seconds: list[float] = []
     with FeatureStoreWriter(out / f"fbank{cfg.fbank.num_mel_bins}" / split, cfg.fbank.num_mel_bins,
                             cfg.store_dtype) as store:
         for rec, (feats, seconds, skip) in progress(_extracted(records, cfg, pool), f"prepare {split}: features",
@@ -131,22 +154,48 @@ def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: Pr
             if stats is not None:
                 stats.update(feats.astype(cfg.store_dtype))
             kept.append(replace(rec, n_frames=feats.shape[0], duration=rec.duration or round(seconds, 6)))
+            kept_seconds.append(seconds)
             summary.frames += feats.shape[0]
             summary.hours += seconds / 3600
     write_manifest(out / f"{split}.jsonl", kept)
     summary.kept = len(kept)
     summary.skipped = dict(Counter(s.reason for s in skips).most_common())
     summary.skipped_items = [asdict(s) for s in skips]
-    _write_json(out / f"{split}.summary.json", asdict(summary))
+    if by_direction:
+        summary.directions = _direction_counts(records, kept, kept_seconds, skips, n_read_skips)
+    _write_json(out / f"{split}.summary.json", summary.to_dict())
     return summary
 
 
+def _direction_counts(records: list[Record], kept: list[Record], kept_seconds: list[float], skips: list[Skip],
+                      n_read_skips: int) -> dict[str, dict]:
+    """Items, kept, frames, hours and skips by reason per direction (the first `n_read_skips` skips are items the
+    reader could not make a record of); a skip's direction is its id's @ suffix."""
+    counts: dict[str, dict] = {}
+
+    def entry(d: str) -> dict:
+        return counts.setdefault(d, {"items": 0, "kept": 0, "frames": 0, "hours": 0.0, "skipped": {}})
+
+    for r in records:
+        entry(direction(r.src_lang, r.tgt_lang))["items"] += 1
+    for r, seconds in zip(kept, kept_seconds):
+        e = entry(direction(r.src_lang, r.tgt_lang))
+        e["kept"] += 1
+        e["frames"] += r.n_frames
+        e["hours"] += seconds / 3600
+    for i, s in enumerate(skips):
+        e = entry(skip_direction(s))
+        e["items"] += i < n_read_skips
+        e["skipped"][s.reason] = e["skipped"].get(s.reason, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def prepare_splits(splits: dict[str, Iterable[Record | Skip]], out: str | os.PathLike, cfg: PrepareConfig,
-                   meta: dict) -> dict:
+                   meta: dict, by_direction: bool = False) -> dict:
     """Prepares every split (`train*` ones count as training), global CMVN over them, and the summary.
 
     A split whose manifest and summary exist already is kept as it is unless `cfg.overwrite`, so an
-    interrupted preparation resumes at the first unfinished split.
+    interrupted preparation resumes at the first unfinished split. `by_direction`: see `prepare_split`.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,7 +209,8 @@ def prepare_splits(splits: dict[str, Iterable[Record | Skip]], out: str | os.Pat
                 print(f"{split}: already prepared in {out} (use --overwrite to redo)")
                 continue
             split_stats = CMVNStats() if is_train else None
-            summaries[split] = asdict(prepare_split(split, items, out, cfg, is_train, split_stats, pool))
+            summaries[split] = prepare_split(split, items, out, cfg, is_train, split_stats, pool,
+                                             by_direction).to_dict()
             if split_stats is not None and split_stats.count:
                 _save_cmvn(out / f"{split}.cmvn.npz", split_stats)
     for split in splits:
@@ -175,12 +225,125 @@ def prepare_splits(splits: dict[str, Iterable[Record | Skip]], out: str | os.Pat
 
 
 def format_summary(summary: dict) -> str:
-    """A plain-text table of a preparation summary: items, kept, hours and skips by reason per split."""
-    lines = [f"{'split':<14}{'items':>8}{'kept':>8}{'hours':>9}  skipped"]
+    """A plain-text table of a preparation summary: items, kept, hours and skips by reason per split (and per
+    direction and split in a folder of several directions)."""
+    width = max([14] + [len(s) + 2 for s in summary["splits"]])
+    lines = [f"{'split':<{width}}{'items':>8}{'kept':>8}{'hours':>9}  skipped"]
     for split, s in summary["splits"].items():
-        skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped"].items()) or "none"
-        lines.append(f"{split:<14}{s['items']:>8}{s['kept']:>8}{s['hours']:>9.3f}  {skipped}")
+        lines.append(_summary_line(split, s, width))
+    for d, by_split in summary.get("directions", {}).items():
+        lines += [f"direction {d}:"] + [_summary_line(f"  {split}", s, width) for split, s in by_split.items()]
     return "\n".join(lines)
+
+
+def _summary_line(name: str, s: dict, width: int) -> str:
+    skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped"].items()) or "none"
+    return f"{name:<{width}}{s['items']:>8}{s['kept']:>8}{s['hours']:>9.3f}  {skipped}"
+
+
+DIRECTION_MARK = "@"
+MERGED_SPLITS = ("train",)  # prepared once over every direction
+UNION_SPLITS = ("dev",)  # prepared per direction, then copied together
+
+
+def direction(src_lang: str, tgt_lang: str) -> str:
+    """The name of a translation direction: en-de."""
+    return f"{src_lang}-{tgt_lang}"
+
+
+def direction_split(split: str, name: str) -> str:
+    """A corpus split's name in a folder of several directions: train stays train, dev of en-de is dev_en-de."""
+    return split if split in MERGED_SPLITS else f"{split}_{name}"
+
+
+def skip_direction(skip: Skip) -> str:
+    """The direction of a skipped item in a folder of several directions (its id's @ suffix), else "?"."""
+    return skip.id.rpartition(DIRECTION_MARK)[2] if DIRECTION_MARK in skip.id else "?"
+
+
+def _tagged(items: Iterable[Record | Skip], name: str) -> Iterator[Record | Skip]:
+    """The items with `@<direction>` appended to their ids."""
+    for item in items:
+        yield replace(item, id=f"{item.id}{DIRECTION_MARK}{name}")
+
+
+def prepare_directions(readers: dict[str, dict[str, Iterable[Record | Skip]]], out: str | os.PathLike,
+                       cfg: PrepareConfig, meta: dict) -> dict:
+    """Prepares several directions into one folder: `readers` maps a direction (en-de) to its corpus splits'
+    items. `train` holds every direction, other splits are kept apart as <split>_<direction>, `dev` is their
+    union (module docstring). The summary adds, per direction, the counts of each split it has a part in.
+    """
+    out = Path(out)
+    names = list(readers)
+    layout: dict[str, dict[str, str]] = {d: {s: direction_split(s, d) for s in by_split}
+                                         for d, by_split in readers.items()}
+    check_directions(out, names, cfg)
+    parts: dict[str, list[Iterable[Record | Skip]]] = {}
+    for d, by_split in readers.items():
+        for s, items in by_split.items():
+            parts.setdefault(layout[d][s], []).append(_tagged(items, d))
+    splits = {name: itertools.chain.from_iterable(p) for name, p in parts.items()}
+    summary = prepare_splits(splits, out, cfg, {**meta, "directions": names, "splits_of_direction": layout},
+                             by_direction=True)
+    for union in UNION_SPLITS:
+        members = [layout[d][union] for d in names if union in layout[d]]
+        if len(members) > 1:
+            summary["splits"][union] = union_split(out, union, members, cfg)
+    summary["directions"] = {d: {layout[d][s]: _direction_entry(summary["splits"][layout[d][s]], d)
+                                 for s in readers[d]} for d in names}
+    _write_json(out / "prepare_summary.json", summary)
+    return summary
+
+
+def _direction_entry(split_summary: dict, name: str) -> dict:
+    empty = {"items": 0, "kept": 0, "frames": 0, "hours": 0.0, "skipped": {}}
+    return split_summary.get("directions", {}).get(name, empty)
+
+
+def check_directions(out: str | os.PathLike, names: list[str], cfg: PrepareConfig) -> None:
+    """PrepareError when `out`'s training split was prepared for other directions than `names` (one name: a
+    one-direction folder) and cfg.overwrite is not set: a rerun resumes a folder, it never mixes two."""
+    out = Path(out)
+    for split in MERGED_SPLITS:
+        done = out / f"{split}.summary.json"
+        if cfg.overwrite or not done.exists() or not (out / f"{split}.jsonl").exists():
+            continue
+        had = sorted(json.loads(done.read_text()).get("directions", {}))
+        wanted = sorted(names) if len(names) > 1 else []
+        if had != wanted:
+            raise PrepareError(f"{done}: {split} holds {', '.join(had) or 'one direction'}, not "
+                               f"{', '.join(wanted) or ' '.join(names)}; prepare into another folder or use "
+                               "--overwrite")
+
+
+def union_split(out: Path, name: str, members: list[str], cfg: PrepareConfig) -> dict:
+    """The split `name` as the union of the prepared splits `members` (manifests and features copied in order);
+    returns its summary (also out/<name>.summary.json), counts per direction included."""
+    done = out / f"{name}.summary.json"
+    if done.exists() and (out / f"{name}.jsonl").exists() and not cfg.overwrite:
+        previous = json.loads(done.read_text())
+        if previous.get("union_of") == members:
+            return previous
+    summary = SplitSummary(name)
+    dim = cfg.fbank.num_mel_bins
+    records: list[Record] = []
+    with FeatureStoreWriter(out / f"fbank{dim}" / name, dim, cfg.store_dtype) as store:
+        for member in members:
+            part = json.loads((out / f"{member}.summary.json").read_text())
+            source = FeatureStore(out / f"fbank{dim}" / member)
+            for i, rec in enumerate(iter_manifest(out / f"{member}.jsonl")):
+                store.add(rec.id, source.get(i))
+                records.append(rec)
+            summary.items += part["kept"]
+            summary.frames += part["frames"]
+            summary.hours += part["hours"]
+            summary.directions.update({d: {**e, "items": e["kept"], "skipped": {}}
+                                       for d, e in part.get("directions", {}).items()})
+    write_manifest(out / f"{name}.jsonl", records)
+    summary.kept = len(records)
+    result = {**summary.to_dict(), "union_of": members}
+    _write_json(done, result)
+    return result
 
 
 def _save_cmvn(path: Path, stats: CMVNStats) -> None:
