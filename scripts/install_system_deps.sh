@@ -5,7 +5,10 @@
 # GNOME's user help (gnome-user-docs, CC-BY-SA 3.0) depends on its browser and a web engine (60+ packages):
 # its .deb is unpacked, English, German and Spanish pages only, under $SPEECHMT_HOME/debian/gnome-user-docs.
 set -euo pipefail
-MAIN_PKGS=(espeak-ng flite trans-de-en fortunes-de diatheke sword-text-web sword-text-sparv debian-reference-en debian-reference-de)
+MAIN_PKGS=(espeak-ng flite trans-de-en fortunes-de diatheke sword-text-web sword-text-sparv debian-reference-en debian-reference-de
+           asterisk-core-sounds-fr asterisk-core-sounds-fr-wav asterisk-core-sounds-es asterisk-core-sounds-es-wav
+           asterisk-core-sounds-it asterisk-core-sounds-it-wav  # these six: `speechmt data synth real`
+           chromium chromium-driver)  # the served page's test in a headless browser (tests/serve/test_page.py)
 NONFREE_PKGS=(libttspico-utils mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-de2 mbrola-de6)
 
 missing() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done; }

@@ -40,6 +40,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serves the model until interrupted (speechmt.serve); one line when the serve extra is missing."""
+    from speechmt.api_serve import MissingExtraError, ServeConfig, serve
+
+    config = ServeConfig(model=args.model, host=args.host, port=args.port, workers=args.workers, device=args.device,
+                         dtype=args.dtype, beam=args.beam, max_len_b=args.max_len_b, max_batch=args.max_batch,
+                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_upload_mb=args.max_upload_mb,
+                         request_timeout_s=args.request_timeout, max_chunk_seconds=args.max_chunk_seconds)
+    try:
+        serve(config, args.log_level)
+    except MissingExtraError as e:
+        print(f"speechmt: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _search(args: argparse.Namespace) -> dict:
     """The search options every decoding command has, as the API's keyword arguments."""
     return {"len_penalty": args.len_penalty, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b}

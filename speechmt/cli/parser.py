@@ -15,6 +15,7 @@ from speechmt.cli import commands
 from speechmt.cli.data_parser import add_data_group
 from speechmt.cli.decode_options import (
     add_decode_options,
+    add_dtype_option,
     add_memory_option,
     add_simultaneous_options,
     check_mbr,
@@ -190,7 +191,40 @@ def _export(sub) -> None:
     exp.set_defaults(func=commands.cmd_export)
 
 
-SUBCOMMANDS = (_translate, _evaluate, _train, _average, _export, add_data_group, add_import_group, add_research_group)
+def _serve(sub) -> None:
+    srv = sub.add_parser("serve", help="an OpenAI-compatible translation server (docs/serving.md)",
+                         description="Serves a model over HTTP: OpenAI's POST /v1/audio/translations and "
+                         "/v1/audio/transcriptions, GET /v1/models and /health; concurrent requests are decoded "
+                         "together. Needs the serve extra: pip install 'speechmt[serve]'.")
+    srv.add_argument("--model", help="checkpoint file (default: the bundled English->German model)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    srv.add_argument("--port", type=opt.integer(0, 65535), default=8000, help="port (default: 8000)")
+    srv.add_argument("--workers", type=opt.integer(1, 64), default=1,
+                     help="processes, each with its own copy of the model, sharing the port (default: 1)")
+    srv.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    add_dtype_option(srv)
+    srv.add_argument("--beam", type=opt.integer(1, 16), default=5,
+                     help="beam size unless a request asks for another (field beam), 1 to 16 (default: 5)")
+    srv.add_argument("--max-len-b", type=opt.integer(1, opt.MAX_OUTPUT_TOKENS), default=200,
+                     help="output tokens per chunk at most (default: 200)")
+    srv.add_argument("--max-batch", type=opt.integer(1, opt.MAX_BATCH), default=8,
+                     help="chunks decoded at once (default: 8)")
+    srv.add_argument("--max-wait-ms", type=opt.number(0, 10000), default=30.0,
+                     help="how long the first queued chunk waits for others to share its batch (default: 30)")
+    srv.add_argument("--max-queue", type=opt.integer(1, 100000), default=32,
+                     help="requests waiting or decoding; more are answered 503 with Retry-After (default: 32)")
+    srv.add_argument("--max-upload-mb", type=opt.number(0, 4096, lo_open=True), default=25.0,
+                     help="largest upload in MiB; larger ones are answered 413 (default: 25)")
+    srv.add_argument("--request-timeout", type=opt.number(0, 86400, lo_open=True), default=300.0, metavar="S",
+                     help="seconds a request may take; then 504 and its work is dropped (default: 300)")
+    srv.add_argument("--max-chunk-seconds", type=opt.number(1, 30, lo_open=True), default=20.0,
+                     help="audio is cut at pauses into chunks of at most this many seconds (default: 20)")
+    srv.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info")
+    srv.set_defaults(func=commands.cmd_serve)
+
+
+SUBCOMMANDS = (_translate, _evaluate, _train, _average, _export, _serve, add_data_group, add_import_group,
+               add_research_group)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from speechmt.cli.legacy import MOVED, modernise
 from speechmt.cli.parser import leaves
 from tests.conftest import ASSETS
 
-TOP = ["translate", "evaluate", "train", "average", "export", "data", "import", "research"]
+TOP = ["translate", "evaluate", "train", "average", "export", "serve", "data", "import", "research"]
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -29,7 +29,7 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-def test_help_lists_eight_commands_and_no_old_spelling():
+def test_help_lists_nine_commands_and_no_old_spelling():
     done = subprocess.run([sys.executable, "-m", "speechmt", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == ""
     listed = done.stdout.split("\ncommands:\n  COMMAND\n")[1].splitlines()
@@ -40,7 +40,7 @@ def test_help_lists_eight_commands_and_no_old_spelling():
 
 def test_the_groups_hold_the_other_commands():
     tree = sorted(command.removeprefix("speechmt ") for command, _ in leaves(build_parser()))
-    assert tree == sorted(["translate", "evaluate", "train", "average", "export", "data prepare mustc",
+    assert tree == sorted(["translate", "evaluate", "train", "average", "export", "serve", "data prepare mustc",
                            "data prepare covost2", "data vocab", "data retrieve", "data backtranslate", "data distill",
                            "data synth", "data synth-mt", "data synth-memory", "data synth-mono", "data synth-tts",
                            "import hf", "import whisper", "import gguf", "import convert", "research analyze",
@@ -195,7 +195,7 @@ def test_train_overrides_may_follow_the_options(monkeypatch):
 
 HANDLER_MODULES = (commands, data_commands, tools_commands)
 API_MODULES = {"speechmt.api", "speechmt.api_evaluate", "speechmt.api_train", "speechmt.api_data",
-               "speechmt.api_interop", "speechmt.api_research"}
+               "speechmt.api_interop", "speechmt.api_research", "speechmt.api_serve"}
 
 
 def _imports(function) -> set[str]:
@@ -208,7 +208,7 @@ def test_every_handler_calls_the_public_api_and_nothing_deeper():
     """Each command's handler imports the API modules only (speechmt.ranks to print once per run); the modules'
     own imports hold nothing of speechmt beyond AudioError."""
     handlers = {leaf.get_default("func") for _, leaf in leaves(build_parser())}
-    assert len(handlers) == 22 and all(inspect.getmodule(h) in HANDLER_MODULES for h in handlers)
+    assert len(handlers) == 23 and all(inspect.getmodule(h) in HANDLER_MODULES for h in handlers)
     for module in HANDLER_MODULES:
         top = {n.module for n in ast.parse(Path(module.__file__).read_text()).body
                if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("speechmt")}
