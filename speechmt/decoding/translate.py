@@ -123,7 +123,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
     ckpt = load_checkpoint(path, map_location="cpu")
     bundle = ModelBundle.from_checkpoint(ckpt, path)
     task = task or bundle.task
-    tag, tokenizer, whisper = _task_output(bundle, task, path)
+    tag, tokenizer, whisper = task_output(bundle, task, path)
     try:  # a checkpoint on a pretrained base holds trained parameters only: the rest comes from the base
         model = build_model(bundle.config, pretrained=bundle.base is not None)
         load_model_state(model, ckpt["model"], bundle.base, path)
@@ -154,7 +154,7 @@ def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) 
     return lm
 
 
-def _task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
+def task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
     """(the decoder's tag for `task`, the tokenizer its output is decoded with, whether that output is Whisper's
     own transcript: task asr of a whisper_asr encoder, read with Whisper's tokenizer, no tag)."""
     encoder = bundle.config.encoder

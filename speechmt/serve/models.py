@@ -59,11 +59,11 @@ def _other_task(lm: LoadedModel, task: str) -> LoadedModel | None:
     checkpoint was not trained for it."""
     from speechmt.bundle import ModelBundle
     from speechmt.checkpoint import CheckpointError, load_checkpoint
-    from speechmt.decoding.translate import _task_output
+    from speechmt.decoding.translate import task_output
 
     try:
         bundle = ModelBundle.from_checkpoint(load_checkpoint(lm.path, map_location="cpu"), lm.path)
-        tag, tokenizer, whisper = _task_output(bundle, task, lm.path)
+        tag, tokenizer, whisper = task_output(bundle, task, lm.path)
     except (CheckpointError, FileNotFoundError):
         return None
     return dataclasses.replace(lm, task=task, tag=tag, tokenizer=tokenizer, whisper_transcript=whisper,
