@@ -26,9 +26,11 @@ $(VENV)/.installed: pyproject.toml scripts/install_python_deps.sh
 test: setup lint
 	SPEECHMT_REQUIRE_TORCHAUDIO=1 $(BIN)/python -m pytest -q tests
 
-# ruff (lint rules in pyproject.toml) over the code, and mypy over the public API (speechmt/__init__, api*)
+# ruff (lint rules and the formatter's style in pyproject.toml) over the code, and mypy over the public API
+# (speechmt/__init__, api*); `$(BIN)/ruff format speechmt speechmt_corpora tests benchmarks scripts` fixes the style
 lint: python-deps
 	$(BIN)/ruff check speechmt speechmt_corpora tests benchmarks scripts
+	$(BIN)/ruff format --check speechmt speechmt_corpora tests benchmarks scripts
 	$(BIN)/mypy
 
 test-fast: python-deps

@@ -43,8 +43,10 @@ def main() -> None:
             safe.append(_seconds(lambda: load_checkpoint(new)))
         a, b = args.old.stat().st_size, new.stat().st_size
         print(f"size: pickled {a / 1e6:.2f} MB, safetensors {b / 1e6:.2f} MB (ratio {b / a:.3f})")
-        print(f"load (median of {args.runs}): pickled {statistics.median(pickled) * 1000:.1f} ms, safetensors "
-              f"{statistics.median(safe) * 1000:.1f} ms (ratio {statistics.median(safe) / statistics.median(pickled):.2f})")
+        print(
+            f"load (median of {args.runs}): pickled {statistics.median(pickled) * 1000:.1f} ms, safetensors "
+            f"{statistics.median(safe) * 1000:.1f} ms (ratio {statistics.median(safe) / statistics.median(pickled):.2f})"
+        )
 
 
 if __name__ == "__main__":

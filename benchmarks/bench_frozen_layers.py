@@ -58,9 +58,15 @@ def targets(tok: WhisperTokenizer, texts: list[str], tag: str = "<|de|>") -> tup
 
 def setting(model_name: str, frozen: int, pad_id: int):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": model_name, "finetune": "lora",
-                                             "frozen_layers": frozen}, decoder={"kind": "whisper", "finetune": "lora"},
-                                    lora={"rank": 32, "alpha": 64, "dropout": 0.05}, dropout=0.1, pad_id=pad_id))
+    model = build_model(
+        ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": model_name, "finetune": "lora", "frozen_layers": frozen},
+            decoder={"kind": "whisper", "finetune": "lora"},
+            lora={"rank": 32, "alpha": 64, "dropout": 0.05},
+            dropout=0.1,
+            pad_id=pad_id,
+        )
+    )
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     return model.train(), opt
 
@@ -101,8 +107,7 @@ def main() -> None:
     folder = resolve_pretrained(args.model)
     tok = WhisperTokenizer.from_pretrained(folder)
     manifest = Path(args.manifest)
-    data = batches(read_manifest(manifest), manifest.parent, args.seconds, args.batches,
-                   mel_settings(folder))
+    data = batches(read_manifest(manifest), manifest.parent, args.seconds, args.batches, mel_settings(folder))
     runs = {}
     for n in args.frozen_layers:
         model, opt = setting(args.model, n, tok.pad_id)
@@ -113,11 +118,18 @@ def main() -> None:
         for n, (model, opt, prepared) in runs.items():
             times[n] += [update(model, opt, *b, precomputed=n > 0) for b in prepared]
     ref = statistics.median(times[args.frozen_layers[0]])
-    report = {"model": args.model, "threads": args.threads, "batches": len(data),
-              "utterances_per_batch": statistics.mean(len(b) for b in data), "repeats": args.repeats,
-              "seconds_per_update": {}}
-    print(f"{len(data)} batches of ~{args.seconds:.0f} s ({report['utterances_per_batch']:.1f} utterances), "
-          f"{args.repeats} repeats, {args.threads} threads; ratio to frozen_layers {args.frozen_layers[0]}")
+    report = {
+        "model": args.model,
+        "threads": args.threads,
+        "batches": len(data),
+        "utterances_per_batch": statistics.mean(len(b) for b in data),
+        "repeats": args.repeats,
+        "seconds_per_update": {},
+    }
+    print(
+        f"{len(data)} batches of ~{args.seconds:.0f} s ({report['utterances_per_batch']:.1f} utterances), "
+        f"{args.repeats} repeats, {args.threads} threads; ratio to frozen_layers {args.frozen_layers[0]}"
+    )
     for n in args.frozen_layers:
         med = statistics.median(times[n])
         trainable = sum(p.numel() for p in runs[n][0].parameters() if p.requires_grad)

@@ -65,9 +65,19 @@ from speechmt.tokenizers.sentencepiece import Tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes" / "mustc" / "data" / "en-de"
 TRAINED = ROOT / "recipes" / "mustc" / "exp" / "en-de" / "st" / "checkpoint_avg.safetensors"
-S2T_S = dict(d_model=256, encoder_layers=12, decoder_layers=6, encoder_attention_heads=4,
-             decoder_attention_heads=4, encoder_ffn_dim=2048, decoder_ffn_dim=2048, conv_channels=1024,
-             conv_kernel_sizes=[5, 5], max_source_positions=6000, max_target_positions=1024)
+S2T_S = dict(
+    d_model=256,
+    encoder_layers=12,
+    decoder_layers=6,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=2048,
+    decoder_ffn_dim=2048,
+    conv_channels=1024,
+    conv_kernel_sizes=[5, 5],
+    max_source_positions=6000,
+    max_target_positions=1024,
+)
 HF_BOS, HF_PAD, HF_EOS, HF_UNK = 0, 1, 2, 3  # fairseq's dictionary, which HF Speech2Text keeps
 _Piece = spm_pb2.ModelProto.SentencePiece
 
@@ -89,7 +99,7 @@ def save_hf_tokenizer(tok: Tokenizer, out: Path) -> Speech2TextTokenizer:
     tags = {t: hf_tag(t) for t in tok.config.lang_tags}
     pieces = [_Piece(piece=p, score=0.0, type=_Piece.CONTROL) for p in ("<s>", "<pad>", "</s>")]
     pieces.append(_Piece(piece="<unk>", score=0.0, type=_Piece.UNKNOWN))
-    for p in list(proto.pieces)[tok.blank_id + 1:]:
+    for p in list(proto.pieces)[tok.blank_id + 1 :]:
         pieces.append(_Piece(piece=tags[p.piece], score=0.0, type=_Piece.USER_DEFINED) if p.piece in tags else p)
     del proto.pieces[:]
     proto.pieces.extend(pieces)
@@ -111,14 +121,15 @@ def _padded(hf: Tensor, ours: Tensor, key: str) -> Tensor:
     if key == "speech_encoder.subsampler.convs.0.weight" or key == "speech_encoder.subsampler.convs.0.bias":
         half, big = ours.size(0) // 2, hf.size(0) // 2
         out[:big] = 0.0
-        out[:half], out[big:big + half] = ours[:half], ours[half:]
+        out[:half], out[big : big + half] = ours[:half], ours[half:]
         return out
     out[tuple(slice(0, n) for n in ours.shape)] = ours
     return out
 
 
-def trained_state(hf: Speech2TextForConditionalGeneration, state: dict[str, Tensor],
-                  hf_ids: list[int | None]) -> dict[str, Tensor]:
+def trained_state(
+    hf: Speech2TextForConditionalGeneration, state: dict[str, Tensor], hf_ids: list[int | None]
+) -> dict[str, Tensor]:
     """HF's state dict with the trained speechmt `state` (our names, smaller dimensions) put into it."""
     rows = [o for _, o in sorted((h, o) for o, h in enumerate(hf_ids) if h is not None)]
     out = {}
@@ -149,13 +160,25 @@ def eos_row(model: Speech2TextForConditionalGeneration, generator: torch.Generat
 def build_hf_model(out: Path, weights: str, trained: Path, seed: int) -> Path:
     """Saves an s2t_s-size HF Speech2Text model, tokenizer and feature extractor under `out`."""
     ckpt = load_checkpoint(trained) if weights == "trained" else None
-    tok = (Tokenizer.from_state_dict(ckpt["tokenizers"]["tgt"]) if ckpt is not None
-           else Tokenizer.load(DATA / "spm_st_2000.model"))
+    tok = (
+        Tokenizer.from_state_dict(ckpt["tokenizers"]["tgt"])
+        if ckpt is not None
+        else Tokenizer.load(DATA / "spm_st_2000.model")
+    )
     out.mkdir(parents=True, exist_ok=True)
     hf_tok = save_hf_tokenizer(tok, out)
-    config = Speech2TextConfig(vocab_size=len(tok) - 1, **S2T_S, dropout=0.0, attention_dropout=0.0,
-                               activation_dropout=0.0, tie_word_embeddings=False, decoder_start_token_id=HF_BOS,
-                               bos_token_id=HF_BOS, pad_token_id=HF_PAD, eos_token_id=HF_EOS)
+    config = Speech2TextConfig(
+        vocab_size=len(tok) - 1,
+        **S2T_S,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        tie_word_embeddings=False,
+        decoder_start_token_id=HF_BOS,
+        bos_token_id=HF_BOS,
+        pad_token_id=HF_PAD,
+        eos_token_id=HF_EOS,
+    )
     torch.manual_seed(seed)
     model = Speech2TextForConditionalGeneration(config).eval()
     hf_ids = to_hf_ids(tok)
@@ -184,11 +207,12 @@ def load_features(data: Path, split: str, limit: int, lm: LoadedModel) -> list[T
 def length_batches(feats: list[Tensor], size: int) -> list[list[int]]:
     """Indices sorted by length (shortest first), cut into batches of `size`."""
     order = sorted(range(len(feats)), key=lambda i: (len(feats[i]), i))
-    return [order[b:b + size] for b in range(0, len(order), size)]
+    return [order[b : b + size] for b in range(0, len(order), size)]
 
 
-def decode_ours(lm: LoadedModel, feats: list[Tensor], batches: list[list[int]],
-                options: DecodeOptions) -> list[list[int]]:
+def decode_ours(
+    lm: LoadedModel, feats: list[Tensor], batches: list[list[int]], options: DecodeOptions
+) -> list[list[int]]:
     """speechmt: encoder + beam search -> best hypothesis per utterance (our ids, no EOS)."""
     out: list[list[int]] = [[] for _ in feats]
     for batch in batches:
@@ -199,18 +223,25 @@ def decode_ours(lm: LoadedModel, feats: list[Tensor], batches: list[list[int]],
     return out
 
 
-def decode_hf(hf: Speech2TextForConditionalGeneration, feats: list[Tensor], batches: list[list[int]],
-              config: GenerationConfig, prompt: list[int], from_hf: dict[int, int]) -> list[list[int]]:
+def decode_hf(
+    hf: Speech2TextForConditionalGeneration,
+    feats: list[Tensor],
+    batches: list[list[int]],
+    config: GenerationConfig,
+    prompt: list[int],
+    from_hf: dict[int, int],
+) -> list[list[int]]:
     """HF generate -> best hypothesis per utterance, in our ids (prompt and EOS left out)."""
     out: list[list[int]] = [[] for _ in feats]
     for batch in batches:
         x, lengths = collate_sequences([feats[i] for i in batch])
         mask = (torch.arange(x.size(1))[None] < lengths[:, None]).long()
         start = torch.tensor([prompt]).expand(len(batch), -1)
-        seqs = hf.generate(input_features=x, attention_mask=mask, decoder_input_ids=start,
-                           generation_config=config).tolist()
+        seqs = hf.generate(
+            input_features=x, attention_mask=mask, decoder_input_ids=start, generation_config=config
+        ).tolist()
         for i, row in zip(batch, seqs):
-            row = row[len(prompt):]
+            row = row[len(prompt) :]
             out[i] = [from_hf[t] for t in row[: row.index(HF_EOS) if HF_EOS in row else len(row)]]
     return out
 
@@ -222,8 +253,9 @@ def encode_ours(lm: LoadedModel, feats: list[Tensor], batches: list[list[int]]) 
     return []
 
 
-def encode_hf(hf: Speech2TextForConditionalGeneration, feats: list[Tensor],
-              batches: list[list[int]]) -> list[list[int]]:
+def encode_hf(
+    hf: Speech2TextForConditionalGeneration, feats: list[Tensor], batches: list[list[int]]
+) -> list[list[int]]:
     """HF's encoder alone over the batches, as generate runs it."""
     for batch in batches:
         x, lengths = collate_sequences([feats[i] for i in batch])
@@ -233,11 +265,23 @@ def encode_hf(hf: Speech2TextForConditionalGeneration, feats: list[Tensor],
 
 def hf_generation_config(max_len: int, beam: int) -> GenerationConfig:
     """HF generate set as fairseq's (and speechmt's) beam search."""
-    return GenerationConfig(num_beams=beam, num_return_sequences=1, max_new_tokens=max_len + 1, min_new_tokens=1,
-                            length_penalty=1.0, early_stopping=True, no_repeat_ngram_size=0,
-                            repetition_penalty=1.0, do_sample=False, suppress_tokens=[HF_PAD, HF_BOS],
-                            decoder_start_token_id=HF_BOS, eos_token_id=HF_EOS, pad_token_id=HF_PAD,
-                            bos_token_id=HF_BOS, forced_bos_token_id=None)
+    return GenerationConfig(
+        num_beams=beam,
+        num_return_sequences=1,
+        max_new_tokens=max_len + 1,
+        min_new_tokens=1,
+        length_penalty=1.0,
+        early_stopping=True,
+        no_repeat_ngram_size=0,
+        repetition_penalty=1.0,
+        do_sample=False,
+        suppress_tokens=[HF_PAD, HF_BOS],
+        decoder_start_token_id=HF_BOS,
+        eos_token_id=HF_EOS,
+        pad_token_id=HF_PAD,
+        bos_token_id=HF_BOS,
+        forced_bos_token_id=None,
+    )
 
 
 def timed(fn: Callable[[], list[list[int]]]) -> tuple[float, float, list[list[int]]]:
@@ -258,8 +302,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--max-len", type=int, default=200, help="tokens before EOS, every utterance")
-    parser.add_argument("--weights", choices=["trained", "random"], default=None,
-                        help="default: trained where --trained exists, else random")
+    parser.add_argument(
+        "--weights",
+        choices=["trained", "random"],
+        default=None,
+        help="default: trained where --trained exists, else random",
+    )
     parser.add_argument("--trained", type=Path, default=TRAINED, help="a speechmt ST checkpoint (conv1d, <de>)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -277,15 +325,19 @@ def main() -> None:
     from_hf = {h: o for o, h in enumerate(hf_ids) if h is not None}
     prompt = [hf_ids[options.bos_id], *(hf_ids[t] for t in options.prefix)]
     config = hf_generation_config(args.max_len, args.beam)
-    runners = {"speechmt": lambda b: decode_ours(lm, feats, b, options),
-               "hf": lambda b: decode_hf(hf, feats, b, config, prompt, from_hf),
-               "speechmt_encoder": lambda b: encode_ours(lm, feats, b), "hf_encoder": lambda b: encode_hf(hf, feats, b)}
+    runners = {
+        "speechmt": lambda b: decode_ours(lm, feats, b, options),
+        "hf": lambda b: decode_hf(hf, feats, b, config, prompt, from_hf),
+        "speechmt_encoder": lambda b: encode_ours(lm, feats, b),
+        "hf_encoder": lambda b: encode_hf(hf, feats, b),
+    }
     rows = [measure(runners, length_batches(feats, size), size, args.repeats) for size in args.batch_sizes]
     report(rows, feats, args, weights)
 
 
-def measure(runners: dict[str, Callable[[list[list[int]]], list[list[int]]]], batches: list[list[int]],
-            size: int, repeats: int) -> dict:
+def measure(
+    runners: dict[str, Callable[[list[list[int]]], list[list[int]]]], batches: list[list[int]], size: int, repeats: int
+) -> dict:
     """Alternating timed runs of each runner (in turn, the order reversed every other repeat): wall and
     CPU seconds of each run, and the hypotheses."""
     for run in runners.values():  # warm-up: one batch each
@@ -306,8 +358,11 @@ def report(rows: list[dict], feats: list[Tensor], args: argparse.Namespace, weig
     """Prints the table (and writes --json): medians, ratio, identical hypotheses, padding-leak check."""
     alone = next((r["hyps"]["hf"] for r in rows if r["batch_size"] == 1), None)
     n = len(feats)
-    lines = ["| batch | speechmt s | HF s | HF / speechmt | CPU s: speechmt, HF, ratio | encoder s: speechmt, HF "
-             "| search only: HF / speechmt | identical |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| batch | speechmt s | HF s | HF / speechmt | CPU s: speechmt, HF, ratio | encoder s: speechmt, HF "
+        "| search only: HF / speechmt | identical |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     results = []
     for r in rows:
         ours, theirs = r["hyps"]["speechmt"], r["hyps"]["hf"]
@@ -318,31 +373,65 @@ def report(rows: list[dict], feats: list[Tensor], args: argparse.Namespace, weig
         c_ours, c_hf = statistics.median(r["cpu"]["speechmt"]), statistics.median(r["cpu"]["hf"])
         e_ours, e_hf = statistics.median(r["times"]["speechmt_encoder"]), statistics.median(r["times"]["hf_encoder"])
         search = (t_hf - e_hf) / (t_ours - e_ours)
-        lines.append(f"| {r['batch_size']} | {t_ours:.2f} | {t_hf:.2f} | {t_hf / t_ours:.2f} | "
-                     f"{c_ours:.2f}, {c_hf:.2f}, {c_hf / c_ours:.2f} | {e_ours:.2f}, {e_hf:.2f} | {search:.2f} | "
-                     f"{same}/{n} |")
-        results.append({"batch_size": r["batch_size"], "speechmt_s": r["times"]["speechmt"], "hf_s": r["times"]["hf"],
-                        "speechmt_cpu_s": r["cpu"]["speechmt"], "hf_cpu_s": r["cpu"]["hf"],
-                        "speechmt_median_s": t_ours, "hf_median_s": t_hf, "ratio": t_hf / t_ours,
-                        "cpu_ratio": c_hf / c_ours, "speechmt_encoder_s": r["times"]["speechmt_encoder"],
-                        "hf_encoder_s": r["times"]["hf_encoder"], "search_only_ratio": search,
-                        "identical": same, "n": n, "differing": differ, "differing_equal_to_hf_alone": leak,
-                        "speechmt_hyps": ours, "hf_hyps": theirs})
+        lines.append(
+            f"| {r['batch_size']} | {t_ours:.2f} | {t_hf:.2f} | {t_hf / t_ours:.2f} | "
+            f"{c_ours:.2f}, {c_hf:.2f}, {c_hf / c_ours:.2f} | {e_ours:.2f}, {e_hf:.2f} | {search:.2f} | "
+            f"{same}/{n} |"
+        )
+        results.append(
+            {
+                "batch_size": r["batch_size"],
+                "speechmt_s": r["times"]["speechmt"],
+                "hf_s": r["times"]["hf"],
+                "speechmt_cpu_s": r["cpu"]["speechmt"],
+                "hf_cpu_s": r["cpu"]["hf"],
+                "speechmt_median_s": t_ours,
+                "hf_median_s": t_hf,
+                "ratio": t_hf / t_ours,
+                "cpu_ratio": c_hf / c_ours,
+                "speechmt_encoder_s": r["times"]["speechmt_encoder"],
+                "hf_encoder_s": r["times"]["hf_encoder"],
+                "search_only_ratio": search,
+                "identical": same,
+                "n": n,
+                "differing": differ,
+                "differing_equal_to_hf_alone": leak,
+                "speechmt_hyps": ours,
+                "hf_hyps": theirs,
+            }
+        )
     lengths = [len(h) for h in rows[0]["hyps"]["speechmt"]]
     at_max = sum(x >= args.max_len for x in lengths)
-    print(f"weights {weights}; {n} segments of {args.split}; beam {args.beam}; threads {torch.get_num_threads()}; "
-          f"medians of {args.repeats}; hypothesis length mean {statistics.mean(lengths):.1f} tokens "
-          f"(min {min(lengths)}, max {max(lengths)}, {at_max} at --max-len {args.max_len})")
+    print(
+        f"weights {weights}; {n} segments of {args.split}; beam {args.beam}; threads {torch.get_num_threads()}; "
+        f"medians of {args.repeats}; hypothesis length mean {statistics.mean(lengths):.1f} tokens "
+        f"(min {min(lengths)}, max {max(lengths)}, {at_max} at --max-len {args.max_len})"
+    )
     print("\n".join(lines))
     for res in results:
         if res["differing"] and res["differing_equal_to_hf_alone"] is not None:
-            print(f"batch {res['batch_size']}: {len(res['differing'])} differ from HF's batched hypotheses; "
-                  f"speechmt's equal HF's on the utterance alone for {res['differing_equal_to_hf_alone']} of them")
+            print(
+                f"batch {res['batch_size']}: {len(res['differing'])} differ from HF's batched hypotheses; "
+                f"speechmt's equal HF's on the utterance alone for {res['differing_equal_to_hf_alone']} of them"
+            )
     if args.json:
-        args.json.write_text(json.dumps({"weights": weights, "split": args.split, "n": n, "beam": args.beam,
-                                         "threads": torch.get_num_threads(), "repeats": args.repeats,
-                                         "max_len": args.max_len, "mean_hyp_len": statistics.mean(lengths),
-                                         "rows": results}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "weights": weights,
+                    "split": args.split,
+                    "n": n,
+                    "beam": args.beam,
+                    "threads": torch.get_num_threads(),
+                    "repeats": args.repeats,
+                    "max_len": args.max_len,
+                    "mean_hyp_len": statistics.mean(lengths),
+                    "rows": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

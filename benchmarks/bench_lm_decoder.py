@@ -40,8 +40,12 @@ from speechmt.tokenizers.lm import LMTokenizer
 from speechmt.tokenizers.whisper import WhisperTokenizer
 from speechmt.training.run import init_encoder_from
 
-LM_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05,
-           "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LM_LORA = {
+    "rank": 16,
+    "alpha": 32,
+    "dropout": 0.05,
+    "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
 
 
 def build(name: str, whisper: str, lm: str, texts: list[str], transcripts: list[str]):
@@ -49,9 +53,13 @@ def build(name: str, whisper: str, lm: str, texts: list[str], transcripts: list[
     torch.manual_seed(0)
     if name == "top3":
         tok = WhisperTokenizer.from_pretrained(resolve_pretrained(whisper))
-        cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "lora", "frozen_layers": 3},
-                          decoder={"kind": "whisper", "finetune": "lora"}, lora={"rank": 32, "alpha": 64, "dropout": 0.05},
-                          dropout=0.1, pad_id=tok.pad_id)
+        cfg = ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "lora", "frozen_layers": 3},
+            decoder={"kind": "whisper", "finetune": "lora"},
+            lora={"rank": 32, "alpha": 64, "dropout": 0.05},
+            dropout=0.1,
+            pad_id=tok.pad_id,
+        )
         return build_model(cfg), tok, "<|de|>", 3
     tok = LMTokenizer.trimmed(lm, texts, ["<de>"])
     vocab = tok.config.vocab
@@ -61,17 +69,32 @@ def build(name: str, whisper: str, lm: str, texts: list[str], transcripts: list[
     if name == "lm-ctc":  # conf/st_lm_gemma_ctc.yaml
         src = LMTokenizer.from_pretrained(lm, role="source")
         ctc_vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
-        cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "lora", "frozen_layers": 3},
-                          shrink={"kind": "ctc", "embed": "lm"}, ctc=True, src_vocab_size=FIRST_LABEL + len(ctc_vocab),
-                          ctc_vocab=ctc_vocab, decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora",
-                                                        "vocab": vocab, "prompt": tok.prompt_ids("en")},
-                          lora={**LM_LORA, "targets": LM_LORA["targets"] + ["out_proj", "fc1", "fc2"]}, dropout=0.1,
-                          pad_id=tok.pad_id)
+        cfg = ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "lora", "frozen_layers": 3},
+            shrink={"kind": "ctc", "embed": "lm"},
+            ctc=True,
+            src_vocab_size=FIRST_LABEL + len(ctc_vocab),
+            ctc_vocab=ctc_vocab,
+            decoder={
+                "kind": "lm",
+                "name_or_path": lm,
+                "finetune": "lora",
+                "vocab": vocab,
+                "prompt": tok.prompt_ids("en"),
+            },
+            lora={**LM_LORA, "targets": LM_LORA["targets"] + ["out_proj", "fc1", "fc2"]},
+            dropout=0.1,
+            pad_id=tok.pad_id,
+        )
         return build_model(cfg), (tok, src), "<de>", 3
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "frozen"},
-                      shrink={"kind": "conv", "layers": 2, "channels": 1024},
-                      decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora", "vocab": vocab,
-                               "prompt": tok.prompt_ids("en")}, lora=LM_LORA, dropout=0.1, pad_id=tok.pad_id)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "frozen"},
+        shrink={"kind": "conv", "layers": 2, "channels": 1024},
+        decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora", "vocab": vocab, "prompt": tok.prompt_ids("en")},
+        lora=LM_LORA,
+        dropout=0.1,
+        pad_id=tok.pad_id,
+    )
     return build_model(cfg), tok, "<de>", None
 
 
@@ -99,7 +122,9 @@ def update(model, opt, x, lengths, inp, gold, ctc_targets=None, bf16: bool = Fal
         loss = F.cross_entropy(logits.float().flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=0.1)
         if ctc_targets is not None:  # conf/st_lm_gemma_ctc.yaml's 0.3 CTC, per target token as the trainer does
             labels, label_lengths = ctc_targets
-            loss = loss + 0.3 * ctc_loss(enc.ctc_logits, enc.ctc_lengths, labels, label_lengths, 4) / label_lengths.sum()
+            loss = (
+                loss + 0.3 * ctc_loss(enc.ctc_logits, enc.ctc_lengths, labels, label_lengths, 4) / label_lengths.sum()
+            )
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -113,13 +138,21 @@ def main() -> None:
     p.add_argument("--lm", default="gemma-3-270m")
     names = ["top3", "lm", "lm-ctc", "lm-fullhead"]
     p.add_argument("--settings", nargs="+", default=names, choices=names + [f"{n}@bf16" for n in names])
-    p.add_argument("--seconds", type=float, default=40.0, help="audio per batch (research/mustc/conf/st_lm_gemma.yaml's max_tokens)")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=40.0,
+        help="audio per batch (research/mustc/conf/st_lm_gemma.yaml's max_tokens)",
+    )
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--ctc-checkpoint", help="a trained CTC bridge (conf/ctc_lm_gemma.yaml's run) for lm-ctc: its "
-                   "speech encoder and CTC head, so that the LM reads as many segments as training does (a random "
-                   "head labels nearly every frame apart: ~10x the segments)")
+    p.add_argument(
+        "--ctc-checkpoint",
+        help="a trained CTC bridge (conf/ctc_lm_gemma.yaml's run) for lm-ctc: its "
+        "speech encoder and CTC head, so that the LM reads as many segments as training does (a random "
+        "head labels nearly every frame apart: ~10x the segments)",
+    )
     p.add_argument("--json")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -128,7 +161,7 @@ def main() -> None:
     data = batches(records, manifest.parent, args.seconds, args.batches, mel_settings(resolve_pretrained(args.whisper)))
     texts = [r.tgt_text for r in records]
     starts = [sum(len(b) for b in data[:k]) for k in range(len(data))]  # batches() takes records in order
-    transcripts = [[r.src_text for r in records[s:s + len(b)]] for s, b in zip(starts, data)]
+    transcripts = [[r.src_text for r in records[s : s + len(b)]] for s, b in zip(starts, data)]
     runs = {}
     for name in args.settings:
         base = name.removesuffix("@bf16")
@@ -137,24 +170,46 @@ def main() -> None:
             init_encoder_from(model, args.ctc_checkpoint, ("speech_encoder.", "ctc_head."))
         tok, src = tok if isinstance(tok, tuple) else (tok, None)
         opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=1e-4)
-        runs[name] = (model.train(), opt, [(*inputs(model, b, frozen), *targets(tok, [t for _, t in b], tag),
-                                            ctc_labels(model, src, t) if src is not None else None)
-                                           for b, t in zip(data, transcripts)])
+        runs[name] = (
+            model.train(),
+            opt,
+            [
+                (
+                    *inputs(model, b, frozen),
+                    *targets(tok, [t for _, t in b], tag),
+                    ctc_labels(model, src, t) if src is not None else None,
+                )
+                for b, t in zip(data, transcripts)
+            ],
+        )
     times: dict[str, list[float]] = {n: [] for n in args.settings}
     for _ in range(args.repeats):
         for name, (model, opt, prepared) in runs.items():
             times[name] += [update(model, opt, *b, bf16=name.endswith("@bf16")) for b in prepared]
     ref = statistics.median(times[args.settings[0]])
-    report = {"whisper": args.whisper, "lm": args.lm, "threads": args.threads, "batches": len(data),
-              "seconds_of_audio_per_batch": args.seconds, "repeats": args.repeats,
-              "utterances_per_batch": statistics.mean(len(b) for b in data), "seconds_per_update": {}}
-    print(f"{len(data)} batches of ~{args.seconds:.0f} s ({report['utterances_per_batch']:.1f} utterances), "
-          f"{args.repeats} repeats, {args.threads} threads; ratio to {args.settings[0]}")
+    report = {
+        "whisper": args.whisper,
+        "lm": args.lm,
+        "threads": args.threads,
+        "batches": len(data),
+        "seconds_of_audio_per_batch": args.seconds,
+        "repeats": args.repeats,
+        "utterances_per_batch": statistics.mean(len(b) for b in data),
+        "seconds_per_update": {},
+    }
+    print(
+        f"{len(data)} batches of ~{args.seconds:.0f} s ({report['utterances_per_batch']:.1f} utterances), "
+        f"{args.repeats} repeats, {args.threads} threads; ratio to {args.settings[0]}"
+    )
     for name in args.settings:
         med = statistics.median(times[name])
         trainable = sum(q.numel() for q in runs[name][0].parameters() if q.requires_grad)
-        report["seconds_per_update"][name] = {"median": med, "ratio": med / ref, "trainable": trainable,
-                                              "all": times[name]}
+        report["seconds_per_update"][name] = {
+            "median": med,
+            "ratio": med / ref,
+            "trainable": trainable,
+            "all": times[name],
+        }
         print(f"{name}: median {med:.2f} s per update ({med / ref:.2f}x), {trainable:,} trained parameters")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

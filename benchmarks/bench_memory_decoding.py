@@ -35,8 +35,7 @@ def clip_sequence(data: str, split: str, seconds: float) -> np.ndarray:
     return clip_sequence_segments(data, split, seconds)[0]
 
 
-def clip_sequence_segments(data: str, split: str,
-                           seconds: float) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+def clip_sequence_segments(data: str, split: str, seconds: float) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
     """`clip_sequence`'s wave and, for each segment wholly inside it, (start ms in the wave, duration ms, its
     tgt_text); the segment the cut runs through, if any, is left out."""
     from speechmt.audio import read_audio
@@ -70,14 +69,25 @@ def measure(models: dict, wave: np.ndarray, args) -> dict[str, dict[str, float]]
     seg = SegmentConfig(max_seconds=len(wave) / SAMPLE_RATE)  # one chunk: the whole wave
     runs = {name: {"total": [], "encoder": []} for name in models}
     for lm in models.values():  # warm-up: first calls allocate and pick kernels
-        translate(lm, [wave[:2 * SAMPLE_RATE]], beam=args.beam, batch_size=1, min_len=2, max_len_b=2, max_len_a=0.0)
+        translate(lm, [wave[: 2 * SAMPLE_RATE]], beam=args.beam, batch_size=1, min_len=2, max_len_b=2, max_len_a=0.0)
     for _ in range(args.repeats):
         for name, lm in models.items():
             with torch.inference_mode():
                 runs[name]["encoder"].append(timed(lambda: encode_audio(lm, [wave])))
-            runs[name]["total"].append(timed(lambda: translate(lm, [wave], beam=args.beam, batch_size=1,
-                                                                segment=seg, min_len=args.steps,
-                                                                max_len_b=args.steps, max_len_a=0.0)))
+            runs[name]["total"].append(
+                timed(
+                    lambda: translate(
+                        lm,
+                        [wave],
+                        beam=args.beam,
+                        batch_size=1,
+                        segment=seg,
+                        min_len=args.steps,
+                        max_len_b=args.steps,
+                        max_len_a=0.0,
+                    )
+                )
+            )
     out = {}
     for name, lm in models.items():
         with torch.inference_mode():
@@ -108,16 +118,20 @@ def main() -> None:
         wave = clip_sequence(args.data, args.split, seconds)
         for name, r in measure(models, wave, args).items():
             results.append({"model": name, "seconds": seconds, **r})
-            print(f"{seconds:5.1f} s  memory {r['memory']:5d}  RTF {r['total'] / seconds:.4f}  encoder "
-                  f"{r['encoder']:.3f} s  search {r['search']:.3f} s  {name}", flush=True)
+            print(
+                f"{seconds:5.1f} s  memory {r['memory']:5d}  RTF {r['total'] / seconds:.4f}  encoder "
+                f"{r['encoder']:.3f} s  search {r['search']:.3f} s  {name}",
+                flush=True,
+            )
     first = args.model[0]
     print("\n| seconds | " + " | ".join(f"RTF {m}" for m in args.model) + " | search time / first's |")
     print("|---|" + "---|" * (len(args.model) + 1))
     for seconds in args.seconds:
         rows = {r["model"]: r for r in results if r["seconds"] == seconds}
         ratios = ", ".join(f"{rows[m]['search'] / rows[first]['search']:.2f}" for m in args.model[1:])
-        print(f"| {seconds:g} | " + " | ".join(f"{rows[m]['total'] / seconds:.4f}" for m in args.model)
-              + f" | {ratios} |")
+        print(
+            f"| {seconds:g} | " + " | ".join(f"{rows[m]['total'] / seconds:.4f}" for m in args.model) + f" | {ratios} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "threads": torch.get_num_threads(), "results": results}, f, indent=1)

@@ -83,9 +83,22 @@ class Server:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        cmd = [sys.executable, "-m", "speechmt", "serve", "--port", str(self.port), "--max-batch",
-               str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), "--max-queue", "64", "--log-level",
-               "warning"] + (["--model", args.model] if args.model else [])
+        cmd = [
+            sys.executable,
+            "-m",
+            "speechmt",
+            "serve",
+            "--port",
+            str(self.port),
+            "--max-batch",
+            str(args.max_batch),
+            "--max-wait-ms",
+            str(args.max_wait_ms),
+            "--max-queue",
+            "64",
+            "--log-level",
+            "warning",
+        ] + (["--model", args.model] if args.model else [])
         self.proc = subprocess.Popen(cmd, cwd=ROOT)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 300
@@ -124,18 +137,24 @@ def load_clips(paths: list[Path], first_seconds: float | None = None) -> list[Cl
 
 def bad_clips(good: Clip) -> list[Clip]:
     """One of each kind of bad upload."""
-    return [Clip("notes.txt", b"these are not audio samples\n" * 40, 0, bad=True),
-            Clip("empty.flac", b"", 0, bad=True),
-            Clip("truncated.flac", good.data[:200], 0, bad=True),
-            Clip(good.name, good.data, 0, {"language": "xx"}, bad=True),
-            Clip(good.name, good.data, 0, {"response_format": "docx"}, bad=True)]
+    return [
+        Clip("notes.txt", b"these are not audio samples\n" * 40, 0, bad=True),
+        Clip("empty.flac", b"", 0, bad=True),
+        Clip("truncated.flac", good.data[:200], 0, bad=True),
+        Clip(good.name, good.data, 0, {"language": "xx"}, bad=True),
+        Clip(good.name, good.data, 0, {"response_format": "docx"}, bad=True),
+    ]
 
 
 def send(client: httpx.Client, url: str, clip: Clip) -> Outcome:
     start = time.perf_counter()
     try:
-        r = client.post(f"{url}/v1/audio/translations", files={"file": (clip.name, clip.data)},
-                        data={"model": "speechmt", **clip.fields}, timeout=600)
+        r = client.post(
+            f"{url}/v1/audio/translations",
+            files={"file": (clip.name, clip.data)},
+            data={"model": "speechmt", **clip.fields},
+            timeout=600,
+        )
     except httpx.HTTPError as e:
         return Outcome(clip.name, -1, time.perf_counter() - start, f"{type(e).__name__}", False)
     elapsed = time.perf_counter() - start
@@ -143,8 +162,9 @@ def send(client: httpx.Client, url: str, clip: Clip) -> Outcome:
     return Outcome(clip.name, r.status_code, elapsed, text, r.text.count("\n") == 1 and r.text.endswith("\n"))
 
 
-def run_load(url: str, plan: list[Clip], clients: int, timeout: float,
-             on_done=None) -> tuple[list[tuple[Clip, Outcome]], float]:
+def run_load(
+    url: str, plan: list[Clip], clients: int, timeout: float, on_done=None
+) -> tuple[list[tuple[Clip, Outcome]], float]:
     """Sends `plan` from `clients` threads, each taking the next clip when its last answer came; returns each
     (clip, outcome) and the wall seconds."""
     lock, queue, results = threading.Lock(), list(reversed(plan)), []
@@ -174,8 +194,15 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def phase(name: str, url: str, plans: list[list[Clip]], clients: int, reference: dict[str, str] | None,
-          timeout: float, on_done=None) -> Phase:
+def phase(
+    name: str,
+    url: str,
+    plans: list[list[Clip]],
+    clients: int,
+    reference: dict[str, str] | None,
+    timeout: float,
+    on_done=None,
+) -> Phase:
     """Runs each plan (one per repeat) and sums up: throughput over good requests, latency, faults."""
     throughputs, latencies, everything = [], [], []
     for plan in plans:
@@ -184,8 +211,16 @@ def phase(name: str, url: str, plans: list[list[Clip]], clients: int, reference:
         throughputs.append(sum(c.seconds for c, _ in good) / wall)
         latencies += [o.seconds for c, o in results if not c.bad]
         everything += results
-    ph = Phase(name, clients, len(everything), statistics.median(throughputs), throughputs,
-               percentile(latencies, 50), percentile(latencies, 95), percentile(latencies, 99))
+    ph = Phase(
+        name,
+        clients,
+        len(everything),
+        statistics.median(throughputs),
+        throughputs,
+        percentile(latencies, 50),
+        percentile(latencies, 95),
+        percentile(latencies, 99),
+    )
     for clip, o in everything:
         ph.status_counts[str(o.status)] = ph.status_counts.get(str(o.status), 0) + 1
         if clip.bad:
@@ -195,8 +230,11 @@ def phase(name: str, url: str, plans: list[list[Clip]], clients: int, reference:
             ph.failed_good += 1
         elif reference is not None and o.text != reference[clip.name]:
             ph.wrong_good += 1
-    print(f"bench_serve: {name}: {ph.throughput:.2f} audio s/s, p50 {ph.p50:.2f} s, p99 {ph.p99:.2f} s",
-          file=sys.stderr, flush=True)
+    print(
+        f"bench_serve: {name}: {ph.throughput:.2f} audio s/s, p50 {ph.p50:.2f} s, p99 {ph.p99:.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return ph
 
 
@@ -207,8 +245,9 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--requests", type=int, default=40, help="requests per repeat of each load phase")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--rss-requests", type=int, default=1000, help="requests of the memory phase (RSS after its 100th "
-                   "and its last)")
+    p.add_argument(
+        "--rss-requests", type=int, default=1000, help="requests of the memory phase (RSS after its 100th and its last)"
+    )
     p.add_argument("--max-batch", type=int, default=8)
     p.add_argument("--max-wait-ms", type=float, default=30.0)
     p.add_argument("--phase-timeout", type=float, default=1800.0, help="seconds a phase's repeat may take")
@@ -232,27 +271,44 @@ def main() -> None:
                 reference[c.name] = send(client, server.url, c).text
         plan = [clips[i % len(clips)] for i in range(args.requests)]
         one = phase("1 client", server.url, [plan] * args.repeats, 1, reference, args.phase_timeout)
-        many = phase(f"{args.clients} clients", server.url, [plan] * args.repeats, args.clients, reference,
-                     args.phase_timeout)
+        many = phase(
+            f"{args.clients} clients", server.url, [plan] * args.repeats, args.clients, reference, args.phase_timeout
+        )
         bad = bad_clips(clips[0])
         mixed = [bad[i // 10 % len(bad)] if i % 10 == 9 else clips[i % len(clips)] for i in range(2 * args.requests)]
-        faults = phase(f"{args.clients} clients, 10 % bad", server.url, [mixed], args.clients, reference,
-                       args.phase_timeout)
+        faults = phase(
+            f"{args.clients} clients, 10 % bad", server.url, [mixed], args.clients, reference, args.phase_timeout
+        )
         rss["before memory phase"] = server.rss_mib()
         short = load_clips(args.clips, first_seconds=1.0)
         for c in short:
             c.fields = {"beam": "1"}
-        memory = phase("memory (1 s clips, beam 1)", server.url,
-                       [[short[i % len(short)] for i in range(args.rss_requests)]], args.clients, None,
-                       args.phase_timeout, count)
+        memory = phase(
+            "memory (1 s clips, beam 1)",
+            server.url,
+            [[short[i % len(short)] for i in range(args.rss_requests)]],
+            args.clients,
+            None,
+            args.phase_timeout,
+            count,
+        )
         health = httpx.get(f"{server.url}/health").json()
     finally:
         server.stop()
-    report = {"commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=ROOT).stdout.strip(),
-              "cpus": os.cpu_count(), "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg(), "clips": {c.name: c.seconds for c in clips},
-              "reference": reference, "phases": [asdict(x) for x in (one, many, faults, memory)],
-              "speedup": many.throughput / one.throughput, "rss_mib": rss, "health": health}
+    report = {
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": os.getloadavg(),
+        "clips": {c.name: c.seconds for c in clips},
+        "reference": reference,
+        "phases": [asdict(x) for x in (one, many, faults, memory)],
+        "speedup": many.throughput / one.throughput,
+        "rss_mib": rss,
+        "health": health,
+    }
     if 100 in rss and args.rss_requests in rss:
         report["rss_growth"] = rss[args.rss_requests] / rss[100] - 1
     print(json.dumps(report, indent=1, ensure_ascii=False))
@@ -261,8 +317,10 @@ def main() -> None:
     print("\n| phase | requests | throughput (audio s/s) | p50 s | p95 s | p99 s | failed / wrong good | bad not 4xx |")
     print("|---|---|---|---|---|---|---|---|")
     for x in (one, many, faults, memory):
-        print(f"| {x.name} | {x.requests} | {x.throughput:.2f} | {x.p50:.2f} | {x.p95:.2f} | {x.p99:.2f} | "
-              f"{x.failed_good} / {x.wrong_good} | {x.bad_not_4xx} |")
+        print(
+            f"| {x.name} | {x.requests} | {x.throughput:.2f} | {x.p50:.2f} | {x.p95:.2f} | {x.p99:.2f} | "
+            f"{x.failed_good} / {x.wrong_good} | {x.bad_not_4xx} |"
+        )
     print(f"\nspeedup {report['speedup']:.2f}x; RSS {json.dumps({k: round(v) for k, v in rss.items()})} MiB")
 
 

@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from speechmt.models.layers import FEW_QUERIES, _few_query_attention, key_padding_mask
 
 
-def inputs(rows: int, queries: int, keys: int, dtype: torch.dtype, contiguous: bool, heads: int = 8,
-           channels: int = 64) -> tuple[torch.Tensor, ...]:
+def inputs(
+    rows: int, queries: int, keys: int, dtype: torch.dtype, contiguous: bool, heads: int = 8, channels: int = 64
+) -> tuple[torch.Tensor, ...]:
     """q (B, H, T, Dh), k and v (B, H, S, Dh) (contiguous, or transposed views of (B, S, H, Dh)), and a key
     mask with a quarter of each row's keys padded."""
     q = torch.randn(rows, heads, queries, channels, dtype=dtype)
@@ -54,27 +55,45 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    settings = [(dtype, contiguous, n) for dtype in (torch.float32, torch.bfloat16) for contiguous in (True, False)
-                for n in args.queries]
+    settings = [
+        (dtype, contiguous, n)
+        for dtype in (torch.float32, torch.bfloat16)
+        for contiguous in (True, False)
+        for n in args.queries
+    ]
     times: dict[tuple, dict[str, list[float]]] = {s: {"fused": [], "products": []} for s in settings}
     with torch.no_grad():
         for _ in range(args.repeats):
             for setting in settings:
                 q, k, v, mask = inputs(args.rows, setting[2], args.keys, setting[0], setting[1])
                 times[setting]["fused"].append(
-                    timed_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.calls))
+                    timed_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.calls)
+                )
                 times[setting]["products"].append(timed_ms(lambda: _few_query_attention(q, k, v, mask), args.calls))
     rows = []
-    print(f"{args.rows} rows x 8 heads, {args.keys} keys, {args.threads} threads; products used for <= {FEW_QUERIES} "
-          "queries")
-    print("| dtype | keys/values | queries | fused ms | products ms | products / fused |\n|---|---|---:|---:|---:|---:|")
+    print(
+        f"{args.rows} rows x 8 heads, {args.keys} keys, {args.threads} threads; products used for <= {FEW_QUERIES} "
+        "queries"
+    )
+    print(
+        "| dtype | keys/values | queries | fused ms | products ms | products / fused |\n|---|---|---:|---:|---:|---:|"
+    )
     for (dtype, contiguous, n), t in times.items():
         fused, products = statistics.median(t["fused"]), statistics.median(t["products"])
-        rows.append({"dtype": str(dtype).removeprefix("torch."), "contiguous": contiguous, "queries": n,
-                     "fused_ms": round(fused, 3), "products_ms": round(products, 3),
-                     "ratio": round(products / fused, 3)})
-        print(f"| {rows[-1]['dtype']} | {'contiguous' if contiguous else 'transposed view'} | {n} | {fused:.2f} | "
-              f"{products:.2f} | {products / fused:.2f} |")
+        rows.append(
+            {
+                "dtype": str(dtype).removeprefix("torch."),
+                "contiguous": contiguous,
+                "queries": n,
+                "fused_ms": round(fused, 3),
+                "products_ms": round(products, 3),
+                "ratio": round(products / fused, 3),
+            }
+        )
+        print(
+            f"| {rows[-1]['dtype']} | {'contiguous' if contiguous else 'transposed view'} | {n} | {fused:.2f} | "
+            f"{products:.2f} | {products / fused:.2f} |"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

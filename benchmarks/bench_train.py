@@ -32,10 +32,18 @@ from speechmt.training.trainer import Trainer, fixed_data
 def measure(name: str, args) -> dict:
     base, _, overrides = name.partition(":")
     extra = dict(kv.split("=") for kv in overrides.split(",") if kv)
-    cfg = ExperimentConfig(model=preset(base, **{k: int(v) for k, v in extra.items()}),
-                           data=DataConfig(dir=args.data, tgt_vocab=args.vocab, max_tokens=args.max_tokens),
-                           train=TrainConfig(max_updates=10**9, save_dir="/tmp/speechmt-bench", log_interval=10**9,
-                                             validate_interval_updates=0, save_interval_updates=0, warmup_updates=100))
+    cfg = ExperimentConfig(
+        model=preset(base, **{k: int(v) for k, v in extra.items()}),
+        data=DataConfig(dir=args.data, tgt_vocab=args.vocab, max_tokens=args.max_tokens),
+        train=TrainConfig(
+            max_updates=10**9,
+            save_dir="/tmp/speechmt-bench",
+            log_interval=10**9,
+            validate_interval_updates=0,
+            save_interval_updates=0,
+            warmup_updates=100,
+        ),
+    )
     toks = load_tokenizers(cfg.data)
     frontend = frontend_for(cfg)
     data = build_dataset(cfg, "train", toks, frontend, train=True)
@@ -54,17 +62,24 @@ def measure(name: str, args) -> dict:
         if w:
             elapsed = time.perf_counter() - start
             windows.append((utts / elapsed, frames / 100 / elapsed))
-    return {"preset": name, "params": count_parameters(model),
-            "utt_per_s": statistics.median(u for u, _ in windows),
-            "audio_s_per_s": statistics.median(a for _, a in windows)}
+    return {
+        "preset": name,
+        "params": count_parameters(model),
+        "utt_per_s": statistics.median(u for u, _ in windows),
+        "audio_s_per_s": statistics.median(a for _, a in windows),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--vocab", required=True)
-    parser.add_argument("--presets", nargs="+", default=["tiny", "s2t_s"],
-                        help="preset names, optionally with int overrides: s2t_s:encoder_layers=6,ffn_dim=1024")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["tiny", "s2t_s"],
+        help="preset names, optionally with int overrides: s2t_s:encoder_layers=6,ffn_dim=1024",
+    )
     parser.add_argument("--max-tokens", type=int, default=10000)
     parser.add_argument("--updates", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -74,8 +89,10 @@ def main() -> None:
     print(f"device {args.device}, threads {torch.get_num_threads()}, max_tokens {args.max_tokens}")
     for name in args.presets:
         r = measure(name, args)
-        print(f"{name:8s} {r['params'] / 1e6:6.1f}M params  {r['utt_per_s']:7.1f} utt/s  "
-              f"{r['audio_s_per_s']:7.1f} audio s/s  (median of {args.repeats} x {args.updates} updates)")
+        print(
+            f"{name:8s} {r['params'] / 1e6:6.1f}M params  {r['utt_per_s']:7.1f} utt/s  "
+            f"{r['audio_s_per_s']:7.1f} audio s/s  (median of {args.repeats} x {args.updates} updates)"
+        )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ def rtf(args) -> None:
             translate(lm, waves, beam=args.beam, batch_size=batch)
             times.append(time.perf_counter() - start)
         t = statistics.median(times)
-        print(f"beam {args.beam}, batch {batch:3d}: RTF {t / audio:.4f} ({audio:.0f} s of audio in {t:.1f} s, "
-              f"{len(waves)} segments, threads {torch.get_num_threads()})")
+        print(
+            f"beam {args.beam}, batch {batch:3d}: RTF {t / audio:.4f} ({audio:.0f} s of audio in {t:.1f} s, "
+            f"{len(waves)} segments, threads {torch.get_num_threads()})"
+        )
 
 
 def make_long_file(sources: list[str], minutes: float, path: str) -> None:
@@ -54,11 +56,13 @@ def make_long_file(sources: list[str], minutes: float, path: str) -> None:
 
 def peak_memory(model: str, path: str | None) -> dict:
     """Peak RSS (MiB) of a fresh process that loads the model and, when `path` is given, translates it."""
-    code = ("import resource, sys, json; from speechmt import load_model, translate; "
-            f"lm = load_model({model!r}); "
-            f"r = translate(lm, [{path!r}], beam=5)[0] if {path is not None} else None; "
-            "print(json.dumps({'peak_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
-            "'chunks': len(r.chunks) if r else 0, 'audio_s': r.audio_seconds if r else 0}))")
+    code = (
+        "import resource, sys, json; from speechmt import load_model, translate; "
+        f"lm = load_model({model!r}); "
+        f"r = translate(lm, [{path!r}], beam=5)[0] if {path is not None} else None; "
+        "print(json.dumps({'peak_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+        "'chunks': len(r.chunks) if r else 0, 'audio_s': r.audio_seconds if r else 0}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -82,8 +86,10 @@ def main() -> None:
         if args.make_long_file:
             make_long_file(args.make_long_file, args.minutes, args.long_file)
         base, long = peak_memory(args.model, None), peak_memory(args.model, args.long_file)
-        print(f"peak RSS: {base['peak_mib']:.0f} MiB after loading the model; {long['peak_mib']:.0f} MiB translating "
-              f"{long['audio_s'] / 60:.1f} min in {long['chunks']} chunks (+{long['peak_mib'] - base['peak_mib']:.0f} MiB)")
+        print(
+            f"peak RSS: {base['peak_mib']:.0f} MiB after loading the model; {long['peak_mib']:.0f} MiB translating "
+            f"{long['audio_s'] / 60:.1f} min in {long['chunks']} chunks (+{long['peak_mib'] - base['peak_mib']:.0f} MiB)"
+        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def encode_pass(model, mels: list[torch.Tensor], batch: int) -> tuple[float, lis
     outs, start = [], time.perf_counter()
     with torch.no_grad():
         for i in range(0, len(mels), batch):
-            x, lengths = collate_sequences(mels[i:i + batch])
+            x, lengths = collate_sequences(mels[i : i + batch])
             outs.append(model.encode_speech(x, lengths))
     return time.perf_counter() - start, outs
 
@@ -55,36 +55,55 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     folder = resolve_pretrained(args.model)
     tok = WhisperTokenizer.from_pretrained(folder)
-    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": args.model},
-                                    decoder={"kind": "whisper"}, dropout=0.0, pad_id=tok.pad_id)).eval()
+    model = build_model(
+        ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": args.model},
+            decoder={"kind": "whisper"},
+            dropout=0.0,
+            pad_id=tok.pad_id,
+        )
+    ).eval()
     records = read_manifest(args.manifest)[: args.limit]
     base_dir = Path(args.manifest).parent
     waves = [record_audio(r, base_dir) for r in records]
     audio = sum(len(w) for w in waves) / 16000
     mel = mel_settings(folder)
-    modes = {"trimmed": [whisper_log_mel(w, mel) for w in waves],
-             "padded_30s": [whisper_log_mel(w, WhisperMelConfig(mel.n_mels, pad_seconds=30)) for w in waves]}
+    modes = {
+        "trimmed": [whisper_log_mel(w, mel) for w in waves],
+        "padded_30s": [whisper_log_mel(w, WhisperMelConfig(mel.n_mels, pad_seconds=30)) for w in waves],
+    }
     times: dict[str, list[float]] = {m: [] for m in modes}
     outs = {}
     for _ in range(args.repeats):
         for mode, mels in modes.items():
             seconds, outs[mode] = encode_pass(model, mels, args.batch)
             times[mode].append(seconds / audio)
-    options = DecodeOptions(beam_size=1, prefix=tok.prefix_ids("<|en|>"), bos_id=tok.bos_id, eos_id=tok.eos_id,
-                            pad_id=tok.pad_id, suppress=tok.suppress_ids, max_len_b=120)
+    options = DecodeOptions(
+        beam_size=1,
+        prefix=tok.prefix_ids("<|en|>"),
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        suppress=tok.suppress_ids,
+        max_len_b=120,
+    )
     refs = [r.src_text for r in records]
     result = {"clips": len(records), "audio_seconds": round(audio, 1), "model": args.model, "threads": args.threads}
     for mode in modes:
         hyps = [tok.decode(t) for enc in outs[mode] for t in greedy_search(model, enc, options)]
-        result[mode] = {"encoder_s_per_audio_s": round(statistics.median(times[mode]), 4),
-                        "wer": round(wer(hyps, refs).score, 2), "example": hyps[0]}
+        result[mode] = {
+            "encoder_s_per_audio_s": round(statistics.median(times[mode]), 4),
+            "wer": round(wer(hyps, refs).score, 2),
+            "example": hyps[0],
+        }
     sims = []
     for a, b in zip(outs["trimmed"], outs["padded_30s"]):
         for i, n in enumerate(a.lengths.tolist()):
             sims.append(float(F.cosine_similarity(a.x[i, :n], b.x[i, :n], dim=-1).mean()))
     result["mean_cosine_trimmed_vs_padded"] = round(statistics.mean(sims), 4)
-    result["speedup_trimmed"] = round(result["padded_30s"]["encoder_s_per_audio_s"] /
-                                      result["trimmed"]["encoder_s_per_audio_s"], 2)
+    result["speedup_trimmed"] = round(
+        result["padded_30s"]["encoder_s_per_audio_s"] / result["trimmed"]["encoder_s_per_audio_s"], 2
+    )
     print(json.dumps(result, indent=1, ensure_ascii=False))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

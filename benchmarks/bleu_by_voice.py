@@ -34,8 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", required=True, help="the MuST-C-mini folder (`speechmt data synth --out`)")
     parser.add_argument("--eval", action="append", default=[], help="a `speechmt evaluate --out` folder; repeat")
-    parser.add_argument("--benchmark", action="append", default=[],
-                        help="a `speechmt research benchmark --out` folder; repeat (with --system)")
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        default=[],
+        help="a `speechmt research benchmark --out` folder; repeat (with --system)",
+    )
     parser.add_argument("--system", help="the benchmark system to score (its --name)")
     parser.add_argument("--out", help="write the scores as JSON here")
     parser.add_argument("--markdown", help="write the table here")

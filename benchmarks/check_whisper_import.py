@@ -31,9 +31,11 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 ENCODER_TOL = LOGITS_TOL = 1e-2  # float32 compute on float16 weights: kernel rounding is ~1e-4
-CLIPS = ([(p, "en") for p in sorted((REPO / "examples").glob("*.flac"))]
-         + [(p, "en") for p in sorted((REPO / "tests/assets/mustc/en-de/data").glob("*/wav/*.wav"))]
-         + [(p, "de") for p in sorted((REPO / "tests/assets/covost2/de/clips").glob("*.mp3"))[:3]])
+CLIPS = (
+    [(p, "en") for p in sorted((REPO / "examples").glob("*.flac"))]
+    + [(p, "en") for p in sorted((REPO / "tests/assets/mustc/en-de/data").glob("*/wav/*.wav"))]
+    + [(p, "de") for p in sorted((REPO / "tests/assets/covost2/de/clips").glob("*.mp3"))[:3]]
+)
 
 
 @dataclass
@@ -73,33 +75,42 @@ def check_clip(path: Path, lang: str, hf, processor, ct2) -> ClipResult:
     storage = ctranslate2.StorageView.from_array(features)
     ct2_states = np.array(ct2.encode(storage, to_cpu=True))
     # logits along CTranslate2's greedy path with nothing suppressed: its raw logits at every step
-    free = ct2.generate(storage, [prompt], beam_size=1, return_logits_vocab=True, suppress_tokens=[],
-                        suppress_blank=False)[0]
+    free = ct2.generate(
+        storage, [prompt], beam_size=1, return_logits_vocab=True, suppress_tokens=[], suppress_blank=False
+    )[0]
     ct2_steps = np.stack([np.array(step) for step in free.logits[0]])  # (steps, vocab)
     path_ids = torch.tensor([prompt + free.sequences_ids[0]])
     with torch.no_grad():
         hf_states = hf.model.encoder(torch.from_numpy(features)).last_hidden_state.numpy()
         hf_steps = hf(input_features=torch.from_numpy(features), decoder_input_ids=path_ids).logits[0].numpy()
-    hf_steps = hf_steps[len(prompt) - 1:len(prompt) - 1 + len(ct2_steps)]
+    hf_steps = hf_steps[len(prompt) - 1 : len(prompt) - 1 + len(ct2_steps)]
     greedy = ct2.generate(storage, [prompt], beam_size=1)[0].sequences_ids[0]
     with torch.no_grad():
-        out = hf.generate(torch.from_numpy(features), num_beams=1, do_sample=False, language=lang,
-                          task="transcribe")
+        out = hf.generate(torch.from_numpy(features), num_beams=1, do_sample=False, language=lang, task="transcribe")
     hf_ids = out[0].tolist()
-    hf_ids = hf_ids[len(prompt):] if hf_ids[:len(prompt)] == prompt else hf_ids
+    hf_ids = hf_ids[len(prompt) :] if hf_ids[: len(prompt)] == prompt else hf_ids
     hf_ids = [i for i in hf_ids if i != tok.eos_token_id]
-    return ClipResult(path.name, lang, float(np.abs(ct2_states - hf_states).max()),
-                      float(np.abs(ct2_steps[0] - hf_steps[0]).max()), float(np.abs(ct2_steps - hf_steps).max()),
-                      hf_ids, list(greedy), tok.decode(hf_ids, skip_special_tokens=True).strip(),
-                      tok.decode(greedy, skip_special_tokens=True).strip())
+    return ClipResult(
+        path.name,
+        lang,
+        float(np.abs(ct2_states - hf_states).max()),
+        float(np.abs(ct2_steps[0] - hf_steps[0]).max()),
+        float(np.abs(ct2_steps - hf_steps).max()),
+        hf_ids,
+        list(greedy),
+        tok.decode(hf_ids, skip_special_tokens=True).strip(),
+        tok.decode(greedy, skip_special_tokens=True).strip(),
+    )
 
 
 def report(results: list[ClipResult]) -> bool:
     """Prints the differences and transcripts; True when every clip agrees."""
     print(f"{'clip':<32} {'lang':<4} {'encoder':>9} {'step 1':>9} {'all steps':>9}  tokens")
     for r in results:
-        print(f"{r.name:<32} {r.lang:<4} {r.encoder_diff:9.2e} {r.first_step_diff:9.2e} {r.all_steps_diff:9.2e}  "
-              f"{'identical' if r.hf_ids == r.ct2_ids else 'DIFFERENT'} ({len(r.ct2_ids)})")
+        print(
+            f"{r.name:<32} {r.lang:<4} {r.encoder_diff:9.2e} {r.first_step_diff:9.2e} {r.all_steps_diff:9.2e}  "
+            f"{'identical' if r.hf_ids == r.ct2_ids else 'DIFFERENT'} ({len(r.ct2_ids)})"
+        )
     print()
     for r in results:
         print(f"{r.name}\n  hf:   {r.hf_text}\n  ct2:  {r.ct2_text}")
@@ -107,9 +118,11 @@ def report(results: list[ClipResult]) -> bool:
     first = max(r.first_step_diff for r in results)
     steps = max(r.all_steps_diff for r in results)
     same = sum(r.hf_ids == r.ct2_ids for r in results)
-    print(f"\nmax abs diff: encoder outputs {enc:.2e}, first-step logits {first:.2e}, logits of all greedy steps "
-          f"{steps:.2e} (tolerance {ENCODER_TOL:g} / {LOGITS_TOL:g}); identical greedy transcripts: "
-          f"{same}/{len(results)} clips")
+    print(
+        f"\nmax abs diff: encoder outputs {enc:.2e}, first-step logits {first:.2e}, logits of all greedy steps "
+        f"{steps:.2e} (tolerance {ENCODER_TOL:g} / {LOGITS_TOL:g}); identical greedy transcripts: "
+        f"{same}/{len(results)} clips"
+    )
     return enc <= ENCODER_TOL and max(first, steps) <= LOGITS_TOL and same == len(results)
 
 
@@ -132,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ctranslate2 {ctranslate2.__version__}: {ct2_dir}\nHugging Face folder: {hf_dir}\n")
         hf = WhisperForConditionalGeneration.from_pretrained(hf_dir, dtype=torch.float32).eval()
         processor = WhisperProcessor.from_pretrained(hf_dir)
-        ct2 = ctranslate2.models.Whisper(str(ct2_dir), device="cpu", compute_type="float32",
-                                         intra_threads=args.threads)
+        ct2 = ctranslate2.models.Whisper(str(ct2_dir), device="cpu", compute_type="float32", intra_threads=args.threads)
         results = [check_clip(path, lang, hf, processor, ct2) for path, lang in CLIPS]
     return 0 if report(results) else 1
 

@@ -66,10 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     w, c = wer(hyps, refs), cer(hyps, refs)
     audio = sum(r.duration for r in records)
     tokens = sum(len(src.encode(t)) for t in refs)
-    result = {"model": a.model, "split": a.split, "utterances": len(records), "wer": w.score, "cer": c.score,
-              "segments_per_second": segments / audio, "segments_per_token": segments / tokens,
-              "seconds": time.perf_counter() - start,
-              "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:8]]}
+    result = {
+        "model": a.model,
+        "split": a.split,
+        "utterances": len(records),
+        "wer": w.score,
+        "cer": c.score,
+        "segments_per_second": segments / audio,
+        "segments_per_token": segments / tokens,
+        "seconds": time.perf_counter() - start,
+        "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:8]],
+    }
     print(json.dumps(result, indent=1, ensure_ascii=False))
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

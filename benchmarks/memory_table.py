@@ -32,39 +32,154 @@ WHISPER = "https://huggingface.co/openai/whisper-{}/blob/main/config.json"
 GEMMA = "https://huggingface.co/google/gemma-3-{}-pt/blob/main/config.json"
 WHISPER_BASE = dict(vocab_size=51865, num_mel_bins=80)
 PUBLISHED: dict[str, tuple[str, dict, str]] = {  # name: (model_type, config fields, where they come from)
-    "Whisper base": ("whisper", dict(WHISPER_BASE, d_model=512, encoder_layers=6, decoder_layers=6,
-                                     encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
-                                     decoder_ffn_dim=2048), WHISPER.format("base")),
-    "Whisper small": ("whisper", dict(WHISPER_BASE, d_model=768, encoder_layers=12, decoder_layers=12,
-                                      encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
-                                      decoder_ffn_dim=3072), WHISPER.format("small")),
-    "Whisper medium": ("whisper", dict(WHISPER_BASE, d_model=1024, encoder_layers=24, decoder_layers=24,
-                                       encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
-                                       decoder_ffn_dim=4096), WHISPER.format("medium")),
-    "Whisper large-v3": ("whisper", dict(vocab_size=51866, num_mel_bins=128, d_model=1280, encoder_layers=32,
-                                         decoder_layers=32, encoder_attention_heads=20, decoder_attention_heads=20,
-                                         encoder_ffn_dim=5120, decoder_ffn_dim=5120), WHISPER.format("large-v3")),
-    "Gemma 3 270M": ("gemma3_text", dict(vocab_size=262144, hidden_size=640, intermediate_size=2048,
-                                         num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1,
-                                         head_dim=256), GEMMA.format("270m")),
-    "Gemma 3 1B": ("gemma3_text", dict(vocab_size=262144, hidden_size=1152, intermediate_size=6912,
-                                       num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1,
-                                       head_dim=256), GEMMA.format("1b")),
-    "Gemma 3 4B": ("gemma3_text", dict(vocab_size=262208, hidden_size=2560, intermediate_size=10240,
-                                       num_hidden_layers=34, num_attention_heads=8, num_key_value_heads=4,
-                                       head_dim=256), GEMMA.format("4b") + " (text_config)"),
-    "Gemma 3 12B": ("gemma3_text", dict(vocab_size=262208, hidden_size=3840, intermediate_size=15360,
-                                        num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=8,
-                                        head_dim=256), GEMMA.format("12b") + " (text_config)"),
-    "Gemma 3 27B": ("gemma3_text", dict(vocab_size=262208, hidden_size=5376, intermediate_size=21504,
-                                        num_hidden_layers=62, num_attention_heads=32, num_key_value_heads=16,
-                                        head_dim=128), GEMMA.format("27b") + " (text_config)"),
-    "Qwen2.5-7B": ("qwen2", dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                                 num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
-                   "https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json"),
-    "Llama-3.1-8B": ("llama", dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                   num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
-                     "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json"),
+    "Whisper base": (
+        "whisper",
+        dict(
+            WHISPER_BASE,
+            d_model=512,
+            encoder_layers=6,
+            decoder_layers=6,
+            encoder_attention_heads=8,
+            decoder_attention_heads=8,
+            encoder_ffn_dim=2048,
+            decoder_ffn_dim=2048,
+        ),
+        WHISPER.format("base"),
+    ),
+    "Whisper small": (
+        "whisper",
+        dict(
+            WHISPER_BASE,
+            d_model=768,
+            encoder_layers=12,
+            decoder_layers=12,
+            encoder_attention_heads=12,
+            decoder_attention_heads=12,
+            encoder_ffn_dim=3072,
+            decoder_ffn_dim=3072,
+        ),
+        WHISPER.format("small"),
+    ),
+    "Whisper medium": (
+        "whisper",
+        dict(
+            WHISPER_BASE,
+            d_model=1024,
+            encoder_layers=24,
+            decoder_layers=24,
+            encoder_attention_heads=16,
+            decoder_attention_heads=16,
+            encoder_ffn_dim=4096,
+            decoder_ffn_dim=4096,
+        ),
+        WHISPER.format("medium"),
+    ),
+    "Whisper large-v3": (
+        "whisper",
+        dict(
+            vocab_size=51866,
+            num_mel_bins=128,
+            d_model=1280,
+            encoder_layers=32,
+            decoder_layers=32,
+            encoder_attention_heads=20,
+            decoder_attention_heads=20,
+            encoder_ffn_dim=5120,
+            decoder_ffn_dim=5120,
+        ),
+        WHISPER.format("large-v3"),
+    ),
+    "Gemma 3 270M": (
+        "gemma3_text",
+        dict(
+            vocab_size=262144,
+            hidden_size=640,
+            intermediate_size=2048,
+            num_hidden_layers=18,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+        ),
+        GEMMA.format("270m"),
+    ),
+    "Gemma 3 1B": (
+        "gemma3_text",
+        dict(
+            vocab_size=262144,
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+        ),
+        GEMMA.format("1b"),
+    ),
+    "Gemma 3 4B": (
+        "gemma3_text",
+        dict(
+            vocab_size=262208,
+            hidden_size=2560,
+            intermediate_size=10240,
+            num_hidden_layers=34,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=256,
+        ),
+        GEMMA.format("4b") + " (text_config)",
+    ),
+    "Gemma 3 12B": (
+        "gemma3_text",
+        dict(
+            vocab_size=262208,
+            hidden_size=3840,
+            intermediate_size=15360,
+            num_hidden_layers=48,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=256,
+        ),
+        GEMMA.format("12b") + " (text_config)",
+    ),
+    "Gemma 3 27B": (
+        "gemma3_text",
+        dict(
+            vocab_size=262208,
+            hidden_size=5376,
+            intermediate_size=21504,
+            num_hidden_layers=62,
+            num_attention_heads=32,
+            num_key_value_heads=16,
+            head_dim=128,
+        ),
+        GEMMA.format("27b") + " (text_config)",
+    ),
+    "Qwen2.5-7B": (
+        "qwen2",
+        dict(
+            vocab_size=152064,
+            hidden_size=3584,
+            intermediate_size=18944,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            tie_word_embeddings=False,
+        ),
+        "https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json",
+    ),
+    "Llama-3.1-8B": (
+        "llama",
+        dict(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            tie_word_embeddings=False,
+        ),
+        "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json",
+    ),
 }
 STRATEGIES = ("full fp32", "bf16 mixed", "bf16 base + LoRA", f"FSDP x{GPUS} bf16")
 
@@ -93,8 +208,11 @@ def build_on_meta(model_type: str, fields: dict) -> nn.Module:
 
 def lora_parameters(model: nn.Module) -> int:
     """Parameters of rank-LORA_RANK adapters (r x (in + out)) beside each Linear named in LORA_TARGETS."""
-    return sum(LORA_RANK * (m.in_features + m.out_features) for name, m in model.named_modules()
-               if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in LORA_TARGETS)
+    return sum(
+        LORA_RANK * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in LORA_TARGETS
+    )
 
 
 def layer_bytes_per_token(hidden: int, ffn: int, gated: bool) -> int:
@@ -130,10 +248,14 @@ def shape(name: str) -> Shape:
     """Counts of the published model `name` (PUBLISHED)."""
     model_type, fields, _ = PUBLISHED[name]
     model = build_on_meta(model_type, fields)
-    layers = [*model.model.encoder.layers, *model.model.decoder.layers] if model_type == "whisper" \
+    layers = (
+        [*model.model.encoder.layers, *model.model.decoder.layers]
+        if model_type == "whisper"
         else list(model.model.layers)
-    unit = max([sum(p.numel() for p in layer.parameters()) for layer in layers] +
-               [model.get_input_embeddings().weight.numel()])
+    )
+    unit = max(
+        [sum(p.numel() for p in layer.parameters()) for layer in layers] + [model.get_input_embeddings().weight.numel()]
+    )
     kept, checkpointed = (whisper_activations if model_type == "whisper" else lm_activations)(model.config)
     return Shape(name, sum(p.numel() for p in model.parameters()), lora_parameters(model), unit, kept, checkpointed)
 
@@ -174,24 +296,33 @@ def count(n: int) -> str:
 
 
 def model_rows(shapes: list[Shape]) -> list[str]:
-    rows = ["| model | parameters | float32 | bf16 | LoRA r16 parameters | largest FSDP unit | source |",
-            "|---|---:|---:|---:|---:|---:|---|"]
+    rows = [
+        "| model | parameters | float32 | bf16 | LoRA r16 parameters | largest FSDP unit | source |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for s in shapes:
-        rows.append(f"| {s.name} | {count(s.params)} | {gib(4 * s.params)} GiB | {gib(2 * s.params)} GiB | "
-                    f"{count(s.lora)} | {count(s.unit)} | [config.json]({PUBLISHED[s.name][2].split(' ')[0]}) |")
+        rows.append(
+            f"| {s.name} | {count(s.params)} | {gib(4 * s.params)} GiB | {gib(2 * s.params)} GiB | "
+            f"{count(s.lora)} | {count(s.unit)} | [config.json]({PUBLISHED[s.name][2].split(' ')[0]}) |"
+        )
     return rows
 
 
 def strategy_rows(shapes: list[Shape]) -> list[str]:
-    rows = ["| model | strategy | weights | gradients | Adam | static | activations / seq. | "
-            "with checkpointing | seq. / GPU (ckpt) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| model | strategy | weights | gradients | Adam | static | activations / seq. | "
+        "with checkpointing | seq. / GPU (ckpt) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for s in shapes:
         for strategy in STRATEGIES:
             w, g, o = static_bytes(s, strategy)
             plain, ckpt = (activation_bytes(s, strategy, c) for c in (False, True))
             fit = f"{sequences(s, strategy, False)} ({sequences(s, strategy, True)})"
-            rows.append(f"| {s.name} | {strategy} | {gib(w)} | {gib(g)} | {gib(o)} | {gib(w + g + o)} | {gib(plain)} | "
-                        f"{gib(ckpt)} | {fit} |")
+            rows.append(
+                f"| {s.name} | {strategy} | {gib(w)} | {gib(g)} | {gib(o)} | {gib(w + g + o)} | {gib(plain)} | "
+                f"{gib(ckpt)} | {fit} |"
+            )
     return rows
 
 
@@ -212,67 +343,86 @@ def summary_rows(shapes: list[Shape]) -> list[str]:
 def page(shapes: list[Shape], command: str) -> str:
     """docs/memory.md."""
     today = datetime.date.today().isoformat()
-    return "\n".join([
-        "# Memory of large pretrained models", "",
-        "[Documentation index](README.md) · options: [models](models.md) · written by "
-        "[`benchmarks/memory_table.py`](../benchmarks/memory_table.py)", "",
-        f"Written by `{command}` on {today}: parameters counted on PyTorch's meta device (no weight allocated) from "
-        "each model's published config.json; bytes by the formulas below. An estimate for planning, not a "
-        "measurement: the CUDA context, the kernels' workspace and the allocator's fragmentation are the "
-        f"{(80 * GIB - BUDGET) / GIB:.0f} GiB kept aside from each 80 GB GPU ({BUDGET / GIB:.0f} GiB usable).", "",
-        "## Which strategy fits", "",
-        *summary_rows(shapes), "",
-        "A strategy marked `+ ckpt` fits only with activation checkpointing (`encoder.gradient_checkpointing`, "
-        "`decoder.gradient_checkpointing`). `bf16 base + LoRA` is `finetune: lora` with `base_dtype: bfloat16` "
-        "(speechmt.models.memory) and `train.precision: bf16`. On 8 GPUs, DDP gives each GPU a whole copy: a "
-        "strategy that fits one GPU fits each of the 8.", "",
-        "## The options", "",
-        "```yaml",
-        "model:",
-        "  encoder: {kind: whisper, name_or_path: openai/whisper-large-v3, finetune: frozen, base_dtype: bfloat16,",
-        "            gradient_checkpointing: true}",
-        "  decoder: {kind: lm, name_or_path: google/gemma-3-12b-pt, finetune: lora, base_dtype: bfloat16,",
-        "            gradient_checkpointing: true}",
-        "train: {precision: bf16}",
-        "```", "",
-        "- `base_dtype` (encoder whisper; decoders whisper and lm): `float32` (the default), `bfloat16` or `float16`: "
-        "the frozen pretrained weights are loaded in that type, what trains (LoRA adapters, LNA's norms and "
-        "attention, a Whisper encoder's layers above `frozen_layers`, the bridge) stays float32 for the optimiser. "
-        "It needs something frozen (`finetune: frozen`, `lna` or `lora`, or `encoder.frozen_layers`) and a run "
-        "under autocast (`train.precision: bf16` or `fp16`). A delta checkpoint records the base's checksum as "
-        "loaded: it reloads on a base of the same `base_dtype`.",
-        "- `gradient_checkpointing` (encoders wav2vec2 and whisper; every decoder): each layer's activations are "
-        "recomputed in the backward pass (about a third more compute); transformers' own checkpointing for the HF "
-        "modules (Whisper's encoder, the LMs), torch.utils.checkpoint around the layers of speechmt's Transformer "
-        "decoder (Whisper's decoder). The gradients are the same (tests/models/test_large_models.py).",
-        "- A multimodal checkpoint (Gemma 3 4B-27B) is read as its text model: `decoder.name_or_path` names the "
-        "checkpoint as it is published.", "",
-        "## Models", "",
-        *model_rows(shapes), "",
-        "Gemma 3 4B, 12B and 27B are multimodal checkpoints (`Gemma3ForConditionalGeneration`); the counts are their "
-        "text models, which is all that speechmt loads (the SigLIP vision tower, ~0.4B, stays on disk).", "",
-        "## Per strategy", "",
-        *strategy_rows(shapes), "",
-        "Sizes in GiB per GPU; the last column: sequences one GPU holds at once without (and with) checkpointing.", "",
-        "## Formulas", "",
-        "- Weights, gradients, Adam (P parameters, L LoRA parameters, U the largest FSDP unit, N = 8 GPUs):",
-        "  full fp32 4P + 4P + 8P; bf16 mixed (autocast, float32 master weights) 4P + 2P (autocast's bf16 copies, "
-        "kept for the backward pass) + 4P + 8P; bf16 base + LoRA 2P + 6L, 4L, 8L; FSDP bf16 (every weight "
-        "trained, sharded) (4P + 4P + 8P) / N + 4U (two gathered bf16 units: the running and the prefetched) + 4U "
-        "(one unit's float32 gradients before the reduce-scatter).",
-        f"- LoRA: rank {LORA_RANK} on every attention and MLP projection (q, k, v, o / out, gate, up, down / fc1, "
-        "fc2): r (in + out) parameters each.",
-        "- Activations kept per sequence in bf16 (float32: twice), per layer and token: 15h (attention 11h, two norms "
-        "4h) + 3h + 4f for a GELU MLP of width f, 2h + 8f for a gated one (Korthikanti et al., 2022, \"Reducing "
-        "Activation Recomputation in Large Transformer Models\": 34h at f = 4h); no attention scores (PyTorch SDPA's "
-        "fused kernels keep none); Whisper's decoder layers add 13h per token for cross-attention and 4h per "
-        "encoder frame for its keys and values; logits 10 bytes each (bf16, float32 for the loss and its gradient).",
-        f"- Sequences: Whisper {SPEECH_FRAMES} encoder frames (a 30 s window) and {TARGET_TOKENS} target tokens; an "
-        f"LM decoder {LM_TOKENS} tokens (prompt, source states, target) with logits for the {TARGET_TOKENS} target "
-        f"tokens over {TRIMMED_VOCAB:,} trimmed output rows.",
-        "- Activation checkpointing keeps each layer's input (2h per token and layer) and recomputes one layer at a "
-        "time in the backward pass (that layer's activations on top).", "",
-    ])
+    return "\n".join(
+        [
+            "# Memory of large pretrained models",
+            "",
+            "[Documentation index](README.md) · options: [models](models.md) · written by "
+            "[`benchmarks/memory_table.py`](../benchmarks/memory_table.py)",
+            "",
+            f"Written by `{command}` on {today}: parameters counted on PyTorch's meta device (no weight allocated) from "
+            "each model's published config.json; bytes by the formulas below. An estimate for planning, not a "
+            "measurement: the CUDA context, the kernels' workspace and the allocator's fragmentation are the "
+            f"{(80 * GIB - BUDGET) / GIB:.0f} GiB kept aside from each 80 GB GPU ({BUDGET / GIB:.0f} GiB usable).",
+            "",
+            "## Which strategy fits",
+            "",
+            *summary_rows(shapes),
+            "",
+            "A strategy marked `+ ckpt` fits only with activation checkpointing (`encoder.gradient_checkpointing`, "
+            "`decoder.gradient_checkpointing`). `bf16 base + LoRA` is `finetune: lora` with `base_dtype: bfloat16` "
+            "(speechmt.models.memory) and `train.precision: bf16`. On 8 GPUs, DDP gives each GPU a whole copy: a "
+            "strategy that fits one GPU fits each of the 8.",
+            "",
+            "## The options",
+            "",
+            "```yaml",
+            "model:",
+            "  encoder: {kind: whisper, name_or_path: openai/whisper-large-v3, finetune: frozen, base_dtype: bfloat16,",
+            "            gradient_checkpointing: true}",
+            "  decoder: {kind: lm, name_or_path: google/gemma-3-12b-pt, finetune: lora, base_dtype: bfloat16,",
+            "            gradient_checkpointing: true}",
+            "train: {precision: bf16}",
+            "```",
+            "",
+            "- `base_dtype` (encoder whisper; decoders whisper and lm): `float32` (the default), `bfloat16` or `float16`: "
+            "the frozen pretrained weights are loaded in that type, what trains (LoRA adapters, LNA's norms and "
+            "attention, a Whisper encoder's layers above `frozen_layers`, the bridge) stays float32 for the optimiser. "
+            "It needs something frozen (`finetune: frozen`, `lna` or `lora`, or `encoder.frozen_layers`) and a run "
+            "under autocast (`train.precision: bf16` or `fp16`). A delta checkpoint records the base's checksum as "
+            "loaded: it reloads on a base of the same `base_dtype`.",
+            "- `gradient_checkpointing` (encoders wav2vec2 and whisper; every decoder): each layer's activations are "
+            "recomputed in the backward pass (about a third more compute); transformers' own checkpointing for the HF "
+            "modules (Whisper's encoder, the LMs), torch.utils.checkpoint around the layers of speechmt's Transformer "
+            "decoder (Whisper's decoder). The gradients are the same (tests/models/test_large_models.py).",
+            "- A multimodal checkpoint (Gemma 3 4B-27B) is read as its text model: `decoder.name_or_path` names the "
+            "checkpoint as it is published.",
+            "",
+            "## Models",
+            "",
+            *model_rows(shapes),
+            "",
+            "Gemma 3 4B, 12B and 27B are multimodal checkpoints (`Gemma3ForConditionalGeneration`); the counts are their "
+            "text models, which is all that speechmt loads (the SigLIP vision tower, ~0.4B, stays on disk).",
+            "",
+            "## Per strategy",
+            "",
+            *strategy_rows(shapes),
+            "",
+            "Sizes in GiB per GPU; the last column: sequences one GPU holds at once without (and with) checkpointing.",
+            "",
+            "## Formulas",
+            "",
+            "- Weights, gradients, Adam (P parameters, L LoRA parameters, U the largest FSDP unit, N = 8 GPUs):",
+            "  full fp32 4P + 4P + 8P; bf16 mixed (autocast, float32 master weights) 4P + 2P (autocast's bf16 copies, "
+            "kept for the backward pass) + 4P + 8P; bf16 base + LoRA 2P + 6L, 4L, 8L; FSDP bf16 (every weight "
+            "trained, sharded) (4P + 4P + 8P) / N + 4U (two gathered bf16 units: the running and the prefetched) + 4U "
+            "(one unit's float32 gradients before the reduce-scatter).",
+            f"- LoRA: rank {LORA_RANK} on every attention and MLP projection (q, k, v, o / out, gate, up, down / fc1, "
+            "fc2): r (in + out) parameters each.",
+            "- Activations kept per sequence in bf16 (float32: twice), per layer and token: 15h (attention 11h, two norms "
+            '4h) + 3h + 4f for a GELU MLP of width f, 2h + 8f for a gated one (Korthikanti et al., 2022, "Reducing '
+            "Activation Recomputation in Large Transformer Models\": 34h at f = 4h); no attention scores (PyTorch SDPA's "
+            "fused kernels keep none); Whisper's decoder layers add 13h per token for cross-attention and 4h per "
+            "encoder frame for its keys and values; logits 10 bytes each (bf16, float32 for the loss and its gradient).",
+            f"- Sequences: Whisper {SPEECH_FRAMES} encoder frames (a 30 s window) and {TARGET_TOKENS} target tokens; an "
+            f"LM decoder {LM_TOKENS} tokens (prompt, source states, target) with logits for the {TARGET_TOKENS} target "
+            f"tokens over {TRIMMED_VOCAB:,} trimmed output rows.",
+            "- Activation checkpointing keeps each layer's input (2h per token and layer) and recomputes one layer at a "
+            "time in the backward pass (that layer's activations on top).",
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -81,8 +81,14 @@ def real_time_elapsed(delays: list[float], step_ms: float, compute: list[float])
     return [finish[min(last, max(0, math.ceil(d / step_ms) - 1))] * 1000 for d in delays]
 
 
-def stream_scores(words: list[str], delays: list[float], elapsed: list[float], real_time: list[float],
-                  segments: list[tuple[float, float, str]], source_ms: float) -> dict:
+def stream_scores(
+    words: list[str],
+    delays: list[float],
+    elapsed: list[float],
+    real_time: list[float],
+    segments: list[tuple[float, float, str]],
+    source_ms: float,
+) -> dict:
     """StreamLAAL (s) of a stream's output `words` against its whole `segments` (start ms, duration ms,
     tgt_text), without the words written after the audio of a segment cut short began to be read (module
     docstring): computation-unaware, aware with `elapsed` (SimulEval's) and with `real_time` (emission times)."""
@@ -93,16 +99,26 @@ def stream_scores(words: list[str], delays: list[float], elapsed: list[float], r
     if len(words) != len(delays):
         raise RuntimeError(f"{len(words)} output words but {len(delays)} word delays")
     if not segments:  # the cut runs through the first segment
-        return {"stream_laal_s": None, "stream_laal_ca_s": None, "stream_laal_rt_s": None, "stream_segments": 0,
-                "stream_skipped": 0}
+        return {
+            "stream_laal_s": None,
+            "stream_laal_ca_s": None,
+            "stream_laal_rt_s": None,
+            "stream_segments": 0,
+            "stream_skipped": 0,
+        }
     start, duration, _ = segments[-1]
     cut = min(start + duration + PAUSE_SECONDS * 1000, source_ms)  # the next segment's start, or the end
     keep = sum(d <= cut for d in delays)  # delays never decrease: the first `keep` words
     out = stream_laal(words[:keep], delays[:keep], elapsed[:keep], segments)
     rt = stream_laal(words[:keep], delays[:keep], real_time[:keep], segments)["StreamLAAL_CA"]
     seconds = [None if v is None else v / 1000 for v in (out["StreamLAAL"], out["StreamLAAL_CA"], rt)]
-    return {"stream_laal_s": seconds[0], "stream_laal_ca_s": seconds[1], "stream_laal_rt_s": seconds[2],
-            "stream_segments": out["n"], "stream_skipped": out["skipped"]}
+    return {
+        "stream_laal_s": seconds[0],
+        "stream_laal_ca_s": seconds[1],
+        "stream_laal_rt_s": seconds[2],
+        "stream_segments": out["n"],
+        "stream_skipped": out["skipped"],
+    }
 
 
 def one_run(args) -> dict:
@@ -118,8 +134,7 @@ def one_run(args) -> dict:
     from speechmt.pretrained import default_model_path
 
     lm = load_model(args.model or default_model_path())
-    cfg = SimultaneousConfig(args.policy, args.k, args.step_ms, args.window, args.pause_after,
-                             tail_beam=args.tail_beam)
+    cfg = SimultaneousConfig(args.policy, args.k, args.step_ms, args.window, args.pause_after, tail_beam=args.tail_beam)
     wave, segments = clip_sequence_segments(args.data, args.split, args.seconds[0])
     translate_stream(lm, wave[: 2 * SAMPLE_RATE], cfg)  # warm-up: first calls allocate and pick kernels
     step = cfg.step_samples
@@ -128,7 +143,7 @@ def one_run(args) -> dict:
     def blocks():
         for start in range(0, len(wave), step):
             pulled.append(time.perf_counter())
-            yield wave[start:start + step]
+            yield wave[start : start + step]
         pulled.append(time.perf_counter())
 
     base = _rss_kib("VmRSS")
@@ -145,15 +160,26 @@ def one_run(args) -> dict:
     # the gaps between pulls are the steps' computations, the last one after the final pull
     compute = list(np.diff(pulled)[1:]) + [max(0.0, result.compute_ms / 1000 - (pulled[-1] - pulled[0]))]
     delays, elapsed = word_delays(result.events())
-    return {"seconds": args.seconds[0], "peak_mib": (peak - base) / 1024, "loaded_mib": base / 1024,
-            "rtf": result.compute_ms / result.source_ms, "cpu_rtf": cpu * 1000 / result.source_ms,
-            "backlog_s": backlog(cfg.step_ms / 1000, compute),
-            "step_p95_s": float(np.percentile(compute, 95)) if compute else 0.0,
-            "laal_s": length_adaptive_average_lagging(delays, result.source_ms) / 1000 if delays else None,
-            "laal_ca_s": length_adaptive_average_lagging(elapsed, result.source_ms) / 1000 if delays else None,
-            "words": len(result.text.split()),
-            **stream_scores(result.text.split(), delays, elapsed, real_time_elapsed(delays, cfg.step_ms, compute),
-                            segments, result.source_ms)}
+    return {
+        "seconds": args.seconds[0],
+        "peak_mib": (peak - base) / 1024,
+        "loaded_mib": base / 1024,
+        "rtf": result.compute_ms / result.source_ms,
+        "cpu_rtf": cpu * 1000 / result.source_ms,
+        "backlog_s": backlog(cfg.step_ms / 1000, compute),
+        "step_p95_s": float(np.percentile(compute, 95)) if compute else 0.0,
+        "laal_s": length_adaptive_average_lagging(delays, result.source_ms) / 1000 if delays else None,
+        "laal_ca_s": length_adaptive_average_lagging(elapsed, result.source_ms) / 1000 if delays else None,
+        "words": len(result.text.split()),
+        **stream_scores(
+            result.text.split(),
+            delays,
+            elapsed,
+            real_time_elapsed(delays, cfg.step_ms, compute),
+            segments,
+            result.source_ms,
+        ),
+    }
 
 
 def main() -> None:
@@ -167,8 +193,12 @@ def main() -> None:
     parser.add_argument("--tail-beam", type=int, default=1, help="beam after each window's end (1: greedy)")
     parser.add_argument("--step-ms", type=float, default=400.0)
     parser.add_argument("--window", type=float, default=20.0, help="max_seconds of the re-encoding window")
-    parser.add_argument("--pause-after", type=float, default=6.0,
-                        help="pause_after_seconds: a window this long ends at a pause (0: only when full)")
+    parser.add_argument(
+        "--pause-after",
+        type=float,
+        default=6.0,
+        help="pause_after_seconds: a window this long ends at a pause (0: only when full)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="write the runs and medians here")
@@ -184,23 +214,39 @@ def main() -> None:
             cmd = [sys.executable, __file__, *child, "--one", "--seconds", str(s)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             runs[s].append(json.loads(out.strip().splitlines()[-1]))
-    medians = {s: {k: statistics.median(v) for k in rs[0] if (v := [r[k] for r in rs if r[k] is not None])}
-               for s, rs in runs.items()}  # over the runs that have the value (StreamLAAL: some output)
+    medians = {
+        s: {k: statistics.median(v) for k in rs[0] if (v := [r[k] for r in rs if r[k] is not None])}
+        for s, rs in runs.items()
+    }  # over the runs that have the value (StreamLAAL: some output)
     first = medians[args.seconds[0]]
-    print(f"{args.policy} k={args.k}, tail beam {args.tail_beam}, step {args.step_ms:g} ms, window {args.window:g} s, "
-          f"ends at a pause after {args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs")
-    print("| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s "
-          "| StreamLAAL s | StreamLAAL CA s | StreamLAAL real time s |")
+    print(
+        f"{args.policy} k={args.k}, tail beam {args.tail_beam}, step {args.step_ms:g} ms, window {args.window:g} s, "
+        f"ends at a pause after {args.pause_after:g} s, {args.threads} thread(s), medians of {args.repeats} runs"
+    )
+    print(
+        "| stream s | peak RSS above model MiB | x shortest | RTF | CPU RTF | max backlog s | p95 step s "
+        "| StreamLAAL s | StreamLAAL CA s | StreamLAAL real time s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s, m in medians.items():
-        print(f"| {s:g} | {m['peak_mib']:.0f} | {m['peak_mib'] / max(first['peak_mib'], 1e-9):.2f} | {m['rtf']:.3f} | "
-              f"{m['cpu_rtf']:.3f} | {m['backlog_s']:.2f} | {m['step_p95_s']:.2f} | "
-              f"{m.get('stream_laal_s', float('nan')):.2f} | {m.get('stream_laal_ca_s', float('nan')):.2f} | "
-              f"{m.get('stream_laal_rt_s', float('nan')):.2f} |")
+        print(
+            f"| {s:g} | {m['peak_mib']:.0f} | {m['peak_mib'] / max(first['peak_mib'], 1e-9):.2f} | {m['rtf']:.3f} | "
+            f"{m['cpu_rtf']:.3f} | {m['backlog_s']:.2f} | {m['step_p95_s']:.2f} | "
+            f"{m.get('stream_laal_s', float('nan')):.2f} | {m.get('stream_laal_ca_s', float('nan')):.2f} | "
+            f"{m.get('stream_laal_rt_s', float('nan')):.2f} |"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "one"},
-                                               "runs": {str(s): r for s, r in runs.items()},
-                                               "medians": {str(s): m for s, m in medians.items()}}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": {k: v for k, v in vars(args).items() if k != "one"},
+                    "runs": {str(s): r for s, r in runs.items()},
+                    "medians": {str(s): m for s, m in medians.items()},
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf = load_hf_whisper(args.whisper, {})
-    asr = whisper_asr_encoder_from_hf(hf, hf.config.d_model, whisper_asr_prompt(hf, args.language), beam=args.beam).eval()
+    asr = whisper_asr_encoder_from_hf(
+        hf, hf.config.d_model, whisper_asr_prompt(hf, args.language), beam=args.beam
+    ).eval()
     tokenizer = WhisperTokenizer.from_pretrained(resolve_pretrained(args.whisper))
     records = read_split(args.data, args.split)[: args.limit or None]
     padded = []
@@ -63,16 +65,34 @@ def main() -> None:
                 ids = asr.transcribe(memory, lengths)[0] if args.beam == 1 else asr.beam_tokens(memory, lengths)
                 hyps.append(normalise(tokenizer.decode(ids[0])))
         seconds = time.perf_counter() - start
-        rows.append({"window_s": window, "beam": args.beam, "wer": round(100 * jiwer.wer(refs, hyps), 2), "seconds": round(seconds, 1),
-                     "n": len(records)})
-        print(f"window {window or 'clip'} s: WER {rows[-1]['wer']:.1f}, {seconds:.1f} s for {len(records)} clips",
-              flush=True)
+        rows.append(
+            {
+                "window_s": window,
+                "beam": args.beam,
+                "wer": round(100 * jiwer.wer(refs, hyps), 2),
+                "seconds": round(seconds, 1),
+                "n": len(records),
+            }
+        )
+        print(
+            f"window {window or 'clip'} s: WER {rows[-1]['wer']:.1f}, {seconds:.1f} s for {len(records)} clips",
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"data": args.data, "split": args.split, "whisper": args.whisper, "language": args.language,
-                   "beam": args.beam,
-                   "threads": args.threads,
-                       "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "data": args.data,
+                    "split": args.split,
+                    "whisper": args.whisper,
+                    "language": args.language,
+                    "beam": args.beam,
+                    "threads": args.threads,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,9 @@ These still run, for now: each is rewritten to its new spelling, with one notice
 """
 
 
-def subcommands(parser: argparse.ArgumentParser, prefix: str = "speechmt",
-                what: str = "") -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+def subcommands(
+    parser: argparse.ArgumentParser, prefix: str = "speechmt", what: str = ""
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
     """(full command, one-line help, parser) of every subcommand that runs, those in groups (`data vocab`) and nested
     ones (`data prepare mustc`, whose help is its parent's and its own) included."""
     for action in parser._actions:
@@ -76,8 +77,8 @@ def old_spelling(command: str) -> str | None:
 
     words = command.split()[1:]
     for old, new in MOVED.items():
-        if tuple(words[:len(new)]) == new:
-            return " ".join(["speechmt", old, *words[len(new):]])
+        if tuple(words[: len(new)]) == new:
+            return " ".join(["speechmt", old, *words[len(new) :]])
     return None
 
 

@@ -52,40 +52,78 @@ def prepare(out: Path) -> tuple[Path, Path, Path]:
     if not (data / "spm.model").exists():
         prepare_mustc(ROOT / "tests/assets/mustc", data, "de", cfg=PrepareConfig(jobs=1))
         manifests = [data / f"{s}.jsonl" for s in ("train", "dev", "tst-COMMON")]
-        tok = train_from_manifests(manifests, ("src_text", "tgt_text"),
-                                   TokenizerConfig(vocab_size=150, lang_tags=("<en>", "<de>")))
+        tok = train_from_manifests(
+            manifests, ("src_text", "tgt_text"), TokenizerConfig(vocab_size=150, lang_tags=("<en>", "<de>"))
+        )
         tok.save(data / "spm.model")
     return data, tiny_whisper_dir(out / "whisper", d_model=64), tiny_lm_dir(out / "lm", hidden=64)
 
 
-def config(data: Path, whisper: Path, lm: Path, save_dir: Path, device: str, updates: int, dropout: float = 0.1,
-           **train) -> ExperimentConfig:
+def config(
+    data: Path, whisper: Path, lm: Path, save_dir: Path, device: str, updates: int, dropout: float = 0.1, **train
+) -> ExperimentConfig:
     """The checked model: Whisper encoder (full) -> conv shrink -> LM decoder with LoRA; one utterance per batch,
     2 batches per update summed over the ranks (update_freq 2 given for 1 rank)."""
-    model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper), "finetune": "full"},
-                        shrink={"kind": "conv", "layers": 2, "channels": 64},
-                        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora",  # a bf16 base under
-                                 "base_dtype": "float32" if train.get("precision") == "fp32" else "bfloat16"},  # LoRA
-                        lora={"rank": 4, "alpha": 8, "dropout": 0.0}, dropout=dropout, attention_dropout=0.0,
-                        activation_dropout=0.0, n_heads=2)
-    data_cfg = DataConfig(dir=str(data), spec_augment="", max_tokens=250, src_lang="en", tgt_lang="de",
-                          num_workers=1)
-    defaults = dict(task="st", lr=3e-3, warmup_updates=4, max_updates=updates, update_freq=2,
-                    update_freq_world_size=1, save_dir=str(save_dir), save_interval_updates=max(updates // 2, 1),
-                    validate_interval_updates=max(updates // 2, 1), valid_decode=False, log_interval=2, seed=1,
-                    label_smoothing=0.0, keep_last=2, device="auto" if device == "cuda" else "cpu",
-                    precision="bf16", deterministic=True)
+    model = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper), "finetune": "full"},
+        shrink={"kind": "conv", "layers": 2, "channels": 64},
+        decoder={
+            "kind": "lm",
+            "name_or_path": str(lm),
+            "finetune": "lora",  # a bf16 base under
+            "base_dtype": "float32" if train.get("precision") == "fp32" else "bfloat16",
+        },  # LoRA
+        lora={"rank": 4, "alpha": 8, "dropout": 0.0},
+        dropout=dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        n_heads=2,
+    )
+    data_cfg = DataConfig(dir=str(data), spec_augment="", max_tokens=250, src_lang="en", tgt_lang="de", num_workers=1)
+    defaults = dict(
+        task="st",
+        lr=3e-3,
+        warmup_updates=4,
+        max_updates=updates,
+        update_freq=2,
+        update_freq_world_size=1,
+        save_dir=str(save_dir),
+        save_interval_updates=max(updates // 2, 1),
+        validate_interval_updates=max(updates // 2, 1),
+        valid_decode=False,
+        log_interval=2,
+        seed=1,
+        label_smoothing=0.0,
+        keep_last=2,
+        device="auto" if device == "cuda" else "cpu",
+        precision="bf16",
+        deterministic=True,
+    )
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
 
 
 def _command(cfg_path: Path, ranks: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-            "--module", "speechmt", "train", "--config", str(cfg_path)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        "--module",
+        "speechmt",
+        "train",
+        "--config",
+        str(cfg_path),
+    ]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def train(cfg: ExperimentConfig, ranks: int = 1, kill_at: Path | None = None) -> dict:
@@ -96,8 +134,9 @@ def train(cfg: ExperimentConfig, ranks: int = 1, kill_at: Path | None = None) ->
     path = save_dir.with_suffix(".yaml")
     save_config(cfg, path)
     with open(save_dir.with_suffix(".log"), "a") as log:
-        proc = subprocess.Popen(_command(path, ranks), env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=ROOT)
+        proc = subprocess.Popen(
+            _command(path, ranks), env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+        )
         deadline = time.monotonic() + 500
         while proc.poll() is None and time.monotonic() < deadline:
             if kill_at is not None and kill_at.exists():
@@ -145,8 +184,12 @@ class Checks:
 def environment(device: str) -> dict:
     info = {"torch": torch.__version__, "device": device, "gpus": torch.cuda.device_count()}
     if device == "cuda":
-        info.update(cuda=torch.version.cuda, name=torch.cuda.get_device_name(0),
-                    bf16=torch.cuda.is_bf16_supported(), nccl=torch.distributed.is_nccl_available())
+        info.update(
+            cuda=torch.version.cuda,
+            name=torch.cuda.get_device_name(0),
+            bf16=torch.cuda.is_bf16_supported(),
+            nccl=torch.distributed.is_nccl_available(),
+        )
     return info
 
 
@@ -155,8 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check")))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--updates", type=int, default=30)
-    parser.add_argument("--max-ranks", type=int, default=None,
-                        help="at most this many ranks (default: the GPUs here; 2 on --device cpu)")
+    parser.add_argument(
+        "--max-ranks",
+        type=int,
+        default=None,
+        help="at most this many ranks (default: the GPUs here; 2 on --device cpu)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; --device cpu runs the same checks on CPUs", file=sys.stderr)
@@ -177,8 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     def uninterrupted() -> tuple[bool, dict]:
         got["bf16"] = train(cfg("bf16"))
         losses = train_losses(runs / "bf16")
-        return got["bf16"]["train_state"]["state"]["step"] == n and losses[-1] < losses[0], \
-            {"updates": n, "first_nll": losses[0], "last_nll": losses[-1]}
+        return got["bf16"]["train_state"]["state"]["step"] == n and losses[-1] < losses[0], {
+            "updates": n,
+            "first_nll": losses[0],
+            "last_nll": losses[-1],
+        }
 
     def kill_and_resume() -> tuple[bool, dict]:
         train(cfg("resumed"), kill_at=runs / "resumed" / f"checkpoint_{max(n // 2, 1)}.safetensors")
@@ -191,15 +241,19 @@ def main(argv: list[str] | None = None) -> int:
         losses = train_losses(runs / "fp16")
         scaler = ckpt["train_state"]["scaler"]
         finite = all(x == x and abs(x) != float("inf") for x in losses)
-        return finite and losses[-1] < losses[0] and bool(scaler), \
-            {"first_nll": losses[0], "last_nll": losses[-1], "scale": scaler.get("scale"),
-             "nonfinite_skipped": ckpt["train_state"]["state"]["nonfinite_skipped"]}
+        return finite and losses[-1] < losses[0] and bool(scaler), {
+            "first_nll": losses[0],
+            "last_nll": losses[-1],
+            "scale": scaler.get("scale"),
+            "nonfinite_skipped": ckpt["train_state"]["state"]["nonfinite_skipped"],
+        }
 
     def fsdp(ranks: int, against: str) -> Callable[[], tuple[bool, dict]]:
         def check() -> tuple[bool, dict]:
             ckpt = train(cfg(f"fsdp{ranks}", strategy="fsdp"), ranks)
             diff = max_difference(ckpt, got[against])
             return diff < 2e-2, {"max_abs_difference_vs_" + against: diff, "tolerance": 2e-2}
+
         return check
 
     def two_ranks() -> tuple[bool, dict]:  # without dropout: one rank draws no masks for two
@@ -216,9 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(runs / "bf16" / "checkpoint_last.safetensors", device=args.device)
         start = time.monotonic()
         decoded = decode_split(model, data, "dev", model.decode_options(beam=4))
-        return len(decoded.hyps) == len(decoded.records) > 0, \
-            {"utterances": len(decoded.hyps), "decode_seconds": round(time.monotonic() - start, 2),
-             "first": decoded.hyps[0]}
+        return len(decoded.hyps) == len(decoded.records) > 0, {
+            "utterances": len(decoded.hyps),
+            "decode_seconds": round(time.monotonic() - start, 2),
+            "first": decoded.hyps[0],
+        }
 
     checks.run("bf16_ddp_world_size_1", uninterrupted)
     checks.run("kill_and_exact_resume", kill_and_resume)

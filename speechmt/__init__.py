@@ -34,6 +34,23 @@ try:
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Cascade", "OptionError", "SimultaneousEvaluation", "SimultaneousRun", "Stream", "__version__", "average",
-           "evaluate", "evaluate_simultaneous", "export", "load_cascade", "load_model", "simultaneous",
-           "subtitle_cues", "subtitles", "train", "translate", "write_subtitles"]
+__all__ = [
+    "Cascade",
+    "OptionError",
+    "SimultaneousEvaluation",
+    "SimultaneousRun",
+    "Stream",
+    "__version__",
+    "average",
+    "evaluate",
+    "evaluate_simultaneous",
+    "export",
+    "load_cascade",
+    "load_model",
+    "simultaneous",
+    "subtitle_cues",
+    "subtitles",
+    "train",
+    "translate",
+    "write_subtitles",
+]

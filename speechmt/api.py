@@ -65,8 +65,9 @@ def checked_task(value: object, allowed: tuple[Task, ...]) -> Task | None:
     for task in allowed:
         if value == task:
             return task
-    raise OptionError(f"task: invalid value {str(value)!r}: expected one of {', '.join(allowed)} (or None: the "
-                      "model's own task)")
+    raise OptionError(
+        f"task: invalid value {str(value)!r}: expected one of {', '.join(allowed)} (or None: the model's own task)"
+    )
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,20 @@ class SearchOptions:
 
     def decode_options(self, lm: LoadedModel, beam: int) -> DecodeOptions:
         """`lm`'s DecodeOptions with `beam` and these options."""
-        return lm.decode_options(beam, len_penalty=self.len_penalty, max_len_a=self.max_len_a,
-                                 max_len_b=self.max_len_b, min_len=self.min_len, mbr=self.mbr, samples=self.samples)
+        return lm.decode_options(
+            beam,
+            len_penalty=self.len_penalty,
+            max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b,
+            min_len=self.min_len,
+            mbr=self.mbr,
+            samples=self.samples,
+        )
 
 
-def search_options(beam: int, len_penalty: float, max_len_a: float, max_len_b: int, min_len: int,
-                   mbr: str | None, mbr_samples: int) -> tuple[int, SearchOptions]:
+def search_options(
+    beam: int, len_penalty: float, max_len_a: float, max_len_b: int, min_len: int, mbr: str | None, mbr_samples: int
+) -> tuple[int, SearchOptions]:
     """The beam and the other search options checked as the command line checks them: (beam, the other options
     of LoadedModel.decode_options)."""
     from speechmt.decoding.mbr import UTILITIES
@@ -114,8 +123,13 @@ def _checked_dtype(dtype: object) -> str:
     return str(dtype)
 
 
-def load_model(path: str | os.PathLike | None = None, device: str = "cpu", task: Task | None = None,
-               dtype: Dtype = "float32", memory: Sequence[str | os.PathLike] | None = None) -> LoadedModel:
+def load_model(
+    path: str | os.PathLike | None = None,
+    device: str = "cpu",
+    task: Task | None = None,
+    dtype: Dtype = "float32",
+    memory: Sequence[str | os.PathLike] | None = None,
+) -> LoadedModel:
     """Loads a model from one checkpoint file, ready for `translate`, `simultaneous` and `evaluate`.
 
     Args:
@@ -160,8 +174,9 @@ class Cascade:
         return self.mt.path
 
 
-def load_cascade(asr: str | os.PathLike, mt: str | os.PathLike, device: str = "cpu",
-                 dtype: Dtype = "float32") -> Cascade:
+def load_cascade(
+    asr: str | os.PathLike, mt: str | os.PathLike, device: str = "cpu", dtype: Dtype = "float32"
+) -> Cascade:
     """Loads the cascade baseline: `asr` (a checkpoint that transcribes) and `mt` (one that translates text; one
     multi-task checkpoint can be both). OptionError for a bad device or dtype; CheckpointError (one line naming the
     file) for a model not trained so."""
@@ -170,12 +185,25 @@ def load_cascade(asr: str | os.PathLike, mt: str | os.PathLike, device: str = "c
     return Cascade(*_load(asr, mt, checked_device(device), _checked_dtype(dtype)))
 
 
-def translate(model: LoadedModel | Cascade | str | os.PathLike | None, inputs: Audio | Sequence[Audio], *,
-              task: Literal["st", "asr"] | None = None, device: str | None = None, beam: int = 5, nbest: int = 1,
-              len_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
-              batch_size: int = 16, max_chunk_seconds: float = 20.0, cut_pauses: float = 0.0,
-              errors: Literal["raise", "keep"] = "raise", mbr: Literal["chrf", "bleu"] | None = None,
-              mbr_samples: int = 0) -> list[Translation]:
+def translate(
+    model: LoadedModel | Cascade | str | os.PathLike | None,
+    inputs: Audio | Sequence[Audio],
+    *,
+    task: Literal["st", "asr"] | None = None,
+    device: str | None = None,
+    beam: int = 5,
+    nbest: int = 1,
+    len_penalty: float = 1.0,
+    max_len_a: float = 0.0,
+    max_len_b: int = 200,
+    min_len: int = 1,
+    batch_size: int = 16,
+    max_chunk_seconds: float = 20.0,
+    cut_pauses: float = 0.0,
+    errors: Literal["raise", "keep"] = "raise",
+    mbr: Literal["chrf", "bleu"] | None = None,
+    mbr_samples: int = 0,
+) -> list[Translation]:
     """Translates (or, for an ASR model or task="asr", transcribes) audio files or 16 kHz arrays, in order.
 
     The arguments are `speechmt translate`'s options, under the same rules and with the same one-line
@@ -235,15 +263,38 @@ def translate(model: LoadedModel | Cascade | str | os.PathLike | None, inputs: A
     if isinstance(lm, Cascade):
         from speechmt.decoding.cascade import cascade_translate
 
-        return cascade_translate(lm.asr, lm.mt, items, beam=beam, batch_size=batch_size, segment=segment,
-                                 errors=errors, len_penalty=search.len_penalty, max_len_a=search.max_len_a,
-                                 max_len_b=search.max_len_b, min_len=search.min_len, mbr=search.mbr,
-                                 samples=search.samples)
+        return cascade_translate(
+            lm.asr,
+            lm.mt,
+            items,
+            beam=beam,
+            batch_size=batch_size,
+            segment=segment,
+            errors=errors,
+            len_penalty=search.len_penalty,
+            max_len_a=search.max_len_a,
+            max_len_b=search.max_len_b,
+            min_len=search.min_len,
+            mbr=search.mbr,
+            samples=search.samples,
+        )
     from speechmt.decoding.translate import translate as _translate
 
-    return _translate(lm, items, beam=beam, batch_size=batch_size, segment=segment, errors=errors, nbest=nbest,
-                      len_penalty=search.len_penalty, max_len_a=search.max_len_a, max_len_b=search.max_len_b,
-                      min_len=search.min_len, mbr=search.mbr, samples=search.samples)
+    return _translate(
+        lm,
+        items,
+        beam=beam,
+        batch_size=batch_size,
+        segment=segment,
+        errors=errors,
+        nbest=nbest,
+        len_penalty=search.len_penalty,
+        max_len_a=search.max_len_a,
+        max_len_b=search.max_len_b,
+        min_len=search.min_len,
+        mbr=search.mbr,
+        samples=search.samples,
+    )
 
 
 def _audio_items(inputs: Audio | Sequence[Audio]) -> list[Audio]:
@@ -257,12 +308,14 @@ def _check_chunk_seconds(lm: LoadedModel, seconds: float) -> None:
     """OptionError when chunks of `seconds` are more than the model takes at once (Whisper's 30 s window)."""
     limit = lm.max_input_seconds
     if limit is not None and seconds > limit:
-        raise OptionError(f"max_chunk_seconds: invalid value '{seconds:g}': {lm.path} takes at most {limit:g} s of "
-                          "audio at once")
+        raise OptionError(
+            f"max_chunk_seconds: invalid value '{seconds:g}': {lm.path} takes at most {limit:g} s of audio at once"
+        )
 
 
-def _model(model: LoadedModel | Cascade | str | os.PathLike | None, task: Task | None,
-           device: str | None) -> LoadedModel | Cascade:
+def _model(
+    model: LoadedModel | Cascade | str | os.PathLike | None, task: Task | None, device: str | None
+) -> LoadedModel | Cascade:
     """`model` itself, or loaded from its path (None: the bundled model); a loaded model must already do
     `task` on `device` when they are given, and a cascade takes no task."""
     if not isinstance(model, Cascade):
@@ -278,8 +331,10 @@ def _loaded(model: LoadedModel | str | os.PathLike | None, task: Task | None, de
     if model is None or isinstance(model, (str, os.PathLike)):
         return load_model(model, device or "cpu", task)
     if task is not None and task != model.task:
-        raise OptionError(f"task: invalid value {task!r}: the model was loaded for {model.task!r}; pass task to "
-                          "load_model, or a checkpoint path to translate")
+        raise OptionError(
+            f"task: invalid value {task!r}: the model was loaded for {model.task!r}; pass task to "
+            "load_model, or a checkpoint path to translate"
+        )
     _check_device(model, device)
     return model
 
@@ -287,8 +342,10 @@ def _loaded(model: LoadedModel | str | os.PathLike | None, task: Task | None, de
 def _check_device(model: LoadedModel, device: str | None) -> None:
     """OptionError when `device` is given and is not where the loaded model is."""
     if device is not None and _torch_device(device) != _torch_device(model.device):
-        raise OptionError(f"device: invalid value {device!r}: the model was loaded on {model.device}; pass device "
-                          "to load_model, or a checkpoint path to translate")
+        raise OptionError(
+            f"device: invalid value {device!r}: the model was loaded on {model.device}; pass device "
+            "to load_model, or a checkpoint path to translate"
+        )
 
 
 def _torch_device(name: str | torch.device) -> torch.device:
@@ -315,12 +372,24 @@ class Stream:
     latency_ms: dict[str, float | int | None]
 
 
-def simultaneous(model: LoadedModel | str | os.PathLike | None, audio: Audio | Iterable[np.ndarray], *,
-                 policy: Policy = "wait-k", k: int | None = None, step_ms: float = 400.0,
-                 window_seconds: float = 20.0, tail_beam: int = 1, task: Literal["st", "asr"] | None = None,
-                 device: str | None = None, len_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
-                 min_len: int = 1, on_commit: Callable[[Commit], None] | None = None,
-                 source: str | None = None) -> Stream:
+def simultaneous(
+    model: LoadedModel | str | os.PathLike | None,
+    audio: Audio | Iterable[np.ndarray],
+    *,
+    policy: Policy = "wait-k",
+    k: int | None = None,
+    step_ms: float = 400.0,
+    window_seconds: float = 20.0,
+    tail_beam: int = 1,
+    task: Literal["st", "asr"] | None = None,
+    device: str | None = None,
+    len_penalty: float = 1.0,
+    max_len_a: float = 0.0,
+    max_len_b: int = 200,
+    min_len: int = 1,
+    on_commit: Callable[[Commit], None] | None = None,
+    source: str | None = None,
+) -> Stream:
     """Translates one input as its audio arrives (`speechmt translate --simultaneous`, docs/subtitles.md).
 
     Args:
@@ -358,12 +427,21 @@ def simultaneous(model: LoadedModel | str | os.PathLike | None, audio: Audio | I
     result = translate_stream(lm, audio, cfg, search.decode_options(lm, 1), on_commit)
     delays, elapsed = word_delays(result.events())
     latency = corpus_latency([Delays(tuple(delays), tuple(elapsed), result.source_ms)])
-    return Stream(source or "stream", result.text, result.commits, result.source_ms, result.compute_ms, delays,
-                  elapsed, {name: latency[name] for name in ("AL", "LAAL", "AL_CA", "LAAL_CA")})
+    return Stream(
+        source or "stream",
+        result.text,
+        result.commits,
+        result.source_ms,
+        result.compute_ms,
+        delays,
+        elapsed,
+        {name: latency[name] for name in ("AL", "LAAL", "AL_CA", "LAAL_CA")},
+    )
 
 
-def _streaming_model(model: LoadedModel | str | os.PathLike | None, task: str | None, device: str | None,
-                     policy: str) -> LoadedModel:
+def _streaming_model(
+    model: LoadedModel | str | os.PathLike | None, task: str | None, device: str | None, policy: str
+) -> LoadedModel:
     """`simultaneous`'s model, checked: a policy it knows and a model, not a cascade."""
     from speechmt.decoding.simultaneous import POLICIES
 

@@ -27,13 +27,23 @@ def _prepare_config(jobs: int, min_frames: int, max_frames: int, dtype: str, ove
 
     if min_frames > max_frames:
         raise OptionError(f"min_frames: invalid value '{min_frames}': expected at most max_frames ({max_frames})")
-    return PrepareConfig(min_frames=min_frames, max_frames=max_frames, jobs=jobs, store_dtype=dtype,
-                         overwrite=overwrite)
+    return PrepareConfig(
+        min_frames=min_frames, max_frames=max_frames, jobs=jobs, store_dtype=dtype, overwrite=overwrite
+    )
 
 
-def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str | Sequence[str], *,
-                  splits: Sequence[str] | None = None, jobs: int = 2, min_frames: int = 5, max_frames: int = 3000,
-                  dtype: Literal["float16", "float32"] = "float16", overwrite: bool = False) -> Summary:
+def prepare_mustc(
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    tgt_lang: str | Sequence[str],
+    *,
+    splits: Sequence[str] | None = None,
+    jobs: int = 2,
+    min_frames: int = 5,
+    max_frames: int = 3000,
+    dtype: Literal["float16", "float32"] = "float16",
+    overwrite: bool = False,
+) -> Summary:
     """Prepares MuST-C en-<tgt_lang> (the released layout: root/en-<tgt>/data/) under `out`: manifests, fbank
     features, global CMVN and the summary, which counts every skipped utterance with its reason.
 
@@ -51,9 +61,18 @@ def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str
     return _prepare(root, out, tgt_lang, tuple(splits) if splits else None, cfg)
 
 
-def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: str | Sequence[str],
-                    tgt_lang: str | Sequence[str], *, jobs: int = 2, min_frames: int = 5, max_frames: int = 3000,
-                    dtype: Literal["float16", "float32"] = "float16", overwrite: bool = False) -> Summary:
+def prepare_covost2(
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    src_lang: str | Sequence[str],
+    tgt_lang: str | Sequence[str],
+    *,
+    jobs: int = 2,
+    min_frames: int = 5,
+    max_frames: int = 3000,
+    dtype: Literal["float16", "float32"] = "float16",
+    overwrite: bool = False,
+) -> Summary:
     """Prepares CoVoST 2 <src_lang>-><tgt_lang> (root holds <src>/clips and the TSVs) under `out`, as
     `prepare_mustc` does; several source or target languages: every direction between them (never a language
     into itself) into one folder, laid out as `prepare_mustc`'s several targets (dev_de-en, test_es-en, ...)."""
@@ -65,10 +84,15 @@ def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: s
 VOCAB_FIELDS = {"src": ("src_text",), "tgt": ("tgt_text",), "joint": ("src_text", "tgt_text")}
 
 
-def train_vocab(manifests: Sequence[str | os.PathLike], out: str | os.PathLike, *,
-                field: Literal["src", "tgt", "joint"] = "tgt", vocab_size: int = 8000,
-                model_type: Literal["unigram", "bpe", "char"] = "unigram",
-                lang_tags: Sequence[str] = ()) -> Tokenizer:
+def train_vocab(
+    manifests: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    field: Literal["src", "tgt", "joint"] = "tgt",
+    vocab_size: int = 8000,
+    model_type: Literal["unigram", "bpe", "char"] = "unigram",
+    lang_tags: Sequence[str] = (),
+) -> Tokenizer:
     """Trains a SentencePiece vocabulary on the manifests' target texts (`field` "tgt"), source texts ("src") or
     both ("joint"), with `lang_tags` (e.g. <en> <de> <audio>) as pieces of their own; saves it to `out` (a .model
     file) and returns it."""
@@ -83,9 +107,17 @@ def train_vocab(manifests: Sequence[str | os.PathLike], out: str | os.PathLike, 
     return tok
 
 
-def retrieve(data: str | os.PathLike, splits: Sequence[str], *, memory: Sequence[str] = ("train",), k: int = 2,
-             distract: Sequence[str] | None = None, distract_rate: float | None = None, distract_skip: int = 0,
-             seed: int = 0) -> Summary:
+def retrieve(
+    data: str | os.PathLike,
+    splits: Sequence[str],
+    *,
+    memory: Sequence[str] = ("train",),
+    k: int = 2,
+    distract: Sequence[str] | None = None,
+    distract_rate: float | None = None,
+    distract_skip: int = 0,
+    seed: int = 0,
+) -> Summary:
     """Writes, for each utterance of the prepared `splits` of `data`, the `k` most similar translation pairs of
     the `memory` splits (BM25 over source words) as few-shot examples for an LM decoder (decoder.examples); a split
     both searched and given examples never gets an utterance's own pair.
@@ -97,16 +129,33 @@ def retrieve(data: str | os.PathLike, splits: Sequence[str], *, memory: Sequence
 
     if not distract and (distract_rate is not None or distract_skip):
         raise OptionError("distract_rate, distract_skip: only with distract")
-    drawn = Distractors(tuple(distract), 0.3 if distract_rate is None else distract_rate, seed,
-                        distract_skip) if distract else None
+    drawn = (
+        Distractors(tuple(distract), 0.3 if distract_rate is None else distract_rate, seed, distract_skip)
+        if distract
+        else None
+    )
     return retrieve_splits(data, list(splits), list(memory), k, drawn)
 
 
-def backtranslate(input: str | os.PathLike, out: str | os.PathLike, src_lang: str, tgt_lang: str, *,
-                  model: str | None = None, lm: str | None = None, task: Literal["mt"] | None = None,
-                  field: str = "tgt_text", round_trip: str | None = None, min_score: float = 0.0,
-                  batch_size: int = 16, beam: int = 1, max_new_tokens: int = 128, limit: int = 0,
-                  device: str = "cpu", mode: Literal["back", "distill"] = "back") -> Summary:
+def backtranslate(
+    input: str | os.PathLike,
+    out: str | os.PathLike,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    model: str | None = None,
+    lm: str | None = None,
+    task: Literal["mt"] | None = None,
+    field: str = "tgt_text",
+    round_trip: str | None = None,
+    min_score: float = 0.0,
+    batch_size: int = 16,
+    beam: int = 1,
+    max_new_tokens: int = 128,
+    limit: int = 0,
+    device: str = "cpu",
+    mode: Literal["back", "distill"] = "back",
+) -> Summary:
     """A prepared MT folder (`out`: train.jsonl, generated.jsonl, the summary; a rerun resumes it) from
     monolingual text: with `mode` "back", target-side text translated into the source language (pairs: machine
     source -> human target); with "distill" (`distill`), source-side text into the target language.
@@ -129,8 +178,9 @@ def backtranslate(input: str | os.PathLike, out: str | os.PathLike, src_lang: st
         round_trip_generator,
     )
 
-    cfg = BacktranslateConfig(os.fspath(input), os.fspath(out), src_lang, tgt_lang, mode, field, batch_size, limit,
-                              min_score)
+    cfg = BacktranslateConfig(
+        os.fspath(input), os.fspath(out), src_lang, tgt_lang, mode, field, batch_size, limit, min_score
+    )
     gen, name = load_generator(model, lm, cfg.input_lang, cfg.output_lang, device, beam, max_new_tokens, task)
     back, back_name = round_trip_generator(round_trip, cfg, lm, device, beam, max_new_tokens)
     return generate_pairs(cfg, gen, back, {"generator": name, "round_trip_generator": back_name})
@@ -142,10 +192,17 @@ def distill(input: str | os.PathLike, out: str | os.PathLike, src_lang: str, tgt
     return backtranslate(input, out, src_lang, tgt_lang, **{**options, "mode": "distill"})
 
 
-def synth(corpus: Literal["mustc", "covost2", "real"], out: str | os.PathLike, *,
-          size: Literal["tiny", "small", "full"] = "small", seed: int = 0, jobs: int = 2,
-          hold_out_voice: str | None = None, langs: Sequence[str] | None = None,
-          tst_real: str | os.PathLike | None = None) -> Summary:
+def synth(
+    corpus: Literal["mustc", "covost2", "real"],
+    out: str | os.PathLike,
+    *,
+    size: Literal["tiny", "small", "full"] = "small",
+    seed: int = 0,
+    jobs: int = 2,
+    hold_out_voice: str | None = None,
+    langs: Sequence[str] | None = None,
+    tst_real: str | os.PathLike | None = None,
+) -> Summary:
     """Builds a synthetic mini corpus (docs/data.md) in the released layout of `corpus` under `out` and returns its
     summary (also out/synth_summary.json). `hold_out_voice` (mustc): this voice speaks no train, dev or tst-COMMON
     talk, only the test split tst-VOICE. `langs`: mustc's targets (default de; any of de es fr it nl pt ro ru) or
@@ -171,8 +228,15 @@ def synth(corpus: Literal["mustc", "covost2", "real"], out: str | os.PathLike, *
         if tst_real:
             summary["tst_real"] = {f"en-{lang}": n for lang, n in build_tst_real_targets(Path(tst_real)).items()}
         return summary
-    return build_mini_corpus(corpus, size, Path(out), seed=seed, jobs=jobs, hold_out_voice=hold_out_voice,
-                             langs=tuple(langs) if langs else None)
+    return build_mini_corpus(
+        corpus,
+        size,
+        Path(out),
+        seed=seed,
+        jobs=jobs,
+        hold_out_voice=hold_out_voice,
+        langs=tuple(langs) if langs else None,
+    )
 
 
 def add_unseen_voice(out: str | os.PathLike, voice: str, *, seed: int = 0, jobs: int = 2) -> Summary:
@@ -184,8 +248,14 @@ def add_unseen_voice(out: str | os.PathLike, voice: str, *, seed: int = 0, jobs:
     return {"split": split, **summary["splits"][split], "voice": summary["unseen_voices"][split]}
 
 
-def synth_mt(corpus: Corpus, root: str | os.PathLike, *, lang: Literal["de", "es"] = "de",
-             out: str | os.PathLike | None = None, sources: Sequence[str] | None = None) -> Summary:
+def synth_mt(
+    corpus: Corpus,
+    root: str | os.PathLike,
+    *,
+    lang: Literal["de", "es"] = "de",
+    out: str | os.PathLike | None = None,
+    sources: Sequence[str] | None = None,
+) -> Summary:
     """Extra text-only MT pairs for the mini corpus at `root`, none of its sentences, written to `out` (default:
     beside the corpus, ROOT/<pair>/mt-text); `sources`: "all", or some of ding, gettext, debian-reference,
     gnome-help, sword (default: ding for de, sword for es). Returns the summary with "out"."""
@@ -196,8 +266,9 @@ def synth_mt(corpus: Corpus, root: str | os.PathLike, *, lang: Literal["de", "es
     return {"out": str(folder), **build_mt_text(corpus, Path(root), folder, lang, chosen)}
 
 
-def synth_memory(out: str | os.PathLike | None = None, *, seed: int = 0,
-                 ding: str | os.PathLike | None = None) -> Summary:
+def synth_memory(
+    out: str | os.PathLike | None = None, *, seed: int = 0, ding: str | os.PathLike | None = None
+) -> Summary:
     """The translation memory a model with retrieved examples reads: every filtered Ding pair (`ding`: the
     dictionary file, default Debian's trans-de-en), none of MuST-C mini's (`seed`) dev or test sentences, written
     to `out` (default: $SPEECHMT_HOME/ding-en-de)."""
@@ -209,8 +280,14 @@ def synth_memory(out: str | os.PathLike | None = None, *, seed: int = 0,
     return build_memory(Path(out) if out else speechmt_home() / NAME, seed, paths)
 
 
-def synth_mono(corpus: Corpus, root: str | os.PathLike, *, lang: Literal["de"] = "de",
-               out: str | os.PathLike | None = None, fortunes: str | os.PathLike | None = None) -> Summary:
+def synth_mono(
+    corpus: Corpus,
+    root: str | os.PathLike,
+    *,
+    lang: Literal["de"] = "de",
+    out: str | os.PathLike | None = None,
+    fortunes: str | os.PathLike | None = None,
+) -> Summary:
     """Monolingual German text for `backtranslate` (mustc) or `distill` (covost2), none of the mini corpus'
     sentences, written to `out` (default: beside the corpus, ROOT/<pair>/mono-text) as mono.<lang>.txt and
     mono_text_summary.json; `fortunes`: the fortunes-de folder (default: Debian's)."""
@@ -222,8 +299,17 @@ def synth_mono(corpus: Corpus, root: str | os.PathLike, *, lang: Literal["de"] =
     return build_mono_text(corpus, Path(root), folder, lang, paths)
 
 
-def synth_tts(root: str | os.PathLike, *, text: str | os.PathLike | None = None, split: str = "train-tts",
-              limit: int = 0, min_words: int = 0, sentences: bool = False, seed: int = 0, jobs: int = 2) -> Summary:
+def synth_tts(
+    root: str | os.PathLike,
+    *,
+    text: str | os.PathLike | None = None,
+    split: str = "train-tts",
+    limit: int = 0,
+    min_words: int = 0,
+    sentences: bool = False,
+    seed: int = 0,
+    jobs: int = 2,
+) -> Summary:
     """Voices the English side of MT pairs (`text`, a manifest; default: what `synth_mt` wrote,
     ROOT/en-de/mt-text/train.jsonl) into the new split `split` of the MuST-C-layout corpus at `root`: MT data as
     synthetic ST data. `limit`: a seeded sample of this many pairs (0: all); `min_words`: pairs of at least this
@@ -233,4 +319,3 @@ def synth_tts(root: str | os.PathLike, *, text: str | os.PathLike | None = None,
 
     pairs = Path(text) if text else default_out("mustc", Path(root)) / "train.jsonl"
     return voice_text_pairs(Path(root), pairs, split, limit, seed, jobs, min_words, sentences)
-

@@ -33,13 +33,28 @@ if TYPE_CHECKING:
     from speechmt.evaluation.report import EvalReport
 
 
-def evaluate(model: LoadedModel | Cascade | str | os.PathLike | None, data: str | os.PathLike, split: str, *,
-             task: Task | None = None, device: str | None = None, beam: int = 5, len_penalty: float = 1.0,
-             max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
-             mbr: Literal["chrf", "bleu"] | None = None, mbr_samples: int = 0, max_tokens: int = 20000,
-             limit: int | None = None, out: str | os.PathLike | None = None, name: str | None = None,
-             skip_bad_audio: bool = False, comet: str | None = None,
-             results: str | os.PathLike | None = None) -> EvalReport:
+def evaluate(
+    model: LoadedModel | Cascade | str | os.PathLike | None,
+    data: str | os.PathLike,
+    split: str,
+    *,
+    task: Task | None = None,
+    device: str | None = None,
+    beam: int = 5,
+    len_penalty: float = 1.0,
+    max_len_a: float = 0.0,
+    max_len_b: int = 200,
+    min_len: int = 1,
+    mbr: Literal["chrf", "bleu"] | None = None,
+    mbr_samples: int = 0,
+    max_tokens: int = 20000,
+    limit: int | None = None,
+    out: str | os.PathLike | None = None,
+    name: str | None = None,
+    skip_bad_audio: bool = False,
+    comet: str | None = None,
+    results: str | os.PathLike | None = None,
+) -> EvalReport:
     """Decodes the split `split` of the prepared data folder `data` (its first `limit` utterances) and scores it.
 
     ST and MT are scored with BLEU and chrF against the translations, ASR with WER and CER against the transcripts;
@@ -73,14 +88,38 @@ def evaluate(model: LoadedModel | Cascade | str | os.PathLike | None, data: str 
     limit = None if limit is None else checked("limit", opt.integer(1, opt.MAX_TOKENS), limit)
     lm = _model(model, checked_task(task, TASKS), None if device is None else checked_device(device))
     if isinstance(lm, Cascade):
-        report = evaluate_cascade(lm.asr, lm.mt, data, split, beam, out_dir=out, max_tokens=max_tokens, name=name,
-                                  skip_bad_audio=skip_bad_audio, comet_model=comet, limit=limit,
-                                  len_penalty=search.len_penalty, max_len_a=search.max_len_a,
-                                  max_len_b=search.max_len_b, min_len=search.min_len, mbr=search.mbr,
-                                  samples=search.samples)
+        report = evaluate_cascade(
+            lm.asr,
+            lm.mt,
+            data,
+            split,
+            beam,
+            out_dir=out,
+            max_tokens=max_tokens,
+            name=name,
+            skip_bad_audio=skip_bad_audio,
+            comet_model=comet,
+            limit=limit,
+            len_penalty=search.len_penalty,
+            max_len_a=search.max_len_a,
+            max_len_b=search.max_len_b,
+            min_len=search.min_len,
+            mbr=search.mbr,
+            samples=search.samples,
+        )
     else:
-        report = _evaluate(lm, data, split, search.decode_options(lm, beam), out_dir=out, max_tokens=max_tokens,
-                           name=name, skip_bad_audio=skip_bad_audio, comet_model=comet, limit=limit)
+        report = _evaluate(
+            lm,
+            data,
+            split,
+            search.decode_options(lm, beam),
+            out_dir=out,
+            max_tokens=max_tokens,
+            name=name,
+            skip_bad_audio=skip_bad_audio,
+            comet_model=comet,
+            limit=limit,
+        )
     if results is not None:
         append_results_row(results, report)
     return report
@@ -100,8 +139,10 @@ class SimultaneousRun:
         from speechmt.evaluation.simultaneous_eval import latency_line, policy_label
 
         scores = ", ".join(f"{s.name} = {s.score:.2f}" for s in self.report.metrics.values())
-        return (f"{policy_label(self.config)} k={self.config.k} step {self.config.step_ms:g} ms: {scores}; "
-                f"{latency_line(self.report.extra['latency'])}; RTF {self.report.extra['rtf']}")
+        return (
+            f"{policy_label(self.config)} k={self.config.k} step {self.config.step_ms:g} ms: {scores}; "
+            f"{latency_line(self.report.extra['latency'])}; RTF {self.report.extra['rtf']}"
+        )
 
 
 @dataclass
@@ -116,13 +157,28 @@ class SimultaneousEvaluation:
     written: list[Path] = field(default_factory=list)
 
 
-def evaluate_simultaneous(model: LoadedModel | str | os.PathLike | None, data: str | os.PathLike, split: str, *,
-                          policy: Policy = "wait-k", k: int | Sequence[int] | None = None, step_ms: float = 400.0,
-                          tail_beam: int = 1, task: Task | None = None, device: str | None = None, beam: int = 5,
-                          len_penalty: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
-                          min_len: int = 1, max_tokens: int = 20000, limit: int | None = None,
-                          out: str | os.PathLike | None = None, name: str | None = None,
-                          compare: Sequence[str | os.PathLike] = ()) -> SimultaneousEvaluation:
+def evaluate_simultaneous(
+    model: LoadedModel | str | os.PathLike | None,
+    data: str | os.PathLike,
+    split: str,
+    *,
+    policy: Policy = "wait-k",
+    k: int | Sequence[int] | None = None,
+    step_ms: float = 400.0,
+    tail_beam: int = 1,
+    task: Task | None = None,
+    device: str | None = None,
+    beam: int = 5,
+    len_penalty: float = 1.0,
+    max_len_a: float = 0.0,
+    max_len_b: int = 200,
+    min_len: int = 1,
+    max_tokens: int = 20000,
+    limit: int | None = None,
+    out: str | os.PathLike | None = None,
+    name: str | None = None,
+    compare: Sequence[str | os.PathLike] = (),
+) -> SimultaneousEvaluation:
     """Streams the split's utterances through a simultaneous policy (`speechmt evaluate --simultaneous`) and scores
     quality and latency (AL, LAAL; computation-unaware and -aware) for each k, in one pass (each utterance read
     once, its encoder outputs shared between the settings).
@@ -146,20 +202,43 @@ def evaluate_simultaneous(model: LoadedModel | str | os.PathLike | None, data: s
     beam, search = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, None, 0)
     lm = _loaded(model, checked_task(task, TASKS), None if device is None else checked_device(device))
     ks = [default_k(policy, lm)] if k is None else [k] if isinstance(k, int) else list(k)
-    cfgs = [SimultaneousConfig(policy, checked("k", opt.integer(1, 1000), n),
-                               checked("step_ms", opt.number(25, 10000), step_ms),
-                               tail_beam=checked("tail_beam", opt.integer(1, opt.MAX_BEAM), tail_beam)) for n in ks]
+    cfgs = [
+        SimultaneousConfig(
+            policy,
+            checked("k", opt.integer(1, 1000), n),
+            checked("step_ms", opt.number(25, 10000), step_ms),
+            tail_beam=checked("tail_beam", opt.integer(1, opt.MAX_BEAM), tail_beam),
+        )
+        for n in ks
+    ]
     folders = _run_folders(out, cfgs)
-    reports = evaluate_simultaneous_settings(lm, data, split, cfgs, folders, name, limit,
-                                             search.decode_options(lm, 1),
-                                             journal=None if out is None else Path(out) / "streams.jsonl")
+    reports = evaluate_simultaneous_settings(
+        lm,
+        data,
+        split,
+        cfgs,
+        folders,
+        name,
+        limit,
+        search.decode_options(lm, 1),
+        journal=None if out is None else Path(out) / "streams.jsonl",
+    )
     runs = [SimultaneousRun(c, r) for c, r in zip(cfgs, reports)]
     rows = [row for folder in compare for row in read_quality_latency(folder)]
     rows += [latency_row(run.config, run.report) for run in runs]
     if len(rows) == 1:
         return SimultaneousEvaluation(runs, rows)
-    return _with_offline(lm, data, split, SimultaneousEvaluation(runs, rows), search.decode_options(lm, beam),
-                         max_tokens, limit, out, name)
+    return _with_offline(
+        lm,
+        data,
+        split,
+        SimultaneousEvaluation(runs, rows),
+        search.decode_options(lm, beam),
+        max_tokens,
+        limit,
+        out,
+        name,
+    )
 
 
 def _run_folders(out: str | os.PathLike | None, cfgs: list[SimultaneousConfig]) -> list[str | os.PathLike | None]:
@@ -169,9 +248,17 @@ def _run_folders(out: str | os.PathLike | None, cfgs: list[SimultaneousConfig]) 
     return [str(out)] if len(cfgs) == 1 else [str(Path(out) / f"{c.policy}-k{c.k}") for c in cfgs]
 
 
-def _with_offline(lm: LoadedModel, data: str | os.PathLike, split: str, result: SimultaneousEvaluation,
-                  options: DecodeOptions, max_tokens: int, limit: int | None, out: str | os.PathLike | None,
-                  name: str | None) -> SimultaneousEvaluation:
+def _with_offline(
+    lm: LoadedModel,
+    data: str | os.PathLike,
+    split: str,
+    result: SimultaneousEvaluation,
+    options: DecodeOptions,
+    max_tokens: int,
+    limit: int | None,
+    out: str | os.PathLike | None,
+    name: str | None,
+) -> SimultaneousEvaluation:
     """`result` with the offline report of the same utterances and, with `out`, the quality-latency table."""
     from speechmt.evaluation.evaluate import evaluate as _evaluate
     from speechmt.evaluation.simultaneous_eval import write_quality_latency
@@ -180,7 +267,6 @@ def _with_offline(lm: LoadedModel, data: str | os.PathLike, split: str, result: 
     result.offline = _evaluate(lm, data, split, options, offline_dir, max_tokens, name, limit=limit)
     if out is not None:
         policies = " and ".join(dict.fromkeys(r["policy"] for r in result.rows))
-        title = (f"Quality and latency: {Path(lm.path).name} on {split} ({result.offline.n} utterances), "
-                 f"{policies}")
+        title = f"Quality and latency: {Path(lm.path).name} on {split} ({result.offline.n} utterances), {policies}"
         result.written = write_quality_latency(out, result.rows, title, result.offline)
     return result

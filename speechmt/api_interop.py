@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 
-def import_hf(source: str | os.PathLike, out: str | os.PathLike, *, tgt_lang: str | None = None,
-              task: Literal["st", "asr"] = "st") -> Path:
+def import_hf(
+    source: str | os.PathLike, out: str | os.PathLike, *, tgt_lang: str | None = None, task: Literal["st", "asr"] = "st"
+) -> Path:
     """Converts a Hugging Face Speech2Text model (a local folder, or a hub id such as
     facebook/s2t-small-mustc-en-de-st) into the speechmt checkpoint `out`; `tgt_lang`: a multilingual model's target
     language (its <lang:xx> tag). Returns `out`."""
@@ -31,8 +32,12 @@ def import_whisper(ct2_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     return _import(ct2_dir, out)
 
 
-def import_gguf(gguf_file: str | os.PathLike, out: str | os.PathLike, *,
-                dtype: Literal["float32", "bfloat16", "float16"] = "float32") -> Path:
+def import_gguf(
+    gguf_file: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+) -> Path:
     """Converts a causal LM in GGUF format (llama.cpp's file, e.g. Gemma 3; needs the `gguf` extra) into a Hugging
     Face folder `out`, dequantised to `dtype`; the folder appears complete or not at all. Returns `out`."""
     from speechmt.interop.gguf import import_gguf as _import

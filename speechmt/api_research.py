@@ -17,9 +17,16 @@ if TYPE_CHECKING:
     from speechmt.training.state import TrainState
 
 
-def analyze(model: str | os.PathLike, data: str | os.PathLike, split: str, out: str | os.PathLike, *,
-            text_model: str | None = None, limit: int | None = None,
-            device: str = "cpu") -> tuple[dict[str, Any], list[Path]]:
+def analyze(
+    model: str | os.PathLike,
+    data: str | os.PathLike,
+    split: str,
+    out: str | os.PathLike,
+    *,
+    text_model: str | None = None,
+    limit: int | None = None,
+    device: str = "cpu",
+) -> tuple[dict[str, Any], list[Path]]:
     """Runs the split's utterances through the model's speech path and their transcripts through its text path (or
     `text_model`, a Hugging Face text encoder), measures every speech layer against every text layer (CKA, RSA,
     PWCCA), each layer's anisotropy and word-level similarity, and speech<->text retrieval; writes analysis.json,
@@ -27,8 +34,15 @@ def analyze(model: str | os.PathLike, data: str | os.PathLike, split: str, out: 
     `limit`: the first N (>= 4) utterances."""
     from speechmt.evaluation.analyze import AnalyzeConfig, run_analysis
 
-    cfg = AnalyzeConfig(model=os.fspath(model), data=os.fspath(data), split=split, out=os.fspath(out),
-                        text_model=text_model, limit=limit, device=device)
+    cfg = AnalyzeConfig(
+        model=os.fspath(model),
+        data=os.fspath(data),
+        split=split,
+        out=os.fspath(out),
+        text_model=text_model,
+        limit=limit,
+        device=device,
+    )
     return run_analysis(cfg)
 
 
@@ -43,13 +57,28 @@ class BenchmarkRun:
     written: list[Path]
 
 
-def benchmark(data: str | os.PathLike, split: str, out: str | os.PathLike, *, models: Sequence[str] = (),
-              cascades: Sequence[tuple[str, str]] = (), peers: Sequence[str] = (), compare: Sequence[str] = (),
-              names: Sequence[str] = (), tasks: Sequence[str] = (), analyses: Sequence[str] = (), beam: int = 5,
-              mbr: Literal["chrf", "bleu"] | None = None, mbr_samples: int = 0, max_tokens: int = 20000,
-              limit: int | None = None, threads: int | None = None, device: str = "cpu",
-              dtype: Literal["float32", "bfloat16"] = "float32",
-              buckets: Sequence[float] = (2.0, 4.0, 6.0, 8.0)) -> BenchmarkRun:
+def benchmark(
+    data: str | os.PathLike,
+    split: str,
+    out: str | os.PathLike,
+    *,
+    models: Sequence[str] = (),
+    cascades: Sequence[tuple[str, str]] = (),
+    peers: Sequence[str] = (),
+    compare: Sequence[str] = (),
+    names: Sequence[str] = (),
+    tasks: Sequence[str] = (),
+    analyses: Sequence[str] = (),
+    beam: int = 5,
+    mbr: Literal["chrf", "bleu"] | None = None,
+    mbr_samples: int = 0,
+    max_tokens: int = 20000,
+    limit: int | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+    dtype: Literal["float32", "bfloat16"] = "float32",
+    buckets: Sequence[float] = (2.0, 4.0, 6.0, 8.0),
+) -> BenchmarkRun:
     """Scores speechmt checkpoints (`models`, named `names`, doing `tasks`), (ASR, MT) `cascades`, peer hypotheses
     files (`peers`) and earlier benchmark.json results (`compare`) on the same utterances with the same metrics,
     times the checkpoints (RTF, throughput) and writes benchmark.json, benchmark.md, plots and hyp.<system>.txt
@@ -58,19 +87,39 @@ def benchmark(data: str | os.PathLike, split: str, out: str | os.PathLike, *, mo
     from speechmt.evaluation.benchmark import BenchmarkConfig, run_benchmark
     from speechmt.evaluation.benchmark_report import benchmark_markdown, write_benchmark
 
-    cfg = BenchmarkConfig(data=os.fspath(data), split=split, models=tuple(models),
-                          cascades=tuple((a, m) for a, m in cascades), peers=tuple(peers), compare=tuple(compare),
-                          names=tuple(names), tasks=tuple(tasks), beam=beam, mbr=mbr, mbr_samples=mbr_samples,
-                          max_tokens=max_tokens, limit=limit, threads=threads, device=device, dtype=dtype,
-                          edges=tuple(buckets), analyses=tuple(analyses))
+    cfg = BenchmarkConfig(
+        data=os.fspath(data),
+        split=split,
+        models=tuple(models),
+        cascades=tuple((a, m) for a, m in cascades),
+        peers=tuple(peers),
+        compare=tuple(compare),
+        names=tuple(names),
+        tasks=tuple(tasks),
+        beam=beam,
+        mbr=mbr,
+        mbr_samples=mbr_samples,
+        max_tokens=max_tokens,
+        limit=limit,
+        threads=threads,
+        device=device,
+        dtype=dtype,
+        edges=tuple(buckets),
+        analyses=tuple(analyses),
+    )
     bench, hyps = run_benchmark(cfg)
     written = write_benchmark(bench, out, hyps)
     return BenchmarkRun(bench, hyps, benchmark_markdown(bench), written)
 
 
-def pretrain_audio(manifests: Sequence[str | os.PathLike] = (), out: str | os.PathLike | None = None, *,
-                   config: str | os.PathLike | None = None, overrides: Sequence[str] = (),
-                   resume: bool = True) -> tuple[PretrainAudioConfig, TrainState]:
+def pretrain_audio(
+    manifests: Sequence[str | os.PathLike] = (),
+    out: str | os.PathLike | None = None,
+    *,
+    config: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    resume: bool = True,
+) -> tuple[PretrainAudioConfig, TrainState]:
     """wav2vec 2.0 self-supervised pretraining on the manifests' audio into the Hugging Face model folder `out`,
     which loads as the wav2vec2 encoder (model.encoder.kind=wav2vec2 model.encoder.name_or_path=OUT).
 
@@ -84,6 +133,10 @@ def pretrain_audio(manifests: Sequence[str | os.PathLike] = (), out: str | os.Pa
     from speechmt.training.pretrain_audio import load_pretrain_config
     from speechmt.training.pretrain_audio import pretrain_audio as _pretrain
 
-    cfg = load_pretrain_config(config, list(overrides), manifests=[os.fspath(m) for m in manifests] or None,
-                               out=None if out is None else os.fspath(out))
+    cfg = load_pretrain_config(
+        config,
+        list(overrides),
+        manifests=[os.fspath(m) for m in manifests] or None,
+        out=None if out is None else os.fspath(out),
+    )
     return cfg, _pretrain(cfg, resume=resume)

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from speechmt.training.state import TrainState
 
 
-def train(config: str | os.PathLike | ExperimentConfig | None = None, overrides: Sequence[str] = (), *,
-          resume: bool = True) -> TrainState:
+def train(
+    config: str | os.PathLike | ExperimentConfig | None = None, overrides: Sequence[str] = (), *, resume: bool = True
+) -> TrainState:
     """Trains as an experiment config says (docs/training.md) and returns where the run ended (`step`, `epoch`,
     `best_loss`).
 
@@ -39,8 +40,13 @@ def train(config: str | os.PathLike | ExperimentConfig | None = None, overrides:
     return run_training(load_config(config, list(overrides)), resume=resume)
 
 
-def average(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, last: int = 10,
-            by: Literal["auto", "epoch", "update"] = "auto") -> list[Path]:
+def average(
+    inputs: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    last: int = 10,
+    by: Literal["auto", "epoch", "update"] = "auto",
+) -> list[Path]:
     """Averages checkpoint files, or the `last` numbered checkpoints of each folder in `inputs`, into `out`: a
     folder's epoch checkpoints (checkpoint_epoch<E>, as fairseq averages; `by` "epoch"), its update checkpoints
     (checkpoint_<step>; "update"), or with "auto" the epoch ones when it has any. Returns the files averaged."""
@@ -51,8 +57,15 @@ def average(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, last
     return _average([os.fspath(p) for p in inputs], last, os.fspath(out), by)
 
 
-def export(checkpoint: str | os.PathLike, out: str | os.PathLike, *, fp32: bool = False, merge: bool = False,
-           whisper_pad_seconds: float | None = None, memory: str | None = None) -> dict[str, int]:
+def export(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    fp32: bool = False,
+    merge: bool = False,
+    whisper_pad_seconds: float | None = None,
+    memory: str | None = None,
+) -> dict[str, int]:
     """Writes an inference-only copy of `checkpoint` to `out` (no optimiser or training state) and returns its
     {"params", "bytes"}.
 
@@ -66,5 +79,6 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, *, fp32: bool 
     """
     from speechmt.pretrained import export_model
 
-    return export_model(checkpoint, out, half=not fp32, merge=merge, whisper_pad_seconds=whisper_pad_seconds,
-                        memory=memory)
+    return export_model(
+        checkpoint, out, half=not fp32, merge=merge, whisper_pad_seconds=whisper_pad_seconds, memory=memory
+    )

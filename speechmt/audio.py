@@ -49,8 +49,9 @@ def read_audio(
         if f.frames == 0:
             raise AudioError(f"{path}: no samples", "empty audio")
         if start >= f.frames:
-            raise AudioError(f"{path}: offset {offset:.3f}s is past the end ({f.frames / sr:.3f}s)",
-                             "segment outside audio")
+            raise AudioError(
+                f"{path}: offset {offset:.3f}s is past the end ({f.frames / sr:.3f}s)", "segment outside audio"
+            )
         n = -1 if duration is None else int(round(duration * sr))
         try:
             if start:
@@ -60,8 +61,10 @@ def read_audio(
             raise decode_error(path, e) from None
     if duration is not None and wave.shape[0] < int(round(duration * sr)) - 1:
         got = wave.shape[0] / sr
-        raise AudioError(f"{path}: slice {offset:.3f}+{duration:.3f}s runs past the end of the file "
-                         f"(only {got:.3f}s available)", "segment outside audio")
+        raise AudioError(
+            f"{path}: slice {offset:.3f}+{duration:.3f}s runs past the end of the file (only {got:.3f}s available)",
+            "segment outside audio",
+        )
     if wave.shape[0] == 0:
         raise AudioError(f"{path}: no samples", "empty audio")
     mono = wave.mean(axis=1) if wave.shape[1] > 1 else wave[:, 0]
@@ -258,7 +261,7 @@ class Fbank(torch.nn.Module):
         spec = torch.fft.rfft(padded)  # (n, K) complex128
         squares = torch.view_as_real(spec).reshape(len(spec), -1).float().square_()  # (n, 2K): re², im²
         for g, (f0, f1, lo, hi) in enumerate(self.bands):
-            torch.mm(squares[:, 2 * lo:2 * hi], getattr(self, f"mel{g}"), out=out[:, f0:f1])
+            torch.mm(squares[:, 2 * lo : 2 * hi], getattr(self, f"mel{g}"), out=out[:, f0:f1])
         out.clamp_(min=torch.finfo(torch.float32).eps).log_()
 
 
@@ -351,8 +354,11 @@ def _global_cmvn(feats: torch.Tensor, cfg: CMVNConfig) -> torch.Tensor:
     return (feats - mean) / std
 
 
-CMVN_KINDS = {"utterance": lambda feats, cfg: utterance_cmvn(feats), "global": _global_cmvn,
-              "none": lambda feats, cfg: feats}
+CMVN_KINDS = {
+    "utterance": lambda feats, cfg: utterance_cmvn(feats),
+    "global": _global_cmvn,
+    "none": lambda feats, cfg: feats,
+}
 """Each CMVN kind's normalisation `(feats (T, F), CMVNConfig) -> (T, F)`."""
 
 
@@ -392,12 +398,12 @@ def spec_augment(feats: torch.Tensor, cfg: SpecAugmentConfig, generator: torch.G
     for _ in range(cfg.freq_mask_n):
         f = draw(cfg.freq_mask_f)
         f0 = draw(n_f - f)
-        out[:, f0:f0 + f] = value
+        out[:, f0 : f0 + f] = value
     max_t = min(cfg.time_mask_t, math.floor(n_t * cfg.time_mask_p))
     if max_t < 1:
         return out
     for _ in range(cfg.time_mask_n):
         t = draw(max_t)
         t0 = draw(n_t - t)
-        out[t0:t0 + t, :] = value
+        out[t0 : t0 + t, :] = value
     return out

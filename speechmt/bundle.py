@@ -19,8 +19,17 @@ from speechmt.frontend import Frontend, frontend_from_state
 from speechmt.models.config import ModelConfig
 from speechmt.tokenizers.pair import AnyTokenizer, Tokenizers
 
-KEYS = ("model_config", "tokenizers", "features", "task", "decoder_tag", "decoder_tags", "decoder_side",
-        "decoder_start", "base")
+KEYS = (
+    "model_config",
+    "tokenizers",
+    "features",
+    "task",
+    "decoder_tag",
+    "decoder_tags",
+    "decoder_side",
+    "decoder_start",
+    "base",
+)
 """A checkpoint's keys that the bundle writes and reads; with "model" (the weights) what inference needs."""
 DECODER_STARTS = ("bos", "eos")  # the decoder's first input: <s>, or </s> (models converted from fairseq)
 SIDES = ("src", "tgt")
@@ -56,10 +65,16 @@ class ModelBundle:
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's entries (KEYS; "base" only for a checkpoint on a pretrained base)."""
-        state = {"model_config": asdict(self.config), "tokenizers": self.tokenizers.state_dict(),
-                 "features": self.frontend.state_dict(), "task": self.task,
-                 "decoder_tag": self.decoder_tags.get(self.task), "decoder_tags": dict(self.decoder_tags),
-                 "decoder_side": self.decoder_side, "decoder_start": self.decoder_start}
+        state = {
+            "model_config": asdict(self.config),
+            "tokenizers": self.tokenizers.state_dict(),
+            "features": self.frontend.state_dict(),
+            "task": self.task,
+            "decoder_tag": self.decoder_tags.get(self.task),
+            "decoder_tags": dict(self.decoder_tags),
+            "decoder_side": self.decoder_side,
+            "decoder_start": self.decoder_start,
+        }
         return {**state, "base": self.base} if self.base is not None else state
 
     @classmethod
@@ -71,17 +86,33 @@ class ModelBundle:
             tokenizers = Tokenizers.from_state_dict(ckpt["tokenizers"])
             frontend = frontend_from_state(ckpt["features"])
         except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs "
-                                  f"({str(e).splitlines()[0]})") from None
+            raise CheckpointError(
+                f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})"
+            ) from None
         if frontend.name != config.encoder.frontend:
-            raise CheckpointError(f"{path}: its encoder reads {config.encoder.frontend} input, but the checkpoint "
-                                  f"has no such front-end settings (features.{config.encoder.frontend})")
+            raise CheckpointError(
+                f"{path}: its encoder reads {config.encoder.frontend} input, but the checkpoint "
+                f"has no such front-end settings (features.{config.encoder.frontend})"
+            )
         task, start, side = ckpt.get("task", "st"), ckpt.get("decoder_start", "bos"), ckpt.get("decoder_side")
         tags = ckpt.get("decoder_tags") or {}
-        problem = (start not in DECODER_STARTS and f"unknown decoder_start {start!r}; expected 'bos' or 'eos'"
-                   or side not in (None, *SIDES) and f"unknown decoder_side {side!r}; expected 'src' or 'tgt'"
-                   or not isinstance(tags, dict) and f"decoder_tags must map tasks to tags, got {type(tags).__name__}")
+        problem = (
+            start not in DECODER_STARTS
+            and f"unknown decoder_start {start!r}; expected 'bos' or 'eos'"
+            or side not in (None, *SIDES)
+            and f"unknown decoder_side {side!r}; expected 'src' or 'tgt'"
+            or not isinstance(tags, dict)
+            and f"decoder_tags must map tasks to tags, got {type(tags).__name__}"
+        )
         if problem:
             raise CheckpointError(f"{path}: {problem}")
-        return cls(config, tokenizers, frontend, task, {task: ckpt.get("decoder_tag"), **tags}, side or None, start,
-                   ckpt.get("base"))
+        return cls(
+            config,
+            tokenizers,
+            frontend,
+            task,
+            {task: ckpt.get("decoder_tag"), **tags},
+            side or None,
+            start,
+            ckpt.get("base"),
+        )

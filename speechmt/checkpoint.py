@@ -86,7 +86,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def file_kind(path: str | os.PathLike) -> str:
-    """"pickle" (torch.save's zip or a bare pickle), "safetensors" or "other", by the first bytes."""
+    """ "pickle" (torch.save's zip or a bare pickle), "safetensors" or "other", by the first bytes."""
     with open(path, "rb") as f:
         head = f.read(9)
     if len(head) == 9 and head[8:9] == b"{":  # 8-byte header length, then the JSON header (checked first:
@@ -99,9 +99,11 @@ def file_kind(path: str | os.PathLike) -> str:
 def _check_kind(path: Path) -> None:
     kind = file_kind(path)
     if kind == "pickle":
-        raise CheckpointError(f"{path}: an old pickled speechmt checkpoint; pickles can run code, so it is not "
-                              f"loaded. Convert it once, if you trust its source: speechmt import convert {path} --out "
-                              "NEW.safetensors --trust")
+        raise CheckpointError(
+            f"{path}: an old pickled speechmt checkpoint; pickles can run code, so it is not "
+            f"loaded. Convert it once, if you trust its source: speechmt import convert {path} --out "
+            "NEW.safetensors --trust"
+        )
     if kind == "other":
         what = "an empty file" if path.stat().st_size == 0 else "neither safetensors nor an old pickled checkpoint"
         raise CheckpointError(f"{path}: not a speechmt model file ({what})")
@@ -110,8 +112,11 @@ def _check_kind(path: Path) -> None:
 def _check_format(path: Path, metadata: dict[str, str]) -> None:
     found = metadata.get("format")
     if found != FORMAT or "state" not in metadata:
-        what = (f"format {found!r}; this speechmt reads {FORMAT!r}" if found and found != FORMAT
-                else f"a safetensors file without the {FORMAT!r} format tag and state")
+        what = (
+            f"format {found!r}; this speechmt reads {FORMAT!r}"
+            if found and found != FORMAT
+            else f"a safetensors file without the {FORMAT!r} format tag and state"
+        )
         raise CheckpointError(f"{path}: not a speechmt model file ({what})")
 
 
@@ -146,8 +151,10 @@ class _Encoder:
             return {"$bytes": self._add(_uint8(value), path)}
         if isinstance(value, (np.ndarray, np.generic)) and _raw_numpy(value.dtype):
             return self._numpy(value, path)
-        raise TypeError(f"cannot store a {kind.__name__} in a checkpoint (at {'/'.join(path) or 'the top'}): "
-                        "checkpoints hold tensors, numbers, strings, bytes, None, lists, tuples, dicts, numpy arrays")
+        raise TypeError(
+            f"cannot store a {kind.__name__} in a checkpoint (at {'/'.join(path) or 'the top'}): "
+            "checkpoints hold tensors, numbers, strings, bytes, None, lists, tuples, dicts, numpy arrays"
+        )
 
     def _dict(self, value: dict, path: tuple[str, ...]) -> dict:
         if all(type(k) is str and not k.startswith("$") for k in value):
@@ -156,8 +163,12 @@ class _Encoder:
 
     def _numpy(self, value: np.ndarray | np.generic, path: tuple[str, ...]) -> dict:
         array = np.asarray(value)
-        return {"$ndarray": self._add(_uint8(array.tobytes()), path), "dtype": array.dtype.str,
-                "shape": list(array.shape), **({"scalar": True} if isinstance(value, np.generic) else {})}
+        return {
+            "$ndarray": self._add(_uint8(array.tobytes()), path),
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            **({"scalar": True} if isinstance(value, np.generic) else {}),
+        }
 
     def _tensor(self, t: torch.Tensor, path: tuple[str, ...]) -> str:
         """The entry name holding `t`: an earlier one when `t` is the same view of the same storage."""

@@ -125,7 +125,7 @@ class Check:
         return " " + " and ".join(ends) if ends else ""
 
     def problem(self, name: str, value: Any, kind: type | None) -> str | None:
-        """"<name> must be <allowed>, got <value>" unless `value` is admitted."""
+        """ "<name> must be <allowed>, got <value>" unless `value` is admitted."""
         return None if self.admits(value, kind) else f"{name} must be {self.allowed(kind)}, got {value!r}"
 
 
@@ -173,14 +173,15 @@ def raise_problems(what: str, checklist: list, subject: str = "") -> None:
 
 
 def count_problem(name: str, value: Any, least: int, note: str = "") -> str | None:
-    """"<name> must be an integer >= <least>, got <value>" unless value is one (a bool is not); `note` is added
+    """ "<name> must be an integer >= <least>, got <value>" unless value is one (a bool is not); `note` is added
     in parentheses. For values that are no field (items of a list or mapping)."""
     return Check(least, note=note).problem(name, value, int)
 
 
-def number_problem(name: str, value: Any, lo: float = 0, lo_in: bool = True, hi: float | None = None,
-                   hi_in: bool = True) -> str | None:
-    """"<name> must be a finite number > 0, got <value>" unless value is a finite number (not a bool) in the
+def number_problem(
+    name: str, value: Any, lo: float = 0, lo_in: bool = True, hi: float | None = None, hi_in: bool = True
+) -> str | None:
+    """ "<name> must be a finite number > 0, got <value>" unless value is a finite number (not a bool) in the
     range. For values that are no field (items of a list or mapping)."""
     return Check(lo, hi, lo_in, hi_in).problem(name, value, float)
 

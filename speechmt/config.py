@@ -72,14 +72,24 @@ class DataConfig:
 
     def __post_init__(self):
         self.augment_rt60, self.augment_noise_snr = tuple(self.augment_rt60), tuple(self.augment_noise_snr)
-        probabilities = {"augment_reverb": self.augment_reverb, "augment_noise": self.augment_noise,
-                         "augment_telephone": self.augment_telephone}
-        raise_problems("data", [
-            *(not 0 <= v <= 1 and f"{k} must be a probability from 0 to 1, got {v}" for k, v in probabilities.items()),
-            not (len(self.augment_rt60) == 2 and 0 < self.augment_rt60[0] <= self.augment_rt60[1] <= 2) and
-            f"augment_rt60 must be [low, high] seconds with 0 < low <= high <= 2, got {list(self.augment_rt60)}",
-            not (len(self.augment_noise_snr) == 2 and self.augment_noise_snr[0] <= self.augment_noise_snr[1]) and
-            f"augment_noise_snr must be [low, high] dB with low <= high, got {list(self.augment_noise_snr)}"])
+        probabilities = {
+            "augment_reverb": self.augment_reverb,
+            "augment_noise": self.augment_noise,
+            "augment_telephone": self.augment_telephone,
+        }
+        raise_problems(
+            "data",
+            [
+                *(
+                    not 0 <= v <= 1 and f"{k} must be a probability from 0 to 1, got {v}"
+                    for k, v in probabilities.items()
+                ),
+                not (len(self.augment_rt60) == 2 and 0 < self.augment_rt60[0] <= self.augment_rt60[1] <= 2)
+                and f"augment_rt60 must be [low, high] seconds with 0 < low <= high <= 2, got {list(self.augment_rt60)}",
+                not (len(self.augment_noise_snr) == 2 and self.augment_noise_snr[0] <= self.augment_noise_snr[1])
+                and f"augment_noise_snr must be [low, high] dB with low <= high, got {list(self.augment_noise_snr)}",
+            ],
+        )
 
 
 @dataclass
@@ -147,11 +157,18 @@ class TrainConfig:
         self.lr_scale = lr_scale_checked(self.lr_scale)
         if isinstance(self.align, dict):
             self.align = AlignConfig(**self.align)
-        raise_problems("train", [count_problem("init_procrustes", self.init_procrustes, 0, "utterances; 0: none"),
-                                 field_check(TrainConfig, "init_map").problem("init_map", self.init_map, str)])
+        raise_problems(
+            "train",
+            [
+                count_problem("init_procrustes", self.init_procrustes, 0, "utterances; 0: none"),
+                field_check(TrainConfig, "init_map").problem("init_map", self.init_map, str),
+            ],
+        )
         if self.stages and self.ctc_weight:
-            raise ConfigError("train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
-                              "objective weight of a task, e.g. objectives: {ce: 0.7, ctc: 0.3}")
+            raise ConfigError(
+                "train.ctc_weight applies to one-stage runs; with train.stages give ctc as an "
+                "objective weight of a task, e.g. objectives: {ce: 0.7, ctc: 0.3}"
+            )
         if self.task not in ("st", "asr", "mt"):
             raise ConfigError(f"unknown task {self.task!r}; expected st, asr or mt")
         if self.precision not in ("fp32", "bf16", "fp16"):
@@ -159,12 +176,14 @@ class TrainConfig:
 
 
 def init_source(item: str) -> tuple[str, tuple[str, ...]]:
-    """"PATH:prefix,prefix" (an item of train.init_from) -> (PATH, prefixes); each prefix ends with a dot."""
+    """ "PATH:prefix,prefix" (an item of train.init_from) -> (PATH, prefixes); each prefix ends with a dot."""
     path, _, tail = str(item).rpartition(":")
     prefixes = tuple(p.strip() for p in tail.split(",") if p.strip())
     if not path or not prefixes or not all(p.endswith(".") for p in prefixes):
-        raise ConfigError(f"train.init_from item {item!r}: expected CHECKPOINT:prefix.[,prefix.] "
-                          "(e.g. exp/mt/checkpoint_avg.safetensors:decoder.)")
+        raise ConfigError(
+            f"train.init_from item {item!r}: expected CHECKPOINT:prefix.[,prefix.] "
+            "(e.g. exp/mt/checkpoint_avg.safetensors:decoder.)"
+        )
     return path, prefixes
 
 
@@ -187,8 +206,10 @@ class ExperimentConfig:
         for part in ("encoder", "decoder"):
             dtype = getattr(getattr(self.model, part), "base_dtype", "float32")
             if dtype != "float32" and self.train.precision == "fp32":
-                return (f"model.{part}.base_dtype {dtype} needs train.precision bf16 or fp16 (autocast casts "
-                        "between the frozen half-precision weights and the float32 trained ones)")
+                return (
+                    f"model.{part}.base_dtype {dtype} needs train.precision bf16 or fp16 (autocast casts "
+                    "between the frozen half-precision weights and the float32 trained ones)"
+                )
         return ""
 
     def _asr_pairs_problem(self) -> str:
@@ -197,21 +218,30 @@ class ExperimentConfig:
         from no table; both read each token off the state before it (the greedy search's); align at the LM's input."""
         encoder = self.model.encoder
         aligns = any("align" in t.objectives for stage in self.train.stages for t in stage.tasks)
-        users = [name for name, on in (("train.init_procrustes", self.train.init_procrustes),
-                                       ("the align objective", aligns)) if on]
+        users = [
+            name
+            for name, on in (("train.init_procrustes", self.train.init_procrustes), ("the align objective", aligns))
+            if on
+        ]
         if not users or not encoder.transcribes:
             return ""
         if encoder.asr_embed != "states":
-            return (f"{users[0]} on encoder whisper_asr needs model.encoder.asr_embed states (with "
-                    f"{encoder.asr_embed} the LM reads the transcript's embeddings already; its projection starts at zero)")
+            return (
+                f"{users[0]} on encoder whisper_asr needs model.encoder.asr_embed states (with "
+                f"{encoder.asr_embed} the LM reads the transcript's embeddings already; its projection starts at zero)"
+            )
         if not self.model.decoder.lm_tokens:
             return f"{users[0]} on encoder whisper_asr needs decoder kind lm (its embeddings are the targets)"
         if aligns and self.train.align.layer:
-            return (f"train.align.layer {self.train.align.layer}: a whisper_asr encoder's tokens meet the LM's "
-                    f"embeddings of their text at layer 0 only")
+            return (
+                f"train.align.layer {self.train.align.layer}: a whisper_asr encoder's tokens meet the LM's "
+                f"embeddings of their text at layer 0 only"
+            )
         if encoder.asr_beam > 1:
-            return (f"{users[0]} on encoder whisper_asr reads each token off the state before it (the greedy "
-                    f"search's); model.encoder.asr_beam is {encoder.asr_beam}: set it to 1")
+            return (
+                f"{users[0]} on encoder whisper_asr reads each token off the state before it (the greedy "
+                f"search's); model.encoder.asr_beam is {encoder.asr_beam}: set it to 1"
+            )
         return ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -229,8 +259,11 @@ class ExperimentConfig:
             built = preset(name, **model) if name else ModelConfig(**model)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"model: {e}") from None
-        return cls(model=built, data=_build(DataConfig, _data_section(d), "data"),
-                   train=_build(TrainConfig, _section(d, "train"), "train"))
+        return cls(
+            model=built,
+            data=_build(DataConfig, _data_section(d), "data"),
+            train=_build(TrainConfig, _section(d, "train"), "train"),
+        )
 
 
 def lr_scale_checked(scales: dict) -> dict[str, float]:
@@ -240,8 +273,10 @@ def lr_scale_checked(scales: dict) -> dict[str, float]:
     for key, value in (scales or {}).items():
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         if not isinstance(key, str) or not key or number is None or not 0 < number < float("inf"):
-            raise ConfigError(f"train.lr_scale entry {key!r}: {value!r}: expected a parameter-name glob and a "
-                              "positive finite factor of train.lr, e.g. {'*fusion*': 50}")
+            raise ConfigError(
+                f"train.lr_scale entry {key!r}: {value!r}: expected a parameter-name glob and a "
+                "positive finite factor of train.lr, e.g. {'*fusion*': 50}"
+            )
         out[key] = float(number)
     return out
 
@@ -291,7 +326,11 @@ def _check_known(cls, d: dict[str, Any], section: str) -> None:
         raise ConfigError(f"unknown {section} option(s): {', '.join(map(str, unknown))}")
     hints = typing.get_type_hints(cls)
     for name, value in d.items():  # a component slot's options are checked by its kind (models.components.Slot)
-        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict) and not (cls is ModelConfig and name in SLOTS):
+        if (
+            dataclasses.is_dataclass(hints[name])
+            and isinstance(value, dict)
+            and not (cls is ModelConfig and name in SLOTS)
+        ):
             _check_known(hints[name], value, f"{section}.{name}")
 
 
@@ -357,7 +396,9 @@ def yaml_value(text: str) -> Any:
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"value {text!r} is not a YAML value ({getattr(e, 'problem', None) or 'malformed'})") from None
+        raise ConfigError(
+            f"value {text!r} is not a YAML value ({getattr(e, 'problem', None) or 'malformed'})"
+        ) from None
     return float(value) if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) else value
 
 

@@ -45,8 +45,10 @@ def env_interval() -> float:
     except ValueError:
         value = -1.0
     if not 0.0 <= value < float("inf"):
-        warnings.warn(f"{INTERVAL_ENV}={text!r} is not a number of seconds >= 0; progress lines every "
-                      f"{DEFAULT_INTERVAL:g} s", stacklevel=3)
+        warnings.warn(
+            f"{INTERVAL_ENV}={text!r} is not a number of seconds >= 0; progress lines every {DEFAULT_INTERVAL:g} s",
+            stacklevel=3,
+        )
         return DEFAULT_INTERVAL
     return value
 
@@ -73,9 +75,19 @@ class Progress:
     thread that prints on time while one step of the job takes longer than the interval. `mode` and `interval`
     default to the environment (module docstring); `enabled=False` shows nothing."""
 
-    def __init__(self, total: int | None, desc: str, unit: str = "it", *, stream: TextIO | None = None,
-                 interval: float | None = None, mode: str | None = None, enabled: bool = True,
-                 clock: Callable[[], float] = time.monotonic, background: bool | None = None):
+    def __init__(
+        self,
+        total: int | None,
+        desc: str,
+        unit: str = "it",
+        *,
+        stream: TextIO | None = None,
+        interval: float | None = None,
+        mode: str | None = None,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        background: bool | None = None,
+    ):
         self.total, self.desc, self.unit = total, desc, unit
         self.stream = stream if stream is not None else sys.stderr
         self.interval = env_interval() if interval is None else interval
@@ -94,8 +106,9 @@ class Progress:
         if self.mode == "bar":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, leave=False, mininterval=1.0,
-                             dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total, desc=desc, unit=unit, file=self.stream, leave=False, mininterval=1.0, dynamic_ncols=True
+            )
         elif self.mode == "lines" and (self.interval > 0 if background is None else background):
             self._thread = threading.Thread(target=self._ticker, name=f"progress {desc}", daemon=True)
             self._thread.start()
@@ -112,8 +125,11 @@ class Progress:
         """The progress line: count (of total, percent), rate, elapsed time and, with a total, time left."""
         elapsed = (self.clock() if now is None else now) - self.start
         rate = self.n / elapsed if elapsed > 0 else 0.0
-        count = f"{self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)" if self.total else \
-            f"{self.n} {self.unit}"
+        count = (
+            f"{self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)"
+            if self.total
+            else f"{self.n} {self.unit}"
+        )
         text = f"{self.desc}: {count}, {rate:.3g} {self.unit}/s, {clock_text(elapsed)} elapsed"
         if self.total:
             left = clock_text((self.total - self.n) / rate) if rate > 0 else "?"

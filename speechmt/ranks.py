@@ -53,4 +53,3 @@ def build_once(ready: Callable[[], bool], build: Callable[[], T], read: Callable
         result = read()
     barrier()
     return result
-

@@ -17,8 +17,9 @@ def lengths_to_padding_mask(lengths: torch.Tensor, max_len: int | None = None) -
     return positions[None, :] >= lengths[:, None]  # (1, T) >= (B, 1) -> (B, T)
 
 
-def concat_padded(a: torch.Tensor, a_lengths: torch.Tensor, b: torch.Tensor,
-                  b_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def concat_padded(
+    a: torch.Tensor, a_lengths: torch.Tensor, b: torch.Tensor, b_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-wise concatenation of two padded batches: a (B, S, ...) and b (B, T, ...) with lengths (B,) ->
     (B, max(a_len + b_len), ...) holding each row's a_i[:a_len_i] then b_i[:b_len_i], padded with zeros at the
     end, and the lengths a_lengths + b_lengths."""

@@ -35,8 +35,15 @@ CORPORA = {"mustc": build_mustc, "covost2": build_covost2}
 DEFAULT_LANGS = {"mustc": ("de",), "covost2": COVOST_DEFAULT}
 
 
-def build_mini_corpus(corpus: str, size: str, out: Path, seed: int = 0, jobs: int = 2,
-                      hold_out_voice: str | None = None, langs: tuple[str, ...] | None = None) -> dict:
+def build_mini_corpus(
+    corpus: str,
+    size: str,
+    out: Path,
+    seed: int = 0,
+    jobs: int = 2,
+    hold_out_voice: str | None = None,
+    langs: tuple[str, ...] | None = None,
+) -> dict:
     """Builds a mini corpus under `out` and returns its summary, also written as out/synth_summary.json.
 
     corpus: "mustc" (out/en-de/...) or "covost2" (out/de/..., out/es/...); size: "tiny" (seconds, for
@@ -72,13 +79,13 @@ def build_mini_corpus(corpus: str, size: str, out: Path, seed: int = 0, jobs: in
     else:
         summary = build_covost2(out, size, seed, jobs, langs)
     summary["seconds"] = round(time.perf_counter() - start, 2)
-    (out / "synth_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                                            encoding="utf-8")
+    (out / "synth_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return summary
 
 
-def _build_mustc_pairs(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None,
-                       langs: tuple[str, ...]) -> dict:
+def _build_mustc_pairs(
+    out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None, langs: tuple[str, ...]
+) -> dict:
     """MuST-C-mini for several targets, out/en-<lang> each; the summary holds each pair's and a table per pair. A
     pair that an earlier build in `out` (same size, seed and held-out voice) finished is kept as it is."""
     done = _finished_pairs(out, size, seed)
@@ -86,18 +93,28 @@ def _build_mustc_pairs(out: Path, size: str, seed: int, jobs: int, hold_out_voic
     for lang in langs:
         name = f"en-{lang}"
         kept = done.get(name)
-        if kept is not None and (out / name).is_dir() and kept.get("hold_out_voice") == (
-                voice_label(find_voice("en", hold_out_voice)) if hold_out_voice else None):
+        if (
+            kept is not None
+            and (out / name).is_dir()
+            and kept.get("hold_out_voice")
+            == (voice_label(find_voice("en", hold_out_voice)) if hold_out_voice else None)
+        ):
             print(f"{out / name}: already built; kept", file=sys.stderr)
             pairs[name] = kept
         else:
             pairs[name] = build_mustc(out, size, seed, jobs, hold_out_voice, lang)
-    return {"corpus": "mustc", "size": size, "seed": seed, "langs": list(langs),
-            "hold_out_voice": next(iter(pairs.values()))["hold_out_voice"], "pairs": pairs,
-            "per_direction": {name: per_direction(p) for name, p in pairs.items()},
-            "too_little_text": too_little_text({name: p["pairs_usable"] for name, p in pairs.items()}),
-            "audio_hours": round(sum(p["audio_hours"] for p in pairs.values()), 4),
-            "text_only_pairs": sum(p["text_only_pairs"] for p in pairs.values())}
+    return {
+        "corpus": "mustc",
+        "size": size,
+        "seed": seed,
+        "langs": list(langs),
+        "hold_out_voice": next(iter(pairs.values()))["hold_out_voice"],
+        "pairs": pairs,
+        "per_direction": {name: per_direction(p) for name, p in pairs.items()},
+        "too_little_text": too_little_text({name: p["pairs_usable"] for name, p in pairs.items()}),
+        "audio_hours": round(sum(p["audio_hours"] for p in pairs.values()), 4),
+        "text_only_pairs": sum(p["text_only_pairs"] for p in pairs.values()),
+    }
 
 
 def _finished_pairs(out: Path, size: str, seed: int) -> dict[str, dict]:
@@ -120,8 +137,9 @@ def _built_langs(summary: dict) -> tuple[str, ...]:
     return tuple(summary.get("directions", {}))
 
 
-def _previous_build(out: Path, corpus: str, size: str, seed: int, hold_out_voice: str | None,
-                    langs: tuple[str, ...]) -> dict | None:
+def _previous_build(
+    out: Path, corpus: str, size: str, seed: int, hold_out_voice: str | None, langs: tuple[str, ...]
+) -> dict | None:
     """The summary of a finished build of the same corpus, size, seed, held-out voice and languages in `out`."""
     path = out / "synth_summary.json"
     if not path.exists():

@@ -45,10 +45,10 @@ def read_mo(path: Path) -> Iterator[tuple[str, str]]:
         raise CatalogError(f"{path}: truncated gettext catalog")
 
     def entry(table: int, i: int) -> bytes:
-        length, offset = struct.unpack(order + "2I", data[table + 8 * i:table + 8 * i + 8])
+        length, offset = struct.unpack(order + "2I", data[table + 8 * i : table + 8 * i + 8])
         if offset + length > len(data):
             raise CatalogError(f"{path}: truncated gettext catalog")
-        return data[offset:offset + length]
+        return data[offset : offset + length]
 
     charset = "utf-8"
     for i in range(n):
@@ -117,7 +117,9 @@ def licences(catalog_counts: Counter) -> dict[str, dict]:
     for path, n in sorted(catalog_counts.items()):
         package = owners.get(path)
         name = package or Path(path).name
-        entry = out.setdefault(name, {"messages": 0, "licence": package_licence(package) if package else
-                                      "unknown (no Debian package owns it)"})
+        entry = out.setdefault(
+            name,
+            {"messages": 0, "licence": package_licence(package) if package else "unknown (no Debian package owns it)"},
+        )
         entry["messages"] += n
     return out

@@ -76,9 +76,9 @@ def split_pool(pairs: Sequence[T], size: str, seed: int, stream: int) -> tuple[l
     test_region, dev_region = max(sizes.test, full.test), max(sizes.dev, full.dev)
     train_start = test_region + dev_region
     splits = {
-        "test": voiced[:sizes.test],
-        "dev": voiced[test_region:test_region + sizes.dev],
-        "train": voiced[train_start:train_start + sizes.train],
+        "test": voiced[: sizes.test],
+        "dev": voiced[test_region : test_region + sizes.dev],
+        "train": voiced[train_start : train_start + sizes.train],
     }
     return text_only, splits
 
@@ -93,8 +93,9 @@ def write_lines(path: Path, lines: Iterable[str]) -> None:
 def write_tsv(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     """Writes a tab-separated file as the Common Voice and CoVoST releases (no quoting, `\\` escapes)."""
     with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar="\\",
-                            lineterminator="\n")
+        writer = csv.writer(
+            f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar="\\", lineterminator="\n"
+        )
         writer.writerow(header)
         writer.writerows(rows)
 
@@ -105,8 +106,7 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\"))
 
 
-def run_parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int, desc: str = "synth",
-                 unit: str = "it") -> list[R]:
+def run_parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int, desc: str = "synth", unit: str = "it") -> list[R]:
     """`[fn(x) for x in items]` over `jobs` worker processes, results in input order, with progress
     (speechmt.progress) under `desc`, counting `unit`s."""
     if jobs <= 1 or len(items) <= 1:

@@ -129,8 +129,13 @@ def voice_clips(job: ClipJob) -> list[ClipResult]:
             except TTSError as e:
                 results.append(ClipResult(clip, reason=str(e)))
                 continue
-            wave = np.concatenate([low_noise(rng, rng.uniform(*PAD_S), SAMPLE_RATE), speech,
-                                   low_noise(rng, rng.uniform(*PAD_S), SAMPLE_RATE)])
+            wave = np.concatenate(
+                [
+                    low_noise(rng, rng.uniform(*PAD_S), SAMPLE_RATE),
+                    speech,
+                    low_noise(rng, rng.uniform(*PAD_S), SAMPLE_RATE),
+                ]
+            )
             sf.write(job.clips_dir / clip.path, wave, SAMPLE_RATE, format="MP3")
             results.append(ClipResult(clip, len(wave) / SAMPLE_RATE, len(speech) / SAMPLE_RATE))
     return results
@@ -139,33 +144,54 @@ def voice_clips(job: ClipJob) -> list[ClipResult]:
 def write_tables(root: Path, lang: str, results: list[ClipResult], text_only: list[Pair]) -> None:
     """Writes validated.tsv, covost_v2.<lang>_en.tsv (voiced clips only) and the text-only TSV."""
     voiced = [r.clip for r in results if r.reason is None]
-    write_tsv(root / "validated.tsv", VALIDATED_HEADER,
-              ((c.speaker.client_id, c.path, c.pair.src, 2, 0, "", c.speaker.voice.gender, "")
-               for c in voiced))
-    write_tsv(root / f"covost_v2.{lang}_en.tsv", COVOST_HEADER,
-              ((c.path, c.pair.src, c.pair.tgt, c.speaker.client_id, c.split) for c in voiced))
-    write_tsv(root / f"text-only.{lang}_en.tsv", ("sentence", "translation"),
-              ((p.src, p.tgt) for p in text_only))
+    write_tsv(
+        root / "validated.tsv",
+        VALIDATED_HEADER,
+        ((c.speaker.client_id, c.path, c.pair.src, 2, 0, "", c.speaker.voice.gender, "") for c in voiced),
+    )
+    write_tsv(
+        root / f"covost_v2.{lang}_en.tsv",
+        COVOST_HEADER,
+        ((c.path, c.pair.src, c.pair.tgt, c.speaker.client_id, c.split) for c in voiced),
+    )
+    write_tsv(root / f"text-only.{lang}_en.tsv", ("sentence", "translation"), ((p.src, p.tgt) for p in text_only))
 
 
 def split_counts(results: list[ClipResult]) -> dict[str, float]:
     """Counts of one split: voiced and failed clips, audio and speech seconds."""
     voiced = [r for r in results if r.reason is None]
-    return {"sentences": len(voiced), "failed": len(results) - len(voiced),
-            "audio_seconds": round(sum(r.seconds for r in voiced), 2),
-            "speech_seconds": round(sum(r.speech_seconds for r in voiced), 2)}
+    return {
+        "sentences": len(voiced),
+        "failed": len(results) - len(voiced),
+        "audio_seconds": round(sum(r.seconds for r in voiced), 2),
+        "speech_seconds": round(sum(r.speech_seconds for r in voiced), 2),
+    }
 
 
 def direction_summary(lang: str, n_pairs: int, results: list[ClipResult]) -> dict:
     """Summary of one direction: counts per split, voices, hours and every failure with its reason."""
-    splits = {name: split_counts([r for r in results if r.clip.split.startswith(name)])
-              for name in ("train", "dev", "test")}
+    splits = {
+        name: split_counts([r for r in results if r.clip.split.startswith(name)]) for name in ("train", "dev", "test")
+    }
     voiced_covost = [r for r in results if r.clip.split == "train_covost" and r.reason is None]
     splits["train"]["train_covost"] = len(voiced_covost)
-    return {"direction": f"{lang}-en", "pairs_usable": n_pairs, "splits": splits,
-            "voices": Counter(r.clip.speaker.label for r in results if r.reason is None),
-            "failures": [{"clip": r.clip.path, "split": r.clip.split, "sentence": r.clip.pair.src,
-                          "voice": r.clip.speaker.label, "reason": r.reason} for r in results if r.reason]}
+    return {
+        "direction": f"{lang}-en",
+        "pairs_usable": n_pairs,
+        "splits": splits,
+        "voices": Counter(r.clip.speaker.label for r in results if r.reason is None),
+        "failures": [
+            {
+                "clip": r.clip.path,
+                "split": r.clip.split,
+                "sentence": r.clip.pair.src,
+                "voice": r.clip.speaker.label,
+                "reason": r.reason,
+            }
+            for r in results
+            if r.reason
+        ],
+    }
 
 
 def build_direction(out: Path, lang: str, size: str, seed: int, jobs: int) -> dict:
@@ -176,8 +202,9 @@ def build_direction(out: Path, lang: str, size: str, seed: int, jobs: int) -> di
     root = staging_dir(final)
     (root / "clips").mkdir()
     clips = plan_clips(lang, splits, seed)
-    batches = [ClipJob(tuple(clips[i:i + CLIPS_PER_JOB]), root / "clips", seed)
-               for i in range(0, len(clips), CLIPS_PER_JOB)]
+    batches = [
+        ClipJob(tuple(clips[i : i + CLIPS_PER_JOB]), root / "clips", seed) for i in range(0, len(clips), CLIPS_PER_JOB)
+    ]
     desc = f"synth covost2 {lang}: batches of {CLIPS_PER_JOB} clips"
     results = [r for batch in run_parallel(voice_clips, batches, jobs, desc, "batch") for r in batch]
     write_tables(root, lang, results, text_only)
@@ -201,21 +228,31 @@ def build_covost2(out: Path, size: str, seed: int, jobs: int, langs: tuple[str, 
         for lang in langs:
             check_voices(lang, Path(workdir))
     directions = {lang: build_direction(out, lang, size, seed, jobs) for lang in langs}
-    summary = {"corpus": "covost2", "size": size, "seed": seed, "directions": directions,
-               "sentences": {lang: d["sentences"] for lang, d in directions.items()},
-               "voices": {lang: d["voices"] for lang, d in directions.items()},
-               "audio_hours": round(sum(d["audio_hours"] for d in directions.values()), 4),
-               "text_only_pairs": sum(d["text_only_pairs"] for d in directions.values())}
+    summary = {
+        "corpus": "covost2",
+        "size": size,
+        "seed": seed,
+        "directions": directions,
+        "sentences": {lang: d["sentences"] for lang, d in directions.items()},
+        "voices": {lang: d["voices"] for lang, d in directions.items()},
+        "audio_hours": round(sum(d["audio_hours"] for d in directions.values()), 4),
+        "text_only_pairs": sum(d["text_only_pairs"] for d in directions.values()),
+    }
     if langs != DIRECTIONS:
         summary["langs"] = list(langs)
         summary["per_direction"] = {f"{lang}-en": per_direction(d) for lang, d in directions.items()}
-        summary["too_little_text"] = too_little_text({f"{lang}-en": d["pairs_usable"]
-                                                      for lang, d in directions.items()})
+        summary["too_little_text"] = too_little_text(
+            {f"{lang}-en": d["pairs_usable"] for lang, d in directions.items()}
+        )
     return summary
 
 
 def per_direction(summary: dict) -> dict:
     """A direction's usable pairs, voiced sentences, text-only pairs and hours: the line of the summary's table."""
-    return {"pairs_usable": summary["pairs_usable"], "sentences": sum(summary["sentences"].values()),
-            "text_only_pairs": summary["text_only_pairs"], "audio_hours": summary["audio_hours"],
-            "speech_hours": summary["speech_hours"]}
+    return {
+        "pairs_usable": summary["pairs_usable"],
+        "sentences": sum(summary["sentences"].values()),
+        "text_only_pairs": summary["text_only_pairs"],
+        "audio_hours": summary["audio_hours"],
+        "speech_hours": summary["speech_hours"],
+    }

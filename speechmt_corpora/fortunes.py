@@ -48,11 +48,12 @@ _EMOTICON = re.compile(r"(?<!\S)[:;8xX]-?[()DPp|/\\\]\[]+(?!\S)")
 _BOUNDARY = re.compile(r"[.!?…]+[\"“”«»)]*\s+(?=[\"„“»«(]?[A-ZÄÖÜ0-9])")
 _SHORT_WORD = re.compile(r"(?:\d{1,2}|\w|(?:\w\.)+\w)\.")  # an ordinal (3.), an initial (J.), z.B.
 _ELLIPSIS_NEXT = frozenset({"und", "oder", "bis", "sowie", "als", "noch", "wie"})
-_OPEN, _CLOSE = "\"„“»«", "\"“”«»"
+_OPEN, _CLOSE = '"„“»«', '"“”«»'
 ABBREVIATIONS = frozenset(
     "abs. allg. amerik. art. bd. bes. bspw. bzw. ca. chr. dr. ehem. eng. engl. etc. evtl. ff. franz. geb. gest. "
     "ggf. ggü. griech. hr. hrsg. inkl. jh. jhd. kath. lat. max. min. mio. mr. mrs. mrd. nr. prof. sog. st. str. "
-    "tel. usw. vgl. z. u. d. o. s. v. n. i.".split())
+    "tel. usw. vgl. z. u. d. o. s. v. n. i.".split()
+)
 
 
 def fortune_files(folder: Path) -> list[Path]:
@@ -127,8 +128,13 @@ def is_poem(lines: list[str]) -> bool:
         return False
     words = [last_word(line) for line in lines]
     keys = [rhyme_key(w) for w in words]
-    rhyming = sum(any(keys[i] and keys[i] == keys[j] and words[i] != words[j]
-                      for j in range(max(0, i - 2), min(len(lines), i + 3))) for i in range(len(lines)))
+    rhyming = sum(
+        any(
+            keys[i] and keys[i] == keys[j] and words[i] != words[j]
+            for j in range(max(0, i - 2), min(len(lines), i + 3))
+        )
+        for i in range(len(lines))
+    )
     return rhyming >= POEM_RHYMES * len(lines)
 
 
@@ -202,11 +208,11 @@ def split_sentences(text: str) -> list[str]:
     after an abbreviation (`bzw.`, `z. B.`), an ordinal (`3.`) or an initial (`J.`)."""
     sentences, start = [], 0
     for match in _BOUNDARY.finditer(text):
-        before = text[start:match.start() + 1].split()
-        word = before[-1].lower().lstrip("\"„“»«([") if before else ""
+        before = text[start : match.start() + 1].split()
+        word = before[-1].lower().lstrip('"„“»«([') if before else ""
         if match.group().startswith(".") and (word in ABBREVIATIONS or _SHORT_WORD.fullmatch(word)):
             continue
-        sentences.append(text[start:match.end()].strip())
+        sentences.append(text[start : match.end()].strip())
         start = match.end()
     sentences.append(text[start:].strip())
     return [s for s in sentences if s]
@@ -217,17 +223,26 @@ def unquote(sentence: str) -> str:
     lone quotation mark inside), and without a pair that encloses all of it and nothing else."""
     quotes = set(_OPEN + _CLOSE)
     if sum(c in quotes for c in sentence) % 2:
-        at = 0 if sentence[:1] in _OPEN else len(sentence) - 1 if sentence[-1:] in _CLOSE else \
-            max(i for i, c in enumerate(sentence) if c in quotes)
-        sentence = normalise_space(sentence[:at] + " " + sentence[at + 1:])
+        at = (
+            0
+            if sentence[:1] in _OPEN
+            else len(sentence) - 1
+            if sentence[-1:] in _CLOSE
+            else max(i for i, c in enumerate(sentence) if c in quotes)
+        )
+        sentence = normalise_space(sentence[:at] + " " + sentence[at + 1 :])
     if sentence.startswith("(") and sentence.count("(") > sentence.count(")"):
         sentence = sentence[1:]
     if sentence.endswith(")") and sentence.count(")") > sentence.count("("):
         sentence = sentence[:-1]
     for opening, closing in ((_OPEN, _CLOSE), ("(", ")")):
         inner = sentence[1:-1]
-        if len(sentence) > 2 and sentence[0] in opening and sentence[-1] in closing and \
-                not any(c in inner for c in opening + closing):
+        if (
+            len(sentence) > 2
+            and sentence[0] in opening
+            and sentence[-1] in closing
+            and not any(c in inner for c in opening + closing)
+        ):
             sentence = inner
     return sentence.strip()
 
@@ -277,10 +292,17 @@ def fortune_sentences(folder: Path = FORTUNES_DE_DIR) -> tuple[tuple[str, ...], 
             sentences += found
         n_entries += len(entries)
         per_file[path.name.removesuffix(".u8")] = {"entries": len(entries), "sentences": len(sentences) - before}
-    counts = {"folder": str(folder), "files": len(files), "files read as latin-1": latin1,
-              "entries": {"read": n_entries, "kept": n_entries - sum(dropped.values()),
-                          "dropped": dict(sorted(dropped.items()))},
-              "lines cut": {k: cleaned[k] for k in ("attribution", "heading", "table or list")},
-              "cleaned": {k: cleaned[k] for k in ("dialogue or list marker", "quotes or brackets", "emoticon")},
-              "per_file": per_file}
+    counts = {
+        "folder": str(folder),
+        "files": len(files),
+        "files read as latin-1": latin1,
+        "entries": {
+            "read": n_entries,
+            "kept": n_entries - sum(dropped.values()),
+            "dropped": dict(sorted(dropped.items())),
+        },
+        "lines cut": {k: cleaned[k] for k in ("attribution", "heading", "table or list")},
+        "cleaned": {k: cleaned[k] for k in ("dialogue or list marker", "quotes or brackets", "emoticon")},
+        "per_file": per_file,
+    }
     return tuple(sentences), counts

@@ -52,8 +52,10 @@ def gettext_pool(lang: str, locale_dir: Path = LOCALE_DIR) -> tuple[tuple[Pair, 
             per_catalog[catalog] = per_catalog.get(catalog, 0) + 1
     if not per_catalog:
         folders = ", ".join(f"{locale_dir}/{f}/LC_MESSAGES" for f in LOCALES.get(lang, (lang,)))
-        raise SynthError(f"no gettext catalog in {folders}: install Debian packages with {lang} translations "
-                         "(and do not strip locales)")
+        raise SynthError(
+            f"no gettext catalog in {folders}: install Debian packages with {lang} translations "
+            "(and do not strip locales)"
+        )
     kept, dropped = PairFilter("en", lang).keep(raw, GETTEXT_WORDS)
     spoken = [p for p in kept if speakable(p.src) and speakable(p.tgt)]
     if len(spoken) < len(kept):
@@ -62,9 +64,15 @@ def gettext_pool(lang: str, locale_dir: Path = LOCALE_DIR) -> tuple[tuple[Pair, 
     if not kept:
         raise SynthError(f"the {lang} gettext catalogs hold no pair that passes the filters")
     packages = licences(Counter(per_catalog))
-    return tuple(kept), {"name": "gettext", "catalogs": len(per_catalog), "unreadable_catalogs": unreadable,
-                         "messages": len(raw), "pairs": len(kept), "dropped": dict(dropped.most_common()),
-                         "packages": {name: e["licence"] for name, e in packages.items()}}
+    return tuple(kept), {
+        "name": "gettext",
+        "catalogs": len(per_catalog),
+        "unreadable_catalogs": unreadable,
+        "messages": len(raw),
+        "pairs": len(kept),
+        "dropped": dict(dropped.most_common()),
+        "packages": {name: e["licence"] for name, e in packages.items()},
+    }
 
 
 _UNSPOKEN = re.compile(r"[|\\/_=*#~^{}\[\]<>@+]|\.\.\.|[A-Z]{2,}\w* [A-Z]{2,}")
@@ -78,8 +86,11 @@ def speakable(text: str) -> bool:
 
 def too_little_text(pools: dict[str, int]) -> dict[str, str]:
     """{direction: why} for the directions whose pool is smaller than the `small` size needs."""
-    return {d: f"{n} usable pairs, fewer than the {SMALL_NEEDS} that size small voices with its text-only part"
-            for d, n in pools.items() if n < SMALL_NEEDS}
+    return {
+        d: f"{n} usable pairs, fewer than the {SMALL_NEEDS} that size small voices with its text-only part"
+        for d, n in pools.items()
+        if n < SMALL_NEEDS
+    }
 
 
 def check_langs(langs: tuple[str, ...], known: tuple[str, ...], what: str) -> tuple[str, ...]:

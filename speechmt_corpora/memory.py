@@ -54,17 +54,26 @@ def build_memory(out: Path, seed: int = 0, paths: SourcePaths | None = None) -> 
         raise SynthError(f"no translation pair from {paths.ding}: {entries['ding'].get('status')}")
     staging = staging_dir(out)
     write_manifest(staging / MEMORY_FILE, _records(pairs, "en", "de"))
-    summary = {"memory": MEMORY_FILE, "pair": "en-de", "pairs": len(pairs), "source": entries["ding"],
-               "held_out": {"what": "both sides of MuST-C-mini's dev and test sentences "
-                                    f"(data synth mustc --seed {seed})",
-                            "sentences": len(held), "seed": seed},
-               "filters": {k: v for k, v in FILTERS.items() if k != "corpus sentences"},
-               "sha256": hashlib.sha256((staging / MEMORY_FILE).read_bytes()).hexdigest()}
+    summary = {
+        "memory": MEMORY_FILE,
+        "pair": "en-de",
+        "pairs": len(pairs),
+        "source": entries["ding"],
+        "held_out": {
+            "what": f"both sides of MuST-C-mini's dev and test sentences (data synth mustc --seed {seed})",
+            "sentences": len(held),
+            "seed": seed,
+        },
+        "filters": {k: v for k, v in FILTERS.items() if k != "corpus sentences"},
+        "sha256": hashlib.sha256((staging / MEMORY_FILE).read_bytes()).hexdigest(),
+    }
     (staging / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     ding = SOURCES["ding"]
     (staging / "NOTICE").write_text(
         f"English-German translation pairs from the Ding dictionary (Debian package {ding.packages}, {ding.licence}),\n"
         "filtered and written by `speechmt data synth-memory` on this machine; not part of speechmt's repository.\n"
-        "Redistributing this folder is redistributing GPL-2+ text: its terms apply.\n", encoding="utf-8")
+        "Redistributing this folder is redistributing GPL-2+ text: its terms apply.\n",
+        encoding="utf-8",
+    )
     publish(staging, out)
     return {"out": str(out), **summary}

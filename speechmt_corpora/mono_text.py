@@ -23,15 +23,25 @@ from speechmt_corpora.mt_filters import TextFilter
 from speechmt_corpora.mt_sources import Source, SourceMissing
 from speechmt_corpora.mt_text import direction
 
-MONO_SOURCES: dict[str, Source] = {s.name: s for s in (
-    Source("fortunes-de", "German fortune cookies (fortune's de files): quotations, sayings, jokes, anecdotes",
-           "fortunes-de", "GPL-2+", ("de",), (4, 40)),
-)}
-FILTERS = {"entries": "empty, ascii art or symbols, chat or mail quote, poem or verse (speechmt_corpora.fortunes)",
-           "lines": "attribution, heading, table or list cut; dialogue or list markers, quotes or brackets, "
-                    "emoticons cleaned",
-           "sentences": "url or e-mail, placeholder or markup, not a whole sentence, the source's word range, "
-                        "numbers or symbols, wrong language, a corpus sentence (any split), duplicate"}
+MONO_SOURCES: dict[str, Source] = {
+    s.name: s
+    for s in (
+        Source(
+            "fortunes-de",
+            "German fortune cookies (fortune's de files): quotations, sayings, jokes, anecdotes",
+            "fortunes-de",
+            "GPL-2+",
+            ("de",),
+            (4, 40),
+        ),
+    )
+}
+FILTERS = {
+    "entries": "empty, ascii art or symbols, chat or mail quote, poem or verse (speechmt_corpora.fortunes)",
+    "lines": "attribution, heading, table or list cut; dialogue or list markers, quotes or brackets, emoticons cleaned",
+    "sentences": "url or e-mail, placeholder or markup, not a whole sentence, the source's word range, "
+    "numbers or symbols, wrong language, a corpus sentence (any split), duplicate",
+}
 
 
 @dataclass(frozen=True)
@@ -54,15 +64,20 @@ _READERS = {"fortunes-de": _fortunes_de}
 
 def licence(source: Source, doc: Path = DOC_DIR) -> str:
     """The licence the installed package's copyright file names, or the source's own note where there is none."""
-    return package_licence(source.packages, doc) if (Path(doc) / source.packages / "copyright").is_file() \
+    return (
+        package_licence(source.packages, doc)
+        if (Path(doc) / source.packages / "copyright").is_file()
         else source.licence
+    )
 
 
 def next_command(src_lang: str, tgt_lang: str, lang: str, path: Path) -> str:
     """The command that makes MT pairs of the file: back-translation of target-side text, distillation of source."""
     command = "backtranslate" if lang == tgt_lang else "distill"
-    return (f"speechmt data {command} --input {path} --src-lang {src_lang} --tgt-lang {tgt_lang} --lm gemma-3-270m "
-            f"--out {path.parent / command}")
+    return (
+        f"speechmt data {command} --input {path} --src-lang {src_lang} --tgt-lang {tgt_lang} --lm gemma-3-270m "
+        f"--out {path.parent / command}"
+    )
 
 
 def build_mono_text(corpus: str, root: Path, out: Path, lang: str = "de", paths: MonoPaths | None = None) -> dict:
@@ -78,8 +93,12 @@ def build_mono_text(corpus: str, root: Path, out: Path, lang: str = "de", paths:
     sentences, entries = [], {}
     for name in names:
         source = MONO_SOURCES[name]
-        entry = {"description": source.description, "packages": source.packages,
-                 "licence": licence(source, paths.doc), "words": list(source.words)}
+        entry = {
+            "description": source.description,
+            "packages": source.packages,
+            "licence": licence(source, paths.doc),
+            "words": list(source.words),
+        }
         try:
             texts, counts = _READERS[name](paths)
         except SourceMissing as e:
@@ -87,24 +106,41 @@ def build_mono_text(corpus: str, root: Path, out: Path, lang: str = "de", paths:
             continue
         kept, dropped = keep.keep(texts, source.words)
         sentences += kept
-        entries[name] = {"status": "read", **entry, **counts, "read": len(texts), "kept": len(kept),
-                         "dropped": dict(sorted(dropped.items()))}
+        entries[name] = {
+            "status": "read",
+            **entry,
+            **counts,
+            "read": len(texts),
+            "kept": len(kept),
+            "dropped": dict(sorted(dropped.items())),
+        }
     if not sentences:
-        raise SynthError(f"no {lang} text: " + "; ".join(
-            f"{n}: {e['status'] if e['status'] != 'read' else 'no sentence passed the filters'}"
-            for n, e in entries.items()))
+        raise SynthError(
+            f"no {lang} text: "
+            + "; ".join(
+                f"{n}: {e['status'] if e['status'] != 'read' else 'no sentence passed the filters'}"
+                for n, e in entries.items()
+            )
+        )
     for name, e in entries.items():
         if e["status"] != "read":
             print(f"speechmt: synth-mono: {name}: {e['status']}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"mono.{lang}.txt"
     write_lines(path, sentences)
-    summary = {"corpus": corpus, "pair": f"{src_lang}-{tgt_lang}", "lang": lang, "file": str(path),
-               "sentences": len(sentences), "words": sum(len(s.split()) for s in sentences),
-               "per_source": {n: e["kept"] for n, e in entries.items() if e["status"] == "read"}, "sources": entries,
-               "excluded_as_corpus_sentences": sum(e.get("dropped", {}).get("a corpus sentence", 0)
-                                                   for e in entries.values()),
-               "corpus_sentences": len(used), "next": next_command(src_lang, tgt_lang, lang, path),
-               "filters": FILTERS}
+    summary = {
+        "corpus": corpus,
+        "pair": f"{src_lang}-{tgt_lang}",
+        "lang": lang,
+        "file": str(path),
+        "sentences": len(sentences),
+        "words": sum(len(s.split()) for s in sentences),
+        "per_source": {n: e["kept"] for n, e in entries.items() if e["status"] == "read"},
+        "sources": entries,
+        "excluded_as_corpus_sentences": sum(e.get("dropped", {}).get("a corpus sentence", 0) for e in entries.values()),
+        "corpus_sentences": len(used),
+        "next": next_command(src_lang, tgt_lang, lang, path),
+        "filters": FILTERS,
+    }
     (out / "mono_text_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
     return summary

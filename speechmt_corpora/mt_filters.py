@@ -36,26 +36,43 @@ LENGTH_SMOOTHING = 10
 MIN_LETTERS = 0.6  # a sentence's share of letters among its characters (not spaces)
 HOMOGRAPHS = {"de": frozenset({"will"})}  # English function words that are also words of the language
 FUNCTION_WORDS: dict[str, frozenset[str]] = {
-    "en": frozenset("the and is are were of to that you he she we they not have has with for this what my your our "
-                    "their who does did would can could will from".split()),
-    "de": frozenset("der das und ist sind waren nicht ein eine einen dem den des zu mit für auf ich du er sie wir "
-                    "ihr sich haben wird werden kann auch noch schon nach oder wenn".split()),
-    "es": frozenset("el la los las del que y en un una es son por para con se su sus al lo como más pero le ya "
-                    "este esta estos hay muy sin sobre también".split()),
+    "en": frozenset(
+        "the and is are were of to that you he she we they not have has with for this what my your our "
+        "their who does did would can could will from".split()
+    ),
+    "de": frozenset(
+        "der das und ist sind waren nicht ein eine einen dem den des zu mit für auf ich du er sie wir "
+        "ihr sich haben wird werden kann auch noch schon nach oder wenn".split()
+    ),
+    "es": frozenset(
+        "el la los las del que y en un una es son por para con se su sus al lo como más pero le ya "
+        "este esta estos hay muy sin sobre también".split()
+    ),
     # the languages of MuST-C's other targets and of more CoVoST 2 sources (speechmt_corpora.languages)
-    "fr": frozenset("le la les des du un une est sont et dans pour avec sur pas ne que qui il elle nous vous ils ce "
-                    "cette ces au aux se sa son ses leur être avoir peut été".split()),
-    "it": frozenset("il lo la gli le dei delle della del un una è sono e per con su non che di da nel nella questo "
-                    "questa si suo sua essere può stato".split()),
-    "nl": frozenset("de het een zijn en van voor met op niet dat die deze dit er wordt worden kan naar bij om "
-                    "ook als uit geen".split()),
-    "pt": frozenset("o os as um uma é são e para com em não que do da dos das no na este esta se seu sua ser "
-                    "pode foi ao pelo pela".split()),
-    "ro": frozenset("și este sunt un o în pentru cu pe nu că care de la din acest această se fi poate fost mai sau "
-                    "al ale lui".split()),
+    "fr": frozenset(
+        "le la les des du un une est sont et dans pour avec sur pas ne que qui il elle nous vous ils ce "
+        "cette ces au aux se sa son ses leur être avoir peut été".split()
+    ),
+    "it": frozenset(
+        "il lo la gli le dei delle della del un una è sono e per con su non che di da nel nella questo "
+        "questa si suo sua essere può stato".split()
+    ),
+    "nl": frozenset(
+        "de het een zijn en van voor met op niet dat die deze dit er wordt worden kan naar bij om "
+        "ook als uit geen".split()
+    ),
+    "pt": frozenset(
+        "o os as um uma é são e para com em não que do da dos das no na este esta se seu sua ser "
+        "pode foi ao pelo pela".split()
+    ),
+    "ro": frozenset(
+        "și este sunt un o în pentru cu pe nu că care de la din acest această se fi poate fost mai sau "
+        "al ale lui".split()
+    ),
     "ru": frozenset("и в не на что с по для это как из от к у же или быть может был все этот эта его её".split()),
-    "ca": frozenset("el la els les un una és són i per amb en que del dels als aquest aquesta es seu seva ser pot "
-                    "ha".split()),
+    "ca": frozenset(
+        "el la els les un una és són i per amb en que del dels als aquest aquesta es seu seva ser pot ha".split()
+    ),
 }
 LEGACY_VOTES = ("en", "de", "es")  # counted over the words of _WORD, as before the other languages joined
 _PLACEHOLDER = re.compile(
@@ -89,8 +106,12 @@ def language_votes(text: str) -> Counter:
     over their own letters, as they always were; the others over any letters)."""
     lower = text.lower()
     words, any_words = _WORD.findall(lower), _ANY_WORD.findall(lower)
-    return Counter({lang: sum(w in vocab for w in (words if lang in LEGACY_VOTES else any_words))
-                    for lang, vocab in FUNCTION_WORDS.items()})
+    return Counter(
+        {
+            lang: sum(w in vocab for w in (words if lang in LEGACY_VOTES else any_words))
+            for lang, vocab in FUNCTION_WORDS.items()
+        }
+    )
 
 
 def wrong_language(text: str, lang: str, other: str, homographs: frozenset[str] = frozenset()) -> bool:
@@ -107,8 +128,9 @@ def key(text: str) -> str:
     return normalise_space(text).casefold()
 
 
-def keep_counted(items: Sequence[T], reason: Callable[[T], str | None],
-                 accept: Callable[[T], T]) -> tuple[list[T], Counter]:
+def keep_counted(
+    items: Sequence[T], reason: Callable[[T], str | None], accept: Callable[[T], T]
+) -> tuple[list[T], Counter]:
     """The items whose `reason` is None, in order, each as `accept` returns it (after it is recorded as seen), and
     the others counted by reason: no item is dropped without one."""
     kept, dropped = [], Counter()

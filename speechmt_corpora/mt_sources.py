@@ -36,17 +36,46 @@ class Source:
     words: tuple[int, int]
 
 
-SOURCES: dict[str, Source] = {s.name: s for s in (
-    Source("ding", "Ding dictionary: aligned phrases and whole sentences", "trans-de-en", "GPL-2+", ("de",), (2, 30)),
-    Source("gettext", "gettext catalogs (.mo) of the installed packages: software messages",
-           "the installed packages' own translations", "each package's own (see packages)", ("de", "es"), (4, 40)),
-    Source("debian-reference", "Debian Reference: aligned paragraphs and headings",
-           "debian-reference-en debian-reference-de", "GPL-2+", ("de",), (3, 80)),
-    Source("gnome-help", "GNOME user help (Mallard pages): aligned paragraphs and titles", "gnome-user-docs",
-           "CC-BY-SA-3.0", ("de", "es"), (3, 80)),
-    Source("sword", "Bible verses by reference: Reina Valera 1909 and World English Bible (SWORD, diatheke)",
-           "diatheke sword-text-web sword-text-sparv", "public domain", ("es",), (4, 30)),
-)}
+SOURCES: dict[str, Source] = {
+    s.name: s
+    for s in (
+        Source(
+            "ding", "Ding dictionary: aligned phrases and whole sentences", "trans-de-en", "GPL-2+", ("de",), (2, 30)
+        ),
+        Source(
+            "gettext",
+            "gettext catalogs (.mo) of the installed packages: software messages",
+            "the installed packages' own translations",
+            "each package's own (see packages)",
+            ("de", "es"),
+            (4, 40),
+        ),
+        Source(
+            "debian-reference",
+            "Debian Reference: aligned paragraphs and headings",
+            "debian-reference-en debian-reference-de",
+            "GPL-2+",
+            ("de",),
+            (3, 80),
+        ),
+        Source(
+            "gnome-help",
+            "GNOME user help (Mallard pages): aligned paragraphs and titles",
+            "gnome-user-docs",
+            "CC-BY-SA-3.0",
+            ("de", "es"),
+            (3, 80),
+        ),
+        Source(
+            "sword",
+            "Bible verses by reference: Reina Valera 1909 and World English Bible (SWORD, diatheke)",
+            "diatheke sword-text-web sword-text-sparv",
+            "public domain",
+            ("es",),
+            (4, 30),
+        ),
+    )
+}
 DEFAULT_SOURCES = {"de": ("ding",), "es": ("sword",)}  # what synth-mt read before it read every source
 
 
@@ -91,18 +120,24 @@ def _gettext(lang: str, paths: SourcePaths) -> tuple[list[Pair], dict]:
         pairs.append(Pair(english, other))
         per_catalog[catalog] += 1
     if not per_catalog:
-        raise SourceMissing(f"no gettext catalog in {paths.locale}/{lang}/LC_MESSAGES: install packages with "
-                            f"{lang} translations (and do not strip locales)")
-    return pairs, {"catalogs": len(per_catalog), "unreadable catalogs": unreadable,
-                   "catalog_packages": licences(per_catalog)}
+        raise SourceMissing(
+            f"no gettext catalog in {paths.locale}/{lang}/LC_MESSAGES: install packages with "
+            f"{lang} translations (and do not strip locales)"
+        )
+    return pairs, {
+        "catalogs": len(per_catalog),
+        "unreadable catalogs": unreadable,
+        "catalog_packages": licences(per_catalog),
+    }
 
 
 def _debian_reference(lang: str, paths: SourcePaths) -> tuple[list[Pair], dict]:
     try:
         texts, counts = debian_reference_pairs(lang, paths.debian_reference)
     except FileNotFoundError as e:
-        raise SourceMissing(f"no Debian Reference in {paths.debian_reference}: install the Debian package "
-                            f"{e.args[0]}") from None
+        raise SourceMissing(
+            f"no Debian Reference in {paths.debian_reference}: install the Debian package {e.args[0]}"
+        ) from None
     return [Pair(en, other) for en, other in texts], counts
 
 
@@ -110,8 +145,10 @@ def _gnome_help(lang: str, paths: SourcePaths) -> tuple[list[Pair], dict]:
     try:
         texts, counts = gnome_help_pairs(lang, paths.gnome_help)
     except FileNotFoundError:
-        raise SourceMissing("no GNOME help pages (C/gnome-help): run scripts/install_system_deps.sh (unpacks "
-                            "the Debian package gnome-user-docs without its help browser)") from None
+        raise SourceMissing(
+            "no GNOME help pages (C/gnome-help): run scripts/install_system_deps.sh (unpacks "
+            "the Debian package gnome-user-docs without its help browser)"
+        ) from None
     return [Pair(en, other) for en, other in texts], counts
 
 
@@ -123,8 +160,13 @@ def _sword(lang: str, paths: SourcePaths) -> tuple[list[Pair], dict]:
     return [Pair(en, es) for es, en in verses], {"books": "the whole Bible, less chapters whose verse numbers part"}
 
 
-_READERS = {"ding": _ding, "gettext": _gettext, "debian-reference": _debian_reference, "gnome-help": _gnome_help,
-            "sword": _sword}
+_READERS = {
+    "ding": _ding,
+    "gettext": _gettext,
+    "debian-reference": _debian_reference,
+    "gnome-help": _gnome_help,
+    "sword": _sword,
+}
 
 
 def read_source(name: str, lang: str, paths: SourcePaths = SourcePaths()) -> tuple[list[Pair], dict]:

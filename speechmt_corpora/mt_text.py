@@ -22,11 +22,16 @@ from speechmt_corpora.mt_filters import PairFilter, key
 from speechmt_corpora.mt_sources import SOURCES, SourceMissing, SourcePaths, read_source, sources_for
 from speechmt_corpora.text import DING_PATH, Pair, clean_phrase, ding_phrase_pairs  # noqa: F401 (their old home)
 
-FILTERS = {"length ratio": "characters + 10, at most 2:1", "duplicates": "either side seen before (case-folded)",
-           "language check": "no side with more function words of the other language",
-           "placeholders": "format codes, markup, escapes, options, paths dropped",
-           "corpus sentences": "every sentence of the corpus (any split) on either side dropped",
-           "words": "each source's English word range (sources.<name>.english_words)"}
+FILTERS = {
+    "length ratio": "characters + 10, at most 2:1",
+    "duplicates": "either side seen before (case-folded)",
+    "language check": "no side with more function words of the other language",
+    "placeholders": "format codes, markup, escapes, options, paths dropped",
+    "corpus sentences": "every sentence of the corpus (any split) on either side dropped",
+    "words": "each source's English word range (sources.<name>.english_words)",
+}
+
+
 def mustc_sentences(root: Path, pair: str = "en-de") -> set[str]:
     """Keys of every English and German sentence of a MuST-C layout corpus (all splits under data/)."""
     found = sorted((Path(root) / pair / "data").glob("*/txt/*.[a-z][a-z]"))
@@ -62,8 +67,20 @@ def _records(pairs: list[tuple[str, Pair]], src_lang: str, tgt_lang: str) -> lis
     counts: Counter = Counter()
     records = []
     for name, p in pairs:
-        records.append(Record(id=f"{name}_{counts[name]}", audio="", offset=0.0, duration=0.0, n_frames=0,
-                              src_text=p.src, tgt_text=p.tgt, speaker="", src_lang=src_lang, tgt_lang=tgt_lang))
+        records.append(
+            Record(
+                id=f"{name}_{counts[name]}",
+                audio="",
+                offset=0.0,
+                duration=0.0,
+                n_frames=0,
+                src_text=p.src,
+                tgt_text=p.tgt,
+                speaker="",
+                src_lang=src_lang,
+                tgt_lang=tgt_lang,
+            )
+        )
         counts[name] += 1
     return records
 
@@ -77,8 +94,9 @@ def direction(corpus: str, root: Path, lang: str) -> tuple[str, str, set[str]]:
     raise SynthError(f"no extra MT text for corpus {corpus!r} ({lang}); expected mustc, or covost2 with de or es")
 
 
-def gather(names: tuple[str, ...], src_lang: str, tgt_lang: str, used: set[str],
-           paths: SourcePaths) -> tuple[list[tuple[str, Pair]], dict]:
+def gather(
+    names: tuple[str, ...], src_lang: str, tgt_lang: str, used: set[str], paths: SourcePaths
+) -> tuple[list[tuple[str, Pair]], dict]:
     """Every named source read and filtered in turn (earlier sources win duplicates): (source name, pair) in
     order, and each source's summary entry (status, licence, packages, read, kept, dropped by reason)."""
     lang = src_lang if tgt_lang == "en" else tgt_lang
@@ -86,8 +104,12 @@ def gather(names: tuple[str, ...], src_lang: str, tgt_lang: str, used: set[str],
     pairs, entries = [], {}
     for name in names:
         source = SOURCES[name]
-        entry = {"description": source.description, "packages": source.packages, "licence": source.licence,
-                 "english_words": list(source.words)}
+        entry = {
+            "description": source.description,
+            "packages": source.packages,
+            "licence": source.licence,
+            "english_words": list(source.words),
+        }
         try:
             english_pairs, counts = read_source(name, lang, paths)
         except SourceMissing as e:
@@ -97,13 +119,25 @@ def gather(names: tuple[str, ...], src_lang: str, tgt_lang: str, used: set[str],
         oriented = [Pair(en, other) if src_lang == "en" else Pair(other, en) for en, other in english_pairs]
         kept, dropped = keep.keep(oriented, source.words)
         pairs += [(name, p) for p in kept]
-        entries[name] = {"status": "read", **entry, "read": len(oriented), "kept": len(kept),
-                         "dropped": dict(sorted(dropped.items())), **counts}
+        entries[name] = {
+            "status": "read",
+            **entry,
+            "read": len(oriented),
+            "kept": len(kept),
+            "dropped": dict(sorted(dropped.items())),
+            **counts,
+        }
     return pairs, entries
 
 
-def build_mt_text(corpus: str, root: Path, out: Path, lang: str = "de", sources: str | tuple[str, ...] | None = None,
-                  paths: SourcePaths | None = None) -> dict:
+def build_mt_text(
+    corpus: str,
+    root: Path,
+    out: Path,
+    lang: str = "de",
+    sources: str | tuple[str, ...] | None = None,
+    paths: SourcePaths | None = None,
+) -> dict:
     """Writes the extra MT pairs of a mini corpus into `out` (train.jsonl + mt_text_summary.json); returns
     the summary. corpus "mustc": en-de; "covost2": <lang>-en. `sources`: source names (speechmt_corpora.
     mt_sources.SOURCES), "all" for every one with the language, None for Ding (de) or the Bible (es) only.
@@ -113,17 +147,28 @@ def build_mt_text(corpus: str, root: Path, out: Path, lang: str = "de", sources:
     names = sources_for(src_lang if tgt_lang == "en" else tgt_lang, sources)
     pairs, entries = gather(names, src_lang, tgt_lang, used, paths or SourcePaths())
     if not pairs:
-        raise SynthError(f"no MT text from {', '.join(names)}: " + "; ".join(
-            f"{n}: {e['status'] if e['status'] != 'read' else 'no pair passed the filters'}" for n, e in entries.items()))
+        raise SynthError(
+            f"no MT text from {', '.join(names)}: "
+            + "; ".join(
+                f"{n}: {e['status'] if e['status'] != 'read' else 'no pair passed the filters'}"
+                for n, e in entries.items()
+            )
+        )
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out / "train.jsonl", _records(pairs, src_lang, tgt_lang))
-    summary = {"corpus": corpus, "pair": f"{src_lang}-{tgt_lang}", "pairs": len(pairs),
-               "per_source": dict(Counter(name for name, _ in pairs)), "sources": entries,
-               "excluded_as_corpus_sentences": sum(e.get("dropped", {}).get("a corpus sentence", 0)
-                                                   for e in entries.values()),
-               "corpus_sentences": len(used),
-               "words": {src_lang: sum(len(p.src.split()) for _, p in pairs),
-                         tgt_lang: sum(len(p.tgt.split()) for _, p in pairs)},
-               "filters": FILTERS}
+    summary = {
+        "corpus": corpus,
+        "pair": f"{src_lang}-{tgt_lang}",
+        "pairs": len(pairs),
+        "per_source": dict(Counter(name for name, _ in pairs)),
+        "sources": entries,
+        "excluded_as_corpus_sentences": sum(e.get("dropped", {}).get("a corpus sentence", 0) for e in entries.values()),
+        "corpus_sentences": len(used),
+        "words": {
+            src_lang: sum(len(p.src.split()) for _, p in pairs),
+            tgt_lang: sum(len(p.tgt.split()) for _, p in pairs),
+        },
+        "filters": FILTERS,
+    }
     (out / "mt_text_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
     return summary

@@ -105,8 +105,14 @@ def talk_sizes(n: int, low: int, high: int, rng: np.random.Generator) -> list[in
     return sizes
 
 
-def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path,
-               voices: tuple[Voice, ...] | None = None, stream: int = DING_STREAM) -> dict[str, list[TalkJob]]:
+def plan_talks(
+    splits: dict[str, list[Pair]],
+    size: str,
+    seed: int,
+    root: Path,
+    voices: tuple[Voice, ...] | None = None,
+    stream: int = DING_STREAM,
+) -> dict[str, list[TalkJob]]:
     """Groups each split's pairs into talks, numbered across splits, each with a seeded speaker of `voices`
     (default: every English voice)."""
     rng = np.random.default_rng([seed, stream, 1])
@@ -119,8 +125,16 @@ def plan_talks(splits: dict[str, list[Pair]], size: str, seed: int, root: Path,
         plans[split] = []
         start = 0
         for n in talk_sizes(len(pairs), low, high, rng):
-            plans[split].append(TalkJob(talk_id, draw_speaker("en", rng, voices), tuple(pairs[start:start + n]),
-                                        wav_dir / f"ted_{talk_id}.wav", seed, stream))
+            plans[split].append(
+                TalkJob(
+                    talk_id,
+                    draw_speaker("en", rng, voices),
+                    tuple(pairs[start : start + n]),
+                    wav_dir / f"ted_{talk_id}.wav",
+                    seed,
+                    stream,
+                )
+            )
             talk_id += 1
             start += n
     return plans
@@ -131,12 +145,22 @@ def held_out_split(voice: Voice) -> str:
     return "tst-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", voice.name)
 
 
-def plan_held_out(test: list[TalkJob], voice: Voice, first_talk: int, wav_dir: Path, seed: int,
-                  stream: int = DING_STREAM) -> list[TalkJob]:
+def plan_held_out(
+    test: list[TalkJob], voice: Voice, first_talk: int, wav_dir: Path, seed: int, stream: int = DING_STREAM
+) -> list[TalkJob]:
     """The test talks again, numbered from `first_talk`, each spoken by `voice` at a seeded speed and pitch."""
     rng = np.random.default_rng([seed, stream, 3])
-    return [TalkJob(first_talk + i, draw_speaker("en", rng, (voice,)), job.pairs,
-                    wav_dir / f"ted_{first_talk + i}.wav", seed, stream) for i, job in enumerate(test)]
+    return [
+        TalkJob(
+            first_talk + i,
+            draw_speaker("en", rng, (voice,)),
+            job.pairs,
+            wav_dir / f"ted_{first_talk + i}.wav",
+            seed,
+            stream,
+        )
+        for i, job in enumerate(test)
+    ]
 
 
 def voice_talk(job: TalkJob) -> TalkResult:
@@ -150,8 +174,9 @@ def voice_talk(job: TalkJob) -> TalkResult:
             try:
                 wave = synthesize(job.speaker, pair.src, SAMPLE_RATE, Path(workdir))
             except TTSError as e:
-                result.failures.append({"talk": job.wav_path.stem, "sentence": pair.src,
-                                        "voice": job.speaker.label, "reason": str(e)})
+                result.failures.append(
+                    {"talk": job.wav_path.stem, "sentence": pair.src, "voice": job.speaker.label, "reason": str(e)}
+                )
                 continue
             result.items.append((position / SAMPLE_RATE, len(wave) / SAMPLE_RATE, pair))
             pause = low_noise(rng, rng.uniform(*PAUSE_S), SAMPLE_RATE)
@@ -165,16 +190,19 @@ def voice_talk(job: TalkJob) -> TalkResult:
 
 def yaml_line(offset: float, duration: float, english: str, talk_id: int) -> str:
     """One MuST-C yaml item on one line (six decimals; rW = English word count, uW = 0)."""
-    return (f"- {{duration: {duration:.6f}, offset: {offset:.6f}, rW: {len(english.split())}, uW: 0, "
-            f"speaker_id: spk.{talk_id}, wav: ted_{talk_id}.wav}}")
+    return (
+        f"- {{duration: {duration:.6f}, offset: {offset:.6f}, rW: {len(english.split())}, uW: 0, "
+        f"speaker_id: spk.{talk_id}, wav: ted_{talk_id}.wav}}"
+    )
 
 
 def write_split(txt_dir: Path, name: str, results: list[TalkResult], tgt_lang: str = "de") -> None:
     """Writes <name>.yaml, <name>.en and <name>.<tgt_lang>, talk by talk in offset order, and the speaker of each
     voiced talk in ../talk_voices.tsv (header `wav<TAB>voice`)."""
     items = [(r.talk_id, offset, duration, pair) for r in results for offset, duration, pair in r.items]
-    write_lines(txt_dir.parent / TALK_VOICES, ["wav\tvoice"] + [f"ted_{r.talk_id}.wav\t{r.speaker}"
-                                                                 for r in results if r.items])
+    write_lines(
+        txt_dir.parent / TALK_VOICES, ["wav\tvoice"] + [f"ted_{r.talk_id}.wav\t{r.speaker}" for r in results if r.items]
+    )
     write_lines(txt_dir / f"{name}.yaml", (yaml_line(o, d, p.src, t) for t, o, d, p in items))
     write_lines(txt_dir / f"{name}.en", (p.src for *_, p in items))
     write_lines(txt_dir / f"{name}.{tgt_lang}", (p.tgt for *_, p in items))
@@ -190,14 +218,18 @@ def voice_counts(results: list[TalkResult]) -> Counter:
 
 def split_summary(results: list[TalkResult]) -> dict[str, float]:
     """Counts of one split: talks, segments, failed segments, audio and speech seconds."""
-    return {"talks": sum(1 for r in results if r.items), "sentences": sum(len(r.items) for r in results),
-            "failed": sum(len(r.failures) for r in results),
-            "audio_seconds": round(sum(r.seconds for r in results), 2),
-            "speech_seconds": round(sum(d for r in results for _, d, _ in r.items), 2)}
+    return {
+        "talks": sum(1 for r in results if r.items),
+        "sentences": sum(len(r.items) for r in results),
+        "failed": sum(len(r.failures) for r in results),
+        "audio_seconds": round(sum(r.seconds for r in results), 2),
+        "speech_seconds": round(sum(d for r in results for _, d, _ in r.items), 2),
+    }
 
 
-def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None = None,
-                tgt_lang: str = "de") -> dict:
+def build_mustc(
+    out: Path, size: str, seed: int, jobs: int, hold_out_voice: str | None = None, tgt_lang: str = "de"
+) -> dict:
     """Builds MuST-C-mini en-<tgt_lang> under `out` (see the module docstring) and returns its summary. With
     `hold_out_voice` (a voice name such as `kal` or `flite:kal`), that voice speaks the split tst-<name> only."""
     pair_name = f"en-{tgt_lang}"
@@ -219,19 +251,33 @@ def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str 
     if held:
         dirs["held-out"] = held_out_split(held)
         first = sum(len(p) for p in plans.values()) + 1
-        plans["held-out"] = plan_held_out(plans["test"], held, first, root / "data" / dirs["held-out"] / "wav", seed,
-                                          pool_stream)
-    summary: dict = {"corpus": "mustc", "pair": pair_name, "size": size, "seed": seed, "pairs_usable": len(pairs),
-                     "hold_out_voice": voice_label(held) if held else None,
-                     "splits": {}, "voices": Counter(), "failures": []}
+        plans["held-out"] = plan_held_out(
+            plans["test"], held, first, root / "data" / dirs["held-out"] / "wav", seed, pool_stream
+        )
+    summary: dict = {
+        "corpus": "mustc",
+        "pair": pair_name,
+        "size": size,
+        "seed": seed,
+        "pairs_usable": len(pairs),
+        "hold_out_voice": voice_label(held) if held else None,
+        "splits": {},
+        "voices": Counter(),
+        "failures": [],
+    }
     if text_source:
         summary["text_source"] = text_source
     for split, jobs_of_split in plans.items():
         split_dir = root / "data" / dirs[split]
         (split_dir / "wav").mkdir(parents=True)
         (split_dir / "txt").mkdir()
-        results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {pair_name} {dirs[split]}"
-                               if tgt_lang != "de" else f"synth mustc {dirs[split]}", "talk")
+        results = run_parallel(
+            voice_talk,
+            jobs_of_split,
+            jobs,
+            f"synth mustc {pair_name} {dirs[split]}" if tgt_lang != "de" else f"synth mustc {dirs[split]}",
+            "talk",
+        )
         write_split(split_dir / "txt", dirs[split], results, tgt_lang)
         summary["splits"][dirs[split]] = split_summary(results)
         summary["failures"] += [dict(f, split=dirs[split]) for r in results for f in r.failures]
@@ -241,7 +287,6 @@ def build_mustc(out: Path, size: str, seed: int, jobs: int, hold_out_voice: str 
     write_lines(root / "text-only" / f"train.{tgt_lang}", (p.tgt for p in text_only))
     publish(root, final)
     return finish_summary(summary, len(text_only))
-
 
 
 _TALK_WAV = re.compile(r"ted_(\d+)\.wav")  # a talk's wav name; its number
@@ -288,8 +333,10 @@ def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -
     path = out / "synth_summary.json"
     test_dir = out / PAIR / "data" / SPLIT_DIRS["test"]
     if not path.is_file() or not test_dir.is_dir():
-        raise SynthError(f"{out}: no finished MuST-C-mini build (synth_summary.json and {PAIR}/data/tst-COMMON); "
-                         "build it first with `speechmt data synth mustc`")
+        raise SynthError(
+            f"{out}: no finished MuST-C-mini build (synth_summary.json and {PAIR}/data/tst-COMMON); "
+            "build it first with `speechmt data synth mustc`"
+        )
     summary = json.loads(path.read_text(encoding="utf-8"))
     voice = find_voice("en", voice_name)
     label, split = voice_label(voice), held_out_split(voice)
@@ -300,22 +347,32 @@ def add_unseen_voice(out: Path, voice_name: str, seed: int = 0, jobs: int = 2) -
     speakers = set(summary.get("voices", {})) | set(read_talk_voices(out / PAIR / "data", skip=(split,)).values())
     used = sorted(s for s in speakers if s == label or s.startswith(label + ":"))
     if used:
-        raise SynthError(f"voice {label}: the build at {out} already speaks with it ({used[0]}); an unseen voice "
-                         "must speak none of its talks")
+        raise SynthError(
+            f"voice {label}: the build at {out} already speaks with it ({used[0]}); an unseen voice "
+            "must speak none of its talks"
+        )
     if split in summary.get("splits", {}):
         raise SynthError(f"{split_dir}: a split of the build already; an unseen voice needs a name of its own")
     if split_dir.exists():  # the leftover: voiced again
         shutil.rmtree(split_dir)
     test = read_talks(test_dir, SPLIT_DIRS["test"])
-    numbers = [int(m.group(1)) for m in (_TALK_WAV.fullmatch(w.name)
-                                         for w in (out / PAIR / "data").glob("*/wav/ted_*.wav")) if m]
+    numbers = [
+        int(m.group(1))
+        for m in (_TALK_WAV.fullmatch(w.name) for w in (out / PAIR / "data").glob("*/wav/ted_*.wav"))
+        if m
+    ]
     staging = split_dir.with_name(f".{split}.partial")
     if staging.exists():
         shutil.rmtree(staging)
     (staging / "wav").mkdir(parents=True)
     (staging / "txt").mkdir()
-    jobs_of_split = plan_held_out([TalkJob(talk, None, pairs, Path(), seed) for talk, pairs in test], voice,
-                                  max(numbers, default=0) + 1, staging / "wav", seed)
+    jobs_of_split = plan_held_out(
+        [TalkJob(talk, None, pairs, Path(), seed) for talk, pairs in test],
+        voice,
+        max(numbers, default=0) + 1,
+        staging / "wav",
+        seed,
+    )
     results = run_parallel(voice_talk, jobs_of_split, jobs, f"synth mustc {split}", "talk")
     write_split(staging / "txt", split, results)
     publish(staging, split_dir)

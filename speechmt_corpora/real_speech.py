@@ -121,8 +121,9 @@ def read_transcripts(lang: str, doc_dir: Path = DOC_DIR) -> dict[str, str]:
 def package_version(package: str) -> str:
     """The installed version of a Debian package, or "unknown"."""
     try:
-        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True,
-                             check=False).stdout
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=False
+        ).stdout
     except OSError:
         out = ""
     return out.strip() or "unknown"
@@ -135,8 +136,9 @@ def load_16k(path: Path) -> np.ndarray:
     return resample(wave, rate, SAMPLE_RATE) if rate != SAMPLE_RATE else wave
 
 
-def build_real_x_en(out: Path, langs: tuple[str, ...] = REAL_TARGETS, sounds_dir: Path = SOUNDS_DIR,
-                    doc_dir: Path = DOC_DIR) -> dict:
+def build_real_x_en(
+    out: Path, langs: tuple[str, ...] = REAL_TARGETS, sounds_dir: Path = SOUNDS_DIR, doc_dir: Path = DOC_DIR
+) -> dict:
     """Writes the Asterisk prompts of `langs` with English references in the CoVoST 2 layout under `out` (module
     docstring); returns the summary (also out/real_x_en_summary.json): clips and seconds per direction, and every
     prompt left out with its reason."""
@@ -170,16 +172,26 @@ def build_real_x_en(out: Path, langs: tuple[str, ...] = REAL_TARGETS, sounds_dir
             rows.append((clip, transcripts[prompt], english))
             sources.append((prompt, audio_package, package_version(audio_package), str(wav), LICENCE))
         client = f"asterisk_{speaker}"
-        write_tsv(base / "validated.tsv", ("client_id", "path", "sentence", "up_votes", "down_votes", "age",
-                                           "gender", "accent"),
-                  ((client, clip, text, 2, 0, "", "", "") for clip, text, _ in rows))
-        write_tsv(base / f"covost_v2.{lang}_en.tsv", ("path", "sentence", "translation", "client_id", "split"),
-                  ((clip, text, english, client, "test") for clip, text, english in rows))
+        write_tsv(
+            base / "validated.tsv",
+            ("client_id", "path", "sentence", "up_votes", "down_votes", "age", "gender", "accent"),
+            ((client, clip, text, 2, 0, "", "", "") for clip, text, _ in rows),
+        )
+        write_tsv(
+            base / f"covost_v2.{lang}_en.tsv",
+            ("path", "sentence", "translation", "client_id", "split"),
+            ((clip, text, english, client, "test") for clip, text, english in rows),
+        )
         write_tsv(base / "sources.tsv", ("prompt", "package", "version", "file", "licence"), sources)
-        summary["directions"][f"{lang}-en"] = {"clips": len(rows), "seconds": round(seconds, 2),
-                                              "speaker": client, "skipped": skipped}
-    (out / "real_x_en_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
-                                                encoding="utf-8")
+        summary["directions"][f"{lang}-en"] = {
+            "clips": len(rows),
+            "seconds": round(seconds, 2),
+            "speaker": client,
+            "skipped": skipped,
+        }
+    (out / "real_x_en_summary.json").write_text(
+        json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     return summary
 
 
@@ -208,8 +220,9 @@ def build_tst_real_targets(root: Path, langs: tuple[str, ...] = REAL_TARGETS, sp
     table = read_references()
     missing = [e for e in english if e not in table]
     if missing:
-        raise SynthError(f"{len(missing)} segment(s) of {en_path} have no reference in {REFERENCES}, e.g. "
-                         f"{missing[0]!r}")
+        raise SynthError(
+            f"{len(missing)} segment(s) of {en_path} have no reference in {REFERENCES}, e.g. {missing[0]!r}"
+        )
     counts = {}
     for lang in langs:
         target = root / f"en-{lang}" / "data" / split

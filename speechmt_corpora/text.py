@@ -29,10 +29,14 @@ BIBLE_KEYS = {"john": "John 1:1-21:25", "all": "Genesis 1:1-Malachi 4:6;Matthew 
 
 _MARKUP = re.compile(r"[\[\]{}()<>/\\|~=+*#_@…]|\.\.\.")
 _DICT_ABBREVIATIONS = {"etw.", "jdn.", "jdm.", "jds.", "jd.", "sb.", "sth.", "sb.'s", "sb.’s", "o.", "od."}
-_ENGLISH_WORDS = frozenset("the and is are were of to that you he she we they not have has with for this "
-                           "what my your our their who does did would can could".split())
-_GERMAN_WORDS = frozenset("der das und ist sind waren nicht ein eine einen dem den des zu mit für auf ich "
-                          "du er sie wir ihr sich haben wird werden kann auch noch schon nach".split())
+_ENGLISH_WORDS = frozenset(
+    "the and is are were of to that you he she we they not have has with for this "
+    "what my your our their who does did would can could".split()
+)
+_GERMAN_WORDS = frozenset(
+    "der das und ist sind waren nicht ein eine einen dem den des zu mit für auf ich "
+    "du er sie wir ihr sich haben wird werden kann auch noch schon nach".split()
+)
 _SYNONYM_AFTER_SENTENCE = re.compile(r"(?<=[.!?]);\s*")
 _VERSE_START = re.compile(r"^(?P<lead>\s*|.*?\s{2,})(?P<ref>[A-Z][A-Za-z ]*? \d+:\d+): ?(?P<text>.*)$")
 _TAG = re.compile(r"<[^>]*>")
@@ -137,7 +141,7 @@ def _capitalise(word: str) -> str:
     lower = word.lower()
     for i, ch in enumerate(lower):
         if ch.isalpha():
-            return lower[:i] + ch.upper() + lower[i + 1:]
+            return lower[:i] + ch.upper() + lower[i + 1 :]
     return lower
 
 
@@ -156,7 +160,7 @@ def clean_verse(text: str, first_of_psalm: bool = False) -> str:
     words = normalise_space(_TAG.sub(" ", text)).split()
     if first_of_psalm:
         starts = [i for i, w in enumerate(words) if i > 0 and _is_caps(w) and words[i - 1][-1] in ".:"]
-        words = words[starts[0]:] if starts else words
+        words = words[starts[0] :] if starts else words
     for i, word in enumerate(words[:3]):
         if _is_caps(word):
             words[i] = _capitalise(word) if i == 0 else word.lower()
@@ -217,14 +221,22 @@ def is_usable_verse(text: str) -> bool:
 
 def is_usable_verse_pair(src: str, tgt: str) -> bool:
     """Both verses usable and of similar length in characters (a guard against misaligned verses)."""
-    return is_usable_verse(src) and is_usable_verse(tgt) and \
-        BIBLE_LENGTH_RATIO[0] <= len(src) / len(tgt) <= BIBLE_LENGTH_RATIO[1]
+    return (
+        is_usable_verse(src)
+        and is_usable_verse(tgt)
+        and BIBLE_LENGTH_RATIO[0] <= len(src) / len(tgt) <= BIBLE_LENGTH_RATIO[1]
+    )
 
 
 def _start_diatheke(module: str, key: str) -> subprocess.Popen:
     """Starts `diatheke` on one module; the two modules are read in parallel."""
-    return subprocess.Popen(["diatheke", "-b", module, "-f", "plain", "-k", key],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8")
+    return subprocess.Popen(
+        ["diatheke", "-b", module, "-f", "plain", "-k", key],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -239,8 +251,9 @@ def bible_pairs(key: str = BIBLE_KEYS["all"]) -> tuple[Pair, ...]:
         module, package = BIBLE_MODULES[lang]
         verses[lang] = parse_diatheke(out, module)
         if proc.returncode != 0 or not verses[lang]:
-            raise SynthError(f"diatheke gave no verses of {module} ({err.strip()[:80]}): "
-                             f"install the Debian package {package}")
+            raise SynthError(
+                f"diatheke gave no verses of {module} ({err.strip()[:80]}): install the Debian package {package}"
+            )
     skip = shifted_chapters(verses["es"], verses["en"])
     pairs = []
     for ref, es in verses["es"].items():

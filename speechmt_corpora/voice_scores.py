@@ -45,8 +45,10 @@ def talk_voices(root: Path) -> dict[str, str]:
     """Talk name (`ted_5`) -> speaker label (`flite:kal:r110:p114`) over every split of the corpus at `root`."""
     found = read_talk_voices(corpus_dir(root) / PAIR / "data")
     if not found:
-        raise SynthError(f"{root}: no {PAIR}/data/<split>/{TALK_VOICES} (build the corpus with this version of "
-                         "`speechmt data synth`)")
+        raise SynthError(
+            f"{root}: no {PAIR}/data/<split>/{TALK_VOICES} (build the corpus with this version of "
+            "`speechmt data synth`)"
+        )
     return found
 
 
@@ -67,8 +69,7 @@ def read_evaluation(folder: Path) -> list[Scored]:
     if not path.is_file():
         raise SynthError(f"{folder}: no results.tsv (a `speechmt evaluate --out` folder)")
     with open(path, encoding="utf-8", newline="") as f:
-        return [Scored(r["id"], r["ref"], r["hyp"])
-                for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+        return [Scored(r["id"], r["ref"], r["hyp"]) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
 def read_benchmark(folder: Path, system: str) -> list[Scored]:
@@ -80,10 +81,10 @@ def read_benchmark(folder: Path, system: str) -> list[Scored]:
     if not hyp_path.is_file():
         names = ", ".join(s["name"] for s in bench["systems"])
         raise SynthError(f"{folder}: no hypotheses of system {system!r} (systems: {names})")
-    records = list(iter_manifest(Path(bench["data"]) / f"{bench['split']}.jsonl"))[:bench["n"]]
+    records = list(iter_manifest(Path(bench["data"]) / f"{bench['split']}.jsonl"))[: bench["n"]]
     if ids_digest([r.id for r in records]) != bench["ids_sha256"]:
         raise SynthError(f"{folder}: the manifest of {bench['split']!r} in {bench['data']} changed since the benchmark")
-    hyps = hyp_path.read_text(encoding="utf-8").split("\n")[:len(records)]
+    hyps = hyp_path.read_text(encoding="utf-8").split("\n")[: len(records)]
     return [Scored(r.id, r.tgt_text, h) for r, h in zip(records, hyps)]
 
 
@@ -101,10 +102,12 @@ def scores_by_voice(rows: list[Scored], speakers: dict[str, str], held_out: str 
             raise SynthError(f"utterance {row.id}: talk {talk} is in no {TALK_VOICES} of the corpus")
         groups[voice_of(speakers[talk])].append(row)
     seen = [r for v, g in groups.items() if v != held_out for r in g]
-    result = {"held_out_voice": held_out,
-              "voices": {v: {**_scores(g), "seen": v != held_out} for v, g in sorted(groups.items())},
-              "seen": _scores(seen) if seen else None,
-              "held_out": _scores(groups[held_out]) if held_out in groups else None}
+    result = {
+        "held_out_voice": held_out,
+        "voices": {v: {**_scores(g), "seen": v != held_out} for v, g in sorted(groups.items())},
+        "seen": _scores(seen) if seen else None,
+        "held_out": _scores(groups[held_out]) if held_out in groups else None,
+    }
     ok = result["seen"] and result["held_out"] and result["seen"]["bleu"] > 0
     result["held_out_over_seen_bleu"] = round(result["held_out"]["bleu"] / result["seen"]["bleu"], 3) if ok else None
     return result

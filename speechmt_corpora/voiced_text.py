@@ -64,13 +64,18 @@ def is_sentence(text: str) -> bool:
 
 def held_out_sentences(data_dir: Path) -> set[str]:
     """Keys of every English and German sentence of the splits under `data_dir` not named train*."""
-    return {key(line) for path in sorted(data_dir.glob("*/txt/*.[a-z][a-z]"))
-            if not path.parent.parent.name.startswith(("train", "."))
-            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+    return {
+        key(line)
+        for path in sorted(data_dir.glob("*/txt/*.[a-z][a-z]"))
+        if not path.parent.parent.name.startswith(("train", "."))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    }
 
 
-def choose(pairs: list[Pair], held_out: set[str], limit: int, seed: int, min_words: int = 0,
-           sentences: bool = False) -> tuple[list[Pair], dict[str, int]]:
+def choose(
+    pairs: list[Pair], held_out: set[str], limit: int, seed: int, min_words: int = 0, sentences: bool = False
+) -> tuple[list[Pair], dict[str, int]]:
     """The pairs to voice: those with both sides non-empty, neither side a dev or test sentence (keys of
     `held_out`), at least `min_words` source words and, with `sentences`, both sides whole sentences; then a
     seeded sample of `limit` of them (0: all) in file order. Also returns the counts dropped, by reason."""
@@ -107,22 +112,38 @@ def corpus_held_out_voice(root: Path) -> Voice | None:
     return find_voice("en", held) if held else None
 
 
-def plan(pairs: list[Pair], first_talk: int, wav_dir: Path, seed: int,
-         voices: tuple[Voice, ...] | None = None) -> list[TalkJob]:
+def plan(
+    pairs: list[Pair], first_talk: int, wav_dir: Path, seed: int, voices: tuple[Voice, ...] | None = None
+) -> list[TalkJob]:
     """Groups the pairs into talks of 10-40 segments, numbered from `first_talk`, each with a seeded speaker
     of `voices` (default: every English voice)."""
     rng = np.random.default_rng([seed, VOICED_STREAM, 1])
     jobs, start = [], 0
     for i, n in enumerate(talk_sizes(len(pairs), *TALK_SEGMENTS["full"], rng)):
         talk = first_talk + i
-        jobs.append(TalkJob(talk, draw_speaker("en", rng, voices), tuple(pairs[start:start + n]),
-                            wav_dir / f"ted_{talk}.wav", seed))
+        jobs.append(
+            TalkJob(
+                talk,
+                draw_speaker("en", rng, voices),
+                tuple(pairs[start : start + n]),
+                wav_dir / f"ted_{talk}.wav",
+                seed,
+            )
+        )
         start += n
     return jobs
 
 
-def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: int = 0, seed: int = 0,
-                     jobs: int = 2, min_words: int = 0, sentences: bool = False) -> dict:
+def voice_text_pairs(
+    root: Path,
+    text: Path,
+    split: str = "train-tts",
+    limit: int = 0,
+    seed: int = 0,
+    jobs: int = 2,
+    min_words: int = 0,
+    sentences: bool = False,
+) -> dict:
     """Voices the English side of the pairs in manifest `text` into split `split` of the MuST-C-layout corpus
     at `root` (see the module docstring) and returns the summary, also written beside the split's txt/.
     `limit`, `min_words` and `sentences` choose the pairs as `choose` says. Raises SynthError when the corpus
@@ -152,15 +173,27 @@ def voice_text_pairs(root: Path, text: Path, split: str = "train-tts", limit: in
     results = run_parallel(voice_talk, talks, jobs, f"synth-tts {split}", "talk")
     write_split(staging / "txt", split, results)
     failures = [f for r in results for f in r.failures]
-    summary = {"corpus": "mustc", "pair": PAIR, "split": split, "text": str(text), "seed": seed, "limit": limit,
-               "min_words": min_words, "sentences_only": sentences,
-               "hold_out_voice": voice_label(held) if held else None,
-               "pairs_read": len(pairs) + sum(dropped.values()), "dropped": dropped, **split_summary(results),
-               "voices": dict(sorted(voice_counts(results).items())),
-               "failures": failures, "failure_reasons": dict(Counter(f["reason"] for f in failures))}
+    summary = {
+        "corpus": "mustc",
+        "pair": PAIR,
+        "split": split,
+        "text": str(text),
+        "seed": seed,
+        "limit": limit,
+        "min_words": min_words,
+        "sentences_only": sentences,
+        "hold_out_voice": voice_label(held) if held else None,
+        "pairs_read": len(pairs) + sum(dropped.values()),
+        "dropped": dropped,
+        **split_summary(results),
+        "voices": dict(sorted(voice_counts(results).items())),
+        "failures": failures,
+        "failure_reasons": dict(Counter(f["reason"] for f in failures)),
+    }
     summary["speech_hours"] = round(summary["speech_seconds"] / 3600, 4)
     summary["seconds"] = round(time.perf_counter() - start, 2)
-    (staging / "voiced_text_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
-                                                      encoding="utf-8")
+    (staging / "voiced_text_summary.json").write_text(
+        json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     publish(staging, final)
     return summary

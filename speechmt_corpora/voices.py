@@ -90,23 +90,65 @@ def _flite(name: str, gender: str) -> Voice:
 
 
 VOICES: dict[str, tuple[Voice, ...]] = {
-    "en": (_espeak("en-us", "male"), _espeak("en-gb", "male"), _espeak("en-us+f3", "female"),
-           _espeak("en-gb+m3", "male"), _espeak("en-us+m7", "male"), _espeak("en-us+f4", "female"),
-           _espeak("en-gb-x-rp+f2", "female"), _pico("en-US"), _pico("en-GB"),
-           _mbrola("us1", "female"), _mbrola("us2", "male"), _mbrola("us3", "male"),
-           _flite("kal", "male"), _flite("kal16", "male"), _flite("awb", "male"), _flite("rms", "male"),
-           _flite("slt", "female")),
-    "de": (_pico("de-DE"), _mbrola("de2", "male"), _mbrola("de6", "male"), _espeak("de", "male"),
-           _espeak("de+f2", "female"), _espeak("de+m3", "male"), _espeak("de+f4", "female")),
-    "es": (_pico("es-ES"), _espeak("es", "male"), _espeak("es+f3", "female"), _espeak("es-419", "male"),
-           _espeak("es+m2", "male"), _espeak("es-419+f4", "female")),
+    "en": (
+        _espeak("en-us", "male"),
+        _espeak("en-gb", "male"),
+        _espeak("en-us+f3", "female"),
+        _espeak("en-gb+m3", "male"),
+        _espeak("en-us+m7", "male"),
+        _espeak("en-us+f4", "female"),
+        _espeak("en-gb-x-rp+f2", "female"),
+        _pico("en-US"),
+        _pico("en-GB"),
+        _mbrola("us1", "female"),
+        _mbrola("us2", "male"),
+        _mbrola("us3", "male"),
+        _flite("kal", "male"),
+        _flite("kal16", "male"),
+        _flite("awb", "male"),
+        _flite("rms", "male"),
+        _flite("slt", "female"),
+    ),
+    "de": (
+        _pico("de-DE"),
+        _mbrola("de2", "male"),
+        _mbrola("de6", "male"),
+        _espeak("de", "male"),
+        _espeak("de+f2", "female"),
+        _espeak("de+m3", "male"),
+        _espeak("de+f4", "female"),
+    ),
+    "es": (
+        _pico("es-ES"),
+        _espeak("es", "male"),
+        _espeak("es+f3", "female"),
+        _espeak("es-419", "male"),
+        _espeak("es+m2", "male"),
+        _espeak("es-419+f4", "female"),
+    ),
     # CoVoST-mini's other sources (speechmt_corpora.languages): pico where it speaks the language, else espeak-ng
-    "fr": (_pico("fr-FR"), _espeak("fr-fr", "male"), _espeak("fr-fr+f3", "female"), _espeak("fr-be", "male"),
-           _espeak("fr-fr+m3", "male"), _espeak("fr-ch+f4", "female")),
-    "it": (_pico("it-IT"), _espeak("it", "male"), _espeak("it+f3", "female"), _espeak("it+m3", "male"),
-           _espeak("it+f4", "female")),
-    "pt": (_espeak("pt-br", "male"), _espeak("pt-br+f3", "female"), _espeak("pt", "male"), _espeak("pt+f4", "female"),
-           _espeak("pt-br+m3", "male")),
+    "fr": (
+        _pico("fr-FR"),
+        _espeak("fr-fr", "male"),
+        _espeak("fr-fr+f3", "female"),
+        _espeak("fr-be", "male"),
+        _espeak("fr-fr+m3", "male"),
+        _espeak("fr-ch+f4", "female"),
+    ),
+    "it": (
+        _pico("it-IT"),
+        _espeak("it", "male"),
+        _espeak("it+f3", "female"),
+        _espeak("it+m3", "male"),
+        _espeak("it+f4", "female"),
+    ),
+    "pt": (
+        _espeak("pt-br", "male"),
+        _espeak("pt-br+f3", "female"),
+        _espeak("pt", "male"),
+        _espeak("pt+f4", "female"),
+        _espeak("pt-br+m3", "male"),
+    ),
     "nl": (_espeak("nl", "male"), _espeak("nl+f3", "female"), _espeak("nl+m3", "male"), _espeak("nl+f4", "female")),
     "ru": (_espeak("ru", "male"), _espeak("ru+f3", "female"), _espeak("ru+m3", "male"), _espeak("ru+f4", "female")),
     "ca": (_espeak("ca", "male"), _espeak("ca+f3", "female"), _espeak("ca+m3", "male"), _espeak("ca+f4", "female")),
@@ -150,10 +192,31 @@ def _command(speaker: Speaker, text: str, wav: Path) -> tuple[list[str], str | N
         return ["pico2wave", "-l", speaker.voice.name, "-w", str(wav), "--", text], None
     if speaker.voice.engine == "flite":
         f0 = FLITE_F0.get(speaker.voice.name, 110) * speaker.pitch / 100
-        return ["flite", "-voice", speaker.voice.name, "--setf", f"duration_stretch={100 / speaker.speed:.3f}",
-                "--setf", f"int_f0_target_mean={f0:.0f}", "-o", str(wav), "-t", text], None
-    return ["espeak-ng", "-v", speaker.voice.name, "-s", str(speaker.speed), "-p", str(speaker.pitch),
-            "-w", str(wav), "--stdin"], text
+        return [
+            "flite",
+            "-voice",
+            speaker.voice.name,
+            "--setf",
+            f"duration_stretch={100 / speaker.speed:.3f}",
+            "--setf",
+            f"int_f0_target_mean={f0:.0f}",
+            "-o",
+            str(wav),
+            "-t",
+            text,
+        ], None
+    return [
+        "espeak-ng",
+        "-v",
+        speaker.voice.name,
+        "-s",
+        str(speaker.speed),
+        "-p",
+        str(speaker.pitch),
+        "-w",
+        str(wav),
+        "--stdin",
+    ], text
 
 
 def _run_tts(speaker: Speaker, text: str, wav: Path) -> tuple[np.ndarray, int]:
@@ -180,7 +243,7 @@ def trim(wave: np.ndarray, sample_rate: int) -> np.ndarray:
     """Cuts leading and trailing silence (below -40 dB of the peak), keeping a 50 ms margin. (T,) -> (T',)."""
     loud = np.flatnonzero(np.abs(wave) >= TRIM_THRESHOLD * np.abs(wave).max())
     margin = int(TRIM_MARGIN_S * sample_rate)
-    return wave[max(0, loud[0] - margin):min(len(wave), loud[-1] + 1 + margin)]
+    return wave[max(0, loud[0] - margin) : min(len(wave), loud[-1] + 1 + margin)]
 
 
 def synthesize(speaker: Speaker, text: str, sample_rate: int, workdir: Path) -> np.ndarray:
@@ -211,11 +274,16 @@ def check_voices(lang: str, workdir: Path) -> None:
         for tool, package in _tools(voice):
             if shutil.which(tool) is None:
                 raise SynthError(f"{tool} not found: install the Debian package {package}")
-        probe = Speaker(voice, speed=100, pitch=0) if voice.engine == "pico2wave" else \
-            Speaker(voice, speed=100, pitch=100) if voice.engine == "flite" else \
-            Speaker(voice, speed=ESPEAK_SPEEDS[1], pitch=ESPEAK_PITCHES[1])
+        probe = (
+            Speaker(voice, speed=100, pitch=0)
+            if voice.engine == "pico2wave"
+            else Speaker(voice, speed=100, pitch=100)
+            if voice.engine == "flite"
+            else Speaker(voice, speed=ESPEAK_SPEEDS[1], pitch=ESPEAK_PITCHES[1])
+        )
         try:
             synthesize(probe, "Hello.", 16000, workdir)
         except TTSError as e:
-            raise SynthError(f"voice {voice.name} of {voice.engine} does not speak ({e}): "
-                             f"install the Debian package {voice.package}") from None
+            raise SynthError(
+                f"voice {voice.name} of {voice.engine} does not speak ({e}): install the Debian package {voice.package}"
+            ) from None

@@ -65,8 +65,9 @@ def tiny_data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_data")
     prepare_mustc(ASSETS / "mustc", out, "de", cfg=PrepareConfig(jobs=1))
     manifests = [out / "train.jsonl", out / "dev.jsonl", out / "tst-COMMON.jsonl"]
-    tok = train_from_manifests(manifests, ("src_text", "tgt_text"),
-                               TokenizerConfig(vocab_size=150, lang_tags=("<en>", "<de>")))
+    tok = train_from_manifests(
+        manifests, ("src_text", "tgt_text"), TokenizerConfig(vocab_size=150, lang_tags=("<en>", "<de>"))
+    )
     tok.save(out / "spm.model")
     return out
 
@@ -82,12 +83,26 @@ def tiny_bert(tmp_path_factory, tiny_data) -> Path:
     from speechmt.data.manifest import read_manifest
 
     out = tmp_path_factory.mktemp("tiny_bert")
-    words = sorted({w for split in ("train", "dev", "tst-COMMON") for r in read_manifest(tiny_data / f"{split}.jsonl")
-                    for w in re.findall(r"\w+|[^\w\s]", r.src_text.lower())})
+    words = sorted(
+        {
+            w
+            for split in ("train", "dev", "tst-COMMON")
+            for r in read_manifest(tiny_data / f"{split}.jsonl")
+            for w in re.findall(r"\w+|[^\w\s]", r.src_text.lower())
+        }
+    )
     (out / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=5 + len(words), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=128)).save_pretrained(out)
+    BertModel(
+        BertConfig(
+            vocab_size=5 + len(words),
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=128,
+        )
+    ).save_pretrained(out)
     BertTokenizerFast(str(out / "vocab.txt")).save_pretrained(out)
     return out
 

@@ -11,10 +11,25 @@ from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES
 def tiny_config(data: Path, save_dir: Path, **train) -> ExperimentConfig:
     """A tiny ST model on the replica: no dropout, no SpecAugment, whole training split in one batch."""
     model = preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    data_cfg = DataConfig(dir=str(data), src_vocab=str(data / "spm.model"), tgt_vocab=str(data / "spm.model"),
-                          spec_augment="", max_tokens=4000, cmvn="global")
-    defaults = dict(task="st", lr=2e-3, warmup_updates=10, max_updates=8, save_dir=str(save_dir),
-                    save_interval_updates=4, validate_interval_updates=4, log_interval=2, seed=3)
+    data_cfg = DataConfig(
+        dir=str(data),
+        src_vocab=str(data / "spm.model"),
+        tgt_vocab=str(data / "spm.model"),
+        spec_augment="",
+        max_tokens=4000,
+        cmvn="global",
+    )
+    defaults = dict(
+        task="st",
+        lr=2e-3,
+        warmup_updates=10,
+        max_updates=8,
+        save_dir=str(save_dir),
+        save_interval_updates=4,
+        validate_interval_updates=4,
+        log_interval=2,
+        seed=3,
+    )
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
 
 
@@ -32,9 +47,21 @@ def two_update_st(data: Path, exp: Path) -> str:
 AFTER_NESTING = ("ctc_vocab",)  # shared fields added after the nesting: no flat checkpoint has them
 # the encoder's and decoder's fields when one dataclass held every kind's (before each kind had options of its own)
 LEGACY_DEFAULTS = {
-    "encoder": dict(layers=12, input_dim=80, subsampler="conv1d", conv_channels=1024, conv_kernels=(5, 5),
-                    name_or_path="", hf_config={}, finetune="full", layerdrop=0.0, freeze_feature_extractor=False,
-                    mask_time_prob=0.0, mask_time_length=10, gradient_checkpointing=False),
+    "encoder": dict(
+        layers=12,
+        input_dim=80,
+        subsampler="conv1d",
+        conv_channels=1024,
+        conv_kernels=(5, 5),
+        name_or_path="",
+        hf_config={},
+        finetune="full",
+        layerdrop=0.0,
+        freeze_feature_extractor=False,
+        mask_time_prob=0.0,
+        mask_time_length=10,
+        gradient_checkpointing=False,
+    ),
     "decoder": dict(layers=6, name_or_path="", hf_config={}, finetune="full", tie_embeddings=True, output_bias=False),
     "shrink": dict(channels=1024, kernel=5, mode="mean", layers=2, embed="states"),
 }
@@ -45,8 +72,12 @@ def flat_model_config(cfg: ModelConfig) -> dict:
     the shared fields, every old flat name, and the encoder's three fine-tuning flags."""
     nested = asdict(cfg)
     flat = {k: v for k, v in nested.items() if not isinstance(v, dict) and k not in AFTER_NESTING}
-    flat.update({old: nested[group].get(name, LEGACY_DEFAULTS.get(group, {}).get(name))
-                 for old, (group, name) in FLAT_NAMES.items()})
+    flat.update(
+        {
+            old: nested[group].get(name, LEGACY_DEFAULTS.get(group, {}).get(name))
+            for old, (group, name) in FLAT_NAMES.items()
+        }
+    )
     flat.update({flag: cfg.encoder.finetune == mode for flag, mode in FINETUNE_FLAGS.items()})
     return flat
 
@@ -54,13 +85,31 @@ def flat_model_config(cfg: ModelConfig) -> dict:
 def tiny_wav2vec2_fields(**overrides) -> dict:
     """HF config fields of a tiny random wav2vec2: the base model's CNN geometry (20 ms frames) with 16
     channels, a 2-layer Transformer of width 32, layer-norm CNN (attention masks), no dropout."""
-    fields = dict(model_type="wav2vec2", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, conv_dim=[16] * 7, conv_kernel=[10, 3, 3, 3, 3, 2, 2],
-                  conv_stride=[5, 2, 2, 2, 2, 2, 2], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
-                  feat_extract_norm="layer", do_stable_layer_norm=True, hidden_dropout=0.0, attention_dropout=0.0,
-                  activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
-                  codevector_dim=16, proj_codevector_dim=16, num_codevector_groups=2, num_codevectors_per_group=8,
-                  num_negatives=5)
+    fields = dict(
+        model_type="wav2vec2",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=[16] * 7,
+        conv_kernel=[10, 3, 3, 3, 3, 2, 2],
+        conv_stride=[5, 2, 2, 2, 2, 2, 2],
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        feat_extract_norm="layer",
+        do_stable_layer_norm=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        feat_proj_dropout=0.0,
+        final_dropout=0.0,
+        layerdrop=0.0,
+        codevector_dim=16,
+        proj_codevector_dim=16,
+        num_codevector_groups=2,
+        num_codevectors_per_group=8,
+        num_negatives=5,
+    )
     return {**fields, **overrides}
 
 

@@ -24,8 +24,12 @@ def tiny_lm_tokenizer_json() -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(corpus_texts() * 3, trainer)
     return tok.to_str()
 
@@ -40,11 +44,22 @@ def tiny_lm_dir(folder: Path, hidden: int = 32, layers: int = 2, seed: int = 0) 
     tokenizer_json = tiny_lm_tokenizer_json()
     (folder / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
     vocab = Tokenizer.from_str(tokenizer_json).get_vocab_size(with_added_tokens=True)
-    config = Gemma3TextConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                              num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                              query_pre_attn_scalar=16, sliding_window=16, max_position_embeddings=512,
-                              layer_types=(["sliding_attention", "full_attention"] * layers)[:layers],
-                              pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    config = Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=16,
+        max_position_embeddings=512,
+        layer_types=(["sliding_attention", "full_attention"] * layers)[:layers],
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
     torch.manual_seed(seed)
     Gemma3ForCausalLM(config).save_pretrained(folder)
     return folder
@@ -66,10 +81,26 @@ def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS, **o
     tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
     vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
     torch.manual_seed(0)
-    cfg = preset("tiny", n_heads=2, dropout=0.0, ctc=True, src_vocab_size=FIRST_LABEL + len(vocab), ctc_vocab=vocab,
-                 shrink=dict(kind="ctc", embed="lm"), text_encoder=dict(embed_only=True, embeddings="lm"),
-                 **{**overrides, "decoder": dict(kind="lm", name_or_path=str(lm_dir), vocab=tgt.config.vocab,
-                                                 prompt=tgt.prompt_ids("en"), **overrides.get("decoder", {}))})
+    cfg = preset(
+        "tiny",
+        n_heads=2,
+        dropout=0.0,
+        ctc=True,
+        src_vocab_size=FIRST_LABEL + len(vocab),
+        ctc_vocab=vocab,
+        shrink=dict(kind="ctc", embed="lm"),
+        text_encoder=dict(embed_only=True, embeddings="lm"),
+        **{
+            **overrides,
+            "decoder": dict(
+                kind="lm",
+                name_or_path=str(lm_dir),
+                vocab=tgt.config.vocab,
+                prompt=tgt.prompt_ids("en"),
+                **overrides.get("decoder", {}),
+            ),
+        },
+    )
     return build_model(cfg).eval(), src
 
 
@@ -100,16 +131,42 @@ def train_whisper_lm(data, lm: Path, whisper: Path, encoder_kind: str, save_dir:
     from speechmt.training.run import run_training
 
     text = {"text_encoder": {"embed_only": True, "embeddings": "lm"}} if mt else {}
-    model = ModelConfig(encoder={"kind": encoder_kind, "name_or_path": str(whisper), "finetune": "frozen"},
-                        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "full"}, n_heads=2,
-                        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, **text)
+    model = ModelConfig(
+        encoder={"kind": encoder_kind, "name_or_path": str(whisper), "finetune": "frozen"},
+        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "full"},
+        n_heads=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        **text,
+    )
     stages = [{"name": "st+mt", "tasks": [{"task": "st"}, {"task": "mt"}]}] if mt else []
-    cfg = ExperimentConfig(model=model,
-                           data=DataConfig(dir=str(data), spec_augment="", max_tokens=4000, max_sentences=6,
-                                           src_lang="en", tgt_lang="de", lang_tag=True, whisper_pad_seconds=30.0),
-                           train=TrainConfig(task="st", lr=1e-3, warmup_updates=1, max_updates=1, seed=1,
-                                             save_dir=str(save_dir), save_interval_updates=1, keep_last=1,
-                                             validate_interval_updates=1, log_interval=1, valid_decode=False,
-                                             stages=stages))
+    cfg = ExperimentConfig(
+        model=model,
+        data=DataConfig(
+            dir=str(data),
+            spec_augment="",
+            max_tokens=4000,
+            max_sentences=6,
+            src_lang="en",
+            tgt_lang="de",
+            lang_tag=True,
+            whisper_pad_seconds=30.0,
+        ),
+        train=TrainConfig(
+            task="st",
+            lr=1e-3,
+            warmup_updates=1,
+            max_updates=1,
+            seed=1,
+            save_dir=str(save_dir),
+            save_interval_updates=1,
+            keep_last=1,
+            validate_interval_updates=1,
+            log_interval=1,
+            valid_decode=False,
+            stages=stages,
+        ),
+    )
     run_training(cfg)
     return save_dir / "checkpoint_last.safetensors"

@@ -81,7 +81,7 @@ def test_batched_fbank_equals_single():
     for i, w in enumerate(waves):
         single = fbank(w)
         assert np.abs(feats[i, : lengths[i]].numpy() - single).max() < 1e-4
-        assert not feats[i, lengths[i]:].any()
+        assert not feats[i, lengths[i] :].any()
 
 
 def test_dither_only_in_training():
@@ -130,12 +130,13 @@ def test_spec_augment_policies(policy, n_masks):
     x = torch.randn(500, 80)
     widths_f, widths_t = [], []
     for seed in range(50):
-        out = spec_augment(x, SpecAugmentConfig(**{**cfg.__dict__, "mask_value": 0.0}),
-                           torch.Generator().manual_seed(seed))
+        out = spec_augment(
+            x, SpecAugmentConfig(**{**cfg.__dict__, "mask_value": 0.0}), torch.Generator().manual_seed(seed)
+        )
         f, t = _masked(out, 0.0)
         widths_f.append(f)
         widths_t.append(t)
-        untouched = (out != 0.0)
+        untouched = out != 0.0
         assert torch.equal(out[untouched], x[untouched])
     assert max(widths_f) <= n_masks * 26 and max(widths_t) <= n_masks * 99
     assert min(widths_f) >= 0 and sum(widths_f) > 0 and sum(widths_t) > 0
@@ -184,8 +185,13 @@ def test_stereo_44k_is_downmixed_and_resampled(tmp_path):
 @pytest.mark.parametrize("fmt,subtype", [("FLAC", "PCM_16"), ("OGG", "VORBIS"), ("MP3", "MPEG_LAYER_III")])
 def test_compressed_formats_read(tmp_path, fmt, subtype):
     t = np.arange(48000) / 48000
-    sf.write(tmp_path / f"x.{fmt.lower()}", (0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32), 48000,
-             format=fmt, subtype=subtype)
+    sf.write(
+        tmp_path / f"x.{fmt.lower()}",
+        (0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32),
+        48000,
+        format=fmt,
+        subtype=subtype,
+    )
     y = read_audio(tmp_path / f"x.{fmt.lower()}")
     assert abs(len(y) - 16000) < 1200  # mp3 adds encoder delay and padding
     assert 0.2 < np.abs(y).max() < 0.4

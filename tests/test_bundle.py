@@ -17,17 +17,27 @@ from speechmt.tokenizers.sentencepiece import Tokenizer
 @pytest.fixture
 def bundle(tiny_data):
     tok = Tokenizer.load(tiny_data / "spm.model")
-    return ModelBundle(preset("tiny", tgt_vocab_size=len(tok)), Tokenizers(tok, tok),
-                       FbankFrontend(FbankConfig(), CMVNConfig("global", (0.5,) * 80, (2.0,) * 80)), "st",
-                       {"st": "<de>", "asr": "<en>"}, "tgt")
+    return ModelBundle(
+        preset("tiny", tgt_vocab_size=len(tok)),
+        Tokenizers(tok, tok),
+        FbankFrontend(FbankConfig(), CMVNConfig("global", (0.5,) * 80, (2.0,) * 80)),
+        "st",
+        {"st": "<de>", "asr": "<en>"},
+        "tgt",
+    )
 
 
 def test_a_bundle_round_trips_through_a_checkpoint(bundle, tmp_path):
     save_checkpoint(tmp_path / "b.safetensors", bundle.state_dict())
     back = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / "b.safetensors"))
     assert back.config == bundle.config and back.frontend == bundle.frontend
-    assert (back.task, back.decoder_tags, back.decoder_side, back.decoder_start, back.base) == \
-           ("st", {"st": "<de>", "asr": "<en>"}, "tgt", "bos", None)
+    assert (back.task, back.decoder_tags, back.decoder_side, back.decoder_start, back.base) == (
+        "st",
+        {"st": "<de>", "asr": "<en>"},
+        "tgt",
+        "bos",
+        None,
+    )
     assert back.tokenizers.state_dict() == bundle.tokenizers.state_dict()
     assert set(bundle.state_dict()) == set(KEYS) - {"base"} and bundle.state_dict()["decoder_tag"] == "<de>"
 
@@ -47,14 +57,20 @@ def test_a_checkpoint_before_decoder_tags_does_its_own_task(bundle):
         old.tag("asr")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"decoder_start": "pad"}, "unknown decoder_start 'pad'"),
-    ({"decoder_side": "both"}, "unknown decoder_side 'both'"),
-    ({"decoder_tags": ["<de>"]}, "decoder_tags must map tasks to tags, got list"),
-    ({"features": {"waveform": asdict(WaveformFrontend().config)}}, "its encoder reads fbank input, but the checkpoint "
-                                                                     r"has no such front-end settings \(features.fbank\)"),
-    ({"tokenizers": None}, "checkpoint lacks or mismatches what a model needs"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"decoder_start": "pad"}, "unknown decoder_start 'pad'"),
+        ({"decoder_side": "both"}, "unknown decoder_side 'both'"),
+        ({"decoder_tags": ["<de>"]}, "decoder_tags must map tasks to tags, got list"),
+        (
+            {"features": {"waveform": asdict(WaveformFrontend().config)}},
+            "its encoder reads fbank input, but the checkpoint "
+            r"has no such front-end settings \(features.fbank\)",
+        ),
+        ({"tokenizers": None}, "checkpoint lacks or mismatches what a model needs"),
+    ],
+)
 def test_a_bundle_that_does_not_fit_is_one_line_naming_the_file(bundle, change, message):
     with pytest.raises(CheckpointError, match=f"^m.safetensors: {message}"):
         ModelBundle.from_checkpoint({**bundle.state_dict(), **change}, "m.safetensors")

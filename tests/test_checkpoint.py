@@ -30,19 +30,40 @@ def _every_kind() -> dict:
     """A nested state with every kind of value the callers put in a checkpoint."""
     emb = torch.randn(6, 4)
     return {
-        "model": {"decoder.embed.weight": emb, "decoder.output.weight": emb, "half": torch.randn(3).half(),
-                  "bf16": torch.randn(2, 2).bfloat16(), "f64": torch.randn(2).double(), "long": torch.arange(5),
-                  "mask": torch.tensor([True, False]), "scalar": torch.tensor(7.0), "empty": torch.empty(0, 3),
-                  "transposed": torch.randn(3, 5).t(), "row": emb[2:4]},
-        "optimizer": {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(2)}, 1: {}},
-                      "param_groups": [{"betas": (0.9, 0.98), "params": [0, 1], "foreach": None, "amsgrad": False}]},
+        "model": {
+            "decoder.embed.weight": emb,
+            "decoder.output.weight": emb,
+            "half": torch.randn(3).half(),
+            "bf16": torch.randn(2, 2).bfloat16(),
+            "f64": torch.randn(2).double(),
+            "long": torch.arange(5),
+            "mask": torch.tensor([True, False]),
+            "scalar": torch.tensor(7.0),
+            "empty": torch.empty(0, 3),
+            "transposed": torch.randn(3, 5).t(),
+            "row": emb[2:4],
+        },
+        "optimizer": {
+            "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(2)}, 1: {}},
+            "param_groups": [{"betas": (0.9, 0.98), "params": [0, 1], "foreach": None, "amsgrad": False}],
+        },
         "rng": {"numpy": np.random.get_state(), "python": random.getstate(), "torch": torch.get_rng_state()},
-        "tokenizers": {"src": None, "tgt": {"config": {"lang_tags": ("<en>", "<de>"), "vocab_size": 150},
-                                             "model": b"\x00\x80proto\xff", "empty": b""}},
-        "floats": [math.inf, -math.inf, math.nan, -0.0, 1e-300, 0.1], "ints": [0, -1, 2**70], "flags": [True, False],
+        "tokenizers": {
+            "src": None,
+            "tgt": {
+                "config": {"lang_tags": ("<en>", "<de>"), "vocab_size": 150},
+                "model": b"\x00\x80proto\xff",
+                "empty": b"",
+            },
+        },
+        "floats": [math.inf, -math.inf, math.nan, -0.0, 1e-300, 0.1],
+        "ints": [0, -1, 2**70],
+        "flags": [True, False],
         "mixed_keys": {1: "one", "1": "string one", (2, 3): "tuple", None: 0, 1.5: "float", "$odd": "escaped"},
-        "np_scalar": np.float64(2.5), "np_matrix": np.arange(6, dtype=np.int16).reshape(2, 3).T,
-        "nested": [[(), {}], ([],)], "text": "Grüße – „x“",
+        "np_scalar": np.float64(2.5),
+        "np_matrix": np.arange(6, dtype=np.int16).reshape(2, 3).T,
+        "nested": [[(), {}], ([],)],
+        "text": "Grüße – „x“",
     }
 
 
@@ -100,8 +121,10 @@ def test_decoder_tags_of_a_multi_task_model_round_trip_as_plain_json(tmp_path):
 
 
 def test_map_location_and_a_format_key_in_the_state(tmp_path):
-    save_checkpoint(tmp_path / "c.safetensors", {"format": "ignored", "w": torch.ones(2), "b": b"xy",
-                                                 "n": np.ones(2, dtype=np.float32)})
+    save_checkpoint(
+        tmp_path / "c.safetensors",
+        {"format": "ignored", "w": torch.ones(2), "b": b"xy", "n": np.ones(2, dtype=np.float32)},
+    )
     back = load_checkpoint(tmp_path / "c.safetensors", map_location=torch.device("meta"))
     assert back["format"] == FORMAT and back["w"].device.type == "meta" and back["w"].shape == (2,)
     assert back["b"] == b"xy" and back["n"].tolist() == [1.0, 1.0]
@@ -122,8 +145,15 @@ def test_optimizer_scheduler_and_rng_continue_identically(tmp_path):
 
     for _ in range(3):
         step()
-    save_checkpoint(tmp_path / "c.safetensors", {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                                 "scheduler": sched.state_dict(), "rng": rng_state()})
+    save_checkpoint(
+        tmp_path / "c.safetensors",
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "rng": rng_state(),
+        },
+    )
     for _ in range(2):
         step()
     expected = {k: v.clone() for k, v in model.state_dict().items()}
@@ -146,8 +176,10 @@ def test_no_bigger_than_torch_save(tmp_path):
     opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.0)
     sum(p.sum() for p in model.parameters()).backward()
     opt.step()
-    for state in ({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state()},
-                  {"model": {k: v.half() for k, v in model.state_dict().items()}}):
+    for state in (
+        {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state()},
+        {"model": {k: v.half() for k, v in model.state_dict().items()}},
+    ):
         pickled = io.BytesIO()
         torch.save({"format": "speechmt-checkpoint-1", **state}, pickled)
         save_checkpoint(tmp_path / "c.safetensors", state)
@@ -181,19 +213,24 @@ def test_damaged_and_foreign_files_are_one_line_errors(tmp_path):
     blob = (tmp_path / "c.safetensors").read_bytes()
     (tmp_path / "cut.safetensors").write_bytes(blob[: len(blob) - 10])
     assert _error(tmp_path / "cut.safetensors").startswith(
-        f"{tmp_path / 'cut.safetensors'}: not a readable checkpoint, truncated or corrupt (")
+        f"{tmp_path / 'cut.safetensors'}: not a readable checkpoint, truncated or corrupt ("
+    )
     (tmp_path / "header.safetensors").write_bytes(blob[:20] + b"#" + blob[21:])
     assert "not a readable checkpoint, truncated or corrupt" in _error(tmp_path / "header.safetensors")
     save_file({"w": torch.ones(2)}, tmp_path / "hf.safetensors", metadata={"format": "pt"})
     assert _error(tmp_path / "hf.safetensors") == (
-        f"{tmp_path / 'hf.safetensors'}: not a speechmt model file (format 'pt'; this speechmt reads '{FORMAT}')")
+        f"{tmp_path / 'hf.safetensors'}: not a speechmt model file (format 'pt'; this speechmt reads '{FORMAT}')"
+    )
     save_file({"w": torch.ones(2)}, tmp_path / "plain.safetensors")
     assert _error(tmp_path / "plain.safetensors") == (
         f"{tmp_path / 'plain.safetensors'}: not a speechmt model file (a safetensors file without the '{FORMAT}' "
-        "format tag and state)")
+        "format tag and state)"
+    )
     (tmp_path / "text.safetensors").write_text("hello, world\n")
-    assert _error(tmp_path / "text.safetensors") == (f"{tmp_path / 'text.safetensors'}: not a speechmt model file "
-                                                     "(neither safetensors nor an old pickled checkpoint)")
+    assert _error(tmp_path / "text.safetensors") == (
+        f"{tmp_path / 'text.safetensors'}: not a speechmt model file "
+        "(neither safetensors nor an old pickled checkpoint)"
+    )
     (tmp_path / "empty.safetensors").write_bytes(b"")
     assert _error(tmp_path / "empty.safetensors").endswith("not a speechmt model file (an empty file)")
     save_file({}, tmp_path / "dangling.safetensors", metadata={"format": FORMAT, "state": '{"w": {"$tensor": "x"}}'})
@@ -202,7 +239,8 @@ def test_damaged_and_foreign_files_are_one_line_errors(tmp_path):
     assert _error(tmp_path / "foreign.pt") == (
         f"{tmp_path / 'foreign.pt'}: an old pickled speechmt checkpoint; pickles can run code, so it is not loaded. "
         f"Convert it once, if you trust its source: speechmt import convert {tmp_path / 'foreign.pt'} --out "
-        "NEW.safetensors --trust")
+        "NEW.safetensors --trust"
+    )
     assert _error(tmp_path / "none.safetensors") == f"{tmp_path / 'none.safetensors'}: checkpoint not found"
 
 

@@ -48,8 +48,9 @@ def test_a_bad_command_line_option_is_one_line_from_the_options_check(admitted, 
     with pytest.raises(SystemExit) as e:
         parse_args(["translate", "a.wav", "--beam", "0"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and err[-1] == ("speechmt translate: error: argument --beam: invalid value '0': "
-                                              f"expected an integer from 1 to {MAX_BEAM}")
+    assert e.value.code == 2 and err[-1] == (
+        f"speechmt translate: error: argument --beam: invalid value '0': expected an integer from 1 to {MAX_BEAM}"
+    )
     assert (0, int) in admitted
 
 
@@ -79,8 +80,10 @@ def test_field_problems_list_every_bad_field_and_pass_null_where_the_type_allows
     assert field_problems(ChimeraOptions(heads=None)) == []
     options = object.__new__(LUTOptions)  # unchecked, to ask about several bad fields at once
     object.__setattr__(options, "__dict__", {**LUTOptions().__dict__, "layers": 0, "init": "zero"})
-    assert field_problems(options, "lut.") == ["lut.layers must be an integer >= 1, got 0",
-                                               "lut.init must be one of random, identity, got 'zero'"]
+    assert field_problems(options, "lut.") == [
+        "lut.layers must be an integer >= 1, got 0",
+        "lut.init must be one of random, identity, got 'zero'",
+    ]
     with pytest.raises(ValueError, match=r"^train.align: text must be one of detach, anchor, got 'x'$"):
         AlignConfig(text="x")
 

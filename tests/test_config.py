@@ -23,23 +23,47 @@ from speechmt.tasks.schedule import Stage, TaskData
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 # experiment configs (pretrain-audio's w2v_pretrain_*.yaml are flat PretrainAudioConfig files)
-EXPERIMENT_CONFS = sorted(p for folder in (RECIPES, RECIPES.parent / "research") for p in folder.glob("*/conf/*.yaml")
-                          if not p.name.startswith("w2v_pretrain"))  # the research log's configs load too
+EXPERIMENT_CONFS = sorted(
+    p
+    for folder in (RECIPES, RECIPES.parent / "research")
+    for p in folder.glob("*/conf/*.yaml")
+    if not p.name.startswith("w2v_pretrain")
+)  # the research log's configs load too
 
 
 def _rich_config() -> ExperimentConfig:
     """Every kind of value away from its default: tuples, dicts, None, a two-stage schedule."""
     hf_config = {"model_type": "wav2vec2", "conv_dim": [8, 8], "nested": {"x": 1.5}}
-    model = ModelConfig(encoder=Wav2Vec2EncoderConfig(hf_config=hf_config, mask_time_length=3, layerdrop=0.1),
-                        lora=LoraSettings(targets=("q_proj", "v_proj")), d_model=96, n_heads=3, tgt_vocab_size=123,
-                        dropout=0.25, semantic={"kind": "xstnet", "options": {"layers": 2}}, shrink={"kind": "conv", "kernel": 3})
+    model = ModelConfig(
+        encoder=Wav2Vec2EncoderConfig(hf_config=hf_config, mask_time_length=3, layerdrop=0.1),
+        lora=LoraSettings(targets=("q_proj", "v_proj")),
+        d_model=96,
+        n_heads=3,
+        tgt_vocab_size=123,
+        dropout=0.25,
+        semantic={"kind": "xstnet", "options": {"layers": 2}},
+        shrink={"kind": "conv", "kernel": 3},
+    )
     data = DataConfig(dir="/data/x", src_lang="fr", lang_tag=False, max_tokens=500, spec_augment="")
-    stages = [Stage(name="mt", tasks=[TaskData("mt", {"ce": 1.0}, valid_split="dev")], updates=20,
-                    freeze=["speech_encoder."]),
-              Stage(name="all", tasks=[TaskData("st", {"ce": 0.7, "ctc": 0.3}),
-                                       TaskData("asr", data_dir="/data/y", split="tr", ratio=2.5)], mix="sample")]
-    train = TrainConfig(stages=stages, lr=5e-4, adam_betas=(0.9, 0.999), precision="bf16", weight_decay=0.01,
-                        label_smoothing=0.2, max_epochs=3)
+    stages = [
+        Stage(
+            name="mt", tasks=[TaskData("mt", {"ce": 1.0}, valid_split="dev")], updates=20, freeze=["speech_encoder."]
+        ),
+        Stage(
+            name="all",
+            tasks=[TaskData("st", {"ce": 0.7, "ctc": 0.3}), TaskData("asr", data_dir="/data/y", split="tr", ratio=2.5)],
+            mix="sample",
+        ),
+    ]
+    train = TrainConfig(
+        stages=stages,
+        lr=5e-4,
+        adam_betas=(0.9, 0.999),
+        precision="bf16",
+        weight_decay=0.01,
+        label_smoothing=0.2,
+        max_epochs=3,
+    )
     return ExperimentConfig(model=model, data=data, train=train)
 
 
@@ -83,10 +107,18 @@ def test_recipe_configs_load_and_round_trip(conf, tmp_path):
 
 def test_overrides_are_yaml_scalars(tmp_path):
     (tmp_path / "c.yaml").write_text("train:\n  lr: 2.0e-3\n  max_updates: 10\ndata:\n  dir: d\n")
-    cfg = load_config(tmp_path / "c.yaml", ["train.lr=1.0e-3", "data.max_tokens=500", "train.precision=bf16",
-                                            "data.lang_tag=false", "train.adam_betas=[0.9, 0.99]",
-                                            "model.encoder.conv_kernels=[3, 3]",
-                                            "train.stages=[{tasks: [{task: asr}]}]"])
+    cfg = load_config(
+        tmp_path / "c.yaml",
+        [
+            "train.lr=1.0e-3",
+            "data.max_tokens=500",
+            "train.precision=bf16",
+            "data.lang_tag=false",
+            "train.adam_betas=[0.9, 0.99]",
+            "model.encoder.conv_kernels=[3, 3]",
+            "train.stages=[{tasks: [{task: asr}]}]",
+        ],
+    )
     assert cfg.train.lr == 0.001 and type(cfg.train.lr) is float
     assert cfg.data.max_tokens == 500 and type(cfg.data.max_tokens) is int
     assert cfg.train.max_updates == 10 and cfg.data.dir == "d"  # from the file, untouched
@@ -133,13 +165,21 @@ def test_preset_and_its_overrides():
         load_config(None, ["model.preset=tiny", "model.dmodel=32"])
 
 
-@pytest.mark.parametrize("override,message", [
-    ("train.precision=fp8", "train: unknown precision 'fp8'; expected fp32, bf16 or fp16"),
-    ("train.task=tts", "train: unknown task 'tts'; expected st, asr or mt"),
-    ("train.stages=[{tasks: [{task: tts}]}]", "train: unknown task 'tts'; expected one of st, asr, mt, audio, fat, fat_text"),
-    ("train.stages=[{tasks: [{task: st}]}, {tasks: [{task: mt}]}]",
-     "train: stage '0' is not the last: give it updates or epochs to end"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("train.precision=fp8", "train: unknown precision 'fp8'; expected fp32, bf16 or fp16"),
+        ("train.task=tts", "train: unknown task 'tts'; expected st, asr or mt"),
+        (
+            "train.stages=[{tasks: [{task: tts}]}]",
+            "train: unknown task 'tts'; expected one of st, asr, mt, audio, fat, fat_text",
+        ),
+        (
+            "train.stages=[{tasks: [{task: st}]}, {tasks: [{task: mt}]}]",
+            "train: stage '0' is not the last: give it updates or epochs to end",
+        ),
+    ],
+)
 def test_train_values_are_validated(override, message):
     with pytest.raises(ConfigError) as e:
         load_config(None, [override])
@@ -237,16 +277,30 @@ def test_nested_model_yaml_round_trips_and_equals_its_flat_form(tmp_path):
     cfg = load_config(tmp_path / "nested.yaml")
     assert cfg == load_config(tmp_path / "flat.yaml")
     m = cfg.model
-    assert (m.d_model, m.dropout, m.encoder.layers, m.encoder.conv_kernels, m.encoder.conv_channels) == \
-        (64, 0.2, 3, (3, 3), 64)
-    assert (m.shrink.kind, m.shrink.channels, m.text_encoder.shared, m.decoder.tie_embeddings) == \
-        ("conv", 32, True, False)
+    assert (m.d_model, m.dropout, m.encoder.layers, m.encoder.conv_kernels, m.encoder.conv_channels) == (
+        64,
+        0.2,
+        3,
+        (3, 3),
+        64,
+    )
+    assert (m.shrink.kind, m.shrink.channels, m.text_encoder.shared, m.decoder.tie_embeddings) == (
+        "conv",
+        32,
+        True,
+        False,
+    )
     assert m.lora.alpha == 64.0 and type(m.lora.alpha) is float  # check_config converts inside sub-configs too
     save_config(cfg, tmp_path / "saved.yaml")
     plain = yaml.safe_load((tmp_path / "saved.yaml").read_text())["model"]
     assert plain["encoder"]["conv_kernels"] == [3, 3] and plain["shrink"]["channels"] == 32
-    assert "encoder_layers" not in plain and plain["text_encoder"] == {"layers": 3, "shared": True, "embed_only": False,
-                                                                  "embeddings": "learned", "freeze_embeddings": False}
+    assert "encoder_layers" not in plain and plain["text_encoder"] == {
+        "layers": 3,
+        "shared": True,
+        "embed_only": False,
+        "embeddings": "learned",
+        "freeze_embeddings": False,
+    }
     assert load_config(tmp_path / "saved.yaml") == cfg
 
 
@@ -254,64 +308,116 @@ def test_dotted_overrides_reach_nested_fields_and_old_flat_names_still_work(tmp_
     (tmp_path / "nested.yaml").write_text(NESTED)
     (tmp_path / "flat.yaml").write_text(FLAT)
     for conf in ("nested.yaml", "flat.yaml"):
-        cfg = load_config(tmp_path / conf, ["model.encoder.layers=5", "model.text_encoder.layers=5",
-                                            "model.shrink.kind=ctc", "model.semantic.kind=xstnet", "model.semantic.options.layers=1",
-                                            "model.lora.rank=4"])
+        cfg = load_config(
+            tmp_path / conf,
+            [
+                "model.encoder.layers=5",
+                "model.text_encoder.layers=5",
+                "model.shrink.kind=ctc",
+                "model.semantic.kind=xstnet",
+                "model.semantic.options.layers=1",
+                "model.lora.rank=4",
+            ],
+        )
         m = cfg.model
         assert (m.encoder.layers, m.shrink.kind, m.shrink.mode, m.lora.rank) == (5, "ctc", "mean", 4)
         assert not hasattr(m.shrink, "channels")  # the conv shrink's options went with its kind
         assert m.semantic.options == {"layers": 1} and m.encoder.conv_kernels == (3, 3)  # the rest kept
-        old = load_config(tmp_path / conf, ["model.encoder_layers=5", "model.text_encoder_layers=5",
-                                            "model.shrink=ctc", "model.lora_rank=4", "model.semantic.kind=xstnet",
-                                            "model.semantic_options={layers: 1}"])
+        old = load_config(
+            tmp_path / conf,
+            [
+                "model.encoder_layers=5",
+                "model.text_encoder_layers=5",
+                "model.shrink=ctc",
+                "model.lora_rank=4",
+                "model.semantic.kind=xstnet",
+                "model.semantic_options={layers: 1}",
+            ],
+        )
         assert old == cfg
     whisper = ["model.encoder=whisper", "model.encoder_name_or_path=w", "model.decoder=whisper"]
-    cfg = load_config(tmp_path / "nested.yaml", whisper + ["model.text_encoder.shared=false",
-                                                           "model.freeze_encoder=true"])
+    cfg = load_config(
+        tmp_path / "nested.yaml", whisper + ["model.text_encoder.shared=false", "model.freeze_encoder=true"]
+    )
     assert (cfg.model.encoder.kind, cfg.model.encoder.name_or_path) == ("whisper", "w")
     assert not hasattr(cfg.model.encoder, "layers")  # another kind: the conv encoder's options are dropped
     assert cfg.model.encoder.finetune == "frozen" and cfg.model.decoder.kind == "whisper"
     whisper = ["model.encoder.kind=whisper", "model.encoder.name_or_path=w"]
     # an old flag set false ends its own mode only
-    assert load_config(None, whisper + ["model.encoder.finetune=lora", "model.freeze_encoder=false"]).model.encoder \
-        .finetune == "lora"
-    assert load_config(None, whisper + ["model.freeze_encoder=true", "model.freeze_encoder=false"]).model.encoder \
-        .finetune == "full"
-    assert load_config(None, ["model.encoder={kind: whisper, name_or_path: w}"]).model.encoder == \
-        WhisperEncoderConfig(name_or_path="w")
+    assert (
+        load_config(
+            None, whisper + ["model.encoder.finetune=lora", "model.freeze_encoder=false"]
+        ).model.encoder.finetune
+        == "lora"
+    )
+    assert (
+        load_config(None, whisper + ["model.freeze_encoder=true", "model.freeze_encoder=false"]).model.encoder.finetune
+        == "full"
+    )
+    assert load_config(None, ["model.encoder={kind: whisper, name_or_path: w}"]).model.encoder == WhisperEncoderConfig(
+        name_or_path="w"
+    )
 
 
 def test_apply_overrides_makes_the_model_section_nested():
     d = {"model": {"preset": "tiny", "encoder": "whisper", "encoder_name_or_path": "w"}}
     apply_overrides(d, ["model.encoder.frozen_layers=3", "model.decoder_layers=1"])
-    assert d["model"] == {"preset": "tiny", "encoder": {"kind": "whisper", "name_or_path": "w", "frozen_layers": 3},
-                          "decoder": {"layers": 1}}
+    assert d["model"] == {
+        "preset": "tiny",
+        "encoder": {"kind": "whisper", "name_or_path": "w", "frozen_layers": 3},
+        "decoder": {"layers": 1},
+    }
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["model.encoder.kind=lstm"], "model: bad ModelConfig: unknown encoder 'lstm'; expected one of conv, wav2vec2, "
-                                  "whisper, whisper_asr"),
-    (["model.shrink.kind=ctc", "model.shrink.mode=max"],
-     "model: bad ModelConfig: unknown shrink.mode 'max'; expected one of mean, first"),
-    (["model.encoder.finetune=lora"], "model: bad ModelConfig: encoder.finetune: not an option of encoder 'conv' "
-                                      "(its options: layers, input_dim, subsampler, conv_channels, conv_kernels)"),
-    (["model.decoder.kind=whisper"], "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
-                                     "encoder.name_or_path) or decoder.hf_config"),
-    (["model.semantic.kind=perceiver"], "model: bad ModelConfig: unknown semantic 'perceiver'; expected one of "
-                                        "identity, lut, xstnet, chimera, fat_mlm"),
-    (["model.encoder.layer=3"], "model: bad ModelConfig: encoder.layer: not an option of encoder 'conv' (its "
-                                "options: layers, input_dim, subsampler, conv_channels, conv_kernels)"),
-    (["model.encoder.kind=whisper", "model.encoder.asr_beam=2"],
-     "model: bad ModelConfig: encoder.asr_beam: not an option of encoder 'whisper' (its options: name_or_path, "
-     "hf_config, finetune, frozen_layers, layerdrop, gradient_checkpointing, base_dtype)"),
-    (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
-    (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),
-    (["model.encoder.layers=-1"], "invalid value '-1' for model.encoder.layers: expected an integer >= 0"),
-    (["model.encoder.kind=conv", "model.encoder.kind.x=1"],
-     "override 'model.encoder.kind.x=1': encoder.kind is not a mapping in the config"),
-    (["model.encoder_layers=3", "model.encoder={layers: 4}", "model.freeze_encoder=maybe"],
-     "override 'model.freeze_encoder=maybe': bad ModelConfig: freeze_encoder must be true or false, got 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["model.encoder.kind=lstm"],
+            "model: bad ModelConfig: unknown encoder 'lstm'; expected one of conv, wav2vec2, whisper, whisper_asr",
+        ),
+        (
+            ["model.shrink.kind=ctc", "model.shrink.mode=max"],
+            "model: bad ModelConfig: unknown shrink.mode 'max'; expected one of mean, first",
+        ),
+        (
+            ["model.encoder.finetune=lora"],
+            "model: bad ModelConfig: encoder.finetune: not an option of encoder 'conv' "
+            "(its options: layers, input_dim, subsampler, conv_channels, conv_kernels)",
+        ),
+        (
+            ["model.decoder.kind=whisper"],
+            "model: bad ModelConfig: decoder 'whisper' needs decoder.name_or_path (or "
+            "encoder.name_or_path) or decoder.hf_config",
+        ),
+        (
+            ["model.semantic.kind=perceiver"],
+            "model: bad ModelConfig: unknown semantic 'perceiver'; expected one of "
+            "identity, lut, xstnet, chimera, fat_mlm",
+        ),
+        (
+            ["model.encoder.layer=3"],
+            "model: bad ModelConfig: encoder.layer: not an option of encoder 'conv' (its "
+            "options: layers, input_dim, subsampler, conv_channels, conv_kernels)",
+        ),
+        (
+            ["model.encoder.kind=whisper", "model.encoder.asr_beam=2"],
+            "model: bad ModelConfig: encoder.asr_beam: not an option of encoder 'whisper' (its options: name_or_path, "
+            "hf_config, finetune, frozen_layers, layerdrop, gradient_checkpointing, base_dtype)",
+        ),
+        (["model.preset=tiny", "model.lora.rnk=3"], "unknown model.lora option(s): rnk"),
+        (["model.encoder.layers=abc"], "invalid value 'abc' for model.encoder.layers: expected an integer"),
+        (["model.encoder.layers=-1"], "invalid value '-1' for model.encoder.layers: expected an integer >= 0"),
+        (
+            ["model.encoder.kind=conv", "model.encoder.kind.x=1"],
+            "override 'model.encoder.kind.x=1': encoder.kind is not a mapping in the config",
+        ),
+        (
+            ["model.encoder_layers=3", "model.encoder={layers: 4}", "model.freeze_encoder=maybe"],
+            "override 'model.freeze_encoder=maybe': bad ModelConfig: freeze_encoder must be true or false, got 'maybe'",
+        ),
+    ],
+)
 def test_bad_nested_model_values_are_one_line(overrides, message):
     with pytest.raises(ConfigError) as e:
         load_config(None, overrides)
@@ -322,23 +428,28 @@ def test_a_flat_file_with_contradicting_names_is_one_line(tmp_path):
     (tmp_path / "c.yaml").write_text("model:\n  encoder_layers: 3\n  encoder:\n    layers: 4\n")
     with pytest.raises(ConfigError) as e:
         load_config(tmp_path / "c.yaml")
-    assert str(e.value) == (f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: encoder.layers=4 sets encoder.layers a "
-                            "second time (already 3)")
+    assert str(e.value) == (
+        f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: encoder.layers=4 sets encoder.layers a second time (already 3)"
+    )
 
 
 def test_a_bad_model_value_in_a_file_names_the_file(tmp_path):
     (tmp_path / "c.yaml").write_text("model:\n  semantic: {kind: lut, options: {init: zero}}\n")
     with pytest.raises(ConfigError) as e:
         load_config(tmp_path / "c.yaml")
-    assert str(e.value) == (f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: semantic lut init must be one of random, "
-                            "identity, got 'zero'")
+    assert str(e.value) == (
+        f"{tmp_path / 'c.yaml'}: model: bad ModelConfig: semantic lut init must be one of random, identity, got 'zero'"
+    )
 
 
-@pytest.mark.parametrize("text, where, problem", [
-    ("model: [\n", "2:1", "expected the node content, but found '<stream end>'"),
-    ("train:\n  lr: 1\n   seed: 2\n", "3:8", "mapping values are not allowed here"),
-    ("data: {dir: x\n", "2:1", "expected ',' or '}', but got '<stream end>'"),
-])
+@pytest.mark.parametrize(
+    "text, where, problem",
+    [
+        ("model: [\n", "2:1", "expected the node content, but found '<stream end>'"),
+        ("train:\n  lr: 1\n   seed: 2\n", "3:8", "mapping values are not allowed here"),
+        ("data: {dir: x\n", "2:1", "expected ',' or '}', but got '<stream end>'"),
+    ],
+)
 def test_malformed_yaml_is_one_line_naming_file_line_and_column(tmp_path, capfd, text, where, problem):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -366,14 +477,32 @@ def test_whisper_padding_is_seconds_and_the_older_flag_reads_as_30_s_or_none(tmp
     assert load_config(tmp_path / "old.yaml", ["data.whisper_pad_30s=true"]).data.whisper_pad_seconds == 30.0
     with pytest.raises(ConfigError, match="^data: whisper_pad_30s must be true or false, got 15 "):
         load_config(None, ["data.whisper_pad_30s=15"])
-    with pytest.raises(ConfigError, match="^invalid value '31' for data.whisper_pad_seconds: expected a number from 0 to 30$"):
+    with pytest.raises(
+        ConfigError, match="^invalid value '31' for data.whisper_pad_seconds: expected a number from 0 to 30$"
+    ):
         load_config(None, ["data.whisper_pad_seconds=31"])
 
 
 def test_a_half_precision_base_needs_autocast():
     with pytest.raises(ConfigError, match="model.decoder.base_dtype bfloat16 needs train.precision bf16 or fp16"):
-        load_config(None, ["model.decoder.kind=lm", "model.decoder.name_or_path=lm", "model.decoder.finetune=lora",
-                           "model.decoder.base_dtype=bfloat16", "train.precision=fp32"])
-    cfg = load_config(None, ["model.decoder.kind=lm", "model.decoder.name_or_path=lm", "model.decoder.finetune=lora",
-                             "model.decoder.base_dtype=bfloat16", "train.precision=bf16"])
+        load_config(
+            None,
+            [
+                "model.decoder.kind=lm",
+                "model.decoder.name_or_path=lm",
+                "model.decoder.finetune=lora",
+                "model.decoder.base_dtype=bfloat16",
+                "train.precision=fp32",
+            ],
+        )
+    cfg = load_config(
+        None,
+        [
+            "model.decoder.kind=lm",
+            "model.decoder.name_or_path=lm",
+            "model.decoder.finetune=lora",
+            "model.decoder.base_dtype=bfloat16",
+            "train.precision=bf16",
+        ],
+    )
     assert cfg.model.decoder.base_dtype == "bfloat16"

@@ -47,8 +47,16 @@ def test_lm_decoder_logits_and_beam_search_on_the_gpu_equal_the_cpus(lm_dir, tok
     gpu_model = lm_model(lm_dir, tok).to(GPU)
     gpu_enc = dataclasses.replace(enc, x=enc.x.to(GPU), lengths=enc.lengths.to(GPU))
     torch.testing.assert_close(gpu_model.decode(inputs.to(GPU), gpu_enc).cpu(), cpu, atol=1e-4, rtol=1e-4)
-    options = DecodeOptions(beam_size=4, nbest=2, prefix=tok.prefix_ids("<de>"), bos_id=tok.bos_id,
-                            eos_id=tok.eos_id, pad_id=tok.pad_id, suppress=tok.suppress_ids, max_len_b=12)
+    options = DecodeOptions(
+        beam_size=4,
+        nbest=2,
+        prefix=tok.prefix_ids("<de>"),
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        suppress=tok.suppress_ids,
+        max_len_b=12,
+    )
     on_cpu = [[h.tokens for h in hyps] for hyps in beam_search(model, enc, options)]
     on_gpu = [[h.tokens for h in hyps] for hyps in beam_search(gpu_model, gpu_enc, options)]
     assert on_gpu == on_cpu
@@ -57,10 +65,17 @@ def test_lm_decoder_logits_and_beam_search_on_the_gpu_equal_the_cpus(lm_dir, tok
 @torch.no_grad()
 def test_whispers_transcript_as_the_lms_text_on_the_gpu_equals_the_cpus(lm_dir, tmp_path):
     whisper = tiny_whisper_dir(tmp_path / "whisper", d_model=32)
-    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen",
-                               "asr_embed": "text", "asr_beam": 3},
-                      decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7],
-                               "prompt": [2]}, n_heads=2)
+    cfg = ModelConfig(
+        encoder={
+            "kind": "whisper_asr",
+            "name_or_path": str(whisper),
+            "finetune": "frozen",
+            "asr_embed": "text",
+            "asr_beam": 3,
+        },
+        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        n_heads=2,
+    )
     torch.manual_seed(0)
     cpu = build_model(cfg).eval().speech_encoder
     gpu = build_model(cfg).eval().to(GPU).speech_encoder
@@ -83,9 +98,20 @@ def test_bf16_training_of_an_lm_decoder_on_the_gpu_learns_as_fp32_and_loads_on_t
     alike on either device."""
     runs = {}
     for name, device, precision in (("cpu", "cpu", "fp32"), ("fp32", "cuda", "fp32"), ("bf16", "cuda", "bf16")):
-        cfg = lm_config(tiny_data, lm_dir, tmp_path / name, {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
-                        task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80,
-                        log_interval=10, device=device, precision=precision)
+        cfg = lm_config(
+            tiny_data,
+            lm_dir,
+            tmp_path / name,
+            {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
+            task="mt",
+            lr=1e-2,
+            max_updates=80,
+            save_interval_updates=80,
+            validate_interval_updates=80,
+            log_interval=10,
+            device=device,
+            precision=precision,
+        )
         run_training(cfg)
         runs[name] = _train_nll(tmp_path / name)
         assert runs[name][-1] < 0.25 * runs[name][0], runs
@@ -95,4 +121,3 @@ def test_bf16_training_of_an_lm_decoder_on_the_gpu_learns_as_fp32_and_loads_on_t
     refs = [r.tgt_text for r in decoded[0].records]
     assert sum(h == r for h, r in zip(decoded[0].hyps, refs)) >= 5, list(zip(decoded[0].hyps, refs))
     assert sum(a == b for a, b in zip(decoded[0].hyps, decoded[1].hyps)) >= len(refs) - 1
-

@@ -24,8 +24,9 @@ case "$cmd" in
 esac
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None or not Path("/usr/bin/time").exists(),
-                                reason="needs bash and /usr/bin/time")
+pytestmark = pytest.mark.skipif(
+    shutil.which("bash") is None or not Path("/usr/bin/time").exists(), reason="needs bash and /usr/bin/time"
+)
 
 
 def _run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -34,11 +35,34 @@ def _run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
     for name in ("speechmt", "python"):
         (tmp_path / name).write_text(STUB.replace("speechmt $*", f"{name} $*"))
         (tmp_path / name).chmod(0o755)
-    env = {**os.environ, "SPEECHMT": str(tmp_path / "speechmt"), "PYTHON": str(tmp_path / "python"),
-           "CALLS": str(calls)}
-    res = subprocess.run(["bash", str(DRIVER), "--size", "tiny", "--corpus", str(tmp_path / "corpus"), "--work",
-                          str(tmp_path / "work"), "--report", str(tmp_path / "report"), "--mt-updates", "2",
-                          "--limit", "4"], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "SPEECHMT": str(tmp_path / "speechmt"),
+        "PYTHON": str(tmp_path / "python"),
+        "CALLS": str(calls),
+    }
+    res = subprocess.run(
+        [
+            "bash",
+            str(DRIVER),
+            "--size",
+            "tiny",
+            "--corpus",
+            str(tmp_path / "corpus"),
+            "--work",
+            str(tmp_path / "work"),
+            "--report",
+            str(tmp_path / "report"),
+            "--mt-updates",
+            "2",
+            "--limit",
+            "4",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return res, calls.read_text().splitlines() if calls.exists() else []
 
 
@@ -54,11 +78,30 @@ def test_the_ablation_runs_every_step_once_and_a_rerun_skips_them(tmp_path):
     res, calls = _run(tmp_path)
     assert res.returncode == 0, res.stderr
     commands = [_command(c) for c in calls]
-    assert commands == ["data synth mustc", "data prepare mustc", "data synth-mt mustc", "train", "average", "train",
-                        "train", "average", "data synth-mt mustc", "data backtranslate", "data distill",
-                        "data synth-tts", "data prepare mustc", "train", "average", "train", "train", "average",
-                        "research benchmark", "research benchmark",
-                        "../../benchmarks/bleu_by_voice.py", "../../benchmarks/bleu_by_voice.py"]
+    assert commands == [
+        "data synth mustc",
+        "data prepare mustc",
+        "data synth-mt mustc",
+        "train",
+        "average",
+        "train",
+        "train",
+        "average",
+        "data synth-mt mustc",
+        "data backtranslate",
+        "data distill",
+        "data synth-tts",
+        "data prepare mustc",
+        "train",
+        "average",
+        "train",
+        "train",
+        "average",
+        "research benchmark",
+        "research benchmark",
+        "../../benchmarks/bleu_by_voice.py",
+        "../../benchmarks/bleu_by_voice.py",
+    ]
     assert "--hold-out-voice kal" in calls[0] and "--splits train dev tst-COMMON tst-kal" in calls[1]
     trains = [c for c in calls if c.startswith("speechmt train")]
     work = tmp_path / "work"
@@ -75,7 +118,10 @@ def test_the_ablation_runs_every_step_once_and_a_rerun_skips_them(tmp_path):
     assert bench[0].count("--name") == 4 and "--name corpus-only lm-st --task st" in bench[0]
     assert "--name all-data lm-mt --task mt" in bench[0]
     # all-data's folder: training = corpus + voiced text; extra text = every source + back-translated + distilled
-    assert (work / "all-data" / "train.jsonl").read_text().splitlines() == ['{"id": "train"}', '{"id": "train-tts-all"}']
+    assert (work / "all-data" / "train.jsonl").read_text().splitlines() == [
+        '{"id": "train"}',
+        '{"id": "train-tts-all"}',
+    ]
     assert len((work / "all-data" / "mt-text" / "train.jsonl").read_text().splitlines()) == 3
     assert (work / "all-data" / "tst-kal.jsonl").is_symlink()
     table = (tmp_path / "report" / "cpu_time.md").read_text().splitlines()

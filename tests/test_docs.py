@@ -35,8 +35,10 @@ def _cli_reference():
 def _commands() -> dict[str, set[str]]:
     """{"translate": {"--beam", ...}, "data prepare mustc": {...}, ...}: every command's option strings."""
     parser = build_parser()
-    return {command.removeprefix("speechmt "): {s for a in sub._actions for s in a.option_strings}
-            for command, _, sub in _cli_reference().subcommands(parser)}
+    return {
+        command.removeprefix("speechmt "): {s for a in sub._actions for s in a.option_strings}
+        for command, _, sub in _cli_reference().subcommands(parser)
+    }
 
 
 def _groups() -> set[str]:
@@ -84,7 +86,7 @@ def _speechmt_calls(code: str) -> list[tuple[str, list[str]]]:
     for i, token in enumerate(tokens):
         if not (token == "speechmt" or token.endswith("/speechmt")) or i + 1 >= len(tokens):
             continue
-        rest = tokens[i + 1:]
+        rest = tokens[i + 1 :]
         if not re.fullmatch(r"[a-z][a-z0-9-]*", rest[0]):  # a placeholder (COMMAND), `...` or an option
             calls.append(("", rest))
             continue
@@ -102,7 +104,7 @@ def _command_words(argv: list[str]) -> tuple[str, list[str]]:
             break
         parser = choices[token]
         words.append(token)
-    return " ".join(words) or argv[0], argv[len(words) or 1:]
+    return " ".join(words) or argv[0], argv[len(words) or 1 :]
 
 
 def _options(tokens: list[str]) -> list[str]:
@@ -114,9 +116,24 @@ def test_pages_exist_and_the_readme_is_a_short_front_door():
     assert len(readme.splitlines()) <= 200
     assert "make demo" in readme and "make test" in readme and "speechmt translate talk.wav" in readme
     names = {p.name for p in PAGES}
-    assert {"README.md", "install.md", "data.md", "training.md", "models.md", "semantic-layers.md", "lm-decoders.md",
-            "analysis.md", "benchmarks.md", "model-files.md", "recipes.md", "cli.md", "python-api.md",
-            "translate-evaluate.md", "limitations.md", "layout.md"} <= names
+    assert {
+        "README.md",
+        "install.md",
+        "data.md",
+        "training.md",
+        "models.md",
+        "semantic-layers.md",
+        "lm-decoders.md",
+        "analysis.md",
+        "benchmarks.md",
+        "model-files.md",
+        "recipes.md",
+        "cli.md",
+        "python-api.md",
+        "translate-evaluate.md",
+        "limitations.md",
+        "layout.md",
+    } <= names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
@@ -142,8 +159,14 @@ def test_anchor_slugs():
 
 def _known_elsewhere() -> set[str]:
     """Options of the repository's other commands: recipes' run.sh, benchmark and set-up scripts, examples."""
-    files = [*ROOT.glob("recipes/**/*.sh"), *ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("benchmarks/**/*.sh"),
-             *ROOT.glob("scripts/*"), *ROOT.glob("examples/*.py"), ROOT / "Makefile"]
+    files = [
+        *ROOT.glob("recipes/**/*.sh"),
+        *ROOT.glob("benchmarks/**/*.py"),
+        *ROOT.glob("benchmarks/**/*.sh"),
+        *ROOT.glob("scripts/*"),
+        *ROOT.glob("examples/*.py"),
+        ROOT / "Makefile",
+    ]
     return {o for f in files if f.is_file() for o in OPTION.findall(f.read_text(encoding="utf-8"))} | OTHER_TOOLS
 
 
@@ -159,8 +182,9 @@ def test_documented_subcommands_and_options_exist(page):
                 wrong.append(f"speechmt {command}: no such command")
                 continue
             allowed = commands.get(command, {"-h", "--help"}) if command else top
-            wrong += [f"speechmt {command} {o}: no such option" for o in _options(tokens)
-                      if command and o not in allowed]
+            wrong += [
+                f"speechmt {command} {o}: no such option" for o in _options(tokens) if command and o not in allowed
+            ]
         wrong += [f"{o}: no command has it" for o in _options([code]) if o not in everywhere]
     wrong += [f"{o}: no command has it" for o in OPTION.findall(_prose(page)) if o not in everywhere]
     assert wrong == [], f"{page.relative_to(ROOT)}: {sorted(set(wrong))}"
@@ -186,11 +210,15 @@ def test_the_checker_catches_a_wrong_subcommand_and_option():
 def test_cli_reference_is_generated_from_the_parsers():
     module = _cli_reference()
     text = module.build()
-    assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == text, \
+    assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == text, (
         "docs/cli.md is out of date: run .venv/bin/python scripts/cli_reference.py"
-    shown = {command.removeprefix("speechmt "): {s for a in sub._actions if a.help != argparse.SUPPRESS
-                                                 for s in a.option_strings}
-             for command, _, sub in module.subcommands(build_parser())}
+    )
+    shown = {
+        command.removeprefix("speechmt "): {
+            s for a in sub._actions if a.help != argparse.SUPPRESS for s in a.option_strings
+        }
+        for command, _, sub in module.subcommands(build_parser())
+    }
     for command, options in shown.items():
         assert f"## speechmt {command}\n" in text
         assert all(f"`{o}" in text for o in options if o not in ("-h", "--help"))
@@ -200,8 +228,16 @@ def test_cli_reference_is_generated_from_the_parsers():
 def test_cli_reference_keeps_the_old_spellings_anchors_and_table():
     text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     anchors = set(_anchors(ROOT / "docs" / "cli.md"))
-    assert {"speechmt-prepare-mustc", "speechmt-synth", "speechmt-vocab", "speechmt-analyze", "speechmt-benchmark",
-            "speechmt-convert", "speechmt-import-gguf", "speechmt-pretrain-audio"} <= anchors
+    assert {
+        "speechmt-prepare-mustc",
+        "speechmt-synth",
+        "speechmt-vocab",
+        "speechmt-analyze",
+        "speechmt-benchmark",
+        "speechmt-convert",
+        "speechmt-import-gguf",
+        "speechmt-pretrain-audio",
+    } <= anchors
     assert '<a id="speechmt-prepare-mustc"></a>\n\n## speechmt data prepare mustc\n' in text
     assert "| `speechmt synth --corpus CORPUS` | [`speechmt data synth CORPUS`](#speechmt-data-synth) |" in text
     assert "| `speechmt import-gguf` | [`speechmt import gguf`](#speechmt-import-gguf) |" in text
@@ -221,9 +257,11 @@ def test_cli_reference_renders_an_option_table():
     demo.add_argument("--fast", action="store_true")
     text = _cli_reference().render(parser)
     assert "| [`speechmt demo`](#speechmt-demo) | a \\| demo |" in text
-    assert text.endswith("| option | default | |\n|---|---|---|\n| `files ...` |  | &lt;audio&gt; files |\n"
-                         "| `--beam BEAM` | 5 | beam size |\n| `--pair A B` |  | repeatable |\n"
-                         "| `--format {text,json}` | text |  |\n| `--out OUT` |  | required |\n| `--fast` |  |  |\n")
+    assert text.endswith(
+        "| option | default | |\n|---|---|---|\n| `files ...` |  | &lt;audio&gt; files |\n"
+        "| `--beam BEAM` | 5 | beam size |\n| `--pair A B` |  | repeatable |\n"
+        "| `--format {text,json}` | text |  |\n| `--out OUT` |  | required |\n| `--fast` |  |  |\n"
+    )
 
 
 def test_python_api_page_lists_every_translate_option():

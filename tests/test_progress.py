@@ -111,8 +111,11 @@ def test_environment_sets_interval_and_mode(monkeypatch):
     for _ in progress(range(3), "every item", "it", stream=out):
         pass
     assert [line.split(",")[0] for line in _lines(out)] == [
-        "speechmt: every item: 1/3 it (33%)", "speechmt: every item: 2/3 it (67%)",
-        "speechmt: every item: 3/3 it (100%)", "speechmt: every item: done"]
+        "speechmt: every item: 1/3 it (33%)",
+        "speechmt: every item: 2/3 it (67%)",
+        "speechmt: every item: 3/3 it (100%)",
+        "speechmt: every item: done",
+    ]
     monkeypatch.setenv(pg.MODE_ENV, "off")
     out = io.StringIO()
     list(progress(range(3), "silent", stream=out))
@@ -120,8 +123,10 @@ def test_environment_sets_interval_and_mode(monkeypatch):
     monkeypatch.setenv(pg.MODE_ENV, "lines")
     assert Progress(1, "t", stream=Terminal(), background=False).mode == "lines"
     monkeypatch.setenv(pg.INTERVAL_ENV, "soon")
-    with pytest.warns(UserWarning, match="SPEECHMT_PROGRESS_INTERVAL='soon' is not a number of seconds >= 0; "
-                                         "progress lines every 30 s"):
+    with pytest.warns(
+        UserWarning,
+        match="SPEECHMT_PROGRESS_INTERVAL='soon' is not a number of seconds >= 0; progress lines every 30 s",
+    ):
         assert Progress(1, "t", stream=io.StringIO(), background=False).interval == 30.0
     monkeypatch.delenv(pg.INTERVAL_ENV)
     assert pg.env_interval() == 30.0
@@ -131,11 +136,15 @@ def test_batch_starts_counts_the_items_of_each_batch():
     out = io.StringIO()
     assert list(batch_starts(10, 4, "batches", "utt", stream=out, interval=0)) == [0, 4, 8]
     assert [line.split(",")[0] for line in _lines(out)] == [
-        "speechmt: batches: 4/10 utt (40%)", "speechmt: batches: 8/10 utt (80%)",
-        "speechmt: batches: 10/10 utt (100%)", "speechmt: batches: done"]
+        "speechmt: batches: 4/10 utt (40%)",
+        "speechmt: batches: 8/10 utt (80%)",
+        "speechmt: batches: 10/10 utt (100%)",
+        "speechmt: batches: done",
+    ]
 
 
 # The long jobs report through it: a zero interval gives a line at every update.
+
 
 @pytest.fixture
 def every_update(monkeypatch):
@@ -164,8 +173,15 @@ def test_encoder_cache_reports(every_update, tmp_path, capsys):
     from speechmt.data.encoder_cache import build_encoder_cache
 
     sizes = [5, 7, 6]
-    store = build_encoder_cache(lambda x, lengths: (x * 2, lengths), lambda i: torch.ones(sizes[i], 3), sizes,
-                                ["a", "b", "c"], tmp_path / "train", 3, max_frames=8)
+    store = build_encoder_cache(
+        lambda x, lengths: (x * 2, lengths),
+        lambda i: torch.ones(sizes[i], 3),
+        sizes,
+        ["a", "b", "c"],
+        tmp_path / "train",
+        3,
+        max_frames=8,
+    )
     assert np.allclose(store.get(store.ids.index("b")), 2.0)
     err = capsys.readouterr().err
     assert "speechmt: encoder cache train: 3/3 utt (100%)" in err
@@ -213,8 +229,28 @@ def test_analysis_speech_path_reports(every_update, checkpoint, tiny_data, capsy
 def test_evaluate_piped_prints_progress(every_update, checkpoint, tiny_data, tmp_path, capsys):
     from speechmt.cli import main
 
-    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--beam", "1",
-                 "--max-len-b", "4", "--max-tokens", "300", "--out", str(tmp_path / "ev")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                checkpoint,
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--beam",
+                "1",
+                "--max-len-b",
+                "4",
+                "--max-tokens",
+                "300",
+                "--out",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if "decode dev" in line]
     assert err[0].startswith("speechmt: decode dev with checkpoint_last.safetensors: ")
     assert err[-1].startswith("speechmt: decode dev with checkpoint_last.safetensors: done, ")

@@ -22,8 +22,12 @@ from speechmt.training.state import update_freq_per_rank
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 TABLE = yaml.safe_load((RECIPES / "published_settings.yaml").read_text(encoding="utf-8"))
 SETTINGS = TABLE["settings"]
-SPEECHMT_DEFAULTS = {"prepare": PrepareConfig(), "fbank": FbankConfig(), "spec_augment.lb": SpecAugmentConfig.policy("lb"),
-                     "vocabulary": TokenizerConfig()}
+SPEECHMT_DEFAULTS = {
+    "prepare": PrepareConfig(),
+    "fbank": FbankConfig(),
+    "spec_augment.lb": SpecAugmentConfig.policy("lb"),
+    "vocabulary": TokenizerConfig(),
+}
 
 
 def _items(part: str) -> list[tuple[str, str, dict]]:
@@ -63,7 +67,9 @@ def test_the_table_names_every_published_setting_with_its_sources():
     assert re.fullmatch(r"[0-9a-f]{40}", TABLE["fairseq_commit"])
     for name, setting in SETTINGS.items():
         assert (RECIPES / setting["config"]).is_file(), name
-        entries = [e for part in ("values", "speechmt", "run_sh", "run_sh_options") for e in setting.get(part, {}).values()]
+        entries = [
+            e for part in ("values", "speechmt", "run_sh", "run_sh_options") for e in setting.get(part, {}).values()
+        ]
         assert len(setting["values"]) == 35 + (5 if name == "covost2-st" else 0)
         assert all(set(e) == {"value", "source"} and e["source"].strip() for e in entries), name
 
@@ -106,11 +112,19 @@ def test_the_fairseq_s2t_settings_in_numbers():
     # fairseq's global batch: 8 batches of 40k frames for 1 GPU, i.e. 320k padded frames per update on any GPU count
     assert mustc_st.train.update_freq * mustc_st.data.max_tokens // mustc_st.train.update_freq_world_size == 320000
     assert covost_asr.train.update_freq * covost_asr.data.max_tokens == 400000
-    assert (covost_asr.train.max_updates, covost_st.train.max_updates, mustc_st.train.max_updates) == (60000, 30000, 100000)
+    assert (covost_asr.train.max_updates, covost_st.train.max_updates, mustc_st.train.max_updates) == (
+        60000,
+        30000,
+        100000,
+    )
     assert (covost_asr.model.dropout, covost_st.model.dropout) == (0.15, 0.1)
     assert [(s.updates, s.freeze) for s in covost_st.train.stages] == [(1000, ["speech_encoder."]), (0, [])]
     for cfg in (mustc_st, mustc_asr, covost_st, covost_asr):
-        assert (cfg.train.save_interval_epochs, cfg.train.keep_last_epochs, cfg.train.save_interval_updates) == (1, 10, 0)
+        assert (cfg.train.save_interval_epochs, cfg.train.keep_last_epochs, cfg.train.save_interval_updates) == (
+            1,
+            10,
+            0,
+        )
 
 
 def test_the_published_global_batch_on_1_to_8_gpus():
@@ -148,6 +162,7 @@ def test_published_md_is_the_same_table():
 
 # --- averaging by epochs ---
 
+
 def _checkpoints(folder: Path, names: list[str]) -> dict[str, torch.Tensor]:
     """Small checkpoints whose one weight is the file's index in `names` (0., 1., ...) times [1, 2, 3]."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -158,10 +173,18 @@ def _checkpoints(folder: Path, names: list[str]) -> dict[str, torch.Tensor]:
     return weights
 
 
-NAMES = ["checkpoint_500.safetensors", "checkpoint_1000.safetensors", "checkpoint_1500.safetensors",
-         "checkpoint_epoch1.safetensors", "checkpoint_epoch2.safetensors", "checkpoint_epoch3.safetensors",
-         "checkpoint_epoch10.safetensors", "checkpoint_epoch11.safetensors", "checkpoint_last.safetensors",
-         "checkpoint_best.safetensors"]
+NAMES = [
+    "checkpoint_500.safetensors",
+    "checkpoint_1000.safetensors",
+    "checkpoint_1500.safetensors",
+    "checkpoint_epoch1.safetensors",
+    "checkpoint_epoch2.safetensors",
+    "checkpoint_epoch3.safetensors",
+    "checkpoint_epoch10.safetensors",
+    "checkpoint_epoch11.safetensors",
+    "checkpoint_last.safetensors",
+    "checkpoint_best.safetensors",
+]
 
 
 def test_numbered_checkpoints_by_update_and_by_epoch_in_numeric_order(tmp_path):
@@ -173,8 +196,11 @@ def test_numbered_checkpoints_by_update_and_by_epoch_in_numeric_order(tmp_path):
 def test_average_takes_the_last_epochs_when_the_folder_has_them(tmp_path):
     weights = _checkpoints(tmp_path, NAMES)
     used = average([str(tmp_path)], 3, str(tmp_path / "avg.safetensors"))
-    assert [p.name for p in used] == ["checkpoint_epoch3.safetensors", "checkpoint_epoch10.safetensors",
-                                      "checkpoint_epoch11.safetensors"]
+    assert [p.name for p in used] == [
+        "checkpoint_epoch3.safetensors",
+        "checkpoint_epoch10.safetensors",
+        "checkpoint_epoch11.safetensors",
+    ]
     # the files' indices in NAMES are 5, 6 and 7: the mean weight is 6 * [1, 2, 3]
     avg = load_checkpoint(tmp_path / "avg.safetensors")
     assert torch.equal(avg["model"]["w"], torch.tensor([6.0, 12.0, 18.0]))
@@ -197,5 +223,8 @@ def test_average_command_by_epoch(tmp_path, capsys):
     _checkpoints(tmp_path, NAMES)
     out = tmp_path / "avg.safetensors"
     assert main(["average", str(tmp_path), "--last", "2", "--by", "epoch", "--out", str(out)]) == 0
-    assert "average of 2 checkpoints (checkpoint_epoch10.safetensors, checkpoint_epoch11.safetensors)" in capsys.readouterr().out
+    assert (
+        "average of 2 checkpoints (checkpoint_epoch10.safetensors, checkpoint_epoch11.safetensors)"
+        in capsys.readouterr().out
+    )
     assert torch.equal(load_checkpoint(out)["model"]["w"], torch.tensor([6.5, 13.0, 19.5]))

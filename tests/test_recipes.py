@@ -13,19 +13,33 @@ from tests.conftest import ASSETS
 REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "speechmt"
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CLI.exists(), reason="the speechmt console script is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CLI.exists(), reason="the speechmt console script is not installed"),
+]
 
 
 def _run(recipe: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SPEECHMT": str(CLI)}
-    return subprocess.run(["bash", str(REPO / "recipes" / recipe / "run.sh"), *args], env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", str(REPO / "recipes" / recipe / "run.sh"), *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_mustc_data_stages(tmp_path):
-    res = _run("mustc", "--root", str(ASSETS / "mustc"), "--data", str(tmp_path), "--st-vocab", "60", "--stop-stage", "2",
-               "--asr-vocab", "50")
+    res = _run(
+        "mustc",
+        "--root",
+        str(ASSETS / "mustc"),
+        "--data",
+        str(tmp_path),
+        "--st-vocab",
+        "60",
+        "--stop-stage",
+        "2",
+        "--asr-vocab",
+        "50",
+    )
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "prepare_summary.json").read_text())
     assert {s: v["kept"] for s, v in summary["splits"].items()} == {"train": 6, "dev": 2, "tst-COMMON": 2}

@@ -35,9 +35,11 @@ def _crafted(path, marker):
 
 
 def _pickle_error(path) -> str:
-    return (f"speechmt: error: {path}: an old pickled speechmt checkpoint; pickles can run code, so it is not "
-            f"loaded. Convert it once, if you trust its source: speechmt import convert {path} --out NEW.safetensors "
-            "--trust")
+    return (
+        f"speechmt: error: {path}: an old pickled speechmt checkpoint; pickles can run code, so it is not "
+        f"loaded. Convert it once, if you trust its source: speechmt import convert {path} --out NEW.safetensors "
+        "--trust"
+    )
 
 
 def test_the_crafted_file_does_run_code_when_unpickled(tmp_path):
@@ -73,10 +75,27 @@ def test_translate_evaluate_benchmark_refuse(evil, tiny_data, tmp_path, capsys):
     path, marker = evil
     _refused(capsys, ["translate", str(WAV), "--model", str(path)], path)
     _refused(capsys, ["translate", str(WAV), "--cascade", str(path), str(path)], path)
-    _refused(capsys, ["evaluate", "--model", str(path), "--data", str(tiny_data), "--split", "dev",
-                      "--out", str(tmp_path / "ev")], path)
-    _refused(capsys, ["research", "benchmark", "--model", str(path), "--data", str(tiny_data), "--split", "dev",
-                      "--out", str(tmp_path / "bench")], path)
+    _refused(
+        capsys,
+        ["evaluate", "--model", str(path), "--data", str(tiny_data), "--split", "dev", "--out", str(tmp_path / "ev")],
+        path,
+    )
+    _refused(
+        capsys,
+        [
+            "research",
+            "benchmark",
+            "--model",
+            str(path),
+            "--data",
+            str(tiny_data),
+            "--split",
+            "dev",
+            "--out",
+            str(tmp_path / "bench"),
+        ],
+        path,
+    )
     assert not marker.exists()
 
 
@@ -85,8 +104,10 @@ def test_average_export_convert_refuse(evil, tmp_path, capsys):
     _refused(capsys, ["average", str(path), str(path), "--out", str(tmp_path / "avg.safetensors")], path)
     _refused(capsys, ["export", str(path), "--out", str(tmp_path / "m.safetensors")], path)
     assert main(["import", "convert", str(path), "--out", str(tmp_path / "new.safetensors")]) == 2
-    assert capsys.readouterr().err == (f"speechmt: error: {path}: converting unpickles it, and a pickle can run any "
-                                       "code; pass --trust only if you trust where the file came from\n")
+    assert capsys.readouterr().err == (
+        f"speechmt: error: {path}: converting unpickles it, and a pickle can run any "
+        "code; pass --trust only if you trust where the file came from\n"
+    )
     assert not marker.exists() and not list(tmp_path.glob("*.safetensors"))
 
 
@@ -99,15 +120,20 @@ def test_training_resume_and_init_encoder_from_refuse(evil, tiny_data, tmp_path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     if path.suffix == ".pt":  # a run of an older speechmt: how to convert it to resume
-        assert err == (f"speechmt: error: {last}: a pickled checkpoint of an older speechmt, not loaded (pickles "
-                       f"can run code); to resume, convert it if you trust it: speechmt import convert {last} --out "
-                       f"{exp / 'checkpoint_last.safetensors'} --trust; or pass --no-resume to start afresh\n")
+        assert err == (
+            f"speechmt: error: {last}: a pickled checkpoint of an older speechmt, not loaded (pickles "
+            f"can run code); to resume, convert it if you trust it: speechmt import convert {last} --out "
+            f"{exp / 'checkpoint_last.safetensors'} --trust; or pass --no-resume to start afresh\n"
+        )
     else:
-        assert err == (_pickle_error(last) + "; no readable checkpoint_<step>.safetensors beside it either; pass "
-                       "--no-resume to start afresh\n")
+        assert err == (
+            _pickle_error(last) + "; no readable checkpoint_<step>.safetensors beside it either; pass "
+            "--no-resume to start afresh\n"
+        )
     assert last.exists()
-    save_config(tiny_config(tiny_data, tmp_path / "st", max_updates=2, init_encoder_from=str(path)),
-                tmp_path / "st.yaml")
+    save_config(
+        tiny_config(tiny_data, tmp_path / "st", max_updates=2, init_encoder_from=str(path)), tmp_path / "st.yaml"
+    )
     _refused(capsys, ["train", "--config", str(tmp_path / "st.yaml")], path)
     assert not marker.exists()
 
@@ -118,10 +144,25 @@ def test_pretrain_audio_resume_refuses(evil, tiny_data, tmp_path, capsys):
     state = _crafted(out / "checkpoint_last.safetensors", marker)  # resumed as `train` resumes
     conf = tmp_path / "pre.yaml"
     conf.write_text(yaml.safe_dump({"hf_config": tiny_wav2vec2_fields(), "max_tokens": 500}))
-    assert main(["research", "pretrain-audio", str(tiny_data / "train.jsonl"), "--out", str(out), "--config",
-                 str(conf), "max_updates=1"]) == 2
-    assert capsys.readouterr().err == (_pickle_error(state) + "; no readable checkpoint_<step>.safetensors beside it "
-                                       "either; pass --no-resume to start afresh\n")
+    assert (
+        main(
+            [
+                "research",
+                "pretrain-audio",
+                str(tiny_data / "train.jsonl"),
+                "--out",
+                str(out),
+                "--config",
+                str(conf),
+                "max_updates=1",
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err == (
+        _pickle_error(state) + "; no readable checkpoint_<step>.safetensors beside it "
+        "either; pass --no-resume to start afresh\n"
+    )
     assert not marker.exists() and state.exists()
 
 

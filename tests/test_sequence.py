@@ -17,9 +17,9 @@ def test_concat_padded_packs_each_rows_real_items_and_zero_pads_the_rest():
     x, lengths = concat_padded(a, a_len, b, b_len)
     assert lengths.tolist() == [5, 5, 5] and x.shape == (3, 5, 2)
     for row in range(3):  # the reference: a python concatenation per row
-        want = torch.cat([a[row, :a_len[row]], b[row, :b_len[row]]])
-        assert torch.equal(x[row, :len(want)], want)
-        assert not x[row, len(want):].any()
+        want = torch.cat([a[row, : a_len[row]], b[row, : b_len[row]]])
+        assert torch.equal(x[row, : len(want)], want)
+        assert not x[row, len(want) :].any()
     x, lengths = concat_padded(a[:, :1], torch.tensor([1, 0, 0]), b[:, :2], torch.tensor([0, 2, 1]))
     assert lengths.tolist() == [1, 2, 1] and x.shape == (3, 2, 2)
     assert torch.equal(x[0, 0], a[0, 0]) and torch.equal(x[1], b[1, :2]) and not x[2, 1].any()

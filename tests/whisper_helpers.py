@@ -9,16 +9,28 @@ from pathlib import Path
 import torch
 
 LANGUAGES = ("en", "de", "es", "fr")
-TEXTS = ["the cat sat on the mat", "a dog ran in the park", "die katze sitzt auf der matte",
-         "ein hund rennt im park", "hello world", "guten morgen", "good morning", "thank you very much",
-         "vielen dank", "where is the station", "wo ist der bahnhof"]
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "die katze sitzt auf der matte",
+    "ein hund rennt im park",
+    "hello world",
+    "guten morgen",
+    "good morning",
+    "thank you very much",
+    "vielen dank",
+    "where is the station",
+    "wo ist der bahnhof",
+]
 
 
 def whisper_specials() -> list[str]:
     """Whisper's special tokens in vocabulary order (eot, sot, languages, tasks, ..., notimestamps)."""
-    return (["<|endoftext|>", "<|startoftranscript|>"] + [f"<|{lang}|>" for lang in LANGUAGES] +
-            ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>",
-             "<|notimestamps|>"])
+    return (
+        ["<|endoftext|>", "<|startoftranscript|>"]
+        + [f"<|{lang}|>" for lang in LANGUAGES]
+        + ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+    )
 
 
 def tiny_whisper_tokenizer_json() -> str:
@@ -28,8 +40,9 @@ def tiny_whisper_tokenizer_json() -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     tok.train_from_iterator(TEXTS * 3, trainer)
     tok.add_special_tokens(whisper_specials())
     return tok.to_str()
@@ -47,12 +60,23 @@ def tiny_whisper_dir(folder: Path, d_model: int = 32, layers: int = 2, seed: int
 
     tok = Tokenizer.from_str(tokenizer_json)
     eot = tok.token_to_id("<|endoftext|>")
-    config = WhisperConfig(vocab_size=tok.get_vocab_size(), num_mel_bins=80, d_model=d_model,
-                           encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=4,
-                           decoder_attention_heads=4, encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
-                           max_source_positions=1500, max_target_positions=64, pad_token_id=eot,
-                           bos_token_id=eot, eos_token_id=eot,
-                           decoder_start_token_id=tok.token_to_id("<|startoftranscript|>"))
+    config = WhisperConfig(
+        vocab_size=tok.get_vocab_size(),
+        num_mel_bins=80,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_source_positions=1500,
+        max_target_positions=64,
+        pad_token_id=eot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        decoder_start_token_id=tok.token_to_id("<|startoftranscript|>"),
+    )
     torch.manual_seed(seed)
     WhisperForConditionalGeneration(config).save_pretrained(folder)
     WhisperFeatureExtractor(feature_size=80).save_pretrained(folder)

@@ -60,9 +60,24 @@ def run_asr(data: Path, split: str, peers_python: Path, beam: int, threads: int,
     """Transcribes the split with faster_whisper_peer.py in the peer environment; returns its JSON."""
     if not peers_python.is_file():
         raise CascadeError(f"{peers_python}: peer environment missing (run `make peers`)")
-    cmd = [str(peers_python), str(REPO / "benchmarks" / "peers" / "faster_whisper_peer.py"), "--data", str(data),
-           "--split", split, "--task", "transcribe", "--language", "en", "--beam", str(beam),
-           "--threads", str(threads), "--out", str(out)]
+    cmd = [
+        str(peers_python),
+        str(REPO / "benchmarks" / "peers" / "faster_whisper_peer.py"),
+        "--data",
+        str(data),
+        "--split",
+        split,
+        "--task",
+        "transcribe",
+        "--language",
+        "en",
+        "--beam",
+        str(beam),
+        "--threads",
+        str(threads),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, check=False)
     if proc.returncode != 0:
         raise CascadeError(f"faster_whisper_peer.py exited with {proc.returncode}: {' '.join(cmd)}")
@@ -75,8 +90,9 @@ def newline_ids(tokenizer) -> list[int]:
     return [i for i, t in enumerate(tokens) if t is not None and "\n" in t]
 
 
-def translate(sources: list[str], lm_dir: Path, batch_size: int, max_new_tokens: int,
-              threads: int) -> tuple[list[str], int]:
+def translate(
+    sources: list[str], lm_dir: Path, batch_size: int, max_new_tokens: int, threads: int
+) -> tuple[list[str], int]:
     """Greedy 3-shot translations, each cut at its first newline (an empty source gives an empty output),
     and the LM's parameter count."""
     import torch
@@ -99,17 +115,25 @@ def translate(sources: list[str], lm_dir: Path, batch_size: int, max_new_tokens:
     out = [""] * len(sources)
     todo = [i for i, s in enumerate(sources) if s.strip()]
     for start in range(0, len(todo), batch_size):
-        idx = todo[start:start + batch_size]
+        idx = todo[start : start + batch_size]
         enc = tok([prompt_for(sources[i].strip()) for i in idx], return_tensors="pt", padding=True)
         with torch.inference_mode():
-            gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, num_beams=1,
-                                 stopping_criteria=StoppingCriteriaList([StopAtNewline()]),
-                                 pad_token_id=tok.pad_token_id)
+            gen = model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                num_beams=1,
+                stopping_criteria=StoppingCriteriaList([StopAtNewline()]),
+                pad_token_id=tok.pad_token_id,
+            )
         for row, i in enumerate(idx):
-            text = tok.decode(gen[row, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            text = tok.decode(gen[row, enc["input_ids"].shape[1] :], skip_special_tokens=True)
             out[i] = text.split("\n", 1)[0].strip()
-        print(f"cascade_whisper_gemma: translated {min(start + batch_size, len(todo))}/{len(todo)}",
-              file=sys.stderr, flush=True)
+        print(
+            f"cascade_whisper_gemma: translated {min(start + batch_size, len(todo))}/{len(todo)}",
+            file=sys.stderr,
+            flush=True,
+        )
     return out, sum(p.numel() for p in model.parameters())
 
 
@@ -131,8 +155,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.asr_json:
         asr = json.loads(Path(args.asr_json).read_text(encoding="utf-8"))
     else:  # kept beside the output, so that --asr-json can reuse it
-        asr = run_asr(data, args.split, Path(args.peers_python), args.beam, args.threads,
-                      Path(args.out).with_suffix(".asr.json"))
+        asr = run_asr(
+            data, args.split, Path(args.peers_python), args.beam, args.threads, Path(args.out).with_suffix(".asr.json")
+        )
     by_id = dict(zip(asr["ids"], asr["hypotheses"]))
     missing = [r.id for r in records if r.id not in by_id]
     if missing:
@@ -142,8 +167,9 @@ def run(args: argparse.Namespace) -> dict:
     hyps, lm_params = translate(transcripts, Path(args.lm), args.batch_size, args.max_new_tokens, args.threads)
     mt_seconds, mt_cpu = time.perf_counter() - start, time.process_time() - cpu_start
     refs = [r.tgt_text for r in records]
-    scores = {s.name: {"score": round(s.score, 2), "signature": s.signature}
-              for s in (bleu(hyps, refs), chrf(hyps, refs))}
+    scores = {
+        s.name: {"score": round(s.score, 2), "signature": s.signature} for s in (bleu(hyps, refs), chrf(hyps, refs))
+    }
     asr_wer = wer(transcripts, [r.src_text for r in records])
     shots = " | ".join(en for en, _ in SHOTS)
     return {
@@ -157,10 +183,12 @@ def run(args: argparse.Namespace) -> dict:
         "audio_seconds": asr["audio_seconds"],
         "threads": args.threads,
         "device": "cpu",
-        "notes": (f"ASR: {asr['notes']}. MT: {Path(args.lm).name}, float32, greedy, 3-shot plain-text prompt "
-                  f"(English: ...\\nGerman: ...; shots: {shots}), cut at the first newline, batches of "
-                  f"{args.batch_size} (left padding), {mt_seconds:.1f} s wall / {mt_cpu:.1f} s CPU; ASR WER "
-                  f"{asr_wer.score:.2f} ({asr_wer.signature})"),
+        "notes": (
+            f"ASR: {asr['notes']}. MT: {Path(args.lm).name}, float32, greedy, 3-shot plain-text prompt "
+            f"(English: ...\\nGerman: ...; shots: {shots}), cut at the first newline, batches of "
+            f"{args.batch_size} (left padding), {mt_seconds:.1f} s wall / {mt_cpu:.1f} s CPU; ASR WER "
+            f"{asr_wer.score:.2f} ({asr_wer.signature})"
+        ),
         "transcripts": transcripts,
         "scores": scores,
         "asr_wer": round(asr_wer.score, 2),
@@ -194,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     refs = [r.tgt_text for r in read_split(Path(args.data), args.split)]
     rows = ["id\ttranscript\thypothesis\treference"] + [
         "\t".join(x.replace("\t", " ") for x in row)
-        for row in zip(peer["ids"], peer["transcripts"], peer["hypotheses"], refs)]
+        for row in zip(peer["ids"], peer["transcripts"], peer["hypotheses"], refs)
+    ]
     out.with_suffix(".tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     for name, s in peer["scores"].items():
         print(f"{name} = {s['score']:.2f}  ({s['signature']})")

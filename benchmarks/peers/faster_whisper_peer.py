@@ -88,7 +88,7 @@ def slice_audio(wave: np.ndarray, offset: float, duration: float, sample_rate: i
     end = len(wave) if duration <= 0.0 else start + int(round(duration * sample_rate))
     if start >= len(wave):
         raise ValueError(f"offset {offset:.3f}s is past the end ({len(wave) / sample_rate:.3f}s)")
-    piece = wave[start:min(end, len(wave))]
+    piece = wave[start : min(end, len(wave))]
     if piece.size == 0:
         raise ValueError("empty slice")
     return piece
@@ -123,18 +123,23 @@ def load_model(model_dir: Path, compute_type: str, threads: int):
         raise PeerError(f"{model_dir}: Whisper base model folder not assembled (run `make peers`)")
     from faster_whisper import WhisperModel
 
-    return WhisperModel(str(model_dir), device="cpu", compute_type=compute_type, cpu_threads=threads,
-                        num_workers=1)
+    return WhisperModel(str(model_dir), device="cpu", compute_type=compute_type, cpu_threads=threads, num_workers=1)
 
 
 # Whisper's decoding is beam search at temperature 0, then sampling at rising temperatures where the output
 # repeats itself (gzip compression ratio > 2.4) or is unlikely (mean log-prob < -1). Kinds of fallback:
 # "full" is Whisper's (and faster-whisper's) default, "repetition" keeps only the first rule, "none" neither.
 FALLBACKS = {
-    "full": {"temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "compression_ratio_threshold": 2.4,
-             "log_prob_threshold": -1.0},
-    "repetition": {"temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "compression_ratio_threshold": 2.4,
-                   "log_prob_threshold": None},
+    "full": {
+        "temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        "compression_ratio_threshold": 2.4,
+        "log_prob_threshold": -1.0,
+    },
+    "repetition": {
+        "temperature": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        "compression_ratio_threshold": 2.4,
+        "log_prob_threshold": None,
+    },
     "none": {"temperature": (0.0,)},
 }
 
@@ -146,8 +151,9 @@ def decode(model, waves: list[np.ndarray], task: str, language: str, beam: int, 
     ctranslate2.set_random_seed(0)  # the fallback's sampling
     hyps = []
     for i, wave in enumerate(waves, 1):
-        segments, _ = model.transcribe(wave, language=language, task=task, beam_size=beam, vad_filter=False,
-                                       **FALLBACKS[fallback])
+        segments, _ = model.transcribe(
+            wave, language=language, task=task, beam_size=beam, vad_filter=False, **FALLBACKS[fallback]
+        )
         hyps.append(" ".join(s.text.strip() for s in segments).strip())
         if i % 50 == 0:
             print(f"faster_whisper_peer: {i}/{len(waves)} clips", file=sys.stderr, flush=True)
@@ -182,10 +188,12 @@ def run(args: argparse.Namespace) -> dict:
         "audio_seconds": round(sum(len(w) for w in waves) / SAMPLE_RATE, 3),
         "threads": args.threads,
         "device": "cpu",
-        "notes": (f"beam {args.beam}, task={args.task}, language={args.language}, compute_type "
-                  f"{args.compute_type}, temperature fallback {args.fallback} (seed 0), no VAD, batch 1, "
-                  f"{args.threads} CPU threads, process CPU time {cpu_seconds:.1f} s; params 74M from the Whisper "
-                  f"paper (Table 1)"),
+        "notes": (
+            f"beam {args.beam}, task={args.task}, language={args.language}, compute_type "
+            f"{args.compute_type}, temperature fallback {args.fallback} (seed 0), no VAD, batch 1, "
+            f"{args.threads} CPU threads, process CPU time {cpu_seconds:.1f} s; params 74M from the Whisper "
+            f"paper (Table 1)"
+        ),
     }
 
 
@@ -197,11 +205,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL_DIR), help="assembled CTranslate2 Whisper base")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--task", choices=tuple(TASKS), default="translate")
-    p.add_argument("--language", default=None, help="source language code (Whisper's; default: the manifest's src_lang)")
+    p.add_argument(
+        "--language", default=None, help="source language code (Whisper's; default: the manifest's src_lang)"
+    )
     p.add_argument("--compute-type", default="int8", help="CTranslate2 compute type: int8, float32, ...")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--fallback", choices=tuple(FALLBACKS), default="repetition",
-                   help="when to sample again at higher temperature (see FALLBACKS); full = Whisper's default")
+    p.add_argument(
+        "--fallback",
+        choices=tuple(FALLBACKS),
+        default="repetition",
+        help="when to sample again at higher temperature (see FALLBACKS); full = Whisper's default",
+    )
     p.add_argument("--limit", type=int, default=None, help="decode only the first N records")
     return p.parse_args(argv)
 
@@ -214,13 +228,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"faster_whisper_peer: error: {e}", file=sys.stderr)
         return 2
     except ImportError as e:
-        print(f"faster_whisper_peer: error: {e.name} is not installed here; run `make peers` and use "
-              f".venv-peers/bin/python", file=sys.stderr)
+        print(
+            f"faster_whisper_peer: error: {e.name} is not installed here; run `make peers` and use "
+            f".venv-peers/bin/python",
+            file=sys.stderr,
+        )
         return 2
     write_json(Path(args.out), peer)
     rtf = peer["decode_seconds"] / peer["audio_seconds"]
-    print(f"{args.out}: {len(peer['ids'])} clips, {peer['audio_seconds']:.1f} s of audio decoded in "
-          f"{peer['decode_seconds']:.1f} s (RTF {rtf:.3f})")
+    print(
+        f"{args.out}: {len(peer['ids'])} clips, {peer['audio_seconds']:.1f} s of audio decoded in "
+        f"{peer['decode_seconds']:.1f} s (RTF {rtf:.3f})"
+    )
     return 0
 
 

@@ -126,8 +126,23 @@ def read_rows(path: Path) -> list[Row]:
             raise BuildError(f"{where}: offset and duration must be seconds (duration '-' = whole file)") from None
         if offset < 0 or (duration is not None and duration <= 0) or (duration is None and offset != 0):
             raise BuildError(f"{where}: bad offset {offset} / duration {f['duration']}")
-        rows.append(Row(n, split, f["talk"], package, src, member, raw_rate, offset, duration, f["speaker"],
-                        f["transcript"], f["en"].strip(), f["de"].strip()))
+        rows.append(
+            Row(
+                n,
+                split,
+                f["talk"],
+                package,
+                src,
+                member,
+                raw_rate,
+                offset,
+                duration,
+                f["speaker"],
+                f["transcript"],
+                f["en"].strip(),
+                f["de"].strip(),
+            )
+        )
     if not rows:
         raise BuildError(f"{path}: no segments")
     return rows
@@ -166,8 +181,9 @@ def load_16k(path: Path, raw_rate: int | None, member: str | None = None) -> np.
 def package_version(package: str) -> str:
     """The installed (dpkg) version of a package, or 'unpacked' when it was only unpacked for this build."""
     try:
-        out = subprocess.run(["dpkg-query", "-W", "-f=${Status}|${Version}", package], capture_output=True,
-                             text=True, check=False).stdout
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}|${Version}", package], capture_output=True, text=True, check=False
+        ).stdout
     except FileNotFoundError:
         out = ""
     status, _, version = out.partition("|")
@@ -178,8 +194,11 @@ def build(segments: Path, out: Path, roots: list[str]) -> dict[str, dict]:
     """Writes each split that segments.tsv has rows for under out/en-de/data/SPLIT; returns, per split, its counts
     and total duration."""
     rows = read_rows(segments)
-    return {split: build_split(split, [r for r in rows if r.split == split], segments, out, roots)
-            for split in SPLITS if any(r.split == split for r in rows)}
+    return {
+        split: build_split(split, [r for r in rows if r.split == split], segments, out, roots)
+        for split in SPLITS
+        if any(r.split == split for r in rows)
+    }
 
 
 def build_split(split: str, rows: list[Row], segments: Path, out: Path, roots: list[str]) -> dict:
@@ -195,41 +214,57 @@ def build_split(split: str, rows: list[Row], segments: Path, out: Path, roots: l
     for talk, segs in talks.items():
         sources = {(r.package, r.path, r.member, r.raw_rate) for r in segs}
         if len(sources) != 1:
-            raise BuildError(f"talk {talk}: segments name {len(sources)} different sources (lines "
-                             f"{', '.join(str(r.line) for r in segs)})")
+            raise BuildError(
+                f"talk {talk}: segments name {len(sources)} different sources (lines "
+                f"{', '.join(str(r.line) for r in segs)})"
+            )
         package, pattern, member, raw_rate = sources.pop()
         path = find_file(pattern, roots)
         wave = load_16k(path, raw_rate, member)
         length = len(wave) / SAMPLE_RATE
         sf.write(split_dir / "wav" / f"{talk}.wav", wave, SAMPLE_RATE, subtype="PCM_16")
         file = f"{pattern}!{member}" if member else pattern
-        source_lines.append(f"{talk}\t{package}\t{package_version(package)}\t{file}\t"
-                            f"{LICENCES.get(package, 'see /usr/share/doc/' + package + '/copyright')}")
+        source_lines.append(
+            f"{talk}\t{package}\t{package_version(package)}\t{file}\t"
+            f"{LICENCES.get(package, 'see /usr/share/doc/' + package + '/copyright')}"
+        )
         for r in sorted(segs, key=lambda r: r.offset):
             duration = length - r.offset if r.duration is None else r.duration
             if r.offset + duration > length + 0.01:
-                raise BuildError(f"{segments}:{r.line}: segment {r.offset:.3f}+{duration:.3f}s runs past the end "
-                                 f"of {path}{'!' + member if member else ''} ({length:.3f}s)")
+                raise BuildError(
+                    f"{segments}:{r.line}: segment {r.offset:.3f}+{duration:.3f}s runs past the end "
+                    f"of {path}{'!' + member if member else ''} ({length:.3f}s)"
+                )
             duration = min(duration, length - r.offset)
             total += duration
-            yaml_lines.append(f"- {{duration: {duration:.6f}, offset: {r.offset:.6f}, rW: {len(r.en.split())}, "
-                              f"uW: 0, speaker_id: {r.speaker}, wav: {talk}.wav}}")
+            yaml_lines.append(
+                f"- {{duration: {duration:.6f}, offset: {r.offset:.6f}, rW: {len(r.en.split())}, "
+                f"uW: 0, speaker_id: {r.speaker}, wav: {talk}.wav}}"
+            )
             en_lines.append(r.en)
             de_lines.append(r.de)
     txt = split_dir / "txt"
     for name, lines in ((f"{split}.yaml", yaml_lines), (f"{split}.en", en_lines), (f"{split}.de", de_lines)):
         (txt / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (split_dir / "sources.tsv").write_text("\n".join(source_lines) + "\n", encoding="utf-8")
-    return {"segments": len(yaml_lines), "talks": len(talks), "speakers": len({r.speaker for r in rows}),
-            "seconds": round(total, 2)}
+    return {
+        "segments": len(yaml_lines),
+        "talks": len(talks),
+        "speakers": len({r.speaker for r in rows}),
+        "seconds": round(total, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--segments", default=str(Path(__file__).with_name("segments.tsv")))
     p.add_argument("--out", required=True, help="corpus root: OUT/en-de/data/tst-REAL and tst-REAL2 are written")
-    p.add_argument("--search-root", action="append", default=[],
-                   help="folder that the packages' absolute paths are looked up under (repeatable; default /)")
+    p.add_argument(
+        "--search-root",
+        action="append",
+        default=[],
+        help="folder that the packages' absolute paths are looked up under (repeatable; default /)",
+    )
     p.add_argument("--packages", action="store_true", help="print the packages segments.tsv names and exit")
     args = p.parse_args(argv)
     try:
@@ -241,8 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real_speech/build: error: {e}", file=sys.stderr)
         return 1
     for split, st in stats.items():
-        print(f"real_speech/build: {split}: {st['segments']} segments in {st['talks']} talks, {st['speakers']} "
-              f"speakers, {st['seconds']:.1f} s of speech -> {os.path.join(args.out, 'en-de', 'data', split)}")
+        print(
+            f"real_speech/build: {split}: {st['segments']} segments in {st['talks']} talks, {st['speakers']} "
+            f"speakers, {st['seconds']:.1f} s of speech -> {os.path.join(args.out, 'en-de', 'data', split)}"
+        )
     return 0
 
 

@@ -33,10 +33,18 @@ def cmd_average(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from speechmt.api_train import export
 
-    info = export(args.checkpoint, args.out, fp32=args.fp32, merge=args.merge,
-                  whisper_pad_seconds=args.whisper_pad_seconds, memory=args.memory)
-    print(f"{args.out}: {info['params']:,} parameters in {info['bytes'] / 2**20:.1f} MiB "
-          f"({'float32' if args.fp32 else 'float16'} weights, inference only)")
+    info = export(
+        args.checkpoint,
+        args.out,
+        fp32=args.fp32,
+        merge=args.merge,
+        whisper_pad_seconds=args.whisper_pad_seconds,
+        memory=args.memory,
+    )
+    print(
+        f"{args.out}: {info['params']:,} parameters in {info['bytes'] / 2**20:.1f} MiB "
+        f"({'float32' if args.fp32 else 'float16'} weights, inference only)"
+    )
     return 0
 
 
@@ -44,10 +52,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Serves the model until interrupted (speechmt.serve); one line when the serve extra is missing."""
     from speechmt.api_serve import MissingExtraError, ServeConfig, serve
 
-    config = ServeConfig(model=args.model, host=args.host, port=args.port, workers=args.workers, device=args.device,
-                         dtype=args.dtype, beam=args.beam, max_len_b=args.max_len_b, max_batch=args.max_batch,
-                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_upload_mb=args.max_upload_mb,
-                         request_timeout_s=args.request_timeout, max_chunk_seconds=args.max_chunk_seconds)
+    config = ServeConfig(
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        device=args.device,
+        dtype=args.dtype,
+        beam=args.beam,
+        max_len_b=args.max_len_b,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_upload_mb=args.max_upload_mb,
+        request_timeout_s=args.request_timeout,
+        max_chunk_seconds=args.max_chunk_seconds,
+    )
     try:
         serve(config, args.log_level)
     except MissingExtraError as e:
@@ -79,9 +99,17 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if args.simultaneous:
         return _translate_simultaneous(model, args)
     cut_pauses = args.cut_pauses if args.cut_pauses is not None else 300.0 if args.format in ("srt", "vtt") else 0
-    options = dict(beam=args.beam, nbest=args.nbest, batch_size=args.batch_size, cut_pauses=cut_pauses,
-                   max_chunk_seconds=args.max_chunk_seconds, errors="keep", mbr=args.mbr,
-                   mbr_samples=args.mbr_samples, **_search(args))
+    options = dict(
+        beam=args.beam,
+        nbest=args.nbest,
+        batch_size=args.batch_size,
+        cut_pauses=cut_pauses,
+        max_chunk_seconds=args.max_chunk_seconds,
+        errors="keep",
+        mbr=args.mbr,
+        mbr_samples=args.mbr_samples,
+        **_search(args),
+    )
     if args.timing:
         return _translate_timed(model, args.audio, options)
     results = translate(model, args.audio, **options)
@@ -103,8 +131,17 @@ def _json_result(r) -> dict:
 
     notes = {k: v for k, v in (("error", r.error), ("warning", r.warning)) if v}
     cues = [{"start": c.start, "end": c.end, "text": c.text, "lines": list(c.lines)} for c in subtitle_cues(r)]
-    return {"file": r.source, "text": r.text, "nbest": r.nbest, "chunks": r.chunks, "chunk_texts": r.chunk_texts,
-            "segments": cues, "transcript": r.transcript, "audio_seconds": round(r.audio_seconds, 3), **notes}
+    return {
+        "file": r.source,
+        "text": r.text,
+        "nbest": r.nbest,
+        "chunks": r.chunks,
+        "chunk_texts": r.chunk_texts,
+        "segments": cues,
+        "transcript": r.transcript,
+        "audio_seconds": round(r.audio_seconds, 3),
+        **notes,
+    }
 
 
 def _show_subtitles(r, fmt: str, output_dir: str | None) -> None:
@@ -146,19 +183,37 @@ def _translate_simultaneous(model, args: argparse.Namespace) -> int:
         name = "stdin" if path == "-" else path
         show = _CommitWriter(f"{name}\t" if args.format == "text" and len(args.audio) > 1 else "", name, args.format)
         try:
-            stream = simultaneous(model, _stdin_blocks(args.step_ms) if path == "-" else path,
-                                  policy=args.simultaneous, k=args.k, step_ms=args.step_ms,
-                                  window_seconds=min(args.max_chunk_seconds, 30.0), tail_beam=args.tail_beam or 1,
-                                  on_commit=show, source=name, **_search(args))
+            stream = simultaneous(
+                model,
+                _stdin_blocks(args.step_ms) if path == "-" else path,
+                policy=args.simultaneous,
+                k=args.k,
+                step_ms=args.step_ms,
+                window_seconds=min(args.max_chunk_seconds, 30.0),
+                tail_beam=args.tail_beam or 1,
+                on_commit=show,
+                source=name,
+                **_search(args),
+            )
         except AudioError as e:
             print(f"speechmt: error: {e}", file=sys.stderr)
             failed = True
             continue
         if args.format == "json":
-            print(json.dumps({"file": name, "text": stream.text, "source_ms": round(stream.source_ms, 1),
-                              "word_delays_ms": stream.word_delays_ms,
-                              "word_elapsed_ms": [round(e, 1) for e in stream.word_elapsed_ms],
-                              "latency_ms": stream.latency_ms}, ensure_ascii=False), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "file": name,
+                        "text": stream.text,
+                        "source_ms": round(stream.source_ms, 1),
+                        "word_delays_ms": stream.word_delays_ms,
+                        "word_elapsed_ms": [round(e, 1) for e in stream.word_elapsed_ms],
+                        "latency_ms": stream.latency_ms,
+                    },
+                    ensure_ascii=False,
+                ),
+                flush=True,
+            )
         else:
             show.start()
             print(flush=True)
@@ -179,8 +234,18 @@ class _CommitWriter:
 
     def __call__(self, commit) -> None:
         if self.fmt == "json":
-            print(json.dumps({"file": self.name, "text": commit.text, "delay_ms": round(commit.delay_ms, 1),
-                              "elapsed_ms": round(commit.elapsed_ms, 1)}, ensure_ascii=False), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "file": self.name,
+                        "text": commit.text,
+                        "delay_ms": round(commit.delay_ms, 1),
+                        "elapsed_ms": round(commit.elapsed_ms, 1),
+                    },
+                    ensure_ascii=False,
+                ),
+                flush=True,
+            )
             return
         self.start()
         print(commit.text, end="", flush=True)
@@ -214,10 +279,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = _default_out(args, model.path)
     if args.simultaneous:
         return _evaluate_simultaneous(model, args, out)
-    report = evaluate(model, args.data, args.split, beam=args.beam, mbr=args.mbr,
-                      mbr_samples=args.mbr_samples, max_tokens=args.max_tokens, limit=args.limit, out=out,
-                      name=args.name, skip_bad_audio=args.skip_bad_audio, comet=args.comet, results=args.results,
-                      **_search(args))
+    report = evaluate(
+        model,
+        args.data,
+        args.split,
+        beam=args.beam,
+        mbr=args.mbr,
+        mbr_samples=args.mbr_samples,
+        max_tokens=args.max_tokens,
+        limit=args.limit,
+        out=out,
+        name=args.name,
+        skip_bad_audio=args.skip_bad_audio,
+        comet=args.comet,
+        results=args.results,
+        **_search(args),
+    )
     if args.cascade:
         print(f"ASR WER = {report.extra['asr_wer']:.2f} (transcripts of the cascade's first stage)")
     for score in report.metrics.values():
@@ -226,8 +303,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(report.extra["comet_skipped"])
     if "memory" in report.extra:
         m = report.extra["memory"]
-        print(f"decoder memory: {m['mean_memory_length']} vectors for {m['mean_target_tokens']} target tokens "
-              f"on average; {m['memory_per_target_token']} per target token")
+        print(
+            f"decoder memory: {m['mean_memory_length']} vectors for {m['mean_target_tokens']} target tokens "
+            f"on average; {m['memory_per_target_token']} per target token"
+        )
     if report.extra.get("skipped"):
         print(f"skipped {report.extra['skipped']['count']} utterances with unreadable audio (listed in the report)")
     print(f"RTF {report.extra['rtf']}; report in {out}")
@@ -241,18 +320,34 @@ def _evaluate_simultaneous(model, args: argparse.Namespace, out: str) -> int:
     options resumes after its last finished utterance (OUT/streams.jsonl)."""
     from speechmt.api_evaluate import evaluate_simultaneous
 
-    result = evaluate_simultaneous(model, args.data, args.split, policy=args.simultaneous, k=args.k,
-                                   step_ms=args.step_ms, tail_beam=args.tail_beam or 1, beam=args.beam,
-                                   max_tokens=args.max_tokens, limit=args.limit, out=out, name=args.name,
-                                   compare=args.compare or (), **_search(args))
+    result = evaluate_simultaneous(
+        model,
+        args.data,
+        args.split,
+        policy=args.simultaneous,
+        k=args.k,
+        step_ms=args.step_ms,
+        tail_beam=args.tail_beam or 1,
+        beam=args.beam,
+        max_tokens=args.max_tokens,
+        limit=args.limit,
+        out=out,
+        name=args.name,
+        compare=args.compare or (),
+        **_search(args),
+    )
     for run in result.runs:
         print(run.summary)
     if result.offline is None:
         print(f"report in {out}")
         return 0
-    print(f"offline (beam {args.beam}): "
-          + ", ".join(f"{s.name} = {s.score:.2f}" for s in result.offline.metrics.values()))
+    print(
+        f"offline (beam {args.beam}): "
+        + ", ".join(f"{s.name} = {s.score:.2f}" for s in result.offline.metrics.values())
+    )
     written = result.written
-    print(f"quality-latency table in {written[0]}" + (f", plot {written[2]}" if len(written) > 2 else
-                                                      " (no plot: matplotlib is not installed)"))
+    print(
+        f"quality-latency table in {written[0]}"
+        + (f", plot {written[2]}" if len(written) > 2 else " (no plot: matplotlib is not installed)")
+    )
     return 0

@@ -12,8 +12,13 @@ def _print_json(summary: dict) -> None:
 
 
 def _prepare_options(args: argparse.Namespace) -> dict:
-    return dict(jobs=args.jobs, min_frames=args.min_frames, max_frames=args.max_frames, dtype=args.dtype,
-                overwrite=args.overwrite)
+    return dict(
+        jobs=args.jobs,
+        min_frames=args.min_frames,
+        max_frames=args.max_frames,
+        dtype=args.dtype,
+        overwrite=args.overwrite,
+    )
 
 
 def _langs(args: argparse.Namespace, side: str) -> str | list[str]:
@@ -39,8 +44,14 @@ def cmd_prepare_covost2(args: argparse.Namespace) -> int:
 def cmd_vocab(args: argparse.Namespace) -> int:
     from speechmt.api_data import VOCAB_FIELDS, train_vocab
 
-    tok = train_vocab(args.manifests, args.out, field=args.field, vocab_size=args.vocab_size,
-                      model_type=args.model_type, lang_tags=args.lang_tags)
+    tok = train_vocab(
+        args.manifests,
+        args.out,
+        field=args.field,
+        vocab_size=args.vocab_size,
+        model_type=args.model_type,
+        lang_tags=args.lang_tags,
+    )
     print(f"{args.out}: {len(tok)} pieces ({args.model_type}, {'+'.join(VOCAB_FIELDS[args.field])})")
     return 0
 
@@ -48,8 +59,18 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 def cmd_retrieve(args: argparse.Namespace) -> int:
     from speechmt.api_data import retrieve
 
-    _print_json(retrieve(args.data, args.splits, memory=args.memory, k=args.k, distract=args.distract,
-                         distract_rate=args.distract_rate, distract_skip=args.distract_skip, seed=args.seed))
+    _print_json(
+        retrieve(
+            args.data,
+            args.splits,
+            memory=args.memory,
+            k=args.k,
+            distract=args.distract,
+            distract_rate=args.distract_rate,
+            distract_skip=args.distract_skip,
+            seed=args.seed,
+        )
+    )
     return 0
 
 
@@ -57,10 +78,26 @@ def cmd_backtranslate(args: argparse.Namespace) -> int:
     """`speechmt data backtranslate` (mode back) and `speechmt data distill` (mode distill)."""
     from speechmt.api_data import backtranslate
 
-    _print_json(backtranslate(args.input, args.out, args.src_lang, args.tgt_lang, model=args.model, lm=args.lm,
-                              task=args.task, field=args.field, round_trip=args.round_trip, min_score=args.min_score,
-                              batch_size=args.batch_size, beam=args.beam, max_new_tokens=args.max_new_tokens,
-                              limit=args.limit, device=args.device, mode=args.mode))
+    _print_json(
+        backtranslate(
+            args.input,
+            args.out,
+            args.src_lang,
+            args.tgt_lang,
+            model=args.model,
+            lm=args.lm,
+            task=args.task,
+            field=args.field,
+            round_trip=args.round_trip,
+            min_score=args.min_score,
+            batch_size=args.batch_size,
+            beam=args.beam,
+            max_new_tokens=args.max_new_tokens,
+            limit=args.limit,
+            device=args.device,
+            mode=args.mode,
+        )
+    )
     return 0
 
 
@@ -72,8 +109,18 @@ def cmd_synth(args: argparse.Namespace) -> int:
     else:
         several = args.tgt_langs or args.src_langs
         langs = [lang for value in several for lang in value] if several else None
-        _print_json(synth(args.corpus, args.out, size=args.size, seed=args.seed, jobs=args.jobs,
-                          hold_out_voice=args.hold_out_voice, langs=langs, tst_real=args.tst_real))
+        _print_json(
+            synth(
+                args.corpus,
+                args.out,
+                size=args.size,
+                seed=args.seed,
+                jobs=args.jobs,
+                hold_out_voice=args.hold_out_voice,
+                langs=langs,
+                tst_real=args.tst_real,
+            )
+        )
     return 0
 
 
@@ -82,8 +129,9 @@ def cmd_synth_mt(args: argparse.Namespace) -> int:
 
     summary = synth_mt(args.corpus, args.root, lang=args.lang, out=args.out, sources=args.sources)
     shown = {k: v for k, v in summary.items() if k != "sources"}
-    shown["sources"] = {n: {k: v for k, v in e.items() if k != "catalog_packages"}
-                        for n, e in summary["sources"].items()}  # each catalog's package: in the summary file
+    shown["sources"] = {
+        n: {k: v for k, v in e.items() if k != "catalog_packages"} for n, e in summary["sources"].items()
+    }  # each catalog's package: in the summary file
     _print_json(shown)
     return 0
 
@@ -99,16 +147,27 @@ def cmd_synth_mono(args: argparse.Namespace) -> int:
     from speechmt.api_data import synth_mono
 
     summary = synth_mono(args.corpus, args.root, lang=args.lang, out=args.out, fortunes=args.fortunes)
-    _print_json({**summary, "sources": {n: {k: v for k, v in e.items() if k != "per_file"}
-                                        for n, e in summary["sources"].items()}})  # per file: in the summary file
+    _print_json(
+        {
+            **summary,
+            "sources": {n: {k: v for k, v in e.items() if k != "per_file"} for n, e in summary["sources"].items()},
+        }
+    )  # per file: in the summary file
     return 0
 
 
 def cmd_synth_tts(args: argparse.Namespace) -> int:
     from speechmt.api_data import synth_tts
 
-    summary = synth_tts(args.root, text=args.text, split=args.split, limit=args.limit, min_words=args.min_words,
-                        sentences=args.sentences, seed=args.seed, jobs=args.jobs)
+    summary = synth_tts(
+        args.root,
+        text=args.text,
+        split=args.split,
+        limit=args.limit,
+        min_words=args.min_words,
+        sentences=args.sentences,
+        seed=args.seed,
+        jobs=args.jobs,
+    )
     _print_json({k: v for k, v in summary.items() if k != "failures"})
     return 0
-

@@ -12,9 +12,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 MOVED = {
-    **{name: ("data", name) for name in ("prepare", "synth", "synth-mt", "synth-memory", "synth-mono", "synth-tts",
-                                         "vocab", "retrieve", "backtranslate", "distill")},
-    "import-hf": ("import", "hf"), "import-whisper": ("import", "whisper"), "import-gguf": ("import", "gguf"),
+    **{
+        name: ("data", name)
+        for name in (
+            "prepare",
+            "synth",
+            "synth-mt",
+            "synth-memory",
+            "synth-mono",
+            "synth-tts",
+            "vocab",
+            "retrieve",
+            "backtranslate",
+            "distill",
+        )
+    },
+    "import-hf": ("import", "hf"),
+    "import-whisper": ("import", "whisper"),
+    "import-gguf": ("import", "gguf"),
     "convert": ("import", "convert"),
     **{name: ("research", name) for name in ("analyze", "benchmark", "pretrain-audio")},
 }
@@ -26,9 +41,9 @@ def _take_option(tokens: list[str], option: str) -> tuple[list[str], str | None]
     """`tokens` without `option VALUE` (or `option=VALUE`), and VALUE (None when the option is not there)."""
     for i, token in enumerate(tokens):
         if token == option and i + 1 < len(tokens):
-            return tokens[:i] + tokens[i + 2:], tokens[i + 1]
+            return tokens[:i] + tokens[i + 2 :], tokens[i + 1]
         if token.startswith(option + "="):
-            return tokens[:i] + tokens[i + 1:], token.split("=", 1)[1]
+            return tokens[:i] + tokens[i + 1 :], token.split("=", 1)[1]
     return tokens, None
 
 

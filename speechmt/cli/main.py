@@ -27,8 +27,21 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from speechmt.interop import HFImportError
     from speechmt_corpora.common import SynthError
 
-    return (AudioError, ManifestError, PrepareError, FileNotFoundError, HFImportError, BenchmarkError, AnalysisError,
-            SimultaneousError, BacktranslateError, GeneratorError, CheckpointError, ConfigError, SynthError)
+    return (
+        AudioError,
+        ManifestError,
+        PrepareError,
+        FileNotFoundError,
+        HFImportError,
+        BenchmarkError,
+        AnalysisError,
+        SimultaneousError,
+        BacktranslateError,
+        GeneratorError,
+        CheckpointError,
+        ConfigError,
+        SynthError,
+    )
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -57,8 +70,14 @@ def _add_later_items(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     """Positional items after an option (`train --config c.yaml train.lr=1e-3`, `research pretrain-audio a.jsonl
     --out o max_updates=9`), checked by their argparse type and added to the command's `items` list; anything
     else left over is the one-line error argparse gives."""
-    action = next((a for a in getattr(args, "parser", parser)._actions
-                   if not a.option_strings and a.dest == getattr(args, "items", None)), None)
+    action = next(
+        (
+            a
+            for a in getattr(args, "parser", parser)._actions
+            if not a.option_strings and a.dest == getattr(args, "items", None)
+        ),
+        None,
+    )
     if action is None or any(t.startswith("-") for t in extra):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

@@ -76,7 +76,7 @@ def add_noise(wave: np.ndarray, snr: float, rng: np.random.Generator, noise: np.
     else:
         reps = -(-len(wave) // len(noise)) + 1
         start = int(rng.integers(len(noise)))
-        piece = np.tile(noise, reps)[start:start + len(wave)].astype(np.float64)
+        piece = np.tile(noise, reps)[start : start + len(wave)].astype(np.float64)
     scale = np.sqrt(power(wave) / (power(piece) * 10.0 ** (snr / 10.0)))
     return (wave + scale * piece).astype(np.float32)
 
@@ -102,7 +102,7 @@ def reverberate(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
     start = int(np.argmax(np.abs(rir)))
     n = len(wave) + len(rir) - 1
     size = 1 << (n - 1).bit_length()
-    out = np.fft.irfft(np.fft.rfft(wave, size) * np.fft.rfft(rir, size), size)[start:start + len(wave)]
+    out = np.fft.irfft(np.fft.rfft(wave, size) * np.fft.rfft(rir, size), size)[start : start + len(wave)]
     return (out * np.sqrt(power(wave) / max(power(out), 1e-20))).astype(np.float32)
 
 
@@ -126,7 +126,7 @@ def telephone(wave: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     narrow = resample(wave, sample_rate, TELEPHONE_RATE)
     narrow = mu_law(band_pass(narrow, TELEPHONE_RATE, *TELEPHONE_BAND))
     wide = resample(narrow, TELEPHONE_RATE, sample_rate)
-    wide = band_pass(np.pad(wide, (0, max(0, len(wave) - len(wide))))[:len(wave)], sample_rate, *TELEPHONE_BAND)
+    wide = band_pass(np.pad(wide, (0, max(0, len(wave) - len(wide))))[: len(wave)], sample_rate, *TELEPHONE_BAND)
     return wide
 
 
@@ -170,7 +170,9 @@ class Augmenter:
         draws = rng.random(3)  # one draw per augmentation, whatever is on: settings stay put when one changes
         if draws[0] < cfg.reverb:
             rir = self._load(self.rirs, rng)
-            wave = reverberate(wave, rir if rir is not None and rir.size else synthetic_rir(rng.uniform(*cfg.rt60), rng))
+            wave = reverberate(
+                wave, rir if rir is not None and rir.size else synthetic_rir(rng.uniform(*cfg.rt60), rng)
+            )
         if draws[1] < cfg.noise:
             wave = add_noise(wave, rng.uniform(*cfg.noise_snr), rng, self._load(self.noises, rng))
         if draws[2] < cfg.telephone:
@@ -180,9 +182,15 @@ class Augmenter:
 
 def augment_config(data) -> AugmentConfig | None:
     """The AugmentConfig of a DataConfig's augment_* options; None when all are off."""
-    cfg = AugmentConfig(reverb=data.augment_reverb, rir_dir=data.augment_rir_dir, rt60=tuple(data.augment_rt60),
-                        noise=data.augment_noise, noise_snr=tuple(data.augment_noise_snr),
-                        noise_dir=data.augment_noise_dir, telephone=data.augment_telephone)
+    cfg = AugmentConfig(
+        reverb=data.augment_reverb,
+        rir_dir=data.augment_rir_dir,
+        rt60=tuple(data.augment_rt60),
+        noise=data.augment_noise,
+        noise_snr=tuple(data.augment_noise_snr),
+        noise_dir=data.augment_noise_dir,
+        telephone=data.augment_telephone,
+    )
     return cfg if cfg.active else None
 
 
@@ -192,10 +200,14 @@ def augment_problem(data, model) -> str | None:
     if augment_config(data) is None:
         return None
     if model.encoder.reads_stored_features:
-        return ("data.augment_*: encoder 'conv' reads the fbank features stored by preparation, not audio; "
-                "waveform augmentation is for wav2vec2 and whisper encoders (use data.spec_augment here)")
+        return (
+            "data.augment_*: encoder 'conv' reads the fbank features stored by preparation, not audio; "
+            "waveform augmentation is for wav2vec2 and whisper encoders (use data.spec_augment here)"
+        )
     if model.encoder.cacheable_states and data.cache_encoder:
-        return ("data.augment_*: a frozen Whisper encoder's states are cached once from clean audio "
-                "(data.cache_encoder), so they would never be augmented; set data.cache_encoder false to augment "
-                "(the frozen layers then run at every update)")
+        return (
+            "data.augment_*: a frozen Whisper encoder's states are cached once from clean audio "
+            "(data.cache_encoder), so they would never be augmented; set data.cache_encoder false to augment "
+            "(the frozen layers then run at every update)"
+        )
     return None

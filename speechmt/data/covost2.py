@@ -57,8 +57,10 @@ def read_tsv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[
             raise PrepareError(f"{path}:1: header lacks column(s) {', '.join(missing)}")
         for row in reader:
             if len(row) != len(header):
-                yield reader.line_num, (f"{path}:{reader.line_num}: malformed row "
-                                        f"({len(row)} fields, header has {len(header)})")
+                yield (
+                    reader.line_num,
+                    (f"{path}:{reader.line_num}: malformed row ({len(row)} fields, header has {len(header)})"),
+                )
             else:
                 yield reader.line_num, dict(zip(header, row))
 
@@ -100,9 +102,20 @@ def read_covost_splits(root: str | os.PathLike, src_lang: str, tgt_lang: str) ->
             out[split].append(Skip(utt, "missing text", f"{table}:{line}: empty sentence or translation"))
         else:
             sentence, client = transcripts[row["path"]]
-            out[split].append(Record(id=utt, audio=str(clips / row["path"]), offset=0.0, duration=0.0, n_frames=0,
-                                     src_text=sentence.strip(), tgt_text=row["translation"].strip(),
-                                     speaker=client, src_lang=src_lang, tgt_lang=tgt_lang))
+            out[split].append(
+                Record(
+                    id=utt,
+                    audio=str(clips / row["path"]),
+                    offset=0.0,
+                    duration=0.0,
+                    n_frames=0,
+                    src_text=sentence.strip(),
+                    tgt_text=row["translation"].strip(),
+                    speaker=client,
+                    src_lang=src_lang,
+                    tgt_lang=tgt_lang,
+                )
+            )
     return out
 
 
@@ -112,28 +125,46 @@ def covost_directions(src_lang: str | Sequence[str], tgt_lang: str | Sequence[st
     tgts = (tgt_lang,) if isinstance(tgt_lang, str) else tuple(dict.fromkeys(tgt_lang))
     pairs = [(s, t) for s in srcs for t in tgts if s != t]
     if not pairs:
-        raise PrepareError(f"no direction from {' '.join(srcs) or 'no source'} into {' '.join(tgts) or 'no target'} "
-                           "(a language is never translated into itself)")
+        raise PrepareError(
+            f"no direction from {' '.join(srcs) or 'no source'} into {' '.join(tgts) or 'no target'} "
+            "(a language is never translated into itself)"
+        )
     return pairs
 
 
-def prepare_covost2(root: str | os.PathLike, out: str | os.PathLike, src_lang: str | Sequence[str],
-                    tgt_lang: str | Sequence[str], cfg: PrepareConfig = PrepareConfig()) -> dict:
+def prepare_covost2(
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    src_lang: str | Sequence[str],
+    tgt_lang: str | Sequence[str],
+    cfg: PrepareConfig = PrepareConfig(),
+) -> dict:
     """Prepares CoVoST 2 <src_lang>-><tgt_lang>: manifests, fbank stores, global CMVN and a summary.
 
     Several source or target languages: every direction between them into one folder (module docstring)."""
     pairs = covost_directions(src_lang, tgt_lang)
     if len(pairs) == 1:
-        (src, tgt), = pairs
+        ((src, tgt),) = pairs
         check_directions(out, [direction(src, tgt)], cfg)
         splits = read_covost_splits(root, src, tgt)
-        summary = prepare_splits(splits, out, cfg, {"corpus": "covost2", "src_lang": src, "tgt_lang": tgt,
-                                                    "root": str((Path(root) / src).resolve())})
+        summary = prepare_splits(
+            splits,
+            out,
+            cfg,
+            {"corpus": "covost2", "src_lang": src, "tgt_lang": tgt, "root": str((Path(root) / src).resolve())},
+        )
     else:
         by_direction = {direction(s, t): read_covost_splits(root, s, t) for s, t in pairs}
-        summary = prepare_directions(by_direction, out, cfg, {
-            "corpus": "covost2", "src_langs": list(dict.fromkeys(s for s, _ in pairs)),
-            "tgt_langs": list(dict.fromkeys(t for _, t in pairs)),
-            "roots": {direction(s, t): str((Path(root) / s).resolve()) for s, t in pairs}})
+        summary = prepare_directions(
+            by_direction,
+            out,
+            cfg,
+            {
+                "corpus": "covost2",
+                "src_langs": list(dict.fromkeys(s for s, _ in pairs)),
+                "tgt_langs": list(dict.fromkeys(t for _, t in pairs)),
+                "roots": {direction(s, t): str((Path(root) / s).resolve()) for s, t in pairs},
+            },
+        )
     print(format_summary(summary))
     return summary

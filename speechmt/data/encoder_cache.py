@@ -29,8 +29,17 @@ from speechmt.data.features import FeatureStore, FeatureStoreWriter
 from speechmt.data.manifest import Record, read_manifest
 from speechmt.ranks import build_once
 
-GENERATION_FIELDS = frozenset({"suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "max_length",
-                               "decoder_start_token_id", "transformers_version", "_name_or_path"})
+GENERATION_FIELDS = frozenset(
+    {
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        "forced_decoder_ids",
+        "max_length",
+        "decoder_start_token_id",
+        "transformers_version",
+        "_name_or_path",
+    }
+)
 """HF config fields that only steer generation or name the file: left out of the cache key (a model folder
 saved with or without a generation config computes the same states)."""
 
@@ -38,8 +47,9 @@ saved with or without a generation config computes the same states)."""
 def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:
     """(key, description) of the states `encoder` computes from inputs made with `frontend_settings`."""
     config = getattr(getattr(encoder, "model", None), "config", None)
-    hf_config = None if config is None else \
-        {k: v for k, v in config.to_diff_dict().items() if k not in GENERATION_FIELDS}
+    hf_config = (
+        None if config is None else {k: v for k, v in config.to_diff_dict().items() if k not in GENERATION_FIELDS}
+    )
     states_part = getattr(encoder, "states_part", None)  # the weights its `states` computes with
     weights = states_part() if states_part else getattr(encoder, "model", encoder).state_dict()
     description = {
@@ -55,10 +65,17 @@ def cache_key(encoder: nn.Module, frontend_settings) -> tuple[str, dict]:
 
 
 @torch.no_grad()
-def build_encoder_cache(states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                        inputs: Callable[[int], torch.Tensor], sizes: list[int], ids: list[str],
-                        prefix: Path, dim: int, max_frames: int = 6000, progress: bool = True,
-                        device: torch.device | str = "cpu") -> FeatureStore:
+def build_encoder_cache(
+    states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    inputs: Callable[[int], torch.Tensor],
+    sizes: list[int],
+    ids: list[str],
+    prefix: Path,
+    dim: int,
+    max_frames: int = 6000,
+    progress: bool = True,
+    device: torch.device | str = "cpu",
+) -> FeatureStore:
     """Writes states_fn's output for every utterance (in batch order; read them by id) to the store `prefix`
     and opens it.
 
@@ -67,8 +84,10 @@ def build_encoder_cache(states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[
     (the encoder's: a model on a GPU gets its inputs there)."""
     from speechmt.progress import Progress
 
-    with FeatureStoreWriter(prefix, dim, "float16") as writer, \
-            Progress(len(ids), f"encoder cache {prefix.name}", "utt", enabled=progress) as bar:
+    with (
+        FeatureStoreWriter(prefix, dim, "float16") as writer,
+        Progress(len(ids), f"encoder cache {prefix.name}", "utt", enabled=progress) as bar,
+    ):
         for batch in BucketBatchSampler(sizes, max_frames, shuffle=False):
             x, lengths = collate_sequences([inputs(i) for i in batch])
             states, out_lengths = states_fn(x.to(device), lengths.to(device))
@@ -79,8 +98,14 @@ def build_encoder_cache(states_fn: Callable[[torch.Tensor, torch.Tensor], tuple[
     return FeatureStore(prefix)
 
 
-def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, frontend_settings,
-                 inputs: Callable[[int], torch.Tensor], records: list[Record] | None = None) -> FeatureStore:
+def cached_split(
+    data_dir: str | os.PathLike,
+    split: str,
+    encoder: nn.Module,
+    frontend_settings,
+    inputs: Callable[[int], torch.Tensor],
+    records: list[Record] | None = None,
+) -> FeatureStore:
     """The cached states of a split for this encoder and front end: read when present, else computed."""
     data_dir = Path(data_dir)
     records = records if records is not None else read_manifest(data_dir / f"{split}.jsonl")
@@ -90,17 +115,24 @@ def cached_split(data_dir: str | os.PathLike, split: str, encoder: nn.Module, fr
         was_training = encoder.training
         encoder.eval()
         try:
-            return build_encoder_cache(encoder.states, inputs, [r.n_frames for r in records],
-                                       [r.id for r in records], prefix, encoder.hidden_size,
-                                       device=next(encoder.parameters()).device)
+            return build_encoder_cache(
+                encoder.states,
+                inputs,
+                [r.n_frames for r in records],
+                [r.id for r in records],
+                prefix,
+                encoder.hidden_size,
+                device=next(encoder.parameters()).device,
+            )
         finally:
             encoder.train(was_training)
 
     return cached_store(data_dir / "encoder_cache" / key, split, description, records, build)
 
 
-def cached_store(folder: Path, split: str, description: dict, records: list[Record],
-                 build: Callable[[Path], FeatureStore]) -> FeatureStore:
+def cached_store(
+    folder: Path, split: str, description: dict, records: list[Record], build: Callable[[Path], FeatureStore]
+) -> FeatureStore:
     """The store folder/split when it holds exactly the records' ids, else `build(prefix)`'s, with the
     description of what the states depend on in folder/meta.json (the encoder and teacher caches' shared
     layout). In a distributed run rank 0 builds it while the other ranks wait, then all read it (speechmt.ranks)."""

@@ -94,8 +94,10 @@ def read_mustc_split(root: str | os.PathLike, tgt_lang: str, split: str) -> Iter
     src, tgt = _read_lines(txt / f"{split}.en"), _read_lines(txt / f"{split}.{tgt_lang}")
     for path, lines in ((txt / f"{split}.en", src), (txt / f"{split}.{tgt_lang}", tgt)):
         if len(lines) != len(items):
-            raise PrepareError(f"{path}: {len(lines)} lines but {txt / f'{split}.yaml'} has {len(items)} "
-                               "segments; line i must belong to segment i")
+            raise PrepareError(
+                f"{path}: {len(lines)} lines but {txt / f'{split}.yaml'} has {len(items)} "
+                "segments; line i must belong to segment i"
+            )
     talks: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -110,9 +112,18 @@ def read_mustc_split(root: str | os.PathLike, tgt_lang: str, split: str) -> Iter
                 side = "en" if not src[i].strip() else tgt_lang
                 yield Skip(utt, "missing text", f"{txt / f'{split}.{side}'}:{i + 1}: empty line for {utt}")
                 continue
-            yield Record(id=utt, audio=str(wav_dir / wav), offset=offset, duration=float(items[i]["duration"]),
-                         n_frames=0, src_text=src[i].strip(), tgt_text=tgt[i].strip(),
-                         speaker=items[i].get("speaker_id", stem), src_lang="en", tgt_lang=tgt_lang)
+            yield Record(
+                id=utt,
+                audio=str(wav_dir / wav),
+                offset=offset,
+                duration=float(items[i]["duration"]),
+                n_frames=0,
+                src_text=src[i].strip(),
+                tgt_text=tgt[i].strip(),
+                speaker=items[i].get("speaker_id", stem),
+                src_lang="en",
+                tgt_lang=tgt_lang,
+            )
 
 
 def present_splits(data_dir: Path) -> tuple[str, ...]:
@@ -122,8 +133,13 @@ def present_splits(data_dir: Path) -> tuple[str, ...]:
     return tuple([s for s in MUSTC_SPLITS if s in names] + [s for s in names if s not in MUSTC_SPLITS])
 
 
-def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str | Sequence[str],
-                  splits: tuple[str, ...] | None = None, cfg: PrepareConfig = PrepareConfig()) -> dict:
+def prepare_mustc(
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    tgt_lang: str | Sequence[str],
+    splits: tuple[str, ...] | None = None,
+    cfg: PrepareConfig = PrepareConfig(),
+) -> dict:
     """Prepares MuST-C en-<tgt_lang>: manifests, fbank stores, global CMVN and a summary under `out`.
 
     `tgt_lang`: one target, or several (en-de, en-fr, ... into one folder, module docstring). `splits` defaults
@@ -141,13 +157,26 @@ def prepare_mustc(root: str | os.PathLike, out: str | os.PathLike, tgt_lang: str
         lang = langs[0]
         check_directions(out, [direction("en", lang)], cfg)
         readers = {s: read_mustc_split(root, lang, s) for s in chosen[lang]}
-        summary = prepare_splits(readers, out, cfg, {"corpus": "mustc", "src_lang": "en", "tgt_lang": lang,
-                                                     "root": str(pairs[lang].resolve())})
+        summary = prepare_splits(
+            readers,
+            out,
+            cfg,
+            {"corpus": "mustc", "src_lang": "en", "tgt_lang": lang, "root": str(pairs[lang].resolve())},
+        )
     else:
-        by_direction = {direction("en", lang): {s: read_mustc_split(root, lang, s) for s in chosen[lang]}
-                        for lang in langs}
-        summary = prepare_directions(by_direction, out, cfg, {
-            "corpus": "mustc", "src_langs": ["en"], "tgt_langs": list(langs),
-            "roots": {direction("en", lang): str(pair.resolve()) for lang, pair in pairs.items()}})
+        by_direction = {
+            direction("en", lang): {s: read_mustc_split(root, lang, s) for s in chosen[lang]} for lang in langs
+        }
+        summary = prepare_directions(
+            by_direction,
+            out,
+            cfg,
+            {
+                "corpus": "mustc",
+                "src_langs": ["en"],
+                "tgt_langs": list(langs),
+                "roots": {direction("en", lang): str(pair.resolve()) for lang, pair in pairs.items()},
+            },
+        )
     print(format_summary(summary))
     return summary

@@ -110,8 +110,9 @@ def _pool(jobs: int) -> ProcessPoolExecutor | contextlib.nullcontext:
     return ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker)
 
 
-def _extracted(records: list[Record], cfg: PrepareConfig,
-               pool: ProcessPoolExecutor | None) -> Iterator[tuple[Record, tuple]]:
+def _extracted(
+    records: list[Record], cfg: PrepareConfig, pool: ProcessPoolExecutor | None
+) -> Iterator[tuple[Record, tuple]]:
     """Yields (record, worker result) in record order, in `pool` when there is one."""
     tasks = [(r.audio, r.offset, r.duration or None, cfg.fbank) for r in records]
     results = pool.map(_extract, tasks, chunksize=8) if pool is not None else map(_extract, tasks)
@@ -127,9 +128,16 @@ def _length_skip(rec: Record, n: int, cfg: PrepareConfig, is_train: bool) -> Ski
     return None
 
 
-def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: PrepareConfig, is_train: bool,
-                  stats: CMVNStats | None = None, pool: ProcessPoolExecutor | None = None,
-                  by_direction: bool = False) -> SplitSummary:
+def prepare_split(
+    split: str,
+    items: Iterable[Record | Skip],
+    out: Path,
+    cfg: PrepareConfig,
+    is_train: bool,
+    stats: CMVNStats | None = None,
+    pool: ProcessPoolExecutor | None = None,
+    by_direction: bool = False,
+) -> SplitSummary:
     """Extracts, filters and writes one split; returns its summary (also written to out/<split>.summary.json).
 
     `by_direction`: count per direction too (ids end in @<src>-<tgt>, as `prepare_directions` writes them)."""
@@ -142,10 +150,12 @@ def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: Pr
     n_read_skips = len(skips)
     kept: list[Record] = []
     kept_seconds: list[float] = []
-    with FeatureStoreWriter(out / f"fbank{cfg.fbank.num_mel_bins}" / split, cfg.fbank.num_mel_bins,
-                            cfg.store_dtype) as store:
-        for rec, (feats, seconds, skip) in progress(_extracted(records, cfg, pool), f"prepare {split}: features",
-                                                    "utt", total=len(records)):
+    with FeatureStoreWriter(
+        out / f"fbank{cfg.fbank.num_mel_bins}" / split, cfg.fbank.num_mel_bins, cfg.store_dtype
+    ) as store:
+        for rec, (feats, seconds, skip) in progress(
+            _extracted(records, cfg, pool), f"prepare {split}: features", "utt", total=len(records)
+        ):
             skip = replace(skip, id=rec.id) if skip else _length_skip(rec, feats.shape[0], cfg, is_train)
             if skip:
                 skips.append(skip)
@@ -167,8 +177,9 @@ def prepare_split(split: str, items: Iterable[Record | Skip], out: Path, cfg: Pr
     return summary
 
 
-def _direction_counts(records: list[Record], kept: list[Record], kept_seconds: list[float], skips: list[Skip],
-                      n_read_skips: int) -> dict[str, dict]:
+def _direction_counts(
+    records: list[Record], kept: list[Record], kept_seconds: list[float], skips: list[Skip], n_read_skips: int
+) -> dict[str, dict]:
     """Items, kept, frames, hours and skips by reason per direction (the first `n_read_skips` skips are items the
     reader could not make a record of); a skip's direction is its id's @ suffix."""
     counts: dict[str, dict] = {}
@@ -190,8 +201,13 @@ def _direction_counts(records: list[Record], kept: list[Record], kept_seconds: l
     return dict(sorted(counts.items()))
 
 
-def prepare_splits(splits: dict[str, Iterable[Record | Skip]], out: str | os.PathLike, cfg: PrepareConfig,
-                   meta: dict, by_direction: bool = False) -> dict:
+def prepare_splits(
+    splits: dict[str, Iterable[Record | Skip]],
+    out: str | os.PathLike,
+    cfg: PrepareConfig,
+    meta: dict,
+    by_direction: bool = False,
+) -> dict:
     """Prepares every split (`train*` ones count as training), global CMVN over them, and the summary.
 
     A split whose manifest and summary exist already is kept as it is unless `cfg.overwrite`, so an
@@ -209,8 +225,9 @@ def prepare_splits(splits: dict[str, Iterable[Record | Skip]], out: str | os.Pat
                 print(f"{split}: already prepared in {out} (use --overwrite to redo)")
                 continue
             split_stats = CMVNStats() if is_train else None
-            summaries[split] = prepare_split(split, items, out, cfg, is_train, split_stats, pool,
-                                             by_direction).to_dict()
+            summaries[split] = prepare_split(
+                split, items, out, cfg, is_train, split_stats, pool, by_direction
+            ).to_dict()
             if split_stats is not None and split_stats.count:
                 _save_cmvn(out / f"{split}.cmvn.npz", split_stats)
     for split in splits:
@@ -218,8 +235,14 @@ def prepare_splits(splits: dict[str, Iterable[Record | Skip]], out: str | os.Pat
             stats.merge(_load_cmvn(out / f"{split}.cmvn.npz"))
     if stats.count:
         _save_cmvn(out / "global_cmvn.npz", stats)
-    result = {**meta, "fbank": asdict(cfg.fbank), "min_frames": cfg.min_frames, "max_frames": cfg.max_frames,
-              "store_dtype": cfg.store_dtype, "splits": summaries}
+    result = {
+        **meta,
+        "fbank": asdict(cfg.fbank),
+        "min_frames": cfg.min_frames,
+        "max_frames": cfg.max_frames,
+        "store_dtype": cfg.store_dtype,
+        "splits": summaries,
+    }
     _write_json(out / "prepare_summary.json", result)
     return result
 
@@ -267,30 +290,34 @@ def _tagged(items: Iterable[Record | Skip], name: str) -> Iterator[Record | Skip
         yield replace(item, id=f"{item.id}{DIRECTION_MARK}{name}")
 
 
-def prepare_directions(readers: dict[str, dict[str, Iterable[Record | Skip]]], out: str | os.PathLike,
-                       cfg: PrepareConfig, meta: dict) -> dict:
+def prepare_directions(
+    readers: dict[str, dict[str, Iterable[Record | Skip]]], out: str | os.PathLike, cfg: PrepareConfig, meta: dict
+) -> dict:
     """Prepares several directions into one folder: `readers` maps a direction (en-de) to its corpus splits'
     items. `train` holds every direction, other splits are kept apart as <split>_<direction>, `dev` is their
     union (module docstring). The summary adds, per direction, the counts of each split it has a part in.
     """
     out = Path(out)
     names = list(readers)
-    layout: dict[str, dict[str, str]] = {d: {s: direction_split(s, d) for s in by_split}
-                                         for d, by_split in readers.items()}
+    layout: dict[str, dict[str, str]] = {
+        d: {s: direction_split(s, d) for s in by_split} for d, by_split in readers.items()
+    }
     check_directions(out, names, cfg)
     parts: dict[str, list[Iterable[Record | Skip]]] = {}
     for d, by_split in readers.items():
         for s, items in by_split.items():
             parts.setdefault(layout[d][s], []).append(_tagged(items, d))
     splits = {name: itertools.chain.from_iterable(p) for name, p in parts.items()}
-    summary = prepare_splits(splits, out, cfg, {**meta, "directions": names, "splits_of_direction": layout},
-                             by_direction=True)
+    summary = prepare_splits(
+        splits, out, cfg, {**meta, "directions": names, "splits_of_direction": layout}, by_direction=True
+    )
     for union in UNION_SPLITS:
         members = [layout[d][union] for d in names if union in layout[d]]
         if len(members) > 1:
             summary["splits"][union] = union_split(out, union, members, cfg)
-    summary["directions"] = {d: {layout[d][s]: _direction_entry(summary["splits"][layout[d][s]], d)
-                                 for s in readers[d]} for d in names}
+    summary["directions"] = {
+        d: {layout[d][s]: _direction_entry(summary["splits"][layout[d][s]], d) for s in readers[d]} for d in names
+    }
     _write_json(out / "prepare_summary.json", summary)
     return summary
 
@@ -311,9 +338,11 @@ def check_directions(out: str | os.PathLike, names: list[str], cfg: PrepareConfi
         had = sorted(json.loads(done.read_text()).get("directions", {}))
         wanted = sorted(names) if len(names) > 1 else []
         if had != wanted:
-            raise PrepareError(f"{done}: {split} holds {', '.join(had) or 'one direction'}, not "
-                               f"{', '.join(wanted) or ' '.join(names)}; prepare into another folder or use "
-                               "--overwrite")
+            raise PrepareError(
+                f"{done}: {split} holds {', '.join(had) or 'one direction'}, not "
+                f"{', '.join(wanted) or ' '.join(names)}; prepare into another folder or use "
+                "--overwrite"
+            )
 
 
 def union_split(out: Path, name: str, members: list[str], cfg: PrepareConfig) -> dict:
@@ -337,8 +366,9 @@ def union_split(out: Path, name: str, members: list[str], cfg: PrepareConfig) ->
             summary.items += part["kept"]
             summary.frames += part["frames"]
             summary.hours += part["hours"]
-            summary.directions.update({d: {**e, "items": e["kept"], "skipped": {}}
-                                       for d, e in part.get("directions", {}).items()})
+            summary.directions.update(
+                {d: {**e, "items": e["kept"], "skipped": {}} for d, e in part.get("directions", {}).items()}
+            )
     write_manifest(out / f"{name}.jsonl", records)
     summary.kept = len(records)
     result = {**summary.to_dict(), "union_of": members}

@@ -62,8 +62,11 @@ class BM25:
                 cols.append(self.vocab.setdefault(word, len(self.vocab)))
                 tfs.append(tf)
         n, v = len(docs), max(len(self.vocab), 1)
-        rows_t, cols_t, tf_t = torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long), \
-            torch.tensor(tfs, dtype=torch.float64)
+        rows_t, cols_t, tf_t = (
+            torch.tensor(rows, dtype=torch.long),
+            torch.tensor(cols, dtype=torch.long),
+            torch.tensor(tfs, dtype=torch.float64),
+        )
         lengths = torch.tensor([len(doc) for doc in docs], dtype=torch.float64)
         df = torch.bincount(cols_t, minlength=v).double()
         idf = torch.log1p((n - df + 0.5) / (df + 0.5))
@@ -111,8 +114,9 @@ class TranslationMemory:
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def search(self, queries: Sequence[str], k: int, own: Sequence[int | None] | None = None,
-               chunk: int = 256) -> list[list[Example]]:
+    def search(
+        self, queries: Sequence[str], k: int, own: Sequence[int | None] | None = None, chunk: int = 256
+    ) -> list[list[Example]]:
         """The up to `k` best examples of each query, best first; `own[j]`: query j's own position in the
         memory (never returned), or None. Pairs with the query's source text and pairs sharing no word with it
         are never returned."""
@@ -123,7 +127,7 @@ class TranslationMemory:
             raise ValueError(f"{len(own)} own positions for {len(queries)} queries")
         found: list[list[Example]] = []
         for start in range(0, len(queries), chunk):
-            batch = queries[start:start + chunk]
+            batch = queries[start : start + chunk]
             scores = self.index.scores([words(q) for q in batch])
             for j, q in enumerate(batch):
                 banned = list(self._same.get(_key(q), ()))
@@ -185,8 +189,15 @@ class Distractors:
         return random.Random(f"{self.seed}:{split}:{utt_id}").random() < self.rate
 
 
-def _search_split(tm: TranslationMemory, records: Sequence[Record], k: int, own: Sequence[int | None], split: str,
-                  distract: Distractors | None, other: TranslationMemory | None) -> tuple[list[list[Example]], list[bool]]:
+def _search_split(
+    tm: TranslationMemory,
+    records: Sequence[Record],
+    k: int,
+    own: Sequence[int | None],
+    split: str,
+    distract: Distractors | None,
+    other: TranslationMemory | None,
+) -> tuple[list[list[Example]], list[bool]]:
     """The examples of each of `records` and whether it was drawn: the drawn ones from `other` (its best after
     distract.skip), the others from `tm` (with `own` left out); each utterance is searched once."""
     drawn = [distract is not None and distract.drawn(split, r.id) for r in records]
@@ -197,12 +208,17 @@ def _search_split(tm: TranslationMemory, records: Sequence[Record], k: int, own:
     picked = [j for j, d in enumerate(drawn) if d]
     if picked:
         for j, ex in zip(picked, other.search([records[j].src_text for j in picked], k + distract.skip)):
-            found[j] = ex[distract.skip:]
+            found[j] = ex[distract.skip :]
     return found, drawn
 
 
-def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: Sequence[str], k: int,
-                    distract: Distractors | None = None) -> dict:
+def retrieve_splits(
+    data_dir: str | os.PathLike,
+    splits: Sequence[str],
+    memory: Sequence[str],
+    k: int,
+    distract: Distractors | None = None,
+) -> dict:
     """Writes the `k` best examples of every utterance of `splits` from the pairs of the `memory` splits (all
     under `data_dir`; "mt-text/train" names a stream's split) to examples_path; a split that is part of the
     memory never gets an utterance's own pair. With `distract`, the utterances it draws get theirs from its
@@ -215,27 +231,51 @@ def retrieve_splits(data_dir: str | os.PathLike, splits: Sequence[str], memory: 
     other = memory_from_manifests(distract.memory) if distract else None
     ends = [*list(offsets.values())[1:], len(tm)]
     sizes = {name: end - first for (name, first), end in zip(offsets.items(), ends)}
-    summary = {"memory": sizes, "memory_pairs": len(tm),
-               "k": k, "method": "bm25 (lucene idf, k1 1.5, b 0.75) over lower-cased words", "splits": {}}
+    summary = {
+        "memory": sizes,
+        "memory_pairs": len(tm),
+        "k": k,
+        "method": "bm25 (lucene idf, k1 1.5, b 0.75) over lower-cased words",
+        "splits": {},
+    }
     if distract:
-        summary["distract"] = {"memory": list(distract.memory), "memory_pairs": len(other), "rate": distract.rate,
-                               "seed": distract.seed, "skip": distract.skip}
+        summary["distract"] = {
+            "memory": list(distract.memory),
+            "memory_pairs": len(other),
+            "rate": distract.rate,
+            "seed": distract.seed,
+            "skip": distract.skip,
+        }
     queries = {name: _split_records(data_dir, name) for name in dict.fromkeys(splits)}  # all found before writing
     for name, records in queries.items():
         base = offsets.get(name)
         own = [None if base is None else base + i for i in range(len(records))]
         found, drawn = _search_split(tm, records, k, own, name, distract, other)
-        _write_jsonl(examples_path(data_dir, name), ({"id": r.id, "examples": [[e.src, e.tgt, round(e.score, 4)]
-                                                                                for e in ex], **({"distract": True} if d else {})}
-                                                     for r, ex, d in zip(records, found, drawn)))
+        _write_jsonl(
+            examples_path(data_dir, name),
+            (
+                {
+                    "id": r.id,
+                    "examples": [[e.src, e.tgt, round(e.score, 4)] for e in ex],
+                    **({"distract": True} if d else {}),
+                }
+                for r, ex, d in zip(records, found, drawn)
+            ),
+        )
         scores = [e.score for ex in found for e in ex]
-        summary["splits"][name] = {"utterances": len(records), "fewer_than_k": sum(len(ex) < k for ex in found),
-                                   "leave_one_out": base is not None,
-                                   "mean_score": round(sum(scores) / max(len(scores), 1), 3)}
+        summary["splits"][name] = {
+            "utterances": len(records),
+            "fewer_than_k": sum(len(ex) < k for ex in found),
+            "leave_one_out": base is not None,
+            "mean_score": round(sum(scores) / max(len(scores), 1), 3),
+        }
         if distract:
             summary["splits"][name]["distracted"] = sum(drawn)
-        own_summary = {**{key: summary[key] for key in ("memory", "memory_pairs", "k", "method", "distract")
-                          if key in summary}, "split": name, **summary["splits"][name]}
+        own_summary = {
+            **{key: summary[key] for key in ("memory", "memory_pairs", "k", "method", "distract") if key in summary},
+            "split": name,
+            **summary["splits"][name],
+        }
         _write_jsonl(examples_path(data_dir, name).with_suffix(".summary.json"), [own_summary], indent=1)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     return summary
@@ -266,8 +306,10 @@ def memory_manifest(name: str | os.PathLike) -> Path:
             return folder / MEMORY_FILE
     if path.suffix == ".jsonl" or len(path.parts) > 1:
         raise ManifestError(f"{name}: no such manifest for the translation memory")
-    raise ManifestError(f"{name}: no translation memory of that name ({speechmt_home() / path / MEMORY_FILE} not "
-                        f"found); build it with `speechmt data synth-memory --out {speechmt_home() / path}`")
+    raise ManifestError(
+        f"{name}: no translation memory of that name ({speechmt_home() / path / MEMORY_FILE} not "
+        f"found); build it with `speechmt data synth-memory --out {speechmt_home() / path}`"
+    )
 
 
 def memory_from_manifests(paths: Sequence[str | os.PathLike]) -> TranslationMemory:
@@ -287,8 +329,10 @@ def read_examples(data_dir: str | os.PathLike, split: str, records: Sequence[Rec
     ManifestError (one line) when the file is missing or lacks one of the records."""
     path = examples_path(data_dir, split)
     if not path.is_file():
-        raise ManifestError(f"{path}: no retrieved examples for split {split!r} (the model reads decoder.examples); "
-                            f"run `speechmt data retrieve --data {data_dir} --splits {split}`")
+        raise ManifestError(
+            f"{path}: no retrieved examples for split {split!r} (the model reads decoder.examples); "
+            f"run `speechmt data retrieve --data {data_dir} --splits {split}`"
+        )
     found = {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -299,20 +343,27 @@ def read_examples(data_dir: str | os.PathLike, split: str, records: Sequence[Rec
                 raise ManifestError(f"{path}:{lineno}: malformed examples line ({e})") from None
     missing = [r.id for r in records if r.id not in found]
     if missing:
-        raise ManifestError(f"{path}: no examples for {len(missing)} utterances of split {split!r} "
-                            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); rerun `speechmt data retrieve`")
+        raise ManifestError(
+            f"{path}: no examples for {len(missing)} utterances of split {split!r} "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); rerun `speechmt data retrieve`"
+        )
     return [found[r.id] for r in records]
 
 
-def example_prefixes(examples: Sequence[Sequence[tuple[str, str]]], k: int, tokenizer,
-                     src_lang: str, tgt_lang: str) -> list[torch.Tensor]:
+def example_prefixes(
+    examples: Sequence[Sequence[tuple[str, str]]], k: int, tokenizer, src_lang: str, tgt_lang: str
+) -> list[torch.Tensor]:
     """Per utterance, the source ids (LongTensor (P,)) of its first `k` examples in the LM's few-shot form, read
     before the speech path's vectors: " ex src\nGerman: ex tgt\nEnglish:" (empty for no examples); `tokenizer`:
     the LM's source-side tokenizer (speechmt.tokenizers.lm.LMTokenizer)."""
     from speechmt.tokenizers.lm import few_shot_source
 
-    return [torch.tensor(tokenizer.encode(few_shot_source("", ex[:k], src_lang, tgt_lang)) if ex[:k] else [],
-                         dtype=torch.long) for ex in examples]
+    return [
+        torch.tensor(
+            tokenizer.encode(few_shot_source("", ex[:k], src_lang, tgt_lang)) if ex[:k] else [], dtype=torch.long
+        )
+        for ex in examples
+    ]
 
 
 def with_examples(records: Sequence[Record], data_dir: str | os.PathLike, split: str, k: int) -> list[Record]:
@@ -321,5 +372,7 @@ def with_examples(records: Sequence[Record], data_dir: str | os.PathLike, split:
     from speechmt.tokenizers.lm import few_shot_source
 
     examples = read_examples(data_dir, split, records)
-    return [replace(r, src_text=few_shot_source(r.src_text, ex[:k], r.src_lang, r.tgt_lang))
-            for r, ex in zip(records, examples)]
+    return [
+        replace(r, src_text=few_shot_source(r.src_text, ex[:k], r.src_lang, r.tgt_lang))
+        for r, ex in zip(records, examples)
+    ]

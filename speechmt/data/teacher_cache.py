@@ -33,15 +33,16 @@ def teacher_key(teacher) -> tuple[str, dict]:
     return hashlib.sha256(text.encode()).hexdigest()[:16], description
 
 
-def cached_teacher_split(data_dir: str | os.PathLike, split: str, teacher, records: list[Record],
-                         batch_size: int = 64) -> FeatureStore:
+def cached_teacher_split(
+    data_dir: str | os.PathLike, split: str, teacher, records: list[Record], batch_size: int = 64
+) -> FeatureStore:
     """The teacher states of a split's transcripts: read when present for every record, else computed."""
     key, description = teacher_key(teacher)
 
     def build(prefix: Path) -> FeatureStore:
         with FeatureStoreWriter(prefix, 2 * teacher.hidden_size, "float16") as writer:
             for start in batch_starts(len(records), batch_size, f"teacher cache {split}", "utt"):
-                chunk = records[start:start + batch_size]
+                chunk = records[start : start + batch_size]
                 for rec, states in zip(chunk, teacher.states([getattr(r, FIELD) for r in chunk])):
                     writer.add(rec.id, states.float().cpu().numpy())
         return FeatureStore(prefix)

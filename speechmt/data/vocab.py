@@ -9,8 +9,9 @@ from speechmt.data.manifest import manifest_texts
 from speechmt.tokenizers.sentencepiece import Tokenizer, TokenizerConfig, train_tokenizer
 
 
-def train_from_manifests(paths: Sequence[str | os.PathLike], fields: Sequence[str],
-                         config: TokenizerConfig) -> Tokenizer:
+def train_from_manifests(
+    paths: Sequence[str | os.PathLike], fields: Sequence[str], config: TokenizerConfig
+) -> Tokenizer:
     """Trains on manifest texts: ("tgt_text",) for a target vocabulary, ("src_text",) for ASR, both for
     a joint one."""
     return train_tokenizer(manifest_texts(paths, fields), config)

@@ -119,8 +119,12 @@ def sentence_chrf(hypothesis: str, reference: str) -> float:
     return CHRF().sentence_score(hypothesis, [reference]).score
 
 
-def generate_pairs(cfg: BacktranslateConfig, generator: Generator, round_trip: Generator | None = None,
-                   names: dict[str, str | None] | None = None) -> dict:
+def generate_pairs(
+    cfg: BacktranslateConfig,
+    generator: Generator,
+    round_trip: Generator | None = None,
+    names: dict[str, str | None] | None = None,
+) -> dict:
     """Translates the input (see the module docstring) and writes the prepared MT folder; returns the summary."""
     if cfg.mode not in ("back", "distill"):
         raise BacktranslateError(f"mode {cfg.mode!r}: expected back or distill")
@@ -131,11 +135,14 @@ def generate_pairs(cfg: BacktranslateConfig, generator: Generator, round_trip: G
     done = read_done(store)
     todo = [(i, t) for i, t in items if i not in done]
     start, words = time.perf_counter(), 0
-    with open(store, "a", encoding="utf-8") as f, \
-            Progress(len(todo), f"{'back-translate' if cfg.mode == 'back' else 'distill'} {Path(cfg.input).name}",
-                     "line") as bar:
+    with (
+        open(store, "a", encoding="utf-8") as f,
+        Progress(
+            len(todo), f"{'back-translate' if cfg.mode == 'back' else 'distill'} {Path(cfg.input).name}", "line"
+        ) as bar,
+    ):
         for b in range(0, len(todo), cfg.batch_size):
-            batch = todo[b:b + cfg.batch_size]
+            batch = todo[b : b + cfg.batch_size]
             outputs = generator([t for _, t in batch])
             back = round_trip(outputs) if round_trip is not None else [None] * len(batch)
             for (id_, text), output, again in zip(batch, outputs, back):
@@ -150,12 +157,16 @@ def generate_pairs(cfg: BacktranslateConfig, generator: Generator, round_trip: G
     seconds = time.perf_counter() - start
     summary = write_pairs(cfg, [done[i] for i, _ in items if i in done], skipped)
     summary.update(names or {})
-    summary["throughput"] = {"generated_now": len(todo), "seconds": round(seconds, 2),
-                             "lines_per_second": round(len(todo) / seconds, 3) if seconds > 0 else None,
-                             "output_words_per_second": round(words / seconds, 2) if seconds > 0 else None,
-                             "resumed_from": len(items) - len(todo)}
-    (out / "backtranslate_summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n",
-                                                     encoding="utf-8")
+    summary["throughput"] = {
+        "generated_now": len(todo),
+        "seconds": round(seconds, 2),
+        "lines_per_second": round(len(todo) / seconds, 3) if seconds > 0 else None,
+        "output_words_per_second": round(words / seconds, 2) if seconds > 0 else None,
+        "resumed_from": len(items) - len(todo),
+    }
+    (out / "backtranslate_summary.json").write_text(
+        json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     return summary
 
 
@@ -170,21 +181,49 @@ def write_pairs(cfg: BacktranslateConfig, rows: list[dict], skipped: Counter) ->
             dropped[f"round-trip chrF below {cfg.min_score:g}"] += 1
         else:
             src, tgt = (row["output"], row["input"]) if cfg.mode == "back" else (row["input"], row["output"])
-            records.append(Record(id=f"{cfg.mode}_{row['id']}", audio="", offset=0.0, duration=0.0, n_frames=0,
-                                  src_text=src, tgt_text=tgt, speaker="", src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang))
+            records.append(
+                Record(
+                    id=f"{cfg.mode}_{row['id']}",
+                    audio="",
+                    offset=0.0,
+                    duration=0.0,
+                    n_frames=0,
+                    src_text=src,
+                    tgt_text=tgt,
+                    speaker="",
+                    src_lang=cfg.src_lang,
+                    tgt_lang=cfg.tgt_lang,
+                )
+            )
     write_manifest(Path(cfg.out) / "train.jsonl", records)
     scores = sorted(r["score"] for r in rows if r["score"] is not None and r["output"].strip())
-    summary = {"config": asdict(cfg), "pair": f"{cfg.src_lang}-{cfg.tgt_lang}", "input_skipped": dict(skipped),
-               "generated": len(rows), "pairs": len(records), "dropped": dict(dropped)}
+    summary = {
+        "config": asdict(cfg),
+        "pair": f"{cfg.src_lang}-{cfg.tgt_lang}",
+        "input_skipped": dict(skipped),
+        "generated": len(rows),
+        "pairs": len(records),
+        "dropped": dict(dropped),
+    }
     if scores:
         summary["round_trip_chrf"] = {
-            "mean": round(sum(scores) / len(scores), 2), "median": scores[len(scores) // 2],
-            "kept_at_threshold": {str(t): sum(s >= t for s in scores) for t in THRESHOLDS}}
+            "mean": round(sum(scores) / len(scores), 2),
+            "median": scores[len(scores) // 2],
+            "kept_at_threshold": {str(t): sum(s >= t for s in scores) for t in THRESHOLDS},
+        }
     return summary
 
 
-def load_generator(model: str | None, lm: str | None, from_lang: str, to_lang: str, device: str = "cpu",
-                   beam: int = 1, max_new_tokens: int = 128, task: str | None = None) -> tuple[Generator, str]:
+def load_generator(
+    model: str | None,
+    lm: str | None,
+    from_lang: str,
+    to_lang: str,
+    device: str = "cpu",
+    beam: int = 1,
+    max_new_tokens: int = 128,
+    task: str | None = None,
+) -> tuple[Generator, str]:
     """A generator from `from_lang` to `to_lang`: a speechmt checkpoint (`model`) or a causal LM (`lm`) with
     a few-shot prompt; and its name for the summary."""
     from speechmt.decoding.text_generators import CheckpointGenerator, FewShotLM
@@ -200,8 +239,14 @@ def load_generator(model: str | None, lm: str | None, from_lang: str, to_lang: s
     return gen, f"causal LM {lm}, 3-shot prompt, greedy"
 
 
-def round_trip_generator(round_trip: str | None, cfg: BacktranslateConfig, lm: str | None, device: str = "cpu",
-                         beam: int = 1, max_new_tokens: int = 128) -> tuple[Generator | None, str | None]:
+def round_trip_generator(
+    round_trip: str | None,
+    cfg: BacktranslateConfig,
+    lm: str | None,
+    device: str = "cpu",
+    beam: int = 1,
+    max_new_tokens: int = 128,
+) -> tuple[Generator | None, str | None]:
     """The reverse-direction generator for the filter score: None (no score), "same" (the --lm prompted the
     other way), an LM folder (config.json inside) or a speechmt checkpoint file."""
     if round_trip is None:
@@ -209,8 +254,10 @@ def round_trip_generator(round_trip: str | None, cfg: BacktranslateConfig, lm: s
     back = (cfg.output_lang, cfg.input_lang)
     if round_trip == "same":
         if lm is None:
-            raise BacktranslateError("--round-trip without a value reuses --lm; with --model give the reverse "
-                                     "direction's checkpoint: --round-trip CHECKPOINT")
+            raise BacktranslateError(
+                "--round-trip without a value reuses --lm; with --model give the reverse "
+                "direction's checkpoint: --round-trip CHECKPOINT"
+            )
         return load_generator(None, lm, *back, device, beam, max_new_tokens)
     if (Path(round_trip) / "config.json").is_file() or not Path(round_trip).exists():
         return load_generator(None, round_trip, *back, device, beam, max_new_tokens)

@@ -59,8 +59,9 @@ class BeamSearchDecoder:
         cand_scores, flat = total.topk(2 * self.k, dim=1)
         return cand_scores, flat // vocab, flat % vocab
 
-    def _finish(self, history: Tensor, width: int, cand_scores: Tensor, cand_beams: Tensor,
-                cand_tokens: Tensor) -> None:
+    def _finish(
+        self, history: Tensor, width: int, cand_scores: Tensor, cand_beams: Tensor, cand_tokens: Tensor
+    ) -> None:
         """Sets aside the EOS candidates among each utterance's top K, up to K hypotheses per utterance;
         history (N * width, t). A finite score comes from a beam within the width."""
         top = slice(0, self.k)
@@ -76,13 +77,14 @@ class BeamSearchDecoder:
         counts = torch.tensor([len(self.finished[u]) for u in self.alive.tolist()], device=self.alive.device)
         return (counts < self.k) & (step < self.max_lens[self.alive])
 
-    def _advance(self, rows: Rows, width: int, searching: Tensor, cand_scores: Tensor, cand_beams: Tensor,
-                 cand_tokens: Tensor) -> Rows:
+    def _advance(
+        self, rows: Rows, width: int, searching: Tensor, cand_scores: Tensor, cand_beams: Tensor, cand_tokens: Tensor
+    ) -> Rows:
         """Keeps the first K non-EOS candidates of the utterances still searched; reorders the cache (its
         cross-attention rows only when utterances leave)."""
         kept = searching.nonzero()[:, 0]  # (N',)
         is_eos = (cand_tokens[kept] == self.eos_id).long()
-        order = (is_eos * cand_tokens.size(1) + torch.arange(cand_tokens.size(1), device=kept.device))
+        order = is_eos * cand_tokens.size(1) + torch.arange(cand_tokens.size(1), device=kept.device)
         pick = order.argsort(dim=1)[:, : self.k]  # (N', K): first K non-EOS candidates, in rank order
         # a candidate of a beam beyond the width scores -inf (dead): any row of its utterance serves
         beam = cand_beams[kept].gather(1, pick).clamp(max=width - 1)

@@ -20,8 +20,9 @@ from speechmt.decoding.segment import SegmentConfig
 from speechmt.decoding.translate import LoadedModel, Translation, decode_encoded, encode_texts, load_model, translate
 
 
-def load_cascade(asr_path: str | os.PathLike, mt_path: str | os.PathLike, device: str | torch.device = "cpu",
-                 dtype: str = "float32") -> tuple[LoadedModel, LoadedModel]:
+def load_cascade(
+    asr_path: str | os.PathLike, mt_path: str | os.PathLike, device: str | torch.device = "cpu", dtype: str = "float32"
+) -> tuple[LoadedModel, LoadedModel]:
     """The cascade's two models (weights as `dtype`, load_model's), the first asked to transcribe and the second
     to translate text: one multi-task checkpoint (XSTNet's) can be both. CheckpointError (one line) for a model
     not trained so."""
@@ -30,8 +31,9 @@ def load_cascade(asr_path: str | os.PathLike, mt_path: str | os.PathLike, device
     return asr, mt
 
 
-def _load_for(path: str | os.PathLike, device: str | torch.device, task: str, which: str,
-              dtype: str = "float32") -> LoadedModel:
+def _load_for(
+    path: str | os.PathLike, device: str | torch.device, task: str, which: str, dtype: str = "float32"
+) -> LoadedModel:
     try:
         return load_model(path, device, task, dtype)
     except CheckpointError as e:
@@ -55,13 +57,15 @@ def translate_texts(mt: LoadedModel, texts: Sequence[str], options: DecodeOption
     """Translates texts with a text MT model, `batch_size` at a time (sorted by length), in input order.
     CheckpointError for a model that reads retrieved examples (decoder.examples): plain texts have none."""
     if mt.examples:
-        raise CheckpointError(f"{mt.path}: the model reads {mt.examples} retrieved examples before each source "
-                              "(decoder.examples), which plain texts lack; score it with `speechmt evaluate --task mt` "
-                              "on a split that `speechmt data retrieve` prepared")
+        raise CheckpointError(
+            f"{mt.path}: the model reads {mt.examples} retrieved examples before each source "
+            "(decoder.examples), which plain texts lack; score it with `speechmt evaluate --task mt` "
+            "on a split that `speechmt data retrieve` prepared"
+        )
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = [""] * len(texts)
     for b in range(0, len(order), batch_size):
-        idx = order[b:b + batch_size]
+        idx = order[b : b + batch_size]
         enc = encode_texts(mt, [texts[i] for i in idx])
         for i, nbest in zip(idx, decode_encoded(mt, enc, options)[0]):
             out[i] = nbest[0]
@@ -73,9 +77,16 @@ def asr_stage_options(options: dict) -> dict:
     return {k: v for k, v in options.items() if k not in ("mbr", "samples")}
 
 
-def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
-                      beam: int = 5, batch_size: int = 16, segment: SegmentConfig = SegmentConfig(),
-                      errors: str = "raise", **options) -> list[Translation]:
+def cascade_translate(
+    asr: LoadedModel,
+    mt: LoadedModel,
+    inputs: Sequence[str | os.PathLike | np.ndarray],
+    beam: int = 5,
+    batch_size: int = 16,
+    segment: SegmentConfig = SegmentConfig(),
+    errors: str = "raise",
+    **options,
+) -> list[Translation]:
     """Transcribes audio files or 16 kHz arrays with `asr`, then translates each chunk's transcript with `mt`.
 
     Returns one Translation per input: `text` the joined chunk translations, `transcript` the joined
@@ -84,8 +95,9 @@ def cascade_translate(asr: LoadedModel, mt: LoadedModel, inputs: Sequence[str | 
     unreadable file an empty Translation with its `error`.
     """
     check_cascade(asr, mt)
-    heard = translate(asr, inputs, beam=beam, batch_size=batch_size, segment=segment, errors=errors,
-                      **asr_stage_options(options))
+    heard = translate(
+        asr, inputs, beam=beam, batch_size=batch_size, segment=segment, errors=errors, **asr_stage_options(options)
+    )
     pieces = [t for r in heard for t in r.chunk_texts]
     translated = iter(translate_texts(mt, pieces, mt.decode_options(beam, **options)))
     out = []

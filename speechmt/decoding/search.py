@@ -31,9 +31,26 @@ from speechmt.models.decoder import DecoderCache
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.translator import Translator
 
-__all__ = ["BeamSearch", "DecodeOptions", "Hypothesis", "LOGIT_FILTERS", "RANKERS", "TOKEN_DECODERS", "beam_search",
-           "constrain", "decode", "decode_with", "epsilon_samples", "greedy_search", "logit_filters", "max_lengths",
-           "next_log_probs", "ranking", "search", "start_tokens"]
+__all__ = [
+    "BeamSearch",
+    "DecodeOptions",
+    "Hypothesis",
+    "LOGIT_FILTERS",
+    "RANKERS",
+    "TOKEN_DECODERS",
+    "beam_search",
+    "constrain",
+    "decode",
+    "decode_with",
+    "epsilon_samples",
+    "greedy_search",
+    "logit_filters",
+    "max_lengths",
+    "next_log_probs",
+    "ranking",
+    "search",
+    "start_tokens",
+]
 
 
 @dataclass(frozen=True)
@@ -87,12 +104,17 @@ class DecodeOptions:
 
     def _check_sampling(self) -> None:
         if self.temperature < 0 or self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {self.temperature}, "
-                             f"{self.top_k}, {self.top_p}")
+            raise ValueError(
+                f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {self.temperature}, "
+                f"{self.top_k}, {self.top_p}"
+            )
 
     def _check_names(self) -> None:
-        for what, names, known in (("strategy", [self.token_decoder], TOKEN_DECODERS),
-                                   ("filters", self.filters, LOGIT_FILTERS), ("ranker", [self.ranker], RANKERS)):
+        for what, names, known in (
+            ("strategy", [self.token_decoder], TOKEN_DECODERS),
+            ("filters", self.filters, LOGIT_FILTERS),
+            ("ranker", [self.ranker], RANKERS),
+        ):
             if unknown := [n for n in names if n not in known]:
                 raise ValueError(f"{what}: unknown {', '.join(map(repr, unknown))}; expected one of {', '.join(known)}")
 
@@ -115,17 +137,25 @@ class DecodeOptions:
 Detokenize = Callable[[list[int]], str]
 
 TOKEN_DECODERS: dict[str, Callable[[DecodeOptions, torch.Generator | None], TokenDecoder]] = {
-    "greedy": greedy, "beam": beam, "sample": sampling}
+    "greedy": greedy,
+    "beam": beam,
+    "sample": sampling,
+}
 """Token decoders by name (DecodeOptions.strategy): a builder `(options, generator) -> TokenDecoder`, called
 once per search; `generator` is the caller's (None: the decoder seeds its own from options.seed if it draws)."""
 LOGIT_FILTERS: dict[str, Callable[[DecodeOptions], LogitFilter]] = {
-    "suppress_tokens": suppress_tokens, "suppress_at_begin": suppress_at_begin, "min_length": min_length,
-    "max_length": max_length}
+    "suppress_tokens": suppress_tokens,
+    "suppress_at_begin": suppress_at_begin,
+    "min_length": min_length,
+    "max_length": max_length,
+}
 """Logit filters by name: a builder `(options) -> LogitFilter`. Every search runs BUILT_IN_FILTERS, then
 DecodeOptions.filters, then max_length (which forces EOS at a row's maximum length)."""
 BUILT_IN_FILTERS = ("suppress_tokens", "suppress_at_begin", "min_length")
 RANKERS: dict[str, Callable[[DecodeOptions, Detokenize | None], Ranker]] = {
-    "length_penalty": length_penalty, "mbr": mbr_ranker}
+    "length_penalty": length_penalty,
+    "mbr": mbr_ranker,
+}
 """Rankers by name (DecodeOptions.ranker, and "mbr" after it when DecodeOptions.mbr is set): a builder
 `(options, detokenize) -> Ranker`; `detokenize` (token ids -> text: the tokenizer's) is None where the caller
 has no tokenizer."""
@@ -157,8 +187,9 @@ def max_lengths(model: Translator, enc: EncoderOutput, options: DecodeOptions) -
     return lengths
 
 
-def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOptions,
-              tokens: Tensor | None = None) -> Tensor:
+def constrain(
+    lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOptions, tokens: Tensor | None = None
+) -> Tensor:
     """Runs the options' logit filters on lprobs (R, V) after `step` generated tokens, tokens (R, step); max_lens
     (R,). Without `tokens` only the built-in filters may run (they read the step alone). Modifies and returns
     lprobs."""
@@ -172,8 +203,9 @@ def constrain(lprobs: Tensor, step: int, max_lens: Tensor, options: DecodeOption
 
 
 @torch.no_grad()
-def decode_with(model: Translator, enc: EncoderOutput, options: DecodeOptions,
-                decoder: TokenDecoder) -> list[list[Hypothesis]]:
+def decode_with(
+    model: Translator, enc: EncoderOutput, options: DecodeOptions, decoder: TokenDecoder
+) -> list[list[Hypothesis]]:
     """The main loop: B utterances' next-token log-probs, filtered, to `decoder` until it is done or every row is
     at its maximum length -> B lists of finished hypotheses, unranked."""
     n, device = enc.lengths.size(0), enc.x.device
@@ -193,14 +225,19 @@ def decode_with(model: Translator, enc: EncoderOutput, options: DecodeOptions,
     return decoder.finalize()
 
 
-def decode(model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions(),
-           detokenize: Detokenize | None = None, generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+def decode(
+    model: Translator,
+    enc: EncoderOutput,
+    options: DecodeOptions = DecodeOptions(),
+    detokenize: Detokenize | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[Hypothesis]]:
     """B utterances -> each one's `nbest` hypotheses, best first: found by the options' token decoder and filters,
     ordered by its ranker, then with `mbr` by expected utility against the `samples` (none: each other), the
     texts by `detokenize` (None: the token ids). `generator`: the draws' (None: seeded from options.seed)."""
     found, samples = _found(model, enc, options, generator)
     rankers = [RANKERS[name](options, detokenize) for name in ranking(options)]
-    return [_ranked(hyps, refs, rankers)[:options.nbest] for hyps, refs in zip(found, samples)]
+    return [_ranked(hyps, refs, rankers)[: options.nbest] for hyps, refs in zip(found, samples)]
 
 
 def ranking(options: DecodeOptions) -> tuple[str, ...]:
@@ -215,11 +252,14 @@ def search(model: Translator, enc: EncoderOutput, options: DecodeOptions = Decod
     that many epsilon samples: the caller, who has the texts, chooses among them by MBR (decoding.translate)."""
     found, samples = _found(model, enc, options, None)
     ranker = RANKERS[options.ranker](options, None)
-    return [[h.tokens for h in ranker.rank(hyps, refs)[:options.returned] + refs] for hyps, refs in zip(found, samples)]
+    return [
+        [h.tokens for h in ranker.rank(hyps, refs)[: options.returned] + refs] for hyps, refs in zip(found, samples)
+    ]
 
 
-def _found(model: Translator, enc: EncoderOutput, options: DecodeOptions,
-           generator: torch.Generator | None) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+def _found(
+    model: Translator, enc: EncoderOutput, options: DecodeOptions, generator: torch.Generator | None
+) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
     """B lists of the token decoder's hypotheses, and B lists of `options.samples` epsilon samples (may be empty)."""
     found = decode_with(model, enc, options, TOKEN_DECODERS[options.token_decoder](options, generator))
     return found, _epsilon_samples(model, enc, options, generator)
@@ -236,13 +276,14 @@ def greedy_search(model: Translator, enc: EncoderOutput, options: DecodeOptions 
     return [hyps[0].tokens for hyps in decode_with(model, enc, options, GreedyDecoder(options.eos_id))]
 
 
-def beam_search(model: Translator, enc: EncoderOutput,
-                options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Translator, enc: EncoderOutput, options: DecodeOptions = DecodeOptions()
+) -> list[list[Hypothesis]]:
     """Beam search for B utterances -> per utterance the `returned` hypotheses (nbest; the beam with `mbr`),
     ordered by the options' ranker (the length penalty: best normalised score first)."""
     ranker = RANKERS[options.ranker](options, None)
     found = decode_with(model, enc, options, beam(options))
-    return [ranker.rank(hyps, [])[:options.returned] for hyps in found]
+    return [ranker.rank(hyps, [])[: options.returned] for hyps in found]
 
 
 class BeamSearch:
@@ -263,11 +304,12 @@ def epsilon_samples(model: Translator, enc: EncoderOutput, options: DecodeOption
     return [[h.tokens for h in drawn] for drawn in _epsilon_samples(model, enc, options, None)]
 
 
-def _epsilon_samples(model: Translator, enc: EncoderOutput, options: DecodeOptions,
-                     generator: torch.Generator | None) -> list[list[Hypothesis]]:
+def _epsilon_samples(
+    model: Translator, enc: EncoderOutput, options: DecodeOptions, generator: torch.Generator | None
+) -> list[list[Hypothesis]]:
     """epsilon_samples as hypotheses, drawn with `generator` (None: one seeded by options.seed)."""
     b, k = enc.lengths.size(0), options.samples
     rows = torch.arange(b, device=enc.x.device).repeat_interleave(k)
     sampler = SamplingDecoder(options.eos_id, generator, options.seed, epsilon=options.epsilon)
     drawn = decode_with(model, enc.select(rows), options, sampler)
-    return [[hyps[0] for hyps in drawn[i * k:(i + 1) * k]] for i in range(b)]
+    return [[hyps[0] for hyps in drawn[i * k : (i + 1) * k]] for i in range(b)]

@@ -131,8 +131,13 @@ def _pauses(energy_db: np.ndarray, cfg: SegmentConfig) -> tuple[np.ndarray, np.n
 
 
 def _next_cut(
-    start: int, energy_db: np.ndarray, pauses: tuple[np.ndarray, np.ndarray], frame: int, hop: int,
-    min_len: int, max_len: int,
+    start: int,
+    energy_db: np.ndarray,
+    pauses: tuple[np.ndarray, np.ndarray],
+    frame: int,
+    hop: int,
+    min_len: int,
+    max_len: int,
 ) -> int:
     """Sample index of the cut that ends the segment beginning at sample `start` (rule 3 of the module)."""
     half = frame // 2
@@ -172,8 +177,15 @@ def _segments_from_energy(
 
 
 def _pause_cut(
-    start: int, energy_db: np.ndarray, pauses: tuple[np.ndarray, np.ndarray], frame: int, hop: int,
-    min_len: int, max_len: int, n_samples: int, cfg: SegmentConfig,
+    start: int,
+    energy_db: np.ndarray,
+    pauses: tuple[np.ndarray, np.ndarray],
+    frame: int,
+    hop: int,
+    min_len: int,
+    max_len: int,
+    n_samples: int,
+    cfg: SegmentConfig,
 ) -> int | None:
     """The sample of the `pause_cut_ms` cut after `start` (module docstring); None when there is none."""
     if cfg.pause_cut_ms <= 0:

@@ -92,8 +92,10 @@ class SimultaneousConfig:
         if self.tail_beam < 1:
             raise SimultaneousError(f"tail_beam must be >= 1; got {self.tail_beam}")
         if self.pause_after_seconds < 0 or self.min_pause_ms <= 0:
-            raise SimultaneousError(f"pause_after_seconds must be >= 0 and min_pause_ms > 0; got "
-                                    f"{self.pause_after_seconds:g}, {self.min_pause_ms:g}")
+            raise SimultaneousError(
+                f"pause_after_seconds must be >= 0 and min_pause_ms > 0; got "
+                f"{self.pause_after_seconds:g}, {self.min_pause_ms:g}"
+            )
 
     @property
     def step_samples(self) -> int:
@@ -168,8 +170,10 @@ class _CrossAttention:
     def __init__(self, decoder: torch.nn.Module, heads: list[tuple[int, int]] | None = None):
         layers = getattr(decoder, "layers", None)
         if layers is None or not all(hasattr(layer, "cross_attn") for layer in layers):
-            raise SimultaneousError("alignatt needs a decoder with cross-attention; this model's decoder "
-                                    f"({type(decoder).__name__}) has none: use --simultaneous wait-k")
+            raise SimultaneousError(
+                "alignatt needs a decoder with cross-attention; this model's decoder "
+                f"({type(decoder).__name__}) has none: use --simultaneous wait-k"
+            )
         if heads is None:
             n_heads = layers[0].cross_attn.n_heads
             heads = [(i, h) for i in range(len(layers) // 2, len(layers)) for h in range(n_heads)]
@@ -221,7 +225,7 @@ class _SourceAttention:
     def __init__(self, decoder: torch.nn.Module):
         self.lm = decoder.lm
         layers = self.lm.model.layers
-        self.modules = [layer.self_attn for layer in layers[len(layers) // 2:]]
+        self.modules = [layer.self_attn for layer in layers[len(layers) // 2 :]]
         self.start = decoder.prompt.numel()
         self.weights: list[Tensor] = []
 
@@ -238,7 +242,7 @@ class _SourceAttention:
             self.lm.set_attn_implementation(previous)
 
     def _keep(self, module, args, output) -> None:
-        self.weights.append(output[1][0, :, -1, self.start:].float())  # (H, K - P): from the source on
+        self.weights.append(output[1][0, :, -1, self.start :].float())  # (H, K - P): from the source on
 
     def take(self) -> Tensor:
         """The recorded weights of the last step, (N, S') over the source and what follows it; clears them."""
@@ -258,15 +262,22 @@ def _attention(lm: LoadedModel) -> _CrossAttention | _SourceAttention:
 class _Greedy:
     """Greedy next tokens after the committed ones, on one encoder output; tokens pushed extend the prefix."""
 
-    def __init__(self, lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions, committed: list[int],
-                 attention: _CrossAttention | _SourceAttention | None):
+    def __init__(
+        self,
+        lm: LoadedModel,
+        enc: EncoderOutput,
+        options: DecodeOptions,
+        committed: list[int],
+        attention: _CrossAttention | _SourceAttention | None,
+    ):
         self.lm, self.enc, self.options, self.attention = lm, enc, options, attention
         self.max_len = max_lengths(lm.model, enc, options)
         self.cache = lm.model.new_cache()
         device = enc.x.device
         self.step = len(committed)
-        inputs = torch.cat([start_tokens(options, 1, device), torch.tensor([committed], device=device,
-                                                                           dtype=torch.long)], dim=1)
+        inputs = torch.cat(
+            [start_tokens(options, 1, device), torch.tensor([committed], device=device, dtype=torch.long)], dim=1
+        )
         self._advance(inputs)
 
     def _advance(self, inputs: Tensor) -> None:
@@ -357,9 +368,16 @@ class _Window:
         return self.parts[0]
 
 
-def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: DecodeOptions, ended: bool,
-           attention: _CrossAttention | _SourceAttention | None, read: int,
-           memo: EncoderMemo | None) -> tuple[list[int], float]:
+def _write(
+    lm: LoadedModel,
+    window: _Window,
+    cfg: SimultaneousConfig,
+    options: DecodeOptions,
+    ended: bool,
+    attention: _CrossAttention | _SourceAttention | None,
+    read: int,
+    memo: EncoderMemo | None,
+) -> tuple[list[int], float]:
     """The tokens the policy commits after this step (greedy on the window's input so far; once it has ended, a
     beam of `cfg.tail_beam` for the rest), and the encoder seconds a memo hit saved (charged to this step)."""
     if window.done or window.samples < lm.min_input_samples:
@@ -378,9 +396,16 @@ def _write(lm: LoadedModel, window: _Window, cfg: SimultaneousConfig, options: D
     return new, saved
 
 
-def _greedy_tokens(lm: LoadedModel, enc: EncoderOutput, window: _Window, cfg: SimultaneousConfig,
-                   options: DecodeOptions, ended: bool, attention: _CrossAttention | _SourceAttention | None,
-                   allowed: int | None) -> list[int]:
+def _greedy_tokens(
+    lm: LoadedModel,
+    enc: EncoderOutput,
+    window: _Window,
+    cfg: SimultaneousConfig,
+    options: DecodeOptions,
+    ended: bool,
+    attention: _CrossAttention | _SourceAttention | None,
+    allowed: int | None,
+) -> list[int]:
     """Greedy tokens after the window's committed ones until the policy stops (EOS, AlignAtt's attention on the
     last k frames, wait-k's allowance, the length limit); sets `window.done` when the window's sentence ends."""
     greedy = _Greedy(lm, enc, options, window.tokens, attention)
@@ -404,8 +429,14 @@ def _greedy_tokens(lm: LoadedModel, enc: EncoderOutput, window: _Window, cfg: Si
 def _tail(lm: LoadedModel, enc: EncoderOutput, options: DecodeOptions, committed: list[int], beam: int) -> list[int]:
     """The best continuation of the committed tokens to the end of the sentence, by beam search (EOS excluded);
     the length limits count the committed tokens too."""
-    tail = replace(options, beam_size=beam, nbest=1, prefix=(*options.prefix, *committed),
-                   max_len_b=options.max_len_b - len(committed), min_len=max(0, options.min_len - len(committed)))
+    tail = replace(
+        options,
+        beam_size=beam,
+        nbest=1,
+        prefix=(*options.prefix, *committed),
+        max_len_b=options.max_len_b - len(committed),
+        min_len=max(0, options.min_len - len(committed)),
+    )
     hyps = beam_search(lm.model, enc, tail)[0]
     return hyps[0].tokens if hyps else []
 
@@ -419,22 +450,27 @@ def _at_pause(window: _Window, cfg: SimultaneousConfig) -> bool:
     return span is not None and len(wave) - span[1] >= cfg.min_pause_ms * SAMPLE_RATE / 1000
 
 
-def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
-                           cfg: SimultaneousConfig = SimultaneousConfig(),
-                           options: DecodeOptions | None = None, memo: EncoderMemo | None = None
-                           ) -> Iterator[Commit]:
+def simultaneous_translate(
+    lm: LoadedModel,
+    blocks: Iterable[np.ndarray],
+    cfg: SimultaneousConfig = SimultaneousConfig(),
+    options: DecodeOptions | None = None,
+    memo: EncoderMemo | None = None,
+) -> Iterator[Commit]:
     """Translates 16 kHz mono audio arriving as blocks (any sizes: re-blocked into `cfg.step_ms` steps), yielding
     each commit as it is made (module docstring); `memo`: encoder outputs shared with other runs over the same
     input."""
     if lm.task == "mt":
         raise SimultaneousError(f"{lm.path}: simultaneous translation needs a speech model, not a text (mt) one")
     if lm.whisper_transcript:
-        raise SimultaneousError(f"{lm.path}: task asr of a whisper_asr model is Whisper's transcript of the whole "
-                                "input; it is not streamed")
+        raise SimultaneousError(
+            f"{lm.path}: task asr of a whisper_asr model is Whisper's transcript of the whole input; it is not streamed"
+        )
     limit = lm.max_input_seconds
     if limit is not None and cfg.max_seconds > limit:
-        raise SimultaneousError(f"{lm.path} takes at most {limit:g} s of audio at once; the window is "
-                                f"{cfg.max_seconds:g} s")
+        raise SimultaneousError(
+            f"{lm.path} takes at most {limit:g} s of audio at once; the window is {cfg.max_seconds:g} s"
+        )
     options = options or lm.decode_options(1)
     attention = _attention(lm) if cfg.policy == "alignatt" else None
     window, read, spent, written = _Window(), 0, 0.0, False
@@ -448,8 +484,8 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
         spent += time.perf_counter() - start + saved
         if tokens:
             text = lm.tokenizer.decode(window.tokens)
-            before = lm.tokenizer.decode(window.tokens[:-len(tokens)])
-            piece = text[len(before):] if text.startswith(before) else text  # pieces that merge on decoding
+            before = lm.tokenizer.decode(window.tokens[: -len(tokens)])
+            piece = text[len(before) :] if text.startswith(before) else text  # pieces that merge on decoding
             piece = (" " + piece.lstrip()) if written and len(window.tokens) == len(tokens) else piece
             written = True
             delay = read * 1000 / SAMPLE_RATE
@@ -458,9 +494,14 @@ def simultaneous_translate(lm: LoadedModel, blocks: Iterable[np.ndarray],
             window = _Window()
 
 
-def translate_stream(lm: LoadedModel, blocks: Iterable[np.ndarray], cfg: SimultaneousConfig = SimultaneousConfig(),
-                     options: DecodeOptions | None = None, on_commit=None,
-                     memo: EncoderMemo | None = None) -> SimultaneousResult:
+def translate_stream(
+    lm: LoadedModel,
+    blocks: Iterable[np.ndarray],
+    cfg: SimultaneousConfig = SimultaneousConfig(),
+    options: DecodeOptions | None = None,
+    on_commit=None,
+    memo: EncoderMemo | None = None,
+) -> SimultaneousResult:
     """Runs `simultaneous_translate` to the end of the input; `on_commit(commit)` is called at each commit.
     `compute_ms` includes the encoder seconds a shared `memo` saved (the run's cost as if alone)."""
     result = SimultaneousResult()

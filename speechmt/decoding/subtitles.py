@@ -58,7 +58,7 @@ class Cue:
 
 def _words(text: str, max_chars: int) -> list[str]:
     """The text's words, each longer than a line cut into line-long pieces."""
-    return [w[i:i + max_chars] for w in text.split() for i in range(0, len(w), max_chars)]
+    return [w[i : i + max_chars] for w in text.split() for i in range(0, len(w), max_chars)]
 
 
 def wrap(words: Sequence[str], cfg: SubtitleConfig = SubtitleConfig()) -> list[str]:
@@ -95,7 +95,7 @@ def _fewest_cues(words: list[str], cfg: SubtitleConfig) -> int:
     n, i = 0, 0
     while i < len(words):
         j = i + 1
-        while j < len(words) and _fits(words[i:j + 1], cfg):
+        while j < len(words) and _fits(words[i : j + 1], cfg):
             j += 1
         n, i = n + 1, j
     return n
@@ -140,6 +140,7 @@ def part_words(words: list[str], n: int, cfg: SubtitleConfig = SubtitleConfig())
 def fit_durations(weights: Sequence[float], total: float, lo: float, hi: float) -> list[float]:
     """Durations proportional to `weights` (all > 0), each clamped to [lo, hi], summing to `total`:
     clamp(s * w_i, lo, hi) with the scale s found by bisection. Needs n * lo <= total <= n * hi."""
+
     def summed(s: float) -> float:
         return sum(min(max(s * w, lo), hi) for w in weights)
 
@@ -205,8 +206,9 @@ def _whole_ms(cues: list[Cue]) -> list[Cue]:
     return out
 
 
-def make_cues(chunks: Sequence[tuple[float, float, str]], audio_seconds: float,
-              cfg: SubtitleConfig = SubtitleConfig()) -> list[Cue]:
+def make_cues(
+    chunks: Sequence[tuple[float, float, str]], audio_seconds: float, cfg: SubtitleConfig = SubtitleConfig()
+) -> list[Cue]:
     """(start s, end s, text) per chunk, in order and not overlapping -> the file's cues (module rules)."""
     cues = [cue for start, end, text in chunks for cue in chunk_cues(start, end, text, cfg)]
     return _whole_ms(_lengthen(cues, cfg.min_seconds, audio_seconds))
@@ -223,12 +225,18 @@ def timestamp(seconds: float, separator: str = ",") -> str:
 
 def to_srt(cues: Sequence[Cue]) -> str:
     """SubRip text: numbered cues, "start --> end" with comma milliseconds, lines, a blank line after each."""
-    return "".join(f"{i}\n{timestamp(c.start)} --> {timestamp(c.end)}\n" + "\n".join(c.lines) + "\n\n"
-                   for i, c in enumerate(cues, 1))
+    return "".join(
+        f"{i}\n{timestamp(c.start)} --> {timestamp(c.end)}\n" + "\n".join(c.lines) + "\n\n"
+        for i, c in enumerate(cues, 1)
+    )
 
 
 def to_vtt(cues: Sequence[Cue]) -> str:
     """WebVTT text: the WEBVTT header, then cues with dot milliseconds ("-->" never appears in a line)."""
-    body = "".join(f"\n{timestamp(c.start, '.')} --> {timestamp(c.end, '.')}\n"
-                   + "\n".join(line.replace("-->", "->") for line in c.lines) + "\n" for c in cues)
+    body = "".join(
+        f"\n{timestamp(c.start, '.')} --> {timestamp(c.end, '.')}\n"
+        + "\n".join(line.replace("-->", "->") for line in c.lines)
+        + "\n"
+        for c in cues
+    )
     return "WEBVTT\n" + body

@@ -19,12 +19,21 @@ import torch
 
 # Everyday sentence pairs written for these prompts (none from any corpus or test set), per language.
 SHOTS = {
-    "en": ("Where is the nearest train station?", "I would like a cup of coffee, please.",
-           "We are going to visit my grandmother tomorrow."),
-    "de": ("Wo ist der nächste Bahnhof?", "Ich hätte gern eine Tasse Kaffee, bitte.",
-           "Wir besuchen morgen meine Großmutter."),
-    "es": ("¿Dónde está la estación de tren más cercana?", "Quisiera una taza de café, por favor.",
-           "Mañana vamos a visitar a mi abuela."),
+    "en": (
+        "Where is the nearest train station?",
+        "I would like a cup of coffee, please.",
+        "We are going to visit my grandmother tomorrow.",
+    ),
+    "de": (
+        "Wo ist der nächste Bahnhof?",
+        "Ich hätte gern eine Tasse Kaffee, bitte.",
+        "Wir besuchen morgen meine Großmutter.",
+    ),
+    "es": (
+        "¿Dónde está la estación de tren más cercana?",
+        "Quisiera una taza de café, por favor.",
+        "Mañana vamos a visitar a mi abuela.",
+    ),
 }
 NAMES = {"en": "English", "de": "German", "es": "Spanish"}
 
@@ -35,8 +44,9 @@ class GeneratorError(ValueError):
 
 def few_shot_prompt(source: str, src_lang: str, tgt_lang: str) -> str:
     """The 3-shot prompt asking for the `tgt_lang` of one `src_lang` sentence."""
-    shots = "".join(f"{NAMES[src_lang]}: {s}\n{NAMES[tgt_lang]}: {t}\n\n"
-                    for s, t in zip(SHOTS[src_lang], SHOTS[tgt_lang]))
+    shots = "".join(
+        f"{NAMES[src_lang]}: {s}\n{NAMES[tgt_lang]}: {t}\n\n" for s, t in zip(SHOTS[src_lang], SHOTS[tgt_lang])
+    )
     return f"{shots}{NAMES[src_lang]}: {source.strip()}\n{NAMES[tgt_lang]}:"
 
 
@@ -48,8 +58,10 @@ class CheckpointGenerator:
 
         self.lm = load_model(path, device, task)
         if self.lm.source_tokenizer is None or self.lm.task != "mt":
-            raise GeneratorError(f"{path}: not a text MT model (task {self.lm.task!r}); give an MT checkpoint, or "
-                                 "a multi-task one with --task mt")
+            raise GeneratorError(
+                f"{path}: not a text MT model (task {self.lm.task!r}); give an MT checkpoint, or "
+                "a multi-task one with --task mt"
+            )
         self.options = self.lm.decode_options(beam, max_len_b=max_len_b)
         self.name = Path(path).name
 
@@ -69,8 +81,7 @@ class CheckpointGenerator:
 class FewShotLM:
     """A causal LM prompted with 3 shots: `generator(texts)` -> greedy continuations up to the first newline."""
 
-    def __init__(self, name_or_path: str, src_lang: str, tgt_lang: str, device: str = "cpu",
-                 max_new_tokens: int = 128):
+    def __init__(self, name_or_path: str, src_lang: str, tgt_lang: str, device: str = "cpu", max_new_tokens: int = 128):
         from tokenizers import Tokenizer
         from transformers import AutoModelForCausalLM
 
@@ -103,8 +114,8 @@ class FewShotLM:
         x = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(ids), width), dtype=torch.long)
         for row, seq in enumerate(ids):
-            x[row, width - len(seq):] = torch.tensor(seq)
-            mask[row, width - len(seq):] = 1
+            x[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
         return x.to(self.device), mask.to(self.device)
 
     @torch.inference_mode()
@@ -118,8 +129,13 @@ class FewShotLM:
         past, step_ids, new = None, x, []
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         for _ in range(self.max_new_tokens):  # greedy with the KV cache, each row stopped at its newline
-            result = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions[:, -step_ids.size(1):],
-                                use_cache=True, **{self._cache_arg: past})
+            result = self.model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=positions[:, -step_ids.size(1) :],
+                use_cache=True,
+                **{self._cache_arg: past},
+            )
             past = getattr(result, self._cache_arg)
             token = result.logits[:, -1].argmax(-1).masked_fill(done, self.pad_id)
             new.append(token)

@@ -50,16 +50,26 @@ class GreedyDecoder:
 
     def finalize(self) -> list[list[Hypothesis]]:
         """One hypothesis per row: its tokens up to EOS, and their sum log-prob (EOS included)."""
-        return [[Hypothesis(_until_eos(tokens, self.eos_id), score)]
-                for tokens, score in zip(self.tokens.tolist(), self.scores.tolist())]
+        return [
+            [Hypothesis(_until_eos(tokens, self.eos_id), score)]
+            for tokens, score in zip(self.tokens.tolist(), self.scores.tolist())
+        ]
 
 
 class SamplingDecoder(GreedyDecoder):
     """Each row's next token drawn by `draw` from `generator` (None: one seeded with `seed` on the rows' device
     when the search starts); temperature 0 is greedy."""
 
-    def __init__(self, eos_id: int, generator: torch.Generator | None = None, seed: int = 0,
-                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, epsilon: float = 0.0):
+    def __init__(
+        self,
+        eos_id: int,
+        generator: torch.Generator | None = None,
+        seed: int = 0,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        epsilon: float = 0.0,
+    ):
         super().__init__(eos_id)
         self.generator, self.seed = generator, seed
         self.temperature, self.top_k, self.top_p, self.epsilon = temperature, top_k, top_p, epsilon
@@ -74,8 +84,14 @@ class SamplingDecoder(GreedyDecoder):
         return draw(lprobs, self.generator, self.temperature, self.top_k, self.top_p, self.epsilon)
 
 
-def draw(lprobs: Tensor, generator: torch.Generator, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-         epsilon: float = 0.0) -> Tensor:
+def draw(
+    lprobs: Tensor,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    epsilon: float = 0.0,
+) -> Tensor:
     """(R, V) log-probs -> (R,) tokens drawn from softmax(lprobs / temperature) within the truncations
     (`kept`); temperature 0: the most probable tokens."""
     if temperature == 0:
@@ -122,5 +138,4 @@ def greedy(options: DecodeOptions, generator: torch.Generator | None = None) -> 
 def sampling(options: DecodeOptions, generator: torch.Generator | None = None) -> SamplingDecoder:
     """Strategy "sample": one draw per utterance at `temperature`, within `top_k` and `top_p`, seeded by
     `generator`, or `seed` without one."""
-    return SamplingDecoder(options.eos_id, generator, options.seed, options.temperature, options.top_k,
-                           options.top_p)
+    return SamplingDecoder(options.eos_id, generator, options.seed, options.temperature, options.top_k, options.top_p)

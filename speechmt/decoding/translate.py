@@ -100,13 +100,21 @@ class LoadedModel:
 
     def decode_options(self, beam: int = 5, **kw) -> DecodeOptions:
         start = self.tokenizer.eos_id if self.decoder_start == "eos" else None
-        return DecodeOptions(beam_size=beam, prefix=self.tokenizer.prefix_ids(self.tag), bos_id=self.tokenizer.bos_id,
-                             eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id, start_id=start,
-                             suppress=self.tokenizer.suppress_ids, **kw)
+        return DecodeOptions(
+            beam_size=beam,
+            prefix=self.tokenizer.prefix_ids(self.tag),
+            bos_id=self.tokenizer.bos_id,
+            eos_id=self.tokenizer.eos_id,
+            pad_id=self.tokenizer.pad_id,
+            start_id=start,
+            suppress=self.tokenizer.suppress_ids,
+            **kw,
+        )
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None,
-               dtype: str = "float32") -> LoadedModel:
+def load_model(
+    path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None, dtype: str = "float32"
+) -> LoadedModel:
     """Rebuilds a model from one checkpoint file (its bundle and weights). `task` (None: the checkpoint's own)
     is what a multi-task model's decoder writes: "st" translates, "asr" transcribes, each started by its tag
     (speechmt.bundle.ModelBundle). CheckpointError (one line) for a task the checkpoint was not trained for.
@@ -128,10 +136,23 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", task
         model = build_model(bundle.config, pretrained=bundle.base is not None)
         load_model_state(model, ckpt["model"], bundle.base, path)
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{path}: checkpoint lacks or mismatches what a model needs ({str(e).splitlines()[0]})"
+        ) from None
     device = torch.device(device)
-    return LoadedModel(model.to(device=device, dtype=weights).eval(), tokenizer, tag, bundle.frontend, task,
-                       str(path), device, bundle.tokenizers.src, bundle.decoder_start, whisper, weights)
+    return LoadedModel(
+        model.to(device=device, dtype=weights).eval(),
+        tokenizer,
+        tag,
+        bundle.frontend,
+        task,
+        str(path),
+        device,
+        bundle.tokenizers.src,
+        bundle.decoder_start,
+        whisper,
+        weights,
+    )
 
 
 def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) -> LoadedModel:
@@ -142,14 +163,18 @@ def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) 
     that reads none gets some."""
     if not lm.speech_examples:
         if manifests:
-            raise CheckpointError(f"{lm.path}: --memory is for a model that reads retrieved examples before the "
-                                  f"speech (decoder.examples > 0, task st); this one reads none")
+            raise CheckpointError(
+                f"{lm.path}: --memory is for a model that reads retrieved examples before the "
+                f"speech (decoder.examples > 0, task st); this one reads none"
+            )
         return lm
     manifests = manifests or ([lm.model.config.decoder.memory] if lm.model.config.decoder.memory else [])
     if not manifests:
-        raise CheckpointError(f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech "
-                              "(decoder.examples) and names no memory; give --memory its translation pairs (a "
-                              "memory folder or name, or manifests such as DATA/train.jsonl)")
+        raise CheckpointError(
+            f"{lm.path}: the model reads {lm.examples} retrieved examples before the speech "
+            "(decoder.examples) and names no memory; give --memory its translation pairs (a "
+            "memory folder or name, or manifests such as DATA/train.jsonl)"
+        )
     lm.memory = memory_from_manifests(manifests)
     return lm
 
@@ -230,15 +255,18 @@ def encode_with_examples(lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor
     without a transcript to search by."""
     encoder = lm.model.speech_encoder
     if not hasattr(encoder, "search"):
-        raise CheckpointError(f"{lm.path}: examples before speech are found by the encoder's own transcript; "
-                              f"encoder {lm.model.config.encoder.kind!r} writes none (use encoder whisper_asr)")
+        raise CheckpointError(
+            f"{lm.path}: examples before speech are found by the encoder's own transcript; "
+            f"encoder {lm.model.config.encoder.kind!r} writes none (use encoder whisper_asr)"
+        )
     if lm.memory is None:
         with_memory(lm, None)  # the memory the model names, or one line asking for one
     states, state_lengths, ids = encoder.search(x, lengths)
     out = lm.model.encode_speech(states, state_lengths, precomputed=True)
     found = lm.memory.search([lm.transcript_text(i) for i in ids], lm.examples)
-    prefixes = example_prefixes([[(e.src, e.tgt) for e in ex] for ex in found], lm.examples, lm.source_tokenizer,
-                                *lm.languages())
+    prefixes = example_prefixes(
+        [[(e.src, e.tgt) for e in ex] for ex in found], lm.examples, lm.source_tokenizer, *lm.languages()
+    )
     prefix, prefix_lengths = collate_sequences(prefixes, lm.source_tokenizer.pad_id)
     return lm.model.prefixed(out, prefix.to(lm.device), prefix_lengths.to(lm.device))
 
@@ -262,8 +290,9 @@ def encode_texts(lm: LoadedModel, texts: Sequence[str]) -> EncoderOutput:
 
 
 @torch.no_grad()
-def decode_inputs(lm: LoadedModel, inputs: list[torch.Tensor],
-                  options: DecodeOptions) -> tuple[list[list[str]], list[int]]:
+def decode_inputs(
+    lm: LoadedModel, inputs: list[torch.Tensor], options: DecodeOptions
+) -> tuple[list[list[str]], list[int]]:
     """Front-end outputs of one batch (each (T_i, ...)) -> each one's n-best texts, best first, and the length
     of what the text was read from (the decoder's memory: the encoder output it attends to): the one place
     translate, evaluate and the cascade decode speech. Task asr of a whisper_asr model (`whisper_transcript`):
@@ -287,10 +316,10 @@ def hypothesis_texts(lm: LoadedModel, nbest: list[list[list[int]]], options: Dec
     samples that follow the beam's hypotheses (speechmt.decoding.mbr)."""
     texts = [[lm.tokenizer.decode(tokens) for tokens in n] for n in nbest]
     if options.samples:  # the beam's hypotheses are the candidates, the samples the references
-        texts = [mbr_order(t[:len(t) - options.samples], options.mbr, t[len(t) - options.samples:]) for t in texts]
+        texts = [mbr_order(t[: len(t) - options.samples], options.mbr, t[len(t) - options.samples :]) for t in texts]
     elif options.mbr:
         texts = [mbr_order(t, options.mbr) for t in texts]
-    return [t[:options.nbest] for t in texts]
+    return [t[: options.nbest] for t in texts]
 
 
 def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:
@@ -298,8 +327,9 @@ def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptio
     return decode_inputs(lm, [lm.frontend(w) for w in waves], options)[0]
 
 
-def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int, results: list[Translation],
-            errors: str) -> Iterator[tuple[int, int, float, float, np.ndarray]]:
+def _pieces(
+    inputs: Sequence, segment: SegmentConfig, min_samples: int, results: list[Translation], errors: str
+) -> Iterator[tuple[int, int, float, float, np.ndarray]]:
     """(input index, chunk index, start s, end s, wave) of every decodable chunk, input by input. An
     unreadable input raises AudioError, or with errors="keep" has its reason in results[n].error. Each
     chunk's voiced span goes into results[n].voiced."""
@@ -317,9 +347,15 @@ def _pieces(inputs: Sequence, segment: SegmentConfig, min_samples: int, results:
             results[n].error = str(e)
 
 
-def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray], beam: int = 5,
-              batch_size: int = 16, segment: SegmentConfig = SegmentConfig(), errors: str = "raise",
-              **options) -> list[Translation]:
+def translate(
+    lm: LoadedModel,
+    inputs: Sequence[str | os.PathLike | np.ndarray],
+    beam: int = 5,
+    batch_size: int = 16,
+    segment: SegmentConfig = SegmentConfig(),
+    errors: str = "raise",
+    **options,
+) -> list[Translation]:
     """Translates (or transcribes, for an ASR model) audio files or 16 kHz float arrays, in order.
 
     Chunks are decoded `batch_size` at a time, sorted by length within a window of 4 batches, so at
@@ -333,8 +369,9 @@ def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     limit = lm.max_input_seconds
     if limit is not None and segment.max_seconds > limit:
-        raise ValueError(f"{lm.path} takes at most {limit:g} s of audio at once; segment.max_seconds is "
-                         f"{segment.max_seconds:g}")
+        raise ValueError(
+            f"{lm.path} takes at most {limit:g} s of audio at once; segment.max_seconds is {segment.max_seconds:g}"
+        )
     opts = lm.decode_options(beam, **options)
     results = [Translation(f"array[{n}]" if isinstance(i, np.ndarray) else str(i)) for n, i in enumerate(inputs)]
     done: dict[tuple[int, int], tuple[float, float, list[str]]] = {}
@@ -343,7 +380,7 @@ def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
     def flush() -> None:
         window.sort(key=lambda p: len(p[4]))
         for b in range(0, len(window), batch_size):
-            batch = window[b:b + batch_size]
+            batch = window[b : b + batch_size]
             for (n, k, start, end, _), nbest in zip(batch, _decode_batch(lm, [p[4] for p in batch], opts)):
                 done[(n, k)] = (start, end, nbest)
         window.clear()
@@ -365,7 +402,9 @@ def translate(lm: LoadedModel, inputs: Sequence[str | os.PathLike | np.ndarray],
     for r in results:
         if r.error is None and not r.chunks:
             length = f"{r.audio_seconds * 1000:.4g} ms of audio" + (" (no samples)" if not r.audio_seconds else "")
-            r.warning = (f"{r.source}: {length}, shorter than the model's smallest input "
-                         f"({min_samples * 1000 / SAMPLE_RATE:g} ms); nothing to translate")
+            r.warning = (
+                f"{r.source}: {length}, shorter than the model's smallest input "
+                f"({min_samples * 1000 / SAMPLE_RATE:g} ms); nothing to translate"
+            )
             warnings.warn(r.warning, stacklevel=2)
     return results

@@ -55,8 +55,10 @@ def ctc_forced_align(log_probs, labels, blank: int, name: str = "") -> CTCAlignm
         raise ValueError(f"{name or 'transcript'}: a label is the CTC blank ({blank})")
     need = min_frames(labels)
     if need > n_frames:
-        raise AlignmentError(f"{name or 'utterance'}: its transcript of {n_labels} pieces needs at least {need} CTC "
-                             f"frames (a blank between repeated pieces), the audio has {n_frames}")
+        raise AlignmentError(
+            f"{name or 'utterance'}: its transcript of {n_labels} pieces needs at least {need} CTC "
+            f"frames (a blank between repeated pieces), the audio has {n_frames}"
+        )
     if n_frames == 0:
         return CTCAlignment(0.0, np.zeros(0, np.int64), np.zeros(0, np.int64), [])
     states = np.full(2 * n_labels + 1, blank, dtype=np.int64)

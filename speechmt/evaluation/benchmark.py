@@ -49,8 +49,19 @@ from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import git_commit, utc_now
 
 DEFAULT_EDGES = (2.0, 4.0, 6.0, 8.0)
-PEER_KEYS = ("system", "params", "task", "split", "ids", "hypotheses", "decode_seconds", "audio_seconds",
-             "threads", "device", "notes")
+PEER_KEYS = (
+    "system",
+    "params",
+    "task",
+    "split",
+    "ids",
+    "hypotheses",
+    "decode_seconds",
+    "audio_seconds",
+    "threads",
+    "device",
+    "notes",
+)
 
 
 class BenchmarkError(ValueError):
@@ -138,8 +149,12 @@ class SystemResult:
         return self.audio_seconds / self.decode_seconds if self.decode_seconds and self.audio_seconds else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "rtf": self.rtf, "utterances_per_second": self.utterances_per_second,
-                "audio_seconds_per_second": self.audio_seconds_per_second}
+        return {
+            **dataclasses.asdict(self),
+            "rtf": self.rtf,
+            "utterances_per_second": self.utterances_per_second,
+            "audio_seconds_per_second": self.audio_seconds_per_second,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SystemResult":
@@ -196,8 +211,9 @@ def bucket_index(duration: float, edges: Sequence[float]) -> int:
     return bisect.bisect_right(edges, duration)
 
 
-def length_buckets(task: str, hyps: Sequence[str], refs: Sequence[str], durations: Sequence[float],
-                   edges: Sequence[float]) -> list[Bucket]:
+def length_buckets(
+    task: str, hyps: Sequence[str], refs: Sequence[str], durations: Sequence[float], edges: Sequence[float]
+) -> list[Bucket]:
     """The task's main metric per duration bucket, over the utterances in each."""
     members: list[list[int]] = [[] for _ in range(len(edges) + 1)]
     for i, d in enumerate(durations):
@@ -216,8 +232,13 @@ def ids_digest(ids: Sequence[str]) -> str:
 
 def _score_system(task: str, hyps: list[str], records: list[Record], edges: Sequence[float], **row) -> SystemResult:
     refs = references(task, records)
-    return SystemResult(task=task, n=len(records), metrics=score(task, hyps, refs),
-                        buckets=length_buckets(task, hyps, refs, [r.duration for r in records], edges), **row)
+    return SystemResult(
+        task=task,
+        n=len(records),
+        metrics=score(task, hyps, refs),
+        buckets=length_buckets(task, hyps, refs, [r.duration for r in records], edges),
+        **row,
+    )
 
 
 def _default_name(path: str) -> str:
@@ -230,8 +251,9 @@ def _device_label(lm) -> str:
     return str(lm.device) if lm.dtype == torch.float32 else f"{lm.device} {str(lm.dtype).removeprefix('torch.')}"
 
 
-def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkConfig,
-                    commit: str | None, task: str | None = None) -> tuple[SystemResult, list[str]]:
+def benchmark_model(
+    path: str, name: str, records: list[Record], cfg: BenchmarkConfig, commit: str | None, task: str | None = None
+) -> tuple[SystemResult, list[str]]:
     """Decodes the benchmarked utterances with a checkpoint (as `task`: None for its own; "mt" reads the
     transcripts), timed with the model loaded; (row, hyps)."""
     from speechmt.decoding.translate import load_model
@@ -240,11 +262,24 @@ def benchmark_model(path: str, name: str, records: list[Record], cfg: BenchmarkC
     options = lm.decode_options(cfg.beam, mbr=cfg.mbr, samples=cfg.mbr_samples)
     _, hyps, seconds, _ = decode_split(lm, cfg.data, cfg.split, options, cfg.max_tokens, len(records))
     params = sum(p.numel() for p in lm.model.parameters())
-    row = _score_system(lm.task, hyps, records, cfg.edges, name=name, kind="model", source=str(path), params=params,
-                        timed_utterances=len(records), decode_seconds=seconds,
-                        audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
-                        threads=torch.get_num_threads(), device=_device_label(lm), commit=commit,
-                        notes=_mbr_note(cfg))
+    row = _score_system(
+        lm.task,
+        hyps,
+        records,
+        cfg.edges,
+        name=name,
+        kind="model",
+        source=str(path),
+        params=params,
+        timed_utterances=len(records),
+        decode_seconds=seconds,
+        audio_seconds=sum(r.duration for r in records),
+        beam=cfg.beam,
+        threads=torch.get_num_threads(),
+        device=_device_label(lm),
+        commit=commit,
+        notes=_mbr_note(cfg),
+    )
     return row, hyps
 
 
@@ -255,27 +290,41 @@ def _mbr_note(cfg: BenchmarkConfig) -> str:
     return f"MBR ({cfg.mbr}): the beam's {cfg.beam} hypotheses scored against {against}"
 
 
-def benchmark_cascade(asr_path: str, mt_path: str, records: list[Record], cfg: BenchmarkConfig,
-                      commit: str | None) -> tuple[SystemResult, list[str]]:
+def benchmark_cascade(
+    asr_path: str, mt_path: str, records: list[Record], cfg: BenchmarkConfig, commit: str | None
+) -> tuple[SystemResult, list[str]]:
     """The ASR -> MT cascade as one system: transcribe, then translate the transcripts, both timed."""
     import time
 
     from speechmt.decoding.cascade import load_cascade, translate_texts
 
     asr, mt = load_cascade(asr_path, mt_path, cfg.device, cfg.dtype)
-    _, transcripts, asr_seconds, _ = decode_split(asr, cfg.data, cfg.split, asr.decode_options(cfg.beam),
-                                               cfg.max_tokens, len(records))
+    _, transcripts, asr_seconds, _ = decode_split(
+        asr, cfg.data, cfg.split, asr.decode_options(cfg.beam), cfg.max_tokens, len(records)
+    )
     start = time.perf_counter()
     options = mt.decode_options(cfg.beam, mbr=cfg.mbr, samples=cfg.mbr_samples)
     hyps = [one_line(h) for h in translate_texts(mt, transcripts, options)]
     seconds = asr_seconds + time.perf_counter() - start
     params = sum(p.numel() for m in (asr, mt) for p in m.model.parameters())
-    row = _score_system("st", hyps, records, cfg.edges, name=f"cascade {_default_name(asr_path)} -> "
-                        f"{_default_name(mt_path)}", kind="model", source=f"{asr_path} -> {mt_path}", params=params,
-                        timed_utterances=len(records), decode_seconds=seconds,
-                        audio_seconds=sum(r.duration for r in records), beam=cfg.beam,
-                        threads=torch.get_num_threads(), device=_device_label(asr), commit=commit,
-                        notes="ASR transcripts translated by the MT model" + (f"; {_mbr_note(cfg)}" if cfg.mbr else ""))
+    row = _score_system(
+        "st",
+        hyps,
+        records,
+        cfg.edges,
+        name=f"cascade {_default_name(asr_path)} -> {_default_name(mt_path)}",
+        kind="model",
+        source=f"{asr_path} -> {mt_path}",
+        params=params,
+        timed_utterances=len(records),
+        decode_seconds=seconds,
+        audio_seconds=sum(r.duration for r in records),
+        beam=cfg.beam,
+        threads=torch.get_num_threads(),
+        device=_device_label(asr),
+        commit=commit,
+        notes="ASR transcripts translated by the MT model" + (f"; {_mbr_note(cfg)}" if cfg.mbr else ""),
+    )
     return row, hyps
 
 
@@ -313,8 +362,9 @@ def _peer_hypotheses(path: str, d: dict[str, Any], split_ids: list[str], records
     return out
 
 
-def benchmark_peer(path: str, split_ids: list[str], records: list[Record],
-                   cfg: BenchmarkConfig) -> tuple[SystemResult, list[str]]:
+def benchmark_peer(
+    path: str, split_ids: list[str], records: list[Record], cfg: BenchmarkConfig
+) -> tuple[SystemResult, list[str]]:
     """Scores a peer hypotheses file on the benchmarked utterances; (row, hyps)."""
     d = _read_json(path, "peer hypotheses file")
     absent = [k for k in PEER_KEYS if k not in d]
@@ -322,18 +372,34 @@ def benchmark_peer(path: str, split_ids: list[str], records: list[Record],
         raise BenchmarkError(f"{path}: peer hypotheses file lacks {', '.join(absent)}")
     if d["task"] not in ("st", "asr"):
         raise BenchmarkError(f"{path}: task must be 'st' or 'asr', found {d['task']!r}")
-    not_numbers = [k for k in ("params", "threads", "decode_seconds", "audio_seconds")
-                   if d[k] is not None and type(d[k]) not in (int, float)]
+    not_numbers = [
+        k
+        for k in ("params", "threads", "decode_seconds", "audio_seconds")
+        if d[k] is not None and type(d[k]) not in (int, float)
+    ]
     if not_numbers:
         raise BenchmarkError(f"{path}: {', '.join(not_numbers)} must be numbers or null")
     if d["split"] != cfg.split:
-        warnings.warn(f"{path}: decoded split {d['split']!r}, benchmarked as {cfg.split!r} (the ids match)",
-                      stacklevel=2)
+        warnings.warn(
+            f"{path}: decoded split {d['split']!r}, benchmarked as {cfg.split!r} (the ids match)", stacklevel=2
+        )
     hyps = _peer_hypotheses(path, d, split_ids, records)
-    row = _score_system(d["task"], hyps, records, cfg.edges, name=str(d["system"]), kind="peer", source=str(path),
-                        params=d["params"], timed_utterances=len(d["ids"]), decode_seconds=d["decode_seconds"],
-                        audio_seconds=d["audio_seconds"], threads=d["threads"], device=d["device"],
-                        notes=str(d["notes"] or ""))
+    row = _score_system(
+        d["task"],
+        hyps,
+        records,
+        cfg.edges,
+        name=str(d["system"]),
+        kind="peer",
+        source=str(path),
+        params=d["params"],
+        timed_utterances=len(d["ids"]),
+        decode_seconds=d["decode_seconds"],
+        audio_seconds=d["audio_seconds"],
+        threads=d["threads"],
+        device=d["device"],
+        notes=str(d["notes"] or ""),
+    )
     return row, hyps
 
 
@@ -356,8 +422,10 @@ def compared_rows(path: str, ids: list[str], edges: Sequence[float]) -> list[Sys
     """The rows of an earlier benchmark.json, checked to be on the same utterances and buckets."""
     earlier = load_benchmark(path)
     if earlier.ids_sha256 != ids_digest(ids):
-        raise BenchmarkError(f"{path}: scored {earlier.n} utterances of {earlier.split!r}, not the {len(ids)} "
-                             "benchmarked here (use the same split and --limit)")
+        raise BenchmarkError(
+            f"{path}: scored {earlier.n} utterances of {earlier.split!r}, not the {len(ids)} "
+            "benchmarked here (use the same split and --limit)"
+        )
     if tuple(earlier.edges) != tuple(edges):
         raise BenchmarkError(f"{path}: length buckets {list(earlier.edges)} differ from {list(edges)}")
     return [dataclasses.replace(s, result_file=s.result_file or str(path)) for s in earlier.systems]
@@ -392,10 +460,18 @@ def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
         block = top["procrustes"]["retrieval"] if mapped else top["raw"]
         if block is None:
             raise BenchmarkError(f"{path}: no sentence retrieval of the top layers")
-        out = {"file": str(path), "split": d["split"], "n": d["n"], "speech": top["speech"], "text": top["text"],
-               "cka": top["cka"], "map": "procrustes" if mapped else "none",
-               "cosine": block["cosine"]["speech_to_text"], "csls": block["csls"]["speech_to_text"],
-               "word": _word_p1(d.get("word_retrieval"))}
+        out = {
+            "file": str(path),
+            "split": d["split"],
+            "n": d["n"],
+            "speech": top["speech"],
+            "text": top["text"],
+            "cka": top["cka"],
+            "map": "procrustes" if mapped else "none",
+            "cosine": block["cosine"]["speech_to_text"],
+            "csls": block["csls"]["speech_to_text"],
+            "word": _word_p1(d.get("word_retrieval")),
+        }
     except KeyError as e:
         raise BenchmarkError(f"{path}: not a `speechmt research analyze` result (no {e})") from None
     except TypeError as e:
@@ -418,17 +494,24 @@ def _attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[st
     named = [name for name, _ in analyses]
     for name, numbers in analyses:
         if name not in by_name:
-            raise BenchmarkError(f"--analysis {name}={numbers['file']}: no system named {name!r} "
-                                 f"(systems: {', '.join(by_name)})")
+            raise BenchmarkError(
+                f"--analysis {name}={numbers['file']}: no system named {name!r} (systems: {', '.join(by_name)})"
+            )
         if named.count(name) > 1:
             raise BenchmarkError(f"--analysis: {named.count(name)} analyses for system {name!r}")
         by_name[name].analysis = numbers
 
 
 def machine_info(commit: str | None) -> dict[str, Any]:
-    return {"cpu_count": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "platform": platform.platform(), "commit": commit}
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": commit,
+    }
 
 
 def _unique_names(rows: list[SystemResult]) -> None:
@@ -458,12 +541,12 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
         torch.set_num_threads(cfg.threads)
     analyses = [(name, read_analysis(path)) for name, path in map(analysis_option, cfg.analyses)]
     all_records = read_split(cfg.data, cfg.split)  # a missing split: ManifestError naming the prepared ones
-    records = all_records[:cfg.limit]
+    records = all_records[: cfg.limit]
     split_ids, ids = [r.id for r in all_records], [r.id for r in records]
     commit = git_commit()
     peers = [benchmark_peer(p, split_ids, records, cfg) for p in cfg.peers]
     earlier = [row for p in cfg.compare for row in compared_rows(p, ids, cfg.edges)]
-    names = list(cfg.names) + [_default_name(m) for m in cfg.models[len(cfg.names):]]
+    names = list(cfg.names) + [_default_name(m) for m in cfg.models[len(cfg.names) :]]
     tasks = list(cfg.tasks) + [""] * (len(cfg.models) - len(cfg.tasks))
     models = [benchmark_model(m, n, records, cfg, commit, t or None) for m, n, t in zip(cfg.models, names, tasks)]
     models += [benchmark_cascade(asr, mt, records, cfg, commit) for asr, mt in cfg.cascades]
@@ -474,6 +557,15 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
     counts = [0] * (len(cfg.edges) + 1)
     for r in records:
         counts[bucket_index(r.duration, cfg.edges)] += 1
-    bench = Benchmark(str(cfg.data), cfg.split, len(records), ids_digest(ids), tuple(cfg.edges),
-                      bucket_labels(cfg.edges), counts, rows, machine_info(commit))
+    bench = Benchmark(
+        str(cfg.data),
+        cfg.split,
+        len(records),
+        ids_digest(ids),
+        tuple(cfg.edges),
+        bucket_labels(cfg.edges),
+        counts,
+        rows,
+        machine_info(commit),
+    )
     return bench, hyps

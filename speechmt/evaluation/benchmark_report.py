@@ -46,15 +46,27 @@ def _main_table(bench: Benchmark) -> list[str]:
     extra = any(r.analysis for r in bench.systems)
     heads = "".join(f" {label} |" for _, label in ANALYSIS_COLUMNS) if extra else ""
     rule = "---:|" * len(ANALYSIS_COLUMNS) if extra else ""
-    lines = ["| system | task | params | n | BLEU | chrF | chrF++ | WER | CER | RTF | utt/s | audio s/s | beam "
-             "| threads | device | commit |" + heads,
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule]
+    lines = [
+        "| system | task | params | n | BLEU | chrF | chrF++ | WER | CER | RTF | utt/s | audio s/s | beam "
+        "| threads | device | commit |" + heads,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|" + rule,
+    ]
     for r in bench.systems:
         scores = [_metric(r, m) for m in ("BLEU", "chrF", "chrF++", "WER", "CER")]
-        cells = [table_cell(r.name), r.task, _params(r.params), str(r.n), *scores,
-                 _num(r.rtf, ".4f"), _num(r.utterances_per_second, ".2f"), _num(r.audio_seconds_per_second, ".1f"),
-                 _num(r.beam, "d"), _num(r.threads, "d"), table_cell(r.device or MISSING),
-                 table_cell(r.commit or MISSING)] + (_analysis_cells(r) if extra else [])
+        cells = [
+            table_cell(r.name),
+            r.task,
+            _params(r.params),
+            str(r.n),
+            *scores,
+            _num(r.rtf, ".4f"),
+            _num(r.utterances_per_second, ".2f"),
+            _num(r.audio_seconds_per_second, ".1f"),
+            _num(r.beam, "d"),
+            _num(r.threads, "d"),
+            table_cell(r.device or MISSING),
+            table_cell(r.commit or MISSING),
+        ] + (_analysis_cells(r) if extra else [])
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -79,8 +91,11 @@ def _gap_line(bench: Benchmark) -> list[str]:
     if c is None:
         return []
     rhos = ", ".join(f"{k} {_num(v, '+.2f') if v == v else 'n/a'}" for k, v in c.items() if k != "n")
-    return ["", f"Spearman's rho of each analysis number with BLEU over the {c['n']} analysed BLEU systems: {rhos} "
-                "(positive: the closer speech and text, the better the translation; few systems make it noisy)."]
+    return [
+        "",
+        f"Spearman's rho of each analysis number with BLEU over the {c['n']} analysed BLEU systems: {rhos} "
+        "(positive: the closer speech and text, the better the translation; few systems make it noisy).",
+    ]
 
 
 def _bucket_table(bench: Benchmark, metric: str) -> list[str]:
@@ -88,8 +103,13 @@ def _bucket_table(bench: Benchmark, metric: str) -> list[str]:
     if not rows:
         return []
     heads = [f"{label} (n={n})" for label, n in zip(bench.bucket_labels, bench.bucket_counts)]
-    lines = ["", f"## {metric} by source audio duration", "", "| system | " + " | ".join(heads) + " |",
-             "|---|" + "---:|" * len(heads)]
+    lines = [
+        "",
+        f"## {metric} by source audio duration",
+        "",
+        "| system | " + " | ".join(heads) + " |",
+        "|---|" + "---:|" * len(heads),
+    ]
     lines += ["| " + " | ".join([table_cell(r.name)] + [_num(b.score, ".2f") for b in r.buckets]) + " |" for r in rows]
     return lines
 
@@ -97,18 +117,23 @@ def _bucket_table(bench: Benchmark, metric: str) -> list[str]:
 def benchmark_markdown(bench: Benchmark) -> str:
     """The benchmark as markdown: the main table, the bucket tables, signatures, systems and machine."""
     m = bench.machine
-    lines = [f"# Benchmark on {bench.split} ({bench.n} utterances)", "",
-             f"- data: `{bench.data}`, split {bench.split}, first {bench.n} utterances of the manifest",
-             f"- machine: {m['cpu_count']} CPUs ({m['cpu']}), torch {m['torch']}, commit {m['commit'] or MISSING}",
-             f"- created (UTC): {bench.created}",
-             "- RTF = decoding seconds / audio seconds (lower is faster); speed of peers and of compared rows "
-             "was measured by their own runs"]
+    lines = [
+        f"# Benchmark on {bench.split} ({bench.n} utterances)",
+        "",
+        f"- data: `{bench.data}`, split {bench.split}, first {bench.n} utterances of the manifest",
+        f"- machine: {m['cpu_count']} CPUs ({m['cpu']}), torch {m['torch']}, commit {m['commit'] or MISSING}",
+        f"- created (UTC): {bench.created}",
+        "- RTF = decoding seconds / audio seconds (lower is faster); speed of peers and of compared rows "
+        "was measured by their own runs",
+    ]
     if any(r.analysis for r in bench.systems):
-        lines.append("- CKA top, P@1 cos, P@1 CSLS: from `speechmt research analyze` (--analysis): linear CKA of the "
-                     "top speech and text layers, and speech->text sentence retrieval P@1 between them (cosine, CSLS) "
-                     "after the Procrustes map (tested on the second half of the analysed utterances; as they are "
-                     "where the analysis has no map); word P@1: speech->text retrieval of the transcript's words "
-                     "(CSLS) between the model's own states, no map")
+        lines.append(
+            "- CKA top, P@1 cos, P@1 CSLS: from `speechmt research analyze` (--analysis): linear CKA of the "
+            "top speech and text layers, and speech->text sentence retrieval P@1 between them (cosine, CSLS) "
+            "after the Procrustes map (tested on the second half of the analysed utterances; as they are "
+            "where the analysis has no map); word P@1: speech->text retrieval of the transcript's words "
+            "(CSLS) between the model's own states, no map"
+        )
     lines.append("")
     lines += _main_table(bench) + _gap_line(bench) + _bucket_table(bench, "BLEU") + _bucket_table(bench, "WER")
     lines += ["", "## Signatures", ""]
@@ -118,8 +143,12 @@ def benchmark_markdown(bench: Benchmark) -> str:
         origin = f", from {r.result_file}" if r.result_file else ""
         notes = f": {r.notes}" if r.notes else ""
         a = r.analysis
-        analysed = (f"; analysis `{a['file']}` ({a['split']}, {a['n']} utterances, {a['speech']} / {a['text']}"
-                    f"{'' if a['map'] == 'procrustes' else ', no Procrustes map'})" if a else "")
+        analysed = (
+            f"; analysis `{a['file']}` ({a['split']}, {a['n']} utterances, {a['speech']} / {a['text']}"
+            f"{'' if a['map'] == 'procrustes' else ', no Procrustes map'})"
+            if a
+            else ""
+        )
         lines.append(f"- {r.name} ({r.kind} `{r.source}`{origin}){notes}{analysed}")
     return "\n".join(lines) + "\n"
 

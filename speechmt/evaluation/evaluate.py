@@ -44,12 +44,15 @@ def _check_features(lm: LoadedModel, data_dir: Path) -> None:
     if isinstance(lm.frontend, FbankFrontend) and summary.exists():
         data_fbank = FbankConfig(**json.loads(summary.read_text())["fbank"])
         if data_fbank != lm.frontend.fbank:
-            raise CheckpointError(f"{lm.path}: trained on features {lm.frontend.fbank}, but {data_dir} holds {data_fbank}")
+            raise CheckpointError(
+                f"{lm.path}: trained on features {lm.frontend.fbank}, but {data_dir} holds {data_fbank}"
+            )
 
 
 @torch.no_grad()
-def _decode_batch(lm: LoadedModel, records, store, idx: list[int], data_dir: Path,
-                  options: DecodeOptions) -> tuple[list[str], list[int]]:
+def _decode_batch(
+    lm: LoadedModel, records, store, idx: list[int], data_dir: Path, options: DecodeOptions
+) -> tuple[list[str], list[int]]:
     """The best text of each utterance `idx` and the length of what it was read from (decode_inputs)."""
     if lm.task == "mt":
         nbest, lengths = decode_encoded(lm, encode_texts(lm, [records[i].src_text for i in idx]), options)
@@ -76,8 +79,10 @@ def check_one_line(records: list[Record], manifest: Path) -> None:
     for r in records:
         for name, text in (("id", r.id), ("src_text", r.src_text), ("tgt_text", r.tgt_text)):
             if any(c in text for c in "\n\r\t"):
-                raise ManifestError(f"{manifest}: utterance {r.id!r}: its {name} holds a line break or tab "
-                                    f"({text!r}); the report's files are one utterance a line")
+                raise ManifestError(
+                    f"{manifest}: utterance {r.id!r}: its {name} holds a line break or tab "
+                    f"({text!r}); the report's files are one utterance a line"
+                )
 
 
 class DecodedSplit(NamedTuple):
@@ -90,8 +95,15 @@ class DecodedSplit(NamedTuple):
     memory_lengths: list[int]
 
 
-def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-                 max_tokens: int = 20000, limit: int | None = None, exclude: Collection[str] = ()) -> DecodedSplit:
+def decode_split(
+    lm: LoadedModel,
+    data_dir: str | os.PathLike,
+    split: str,
+    options: DecodeOptions,
+    max_tokens: int = 20000,
+    limit: int | None = None,
+    exclude: Collection[str] = (),
+) -> DecodedSplit:
     """Decodes a prepared split, or its first `limit` utterances in manifest order, leaving out the
     utterances whose ids are in `exclude`."""
     data_dir = Path(data_dir)
@@ -118,7 +130,9 @@ def decode_split(lm: LoadedModel, data_dir: str | os.PathLike, split: str, optio
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
 
 
-def unreadable_audio(lm: LoadedModel, data_dir: str | os.PathLike, records: list[Record]) -> list[tuple[Record, AudioError]]:
+def unreadable_audio(
+    lm: LoadedModel, data_dir: str | os.PathLike, records: list[Record]
+) -> list[tuple[Record, AudioError]]:
     """The records whose audio `lm` would read and cannot (missing, undecodable, non-finite, a slice outside the
     file), with the reason; [] for a model that reads stored features or text. Reads each record's audio."""
     if lm.task == "mt" or not lm.reads_audio:
@@ -164,8 +178,11 @@ def memory_per_target(lm: LoadedModel, refs: list[str], memory_lengths: list[int
     utterances of their ratio (memory vectors per target token)."""
     targets = [len(lm.tokenizer.encode(ref)) + 1 for ref in refs]
     n = max(len(refs), 1)
-    return {"mean_memory_length": round(sum(memory_lengths) / n, 2), "mean_target_tokens": round(sum(targets) / n, 2),
-            "memory_per_target_token": round(sum(m / t for m, t in zip(memory_lengths, targets)) / n, 3)}
+    return {
+        "mean_memory_length": round(sum(memory_lengths) / n, 2),
+        "mean_target_tokens": round(sum(targets) / n, 2),
+        "memory_per_target_token": round(sum(m / t for m, t in zip(memory_lengths, targets)) / n, 3),
+    }
 
 
 def score(task: str, hyps: list[str], refs: list[str]) -> dict:
@@ -178,28 +195,49 @@ def references(task: str, records) -> list[str]:
     return [r.src_text if task == "asr" else r.tgt_text for r in records]
 
 
-def evaluate(lm: LoadedModel, data_dir: str | os.PathLike, split: str, options: DecodeOptions,
-             out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-             skip_bad_audio: bool = False, comet_model: str | None = None, limit: int | None = None) -> EvalReport:
+def evaluate(
+    lm: LoadedModel,
+    data_dir: str | os.PathLike,
+    split: str,
+    options: DecodeOptions,
+    out_dir: str | os.PathLike | None = None,
+    max_tokens: int = 20000,
+    name: str | None = None,
+    skip_bad_audio: bool = False,
+    comet_model: str | None = None,
+    limit: int | None = None,
+) -> EvalReport:
     """Decodes and scores a split (its first `limit` utterances); writes the report files to `out_dir` when
     given. `name` labels the model in reports (default: the checkpoint path). Utterances with unreadable
     audio (for a model that reads audio) raise AudioError naming them, or with `skip_bad_audio` are left out
     and counted in `extra`. A translation is also scored with COMET where `unbabel-comet` and `comet_model`
     are at hand; otherwise `extra["comet_skipped"]` says why."""
     bad = _bad_audio(lm, data_dir, split, skip_bad_audio)
-    records, hyps, seconds, memory = decode_split(lm, data_dir, split, options, max_tokens, limit,
-                                                  exclude={r.id for r in bad})
+    records, hyps, seconds, memory = decode_split(
+        lm, data_dir, split, options, max_tokens, limit, exclude={r.id for r in bad}
+    )
     refs = references(lm.task, records)
     metrics = score(lm.task, hyps, refs)
     srcs = [r.src_text for r in records]
     comet, skipped = (None, None) if lm.task == "asr" else optional_comet(hyps, refs, srcs, comet_model)
     metrics.update({comet.name: comet} if comet else {})
     audio = sum(r.duration for r in records)
-    extra = {"task": lm.task, "decode": _search_facts(lm, options), "decode_seconds": round(seconds, 3),
-             "audio_seconds": round(audio, 3), "rtf": round(seconds / audio, 5) if audio else None,
-             "memory": memory_per_target(lm, refs, memory), "commit": git_commit(), "device": str(lm.device),
-             "checkpoint": lm.path, **_skipped(bad), **({"comet_skipped": skipped} if skipped else {})}
-    report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra)
+    extra = {
+        "task": lm.task,
+        "decode": _search_facts(lm, options),
+        "decode_seconds": round(seconds, 3),
+        "audio_seconds": round(audio, 3),
+        "rtf": round(seconds / audio, 5) if audio else None,
+        "memory": memory_per_target(lm, refs, memory),
+        "commit": git_commit(),
+        "device": str(lm.device),
+        "checkpoint": lm.path,
+        **_skipped(bad),
+        **({"comet_skipped": skipped} if skipped else {}),
+    }
+    report = EvalReport(
+        model=name or lm.path, data=str(data_dir), split=split, n=len(records), metrics=metrics, extra=extra
+    )
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], [r.src_text for r in records])
     return report
@@ -210,10 +248,20 @@ def _search_facts(lm: LoadedModel, options: DecodeOptions) -> dict:
     return {"whisper_asr_beam": lm.model.speech_encoder.beam} if lm.whisper_transcript else asdict(options)
 
 
-def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathLike, split: str, beam: int = 5,
-                     out_dir: str | os.PathLike | None = None, max_tokens: int = 20000, name: str | None = None,
-                     skip_bad_audio: bool = False, comet_model: str | None = None, limit: int | None = None,
-                     **decode) -> EvalReport:
+def evaluate_cascade(
+    asr: LoadedModel,
+    mt: LoadedModel,
+    data_dir: str | os.PathLike,
+    split: str,
+    beam: int = 5,
+    out_dir: str | os.PathLike | None = None,
+    max_tokens: int = 20000,
+    name: str | None = None,
+    skip_bad_audio: bool = False,
+    comet_model: str | None = None,
+    limit: int | None = None,
+    **decode,
+) -> EvalReport:
     """Scores the cascade on a split (its first `limit` utterances): `asr` transcribes the stored features, `mt`
     translates the transcripts.
 
@@ -223,26 +271,41 @@ def evaluate_cascade(asr: LoadedModel, mt: LoadedModel, data_dir: str | os.PathL
     check_cascade(asr, mt)
     asr_options, mt_options = asr.decode_options(beam, **asr_stage_options(decode)), mt.decode_options(beam, **decode)
     bad = _bad_audio(asr, data_dir, split, skip_bad_audio)
-    records, transcripts, asr_seconds, _ = decode_split(asr, data_dir, split, asr_options, max_tokens, limit,
-                                                        exclude={r.id for r in bad})
+    records, transcripts, asr_seconds, _ = decode_split(
+        asr, data_dir, split, asr_options, max_tokens, limit, exclude={r.id for r in bad}
+    )
     start = time.perf_counter()
     hyps = [one_line(h) for h in translate_texts(mt, transcripts, mt_options)]
     mt_seconds = time.perf_counter() - start
     refs = references("st", records)
     audio = sum(r.duration for r in records)
     asr_wer = wer(transcripts, references("asr", records))
-    extra = {"task": "cascade", "decode": asdict(mt_options), "asr_wer": round(asr_wer.score, 2),
-             "asr_seconds": round(asr_seconds, 3), "mt_seconds": round(mt_seconds, 3),
-             "decode_seconds": round(asr_seconds + mt_seconds, 3), "audio_seconds": round(audio, 3),
-             "rtf": round((asr_seconds + mt_seconds) / audio, 5) if audio else None, "commit": git_commit(),
-             "device": str(asr.device), "checkpoint": f"{asr.path} -> {mt.path}", **_skipped(bad)}
+    extra = {
+        "task": "cascade",
+        "decode": asdict(mt_options),
+        "asr_wer": round(asr_wer.score, 2),
+        "asr_seconds": round(asr_seconds, 3),
+        "mt_seconds": round(mt_seconds, 3),
+        "decode_seconds": round(asr_seconds + mt_seconds, 3),
+        "audio_seconds": round(audio, 3),
+        "rtf": round((asr_seconds + mt_seconds) / audio, 5) if audio else None,
+        "commit": git_commit(),
+        "device": str(asr.device),
+        "checkpoint": f"{asr.path} -> {mt.path}",
+        **_skipped(bad),
+    }
     metrics = score("st", hyps, refs)
     comet, skipped = optional_comet(hyps, refs, [r.src_text for r in records], comet_model)
     metrics.update({comet.name: comet} if comet else {})
     extra.update({"comet_skipped": skipped} if skipped else {})
-    report = EvalReport(model=name or f"{asr.path} -> {mt.path}", data=str(data_dir), split=split, n=len(records),
-                        metrics=metrics, extra=extra)
+    report = EvalReport(
+        model=name or f"{asr.path} -> {mt.path}",
+        data=str(data_dir),
+        split=split,
+        n=len(records),
+        metrics=metrics,
+        extra=extra,
+    )
     if out_dir is not None:
         write_report(report, out_dir, hyps, refs, [r.id for r in records], transcripts)
     return report
-

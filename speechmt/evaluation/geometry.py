@@ -73,7 +73,7 @@ def svd_prune(x, keep: float = 0.99) -> np.ndarray:
     of the variance (SVCCA's pruning); k = 0 for data without variance."""
     x = _centre(_matrix(x))
     u, s, _ = np.linalg.svd(x, full_matrices=False)
-    energy = s ** 2
+    energy = s**2
     if energy.sum() <= 0:
         return x[:, :0]
     k = int(np.searchsorted(np.cumsum(energy) / energy.sum(), keep - 1e-12) + 1)
@@ -155,8 +155,14 @@ def word_geometry(sentences: WordUnits, pairs: int = 2000, seed: int = 0) -> dic
     units = [n for n, words in enumerate(sentences) for _ in words]
     avg, dist = anisotropy(np.stack(vectors) if vectors else np.zeros((0, 1)), units, pairs, seed)
     self_raw, intra_raw = self_similarity(sentences), intra_similarity(sentences)
-    return {"avg_sim": avg, "avg_dist": dist, "self_sim_raw": self_raw, "intra_sim_raw": intra_raw,
-            "self_sim": self_raw - avg, "intra_sim": intra_raw - avg}
+    return {
+        "avg_sim": avg,
+        "avg_dist": dist,
+        "self_sim_raw": self_raw,
+        "intra_sim_raw": intra_raw,
+        "self_sim": self_raw - avg,
+        "intra_sim": intra_raw - avg,
+    }
 
 
 def cosine_scores(x, y) -> np.ndarray:
@@ -185,8 +191,10 @@ def retrieval(x, y, k: int = 10) -> dict[str, dict[str, float]]:
     """Paired x (n, D), y (n, D) -> P@1 both ways with cosine and with CSLS (k neighbours):
     {"cosine": {"x_to_y", "y_to_x"}, "csls": {...}}."""
     cos = cosine_scores(x, y)
-    return {"cosine": {"x_to_y": precision_at_1(cos), "y_to_x": precision_at_1(cos.T)},
-            "csls": {"x_to_y": precision_at_1(csls_scores(x, y, k)), "y_to_x": precision_at_1(csls_scores(y, x, k))}}
+    return {
+        "cosine": {"x_to_y": precision_at_1(cos), "y_to_x": precision_at_1(cos.T)},
+        "csls": {"x_to_y": precision_at_1(csls_scores(x, y, k)), "y_to_x": precision_at_1(csls_scores(y, x, k))},
+    }
 
 
 def iterative_normalize(x, rounds: int = 5) -> np.ndarray:
@@ -213,8 +221,14 @@ def procrustes_test(x_fit, y_fit, x_test, y_test, rounds: int = 5, k: int = 10) 
     w = procrustes(xf, yf)
     mapped = xt @ w
     before = float((xt * yt).sum(1).mean()) if xt.shape[1] == yt.shape[1] else None
-    return {"retrieval": retrieval(mapped, yt, k), "test_cosine": float((_unit(mapped) * yt).sum(1).mean()),
-            "test_cosine_before": before, "n_fit": len(xf), "n_test": len(xt), "w": w}
+    return {
+        "retrieval": retrieval(mapped, yt, k),
+        "test_cosine": float((_unit(mapped) * yt).sum(1).mean()),
+        "test_cosine_before": before,
+        "n_fit": len(xf),
+        "n_test": len(xt),
+        "w": w,
+    }
 
 
 def _ranks(a: np.ndarray) -> np.ndarray:

@@ -43,8 +43,9 @@ def average_lagging(delays: Sequence[float], source_length: float, reference_len
     return _lagging(delays, source_length, reference_length or len(delays))
 
 
-def length_adaptive_average_lagging(delays: Sequence[float], source_length: float,
-                                    reference_length: int | None = None) -> float:
+def length_adaptive_average_lagging(
+    delays: Sequence[float], source_length: float, reference_length: int | None = None
+) -> float:
     """LAAL of one utterance: AL with |Y| = max(reference words, output words), so that over-long output is
     not rewarded."""
     return _lagging(delays, source_length, max(reference_length or 0, len(delays)))
@@ -66,9 +67,12 @@ def corpus_latency(items: Sequence[Delays]) -> dict[str, float | int | None]:
     were skipped for having none; the means are None when every utterance was skipped."""
     scored = [d for d in items if d.delays]
     out: dict[str, float | int | None] = {"n": len(scored), "skipped": len(items) - len(scored)}
-    for name, fn, field in (("AL", average_lagging, "delays"), ("LAAL", length_adaptive_average_lagging, "delays"),
-                            ("AL_CA", average_lagging, "elapsed"),
-                            ("LAAL_CA", length_adaptive_average_lagging, "elapsed")):
+    for name, fn, field in (
+        ("AL", average_lagging, "delays"),
+        ("LAAL", length_adaptive_average_lagging, "delays"),
+        ("AL_CA", average_lagging, "elapsed"),
+        ("LAAL_CA", length_adaptive_average_lagging, "elapsed"),
+    ):
         values = [fn(getattr(d, field), d.source_ms, d.reference_words) for d in scored]
         out[name] = sum(values) / len(values) if values else None
     return out

@@ -89,8 +89,9 @@ class CometUnavailable(Exception):
     """Why COMET was not computed (the package or the model is missing): one line for the report."""
 
 
-def comet(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], model: str | None,
-          batch_size: int = 8) -> Score:
+def comet(
+    hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], model: str | None, batch_size: int = 8
+) -> Score:
     """Corpus COMET (the mean of the segment scores, times 100) with Unbabel's `unbabel-comet` package and a
     model: a checkpoint file (.ckpt), a model folder holding checkpoints/model.ckpt, or a name the package can
     download. Raises CometUnavailable, with the reason, when the package or the model is missing; never a
@@ -114,12 +115,17 @@ def comet(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], model: 
         raise CometUnavailable(f"COMET model {model!r} could not be used ({why})") from None
     version = importlib.metadata.version("unbabel-comet")
     segments = [float(x) for x in out.scores]
-    return Score("COMET", 100.0 * sum(segments) / len(segments), f"nrefs:1|model:{model}|comet:{version}",
-                 {"model": model, "segments": len(segments)})
+    return Score(
+        "COMET",
+        100.0 * sum(segments) / len(segments),
+        f"nrefs:1|model:{model}|comet:{version}",
+        {"model": model, "segments": len(segments)},
+    )
 
 
-def optional_comet(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str],
-                   model: str | None) -> tuple[Score | None, str | None]:
+def optional_comet(
+    hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], model: str | None
+) -> tuple[Score | None, str | None]:
     """(COMET Score, None), or (None, the one line that says why COMET was skipped)."""
     try:
         return comet(hyps, refs, srcs, model), None
@@ -170,8 +176,10 @@ def _prepare_for_edit_distance(
     if normalize:
         hyps, refs = [normalize_for_wer(h) for h in hyps], [normalize_for_wer(r) for r in refs]
     if not any(r.split() for r in refs):
-        raise ValueError(f"all {len(refs)} references are empty{' after normalisation' if normalize else ''}: "
-                         "the error rate is undefined")
+        raise ValueError(
+            f"all {len(refs)} references are empty{' after normalisation' if normalize else ''}: "
+            "the error rate is undefined"
+        )
     settings = "tok:13a|case:lc|punct:removed" if normalize else "tok:none|case:mixed|punct:kept"
     return list(hyps), list(refs), f"nrefs:1|{settings}|jiwer:{_jiwer_version()}"
 
@@ -181,9 +189,13 @@ def _edit_details(
 ) -> dict[str, Any]:
     """Edit counts of a jiwer alignment; `ref_units` is the number of reference words (or characters)."""
     return {
-        "substitutions": out.substitutions, "deletions": out.deletions, "insertions": out.insertions,
-        "hits": out.hits, "ref_units": out.hits + out.substitutions + out.deletions,
-        "empty_refs": sum(1 for r in refs if not r.split()), "normalized": normalize,
+        "substitutions": out.substitutions,
+        "deletions": out.deletions,
+        "insertions": out.insertions,
+        "hits": out.hits,
+        "ref_units": out.hits + out.substitutions + out.deletions,
+        "empty_refs": sum(1 for r in refs if not r.split()),
+        "normalized": normalize,
     }
 
 

@@ -119,8 +119,14 @@ def plot_quality_vs_speed(bench: PlotBench, rows: Sequence[PlotRow], metric: str
     return _save(fig, path)
 
 
-def plot_quality_vs_latency(curves: Mapping[str, Sequence[tuple[float, float, str]]], levels: Mapping[str, float],
-                            metric: str, latency: str, title: str, path: Path) -> Path:
+def plot_quality_vs_latency(
+    curves: Mapping[str, Sequence[tuple[float, float, str]]],
+    levels: Mapping[str, float],
+    metric: str,
+    latency: str,
+    title: str,
+    path: Path,
+) -> Path:
     """Lines of the metric against a latency (s), one per curve {name: [(latency, score, point label)]}, each
     point labelled; a dashed horizontal line per level {name: score} (an offline system, a goal)."""
     fig = _figure()
@@ -139,8 +145,9 @@ def plot_quality_vs_latency(curves: Mapping[str, Sequence[tuple[float, float, st
     return _save(fig, path)
 
 
-def plot_heatmap(matrix: Sequence[Sequence[float | None]], rows: Sequence[str], cols: Sequence[str], title: str,
-                 path: Path) -> Path:
+def plot_heatmap(
+    matrix: Sequence[Sequence[float | None]], rows: Sequence[str], cols: Sequence[str], title: str, path: Path
+) -> Path:
     """A (rows x cols) matrix of values (None: blank) as a colour grid, each cell labelled when the grid is
     small (representation analysis: one speech layer per row, one text layer per column)."""
     values = [[math.nan if v is None else v for v in row] for row in matrix]
@@ -156,14 +163,16 @@ def plot_heatmap(matrix: Sequence[Sequence[float | None]], rows: Sequence[str], 
         for i, row in enumerate(values):
             for j, v in enumerate(row):
                 if not math.isnan(v):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small",
-                            color="w" if v < middle else "k")
+                    ax.text(
+                        j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small", color="w" if v < middle else "k"
+                    )
     ax.set_title(title)
     return _save(fig, path)
 
 
-def plot_layer_lines(panels: Sequence[tuple[str, Sequence[str], Mapping[str, Sequence[float | None]]]], title: str,
-                     path: Path) -> Path:
+def plot_layer_lines(
+    panels: Sequence[tuple[str, Sequence[str], Mapping[str, Sequence[float | None]]]], title: str, path: Path
+) -> Path:
     """Side-by-side panels (title, layer names, {series: one value per layer (None: gap)}), a line per series."""
     fig = _figure(max(7.0, 3.5 * len(panels)), 4.5)
     for k, (name, layers, series) in enumerate(panels):

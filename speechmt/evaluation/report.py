@@ -108,7 +108,9 @@ def _skipped_lines(skipped: dict | None) -> list[str]:
         return []
     ids = skipped.get("ids", [])
     named = ", ".join(f"`{i}`" for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-    return [f"- skipped ({skipped.get('reason', 'unreadable audio')}): {skipped['count']}" + (f": {named}" if named else "")]
+    return [
+        f"- skipped ({skipped.get('reason', 'unreadable audio')}): {skipped['count']}" + (f": {named}" if named else "")
+    ]
 
 
 def write_report(
@@ -201,8 +203,9 @@ def git_commit(repo_dir: str | os.PathLike | None = None) -> str | None:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True)
         if head.returncode != 0:
             return None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                                capture_output=True, text=True)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True
+        )
     except (FileNotFoundError, NotADirectoryError):
         return None
     dirty = status.returncode == 0 and status.stdout.strip() != ""

@@ -98,8 +98,9 @@ class _Collector:
                 self.unaligned.add(name)
             else:
                 self.units.setdefault(name, how)
-                self.words[name] += [[(label, x[b, pos].mean(0).numpy()) for label, pos in words]
-                                     for b, words in enumerate(spans)]
+                self.words[name] += [
+                    [(label, x[b, pos].mean(0).numpy()) for label, pos in words] for b, words in enumerate(spans)
+                ]
         self.n += len(lengths) if states else 0
 
     def _sample(self, name: str, x: Tensor, lengths: Tensor) -> None:
@@ -111,18 +112,30 @@ class _Collector:
         words = {n: self.words[n] for n in self.names if n in self.words and n not in self.unaligned}
         if not words and not note:
             note = "no layer's positions line up with the word units"
-        sample = {n: (np.concatenate([s for s, _ in self.sample[n]]), np.concatenate([u for _, u in self.sample[n]]))
-                  for n in self.names}
-        return Layers(list(self.names), {n: np.concatenate(self.pooled[n]) for n in self.names}, sample, words, note,
-                      {n: self.units[n] for n in words}, list(skipped))
+        sample = {
+            n: (np.concatenate([s for s, _ in self.sample[n]]), np.concatenate([u for _, u in self.sample[n]]))
+            for n in self.names
+        }
+        return Layers(
+            list(self.names),
+            {n: np.concatenate(self.pooled[n]) for n in self.names},
+            sample,
+            words,
+            note,
+            {n: self.units[n] for n in words},
+            list(skipped),
+        )
 
 
 def transcript_words(pieces: Sequence[bytes]) -> list[tuple[str, list[int]]]:
     """Byte-level BPE pieces of one transcript (b" Gr", b"\xc3\xb6", ...) -> words as (label, piece positions): a
     piece starting with a space begins a word; labels are the words' text (their bytes decoded), lower-cased."""
     groups = _word_positions([piece.startswith(b" ") for piece in pieces])
-    return [(text.lower(), g) for g in groups
-            if (text := b"".join(pieces[i] for i in g).decode("utf-8", errors="replace").strip())]
+    return [
+        (text.lower(), g)
+        for g in groups
+        if (text := b"".join(pieces[i] for i in g).decode("utf-8", errors="replace").strip())
+    ]
 
 
 def _word_positions(begins: Sequence[bool]) -> list[list[int]]:
@@ -136,8 +149,9 @@ def _word_positions(begins: Sequence[bool]) -> list[list[int]]:
 
 
 @torch.no_grad()
-def transcript_states(model: torch.nn.Module, x: Tensor, lengths: Tensor, states: States,
-                      pieces: Sequence[bytes]) -> Alignment:
+def transcript_states(
+    model: torch.nn.Module, x: Tensor, lengths: Tensor, states: States, pieces: Sequence[bytes]
+) -> Alignment:
     """A whisper_asr model's states of one batch (mels (B, T, n_mels), lengths (B,)) into `states`, as
     Translator.states names them ("speech.encoder.whisper.out", "speech.encoder.asr", "speech.encoder.projected",
     "speech.out"), from one search; returns the word spans of its transcripts (`pieces`: Whisper's text pieces'
@@ -180,8 +194,13 @@ def label_pieces(head: CTCHead, tok) -> Callable[[int], str]:
     return lambda label: tok.id_to_piece(int(head.lm_ids(torch.tensor(label)))) if label >= FIRST_LABEL else ""
 
 
-def forced_alignment(enc: EncoderOutput, transcripts: Sequence[Sequence[int]], id_to_piece: Callable[[int], str],
-                     names: Sequence[str], head: CTCHead | None = None) -> tuple[Alignment, list[str]]:
+def forced_alignment(
+    enc: EncoderOutput,
+    transcripts: Sequence[Sequence[int]],
+    id_to_piece: Callable[[int], str],
+    names: Sequence[str],
+    head: CTCHead | None = None,
+) -> tuple[Alignment, list[str]]:
     """A speech batch's transcript word spans over the acoustic frames (lengths enc.ctc_lengths), from the CTC
     forced alignment of each transcript's piece ids (as the CTC `head`'s labels: an LM-token head has its own);
     (the alignment, the names of the utterances whose transcript does not fit in their frames: no words there)."""
@@ -190,20 +209,27 @@ def forced_alignment(enc: EncoderOutput, transcripts: Sequence[Sequence[int]], i
     for b, (ids, name) in enumerate(zip(transcripts, names)):
         try:
             labels = ids if head is None else head.labels(torch.tensor(ids, dtype=torch.long)).tolist()
-            aligned = ctc_forced_align(log_probs[b, :int(enc.ctc_lengths[b])], labels, CTC_BLANK_ID, name)
+            aligned = ctc_forced_align(log_probs[b, : int(enc.ctc_lengths[b])], labels, CTC_BLANK_ID, name)
         except AlignmentError:
             spans.append([])
             skipped.append(name)
             continue
         words = piece_words([id_to_piece(int(i)) for i in ids])
-        spans.append([(label, list(range(aligned.spans[pos[0]][0], aligned.spans[pos[-1]][1])))
-                      for label, pos in words])
+        spans.append(
+            [(label, list(range(aligned.spans[pos[0]][0], aligned.spans[pos[-1]][1]))) for label, pos in words]
+        )
     return (enc.ctc_lengths, spans, FORCED), skipped
 
 
 @torch.no_grad()
-def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os.PathLike, batch_size: int = 8,
-                  per_utterance: int = 16, seed: int = 0) -> Layers:
+def speech_layers(
+    lm: LoadedModel,
+    records: Sequence[Record],
+    data_dir: str | os.PathLike,
+    batch_size: int = 8,
+    per_utterance: int = 16,
+    seed: int = 0,
+) -> Layers:
     """Every speech stage's states of the records' audio (through the model's front end), with word units
     when the model has a CTC head and a source tokenizer: the transcripts' words (CTC forced alignment) at the
     frame rate, the CTC argmax's words in layers of one state per CTC segment (the module docstring)."""
@@ -216,38 +242,46 @@ def speech_layers(lm: LoadedModel, records: Sequence[Record], data_dir: str | os
 
         pieces = whisper_pieces(lm.model.config.encoder.name_or_path)
     for start in batch_starts(len(records), batch_size, "analyze: speech path", "utt"):
-        chunk = records[start:start + batch_size]
+        chunk = records[start : start + batch_size]
         x, lengths = collate_sequences([lm.frontend(record_audio(r, data_dir)) for r in chunk])
         states: States = {}
         if pieces is not None:
-            collector.add(states, [transcript_states(lm.model, x.to(lm.device), lengths.to(lm.device), states,
-                                                     pieces)])
+            collector.add(states, [transcript_states(lm.model, x.to(lm.device), lengths.to(lm.device), states, pieces)])
             continue
         enc = lm.model.encode_speech(x.to(lm.device), lengths.to(lm.device), record=states)  # Translator.states
         alignments = []
         if ctc:
-            forced, unfit = forced_alignment(enc, [tok.encode(r.src_text, add_eos=False) for r in chunk],
-                                             tok.id_to_piece, [r.id for r in chunk], head)
+            forced, unfit = forced_alignment(
+                enc,
+                [tok.encode(r.src_text, add_eos=False) for r in chunk],
+                tok.id_to_piece,
+                [r.id for r in chunk],
+                head,
+            )
             alignments, skipped = [forced, ctc_alignments(enc, label_pieces(head, tok))[1]], skipped + unfit
         collector.add(states, alignments)
     if pieces is not None:
         return collector.layers()
     if not ctc:
         return collector.layers("the model has no CTC head (and source tokenizer) to cut speech into words")
-    note = (f"{len(skipped)} of {len(records)} utterances have no {FORCED} word units: their transcript needs "
-            f"more CTC frames than the audio has ({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})"
-            if skipped else "")
+    note = (
+        f"{len(skipped)} of {len(records)} utterances have no {FORCED} word units: their transcript needs "
+        f"more CTC frames than the audio has ({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})"
+        if skipped
+        else ""
+    )
     return collector.layers(note, skipped)
 
 
 @torch.no_grad()
-def own_text_layers(lm: LoadedModel, texts: Sequence[str], batch_size: int = 8, per_utterance: int = 16,
-                    seed: int = 0) -> Layers:
+def own_text_layers(
+    lm: LoadedModel, texts: Sequence[str], batch_size: int = 8, per_utterance: int = 16, seed: int = 0
+) -> Layers:
     """Every text stage's states of the model's own text encoder (sources end with </s>, as in training),
     with word units of the SentencePiece pieces (</s> in no word)."""
     collector, tok = _Collector(per_utterance, seed), lm.source_tokenizer
     for start in batch_starts(len(texts), batch_size, "analyze: text path", "utt"):
-        ids = [tok.encode(t) for t in texts[start:start + batch_size]]
+        ids = [tok.encode(t) for t in texts[start : start + batch_size]]
         x, lengths = collate_sequences([torch.tensor(i) for i in ids], tok.pad_id)
         states = lm.model.states(x.to(lm.device), lengths.to(lm.device), "text")
         spans = [piece_words([tok.id_to_piece(i) for i in seq[:-1]]) for seq in ids]
@@ -259,7 +293,7 @@ def _compact(x: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
     """x (B, S, H), keep (B, S) bool -> the kept positions moved to the front, x (B, S', H), lengths (B,)."""
     lengths = keep.sum(1)
     order = torch.argsort((~keep).int(), dim=1, stable=True)  # kept positions first, in order
-    x = torch.gather(x, 1, order[..., None].expand_as(x))[:, :max(int(lengths.max()), 1)]
+    x = torch.gather(x, 1, order[..., None].expand_as(x))[:, : max(int(lengths.max()), 1)]
     return x, lengths
 
 
@@ -273,22 +307,39 @@ def _hf_spans(enc, keep: Tensor, texts: Sequence[str]) -> Spans:
             if (w := word_ids[token]) is not None:
                 words[w].append(p)
         offsets = enc["offset_mapping"][b]
-        spans.append([(text[int(offsets[kept[pos[0]]][0]):int(offsets[kept[pos[-1]]][1])].lower(), pos)
-                      for pos in words.values()])
+        spans.append(
+            [
+                (text[int(offsets[kept[pos[0]]][0]) : int(offsets[kept[pos[-1]]][1])].lower(), pos)
+                for pos in words.values()
+            ]
+        )
     return spans
 
 
 @torch.no_grad()
-def hf_text_layers(model: torch.nn.Module, tokenizer, texts: Sequence[str], device: torch.device,
-                   batch_size: int = 8, per_utterance: int = 16, seed: int = 0) -> Layers:
+def hf_text_layers(
+    model: torch.nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    device: torch.device,
+    batch_size: int = 8,
+    per_utterance: int = 16,
+    seed: int = 0,
+) -> Layers:
     """A Hugging Face text encoder's hidden states ("text.hf.embeddings", "text.hf.layer.<i>") of the
     texts' tokens, special tokens left out; word units from a fast tokenizer's word_ids."""
     collector, fast = _Collector(per_utterance, seed), bool(getattr(tokenizer, "is_fast", False))
     model = model.to(device).eval()
     for start in batch_starts(len(texts), batch_size, "analyze: text path", "utt"):
-        chunk = list(texts[start:start + batch_size])
-        enc = tokenizer(chunk, padding=True, truncation=True, return_tensors="pt", return_special_tokens_mask=True,
-                        return_offsets_mapping=fast)
+        chunk = list(texts[start : start + batch_size])
+        enc = tokenizer(
+            chunk,
+            padding=True,
+            truncation=True,
+            return_tensors="pt",
+            return_special_tokens_mask=True,
+            return_offsets_mapping=fast,
+        )
         keep = enc["attention_mask"].bool() & ~enc["special_tokens_mask"].bool()
         inputs = {k: v.to(device) for k, v in enc.items() if k not in ("special_tokens_mask", "offset_mapping")}
         hidden = model(**inputs, output_hidden_states=True).hidden_states
@@ -298,8 +349,9 @@ def hf_text_layers(model: torch.nn.Module, tokenizer, texts: Sequence[str], devi
     return collector.layers("" if fast else "a slow tokenizer has no word_ids")
 
 
-def word_pairs(speech: Sequence[Sequence[tuple[str, np.ndarray]]], text: Sequence[Sequence[tuple[str, np.ndarray]]]
-               ) -> tuple[np.ndarray, np.ndarray]:
+def word_pairs(
+    speech: Sequence[Sequence[tuple[str, np.ndarray]]], text: Sequence[Sequence[tuple[str, np.ndarray]]]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per utterance, the speech words matched to the transcript's words of the same label, in order
     -> their vectors, speech (P, D1) and text (P, D2). Word i with word i where the two label sequences are
     the same (forced-alignment words against the model's own text path), else difflib's longest matching
@@ -311,8 +363,9 @@ def word_pairs(speech: Sequence[Sequence[tuple[str, np.ndarray]]], text: Sequenc
             pairs += [(s, t) for (_, s), (_, t) in zip(s_words, t_words)]
             continue
         matcher = difflib.SequenceMatcher(None, s_labels, t_labels, autojunk=False)
-        pairs += [(s_words[a + k][1], t_words[b + k][1]) for a, b, size in matcher.get_matching_blocks()
-                  for k in range(size)]
+        pairs += [
+            (s_words[a + k][1], t_words[b + k][1]) for a, b, size in matcher.get_matching_blocks() for k in range(size)
+        ]
     if not pairs:
         return np.zeros((0, 1)), np.zeros((0, 1))
     return np.stack([s for s, _ in pairs]), np.stack([t for _, t in pairs])

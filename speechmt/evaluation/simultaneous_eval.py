@@ -27,20 +27,33 @@ from speechmt.evaluation.report import EvalReport, git_commit, write_report
 from speechmt.progress import progress
 
 
-def evaluate_simultaneous(lm: LoadedModel, data_dir: str | os.PathLike, split: str, cfg: SimultaneousConfig,
-                          out_dir: str | os.PathLike | None = None, name: str | None = None,
-                          limit: int | None = None, options: DecodeOptions | None = None) -> EvalReport:
+def evaluate_simultaneous(
+    lm: LoadedModel,
+    data_dir: str | os.PathLike,
+    split: str,
+    cfg: SimultaneousConfig,
+    out_dir: str | os.PathLike | None = None,
+    name: str | None = None,
+    limit: int | None = None,
+    options: DecodeOptions | None = None,
+) -> EvalReport:
     """Streams the split's utterances (the first `limit`) through the policy of `cfg` (greedy search with
     `options`; None: the model's defaults); scores and latency. An unreadable utterance raises AudioError
     naming it."""
     return evaluate_simultaneous_settings(lm, data_dir, split, [cfg], [out_dir], name, limit, options)[0]
 
 
-def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike, split: str,
-                                   cfgs: list[SimultaneousConfig], out_dirs: list[str | os.PathLike | None],
-                                   name: str | None = None, limit: int | None = None,
-                                   options: DecodeOptions | None = None,
-                                   journal: str | os.PathLike | None = None) -> list[EvalReport]:
+def evaluate_simultaneous_settings(
+    lm: LoadedModel,
+    data_dir: str | os.PathLike,
+    split: str,
+    cfgs: list[SimultaneousConfig],
+    out_dirs: list[str | os.PathLike | None],
+    name: str | None = None,
+    limit: int | None = None,
+    options: DecodeOptions | None = None,
+    journal: str | os.PathLike | None = None,
+) -> list[EvalReport]:
     """`evaluate_simultaneous` for several settings at once, one report each (written to its out_dirs entry):
     each utterance is read once and streamed through every setting with one EncoderMemo, so a window's input is
     encoded once for all of them; each setting's decode seconds, RTF and computation-aware latency are what it
@@ -51,8 +64,16 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
     check_one_line(records, split_manifest(data_dir, split))
     refs = references(lm.task, records)
     options = options or lm.decode_options(1)
-    book = StreamJournal(journal, {"model": lm.path, "data": str(data_dir), "split": split,
-                                   "settings": [asdict(c) for c in cfgs], "decode": asdict(options)})
+    book = StreamJournal(
+        journal,
+        {
+            "model": lm.path,
+            "data": str(data_dir),
+            "split": split,
+            "settings": [asdict(c) for c in cfgs],
+            "decode": asdict(options),
+        },
+    )
     done = book.read()
     memo = EncoderMemo()
     policies = ", ".join(f"{c.policy} k={c.k}" for c in cfgs)
@@ -68,15 +89,31 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
     reports = []
     for i, (cfg, out_dir) in enumerate(zip(cfgs, out_dirs)):
         hyp = [one_line(s[i]["text"]) for s in streams]
-        items = [Delays(tuple(s[i]["delays"]), tuple(s[i]["elapsed"]), s[i]["source_ms"], len(ref.split()))
-                 for s, ref in zip(streams, refs)]
+        items = [
+            Delays(tuple(s[i]["delays"]), tuple(s[i]["elapsed"]), s[i]["source_ms"], len(ref.split()))
+            for s, ref in zip(streams, refs)
+        ]
         seconds = sum(s[i]["compute_ms"] for s in streams) / 1000
-        extra = {"task": lm.task, "simultaneous": asdict(cfg), "latency": corpus_latency(items),
-                 "decode": asdict(options), "decode_seconds": round(seconds, 3), "audio_seconds": round(audio, 3),
-                 "rtf": round(seconds / audio, 5) if audio else None, "commit": git_commit(),
-                 "device": str(lm.device), "checkpoint": lm.path}
-        report = EvalReport(model=name or lm.path, data=str(data_dir), split=split, n=len(records),
-                            metrics=score(lm.task, hyp, refs), extra=extra)
+        extra = {
+            "task": lm.task,
+            "simultaneous": asdict(cfg),
+            "latency": corpus_latency(items),
+            "decode": asdict(options),
+            "decode_seconds": round(seconds, 3),
+            "audio_seconds": round(audio, 3),
+            "rtf": round(seconds / audio, 5) if audio else None,
+            "commit": git_commit(),
+            "device": str(lm.device),
+            "checkpoint": lm.path,
+        }
+        report = EvalReport(
+            model=name or lm.path,
+            data=str(data_dir),
+            split=split,
+            n=len(records),
+            metrics=score(lm.task, hyp, refs),
+            extra=extra,
+        )
         if out_dir is not None:
             write_report(report, out_dir, hyp, refs, [r.id for r in records], [r.src_text for r in records])
         reports.append(report)
@@ -86,8 +123,13 @@ def evaluate_simultaneous_settings(lm: LoadedModel, data_dir: str | os.PathLike,
 def _stream(result: SimultaneousResult) -> dict:
     """What a report needs of one utterance's stream: its text, word delays and compute, as JSON."""
     delays, elapsed = word_delays(result.events())
-    return {"text": result.text, "delays": delays, "elapsed": elapsed, "source_ms": result.source_ms,
-            "compute_ms": result.compute_ms}
+    return {
+        "text": result.text,
+        "delays": delays,
+        "elapsed": elapsed,
+        "source_ms": result.source_ms,
+        "compute_ms": result.compute_ms,
+    }
 
 
 class StreamJournal:
@@ -108,8 +150,10 @@ class StreamJournal:
             return {}
         lines = self.path.read_text(encoding="utf-8").split("\n")
         if json.loads(lines[0]).get("run") != self.run:
-            raise SimultaneousError(f"{self.path}: the journal of another run (model, data, split, settings or "
-                                    "search differ); remove it or write to another --out")
+            raise SimultaneousError(
+                f"{self.path}: the journal of another run (model, data, split, settings or "
+                "search differ); remove it or write to another --out"
+            )
         done, kept = {}, [lines[0]]
         for line in lines[1:]:
             try:
@@ -132,12 +176,15 @@ class StreamJournal:
 
 def latency_line(latency: dict) -> str:
     """One line of the corpus latency: AL and LAAL in seconds, computation-unaware and -aware."""
+
     def sec(key: str) -> str:
         return "-" if latency.get(key) is None else f"{latency[key] / 1000:.3f} s"
 
     skipped = f"; {latency['skipped']} utterances without output left out" if latency.get("skipped") else ""
-    return (f"AL = {sec('AL')}, LAAL = {sec('LAAL')} (computation-unaware); AL = {sec('AL_CA')}, "
-            f"LAAL = {sec('LAAL_CA')} (computation-aware){skipped}")
+    return (
+        f"AL = {sec('AL')}, LAAL = {sec('LAAL')} (computation-unaware); AL = {sec('AL_CA')}, "
+        f"LAAL = {sec('LAAL_CA')} (computation-aware){skipped}"
+    )
 
 
 LATENCIES = ("AL", "LAAL", "AL_CA", "LAAL_CA")
@@ -152,9 +199,15 @@ def latency_row(cfg: SimultaneousConfig, report: EvalReport) -> dict:
     """One row of a quality-latency table: the policy setting, its quality (BLEU and chrF++, or WER and CER),
     the four latencies in seconds (None: every utterance skipped) and the RTF."""
     lat = report.extra["latency"]
-    return {"policy": policy_label(cfg), "k": cfg.k, "step_ms": cfg.step_ms, "n": report.n,
-            **{name: s.score for name, s in report.metrics.items()},
-            **{k: None if lat.get(k) is None else lat[k] / 1000 for k in LATENCIES}, "rtf": report.extra["rtf"]}
+    return {
+        "policy": policy_label(cfg),
+        "k": cfg.k,
+        "step_ms": cfg.step_ms,
+        "n": report.n,
+        **{name: s.score for name, s in report.metrics.items()},
+        **{k: None if lat.get(k) is None else lat[k] / 1000 for k in LATENCIES},
+        "rtf": report.extra["rtf"],
+    }
 
 
 def _metrics(rows: list[dict]) -> tuple[str, str]:
@@ -167,18 +220,24 @@ def quality_latency_table(rows: list[dict], offline: EvalReport | None = None) -
     quality as a percentage of it."""
     main, second = _metrics(rows)
     share = offline is not None and offline.metrics[main].score > 0
-    lines = [f"| policy | k | step ms | {main} |{' % of offline |' if share else ''} {second} | AL s | LAAL s | "
-             "AL s (CA) | LAAL s (CA) | RTF |",
-             "|---|---:|---:|---:|" + ("---:|" if share else "") + "---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"| policy | k | step ms | {main} |{' % of offline |' if share else ''} {second} | AL s | LAAL s | "
+        "AL s (CA) | LAAL s (CA) | RTF |",
+        "|---|---:|---:|---:|" + ("---:|" if share else "") + "---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         cells = ["-" if row[k] is None else f"{row[k]:.3f}" for k in LATENCIES]
         pct = f" {100 * row[main] / offline.metrics[main].score:.0f} |" if share else ""
-        lines.append(f"| {row['policy']} | {row['k']} | {row['step_ms']:g} | {row[main]:.2f} |{pct} "
-                     f"{row[second]:.2f} | " + " | ".join(cells) + f" | {row['rtf']} |")
+        lines.append(
+            f"| {row['policy']} | {row['k']} | {row['step_ms']:g} | {row[main]:.2f} |{pct} "
+            f"{row[second]:.2f} | " + " | ".join(cells) + f" | {row['rtf']} |"
+        )
     if offline is not None:
-        lines.append(f"| offline (beam {offline.extra['decode']['beam_size']}) | - | - | "
-                     f"{offline.metrics[main].score:.2f} |{' 100 |' if share else ''} "
-                     f"{offline.metrics[second].score:.2f} | - | - | - | - | {offline.extra['rtf']} |")
+        lines.append(
+            f"| offline (beam {offline.extra['decode']['beam_size']}) | - | - | "
+            f"{offline.metrics[main].score:.2f} |{' 100 |' if share else ''} "
+            f"{offline.metrics[second].score:.2f} | - | - | - | - | {offline.extra['rtf']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -200,8 +259,9 @@ def plot_quality_latency(rows: list[dict], offline: EvalReport | None, title: st
     return plot_quality_vs_latency(curves, levels, main, "LAAL", title, path)
 
 
-def write_quality_latency(out_dir: str | os.PathLike, rows: list[dict], title: str,
-                          offline: EvalReport | None = None) -> list[Path]:
+def write_quality_latency(
+    out_dir: str | os.PathLike, rows: list[dict], title: str, offline: EvalReport | None = None
+) -> list[Path]:
     """Writes quality_latency.md (the table), quality_latency.json (the rows and the offline scores) and, where
     matplotlib is installed, quality_latency.png (the plot) into out_dir; returns the paths written."""
     from speechmt.evaluation.plots import PlotError
@@ -212,8 +272,13 @@ def write_quality_latency(out_dir: str | os.PathLike, rows: list[dict], title: s
     written = [out / "quality_latency.md", out / "quality_latency.json"]
     write_text_atomic(written[0], f"# {title}\n\n{quality_latency_table(rows, offline)}")
     scores = None if offline is None else {name: s.score for name, s in offline.metrics.items()}
-    write_text_atomic(written[1], json.dumps({"title": title, "rows": rows, "offline": scores,
-                                              "offline_rtf": offline and offline.extra["rtf"]}, indent=2) + "\n")
+    write_text_atomic(
+        written[1],
+        json.dumps(
+            {"title": title, "rows": rows, "offline": scores, "offline_rtf": offline and offline.extra["rtf"]}, indent=2
+        )
+        + "\n",
+    )
     try:
         written.append(plot_quality_latency(rows, offline, title, out / "quality_latency.png"))
     except PlotError:

@@ -102,8 +102,12 @@ def resegment(hyp_words: Sequence[str], ref_segments: Sequence[str]) -> list[lis
     return out
 
 
-def stream_laal(words: Sequence[str], delays: Sequence[float], elapsed: Sequence[float],
-                segments: Sequence[tuple[float, float, str]]) -> dict[str, float | int | None]:
+def stream_laal(
+    words: Sequence[str],
+    delays: Sequence[float],
+    elapsed: Sequence[float],
+    segments: Sequence[tuple[float, float, str]],
+) -> dict[str, float | int | None]:
     """StreamLAAL of one stream's output: `words` with their `delays` and `elapsed` (ms from the stream's start,
     computation-unaware and -aware) against `segments`, (start ms in the stream, duration ms, reference text)
     each. {"StreamLAAL": ms, "StreamLAAL_CA": ms, "n": segments scored, "skipped": segments without output
@@ -112,8 +116,18 @@ def stream_laal(words: Sequence[str], delays: Sequence[float], elapsed: Sequence
         raise ValueError(f"{len(words)} words, {len(delays)} delays, {len(elapsed)} elapsed: one each per word")
     items = []
     for (start, duration, text), idx in zip(segments, resegment(words, [s[2] for s in segments])):
-        items.append(Delays(tuple(delays[i] - start for i in idx), tuple(elapsed[i] - start for i in idx),
-                            duration, len(text.split())))
+        items.append(
+            Delays(
+                tuple(delays[i] - start for i in idx),
+                tuple(elapsed[i] - start for i in idx),
+                duration,
+                len(text.split()),
+            )
+        )
     scores = corpus_latency(items)
-    return {"StreamLAAL": scores["LAAL"], "StreamLAAL_CA": scores["LAAL_CA"], "n": scores["n"],
-            "skipped": scores["skipped"]}
+    return {
+        "StreamLAAL": scores["LAAL"],
+        "StreamLAAL_CA": scores["LAAL_CA"],
+        "n": scores["n"],
+        "skipped": scores["skipped"],
+    }

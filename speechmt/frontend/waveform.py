@@ -29,8 +29,9 @@ class WaveformConfig:
 
     def __post_init__(self):
         if self.sample_rate != SAMPLE_RATE:
-            raise ValueError(f"waveform input must be {SAMPLE_RATE} Hz; the feature extractor says "
-                             f"{self.sample_rate} Hz")
+            raise ValueError(
+                f"waveform input must be {SAMPLE_RATE} Hz; the feature extractor says {self.sample_rate} Hz"
+            )
 
 
 def normalize_waveform(wave: np.ndarray) -> np.ndarray:

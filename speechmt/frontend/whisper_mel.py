@@ -39,8 +39,10 @@ class WhisperMelConfig:
         if not 0 <= self.pad_seconds <= CHUNK_SECONDS:
             raise ValueError(f"Whisper features pad to 0 (none) to {CHUNK_SECONDS} seconds; got {self.pad_seconds}")
         if self.sample_rate != SAMPLE_RATE or self.hop_length != HOP or self.n_fft != 400:
-            raise ValueError(f"Whisper features need 16 kHz, n_fft 400 and hop 160; got {self.sample_rate} Hz, "
-                             f"n_fft {self.n_fft}, hop {self.hop_length}")
+            raise ValueError(
+                f"Whisper features need 16 kHz, n_fft 400 and hop 160; got {self.sample_rate} Hz, "
+                f"n_fft {self.n_fft}, hop {self.hop_length}"
+            )
         if self.n_mels not in (80, 128):
             raise ValueError(f"Whisper models use 80 or 128 mel bins; got {self.n_mels}")
 
@@ -68,8 +70,9 @@ def whisper_log_mel(wave: np.ndarray, cfg: WhisperMelConfig = WhisperMelConfig()
         wave = np.pad(wave, (0, max(0, round(cfg.pad_seconds * cfg.sample_rate) - len(wave))))
     if len(wave) < MIN_SAMPLES:  # the STFT's reflect padding needs more samples than it pads
         return torch.zeros(0, cfg.n_mels)
-    mel = _extractor(cfg.n_mels)(wave, sampling_rate=cfg.sample_rate, padding="longest", truncation=False,
-                                 return_tensors="np")["input_features"][0]  # (n_mels, T)
+    mel = _extractor(cfg.n_mels)(
+        wave, sampling_rate=cfg.sample_rate, padding="longest", truncation=False, return_tensors="np"
+    )["input_features"][0]  # (n_mels, T)
     return torch.from_numpy(np.ascontiguousarray(mel.T))
 
 

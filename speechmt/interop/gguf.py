@@ -111,8 +111,10 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
         r = _HeaderReader(f, path)
         header = GGUFHeader(version=r.unpack("I"))
         if header["version"] not in SUPPORTED_VERSIONS:
-            raise HFImportError(f"{path}: GGUF version {header['version']} is not supported (expected "
-                                f"{' or '.join(map(str, SUPPORTED_VERSIONS))})")
+            raise HFImportError(
+                f"{path}: GGUF version {header['version']} is not supported (expected "
+                f"{' or '.join(map(str, SUPPORTED_VERSIONS))})"
+            )
         header["tensor_count"], header["kv_count"] = r.unpack("Q"), r.unpack("Q")
         for _ in range(header["kv_count"]):
             key = r.string()
@@ -129,16 +131,20 @@ def _check_readable(path: Path, header: GGUFHeader) -> None:
     """One-line errors for what transformers would fail on: a missing package, an architecture it lacks."""
     missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
     if missing:
-        raise HFImportError(f"{path}: reading GGUF needs the {' and '.join(missing)} package(s) of speechmt's gguf "
-                            "extra: pip install 'speechmt[gguf]'")
+        raise HFImportError(
+            f"{path}: reading GGUF needs the {' and '.join(missing)} package(s) of speechmt's gguf "
+            "extra: pip install 'speechmt[gguf]'"
+        )
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     if header["architecture"] not in set(GGUF_SUPPORTED_ARCHITECTURES) - _NOT_ARCHITECTURES:
         import transformers
 
-        raise HFImportError(f"{path}: architecture {header['architecture']!r} is not one transformers "
-                            f"{transformers.__version__} reads from GGUF (it reads "
-                            f"{', '.join(sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - _NOT_ARCHITECTURES))})")
+        raise HFImportError(
+            f"{path}: architecture {header['architecture']!r} is not one transformers "
+            f"{transformers.__version__} reads from GGUF (it reads "
+            f"{', '.join(sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - _NOT_ARCHITECTURES))})"
+        )
 
 
 def _first_line(e: BaseException) -> str:
@@ -180,8 +186,10 @@ def _check_size(path: Path, config, elements: int) -> None:
         model = _transformers(path, lambda: AutoModelForCausalLM.from_config(config))
     n = sum(p.numel() for p in model.parameters())
     if n > elements:
-        raise HFImportError(f"{path}: its metadata describe a {type(model).__name__} of {n:,} parameters, but its "
-                            f"tensors hold {elements:,} values (metadata or tensors missing)")
+        raise HFImportError(
+            f"{path}: its metadata describe a {type(model).__name__} of {n:,} parameters, but its "
+            f"tensors hold {elements:,} values (metadata or tensors missing)"
+        )
 
 
 def load_gguf(path: Path, header: GGUFHeader, dtype: torch.dtype = torch.float32):
@@ -195,12 +203,16 @@ def load_gguf(path: Path, header: GGUFHeader, dtype: torch.dtype = torch.float32
     config = _transformers(path, lambda: AutoConfig.from_pretrained(**where))
     _check_size(path, config, header["elements"])
     with _errors_only():  # its load report of missing weights would repeat the error below in a table
-        model, info = _transformers(path, lambda: AutoModelForCausalLM.from_pretrained(
-            **where, config=config, dtype=dtype, output_loading_info=True))
+        model, info = _transformers(
+            path,
+            lambda: AutoModelForCausalLM.from_pretrained(**where, config=config, dtype=dtype, output_loading_info=True),
+        )
     missing = sorted(info.get("missing_keys") or ())
     if missing:
-        raise HFImportError(f"{path}: {len(missing)} weights of {type(model).__name__} are not in the file: "
-                            f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
+        raise HFImportError(
+            f"{path}: {len(missing)} weights of {type(model).__name__} are not in the file: "
+            f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+        )
     tokenizer = _transformers(path, lambda: AutoTokenizer.from_pretrained(**where))
     return model.eval(), tokenizer
 

@@ -47,8 +47,15 @@ from speechmt.models.encoders.conv import ConvEncoderConfig
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.tokenizers.sentencepiece import BLANK, BOS, EOS, PAD, UNK, Tokenizer, TokenizerConfig
 
-__all__ = ["NEVER", "convert_tokenizer", "convert_weights", "fbank_frontend", "import_hf_s2t", "model_config",
-           "vocab_order"]
+__all__ = [
+    "NEVER",
+    "convert_tokenizer",
+    "convert_weights",
+    "fbank_frontend",
+    "import_hf_s2t",
+    "model_config",
+    "vocab_order",
+]
 
 T = TypeVar("T")
 NEVER = -1e4  # output bias of our rows that HF lacks (<blank>): exp(-1e4 - logsumexp) is 0 in float32
@@ -56,20 +63,36 @@ _Piece = spm_pb2.ModelProto.SentencePiece
 _TAG = re.compile(r"<lang:[^>\s]+>")
 _LAYER_KEY = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.(\w+)\.(.+)")
 _LAYER_NAMES = {
-    "encoder": {"self_attn": "attn", "self_attn_layer_norm": "attn_norm", "fc1": "ffn.fc1", "fc2": "ffn.fc2",
-                "final_layer_norm": "ffn_norm"},
-    "decoder": {"self_attn": "self_attn", "self_attn_layer_norm": "self_norm", "encoder_attn": "cross_attn",
-                "encoder_attn_layer_norm": "cross_norm", "fc1": "ffn.fc1", "fc2": "ffn.fc2",
-                "final_layer_norm": "ffn_norm"},
+    "encoder": {
+        "self_attn": "attn",
+        "self_attn_layer_norm": "attn_norm",
+        "fc1": "ffn.fc1",
+        "fc2": "ffn.fc2",
+        "final_layer_norm": "ffn_norm",
+    },
+    "decoder": {
+        "self_attn": "self_attn",
+        "self_attn_layer_norm": "self_norm",
+        "encoder_attn": "cross_attn",
+        "encoder_attn_layer_norm": "cross_norm",
+        "fc1": "ffn.fc1",
+        "fc2": "ffn.fc2",
+        "final_layer_norm": "ffn_norm",
+    },
 }
 _STACKS = {"encoder": "speech_encoder.encoder", "decoder": "decoder"}
-_MODULES = {"model.encoder.conv.conv_layers": "speech_encoder.subsampler.convs",
-            "model.encoder.layer_norm": "speech_encoder.encoder.norm", "model.decoder.embed_tokens": "decoder.embed",
-            "model.decoder.layer_norm": "decoder.norm", "lm_head": "decoder.output"}
+_MODULES = {
+    "model.encoder.conv.conv_layers": "speech_encoder.subsampler.convs",
+    "model.encoder.layer_norm": "speech_encoder.encoder.norm",
+    "model.decoder.embed_tokens": "decoder.embed",
+    "model.decoder.layer_norm": "decoder.norm",
+    "lm_head": "decoder.output",
+}
 
 
-def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathLike, tgt_lang: str | None = None,
-                  task: str = "st") -> Path:
+def import_hf_s2t(
+    src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathLike, tgt_lang: str | None = None, task: str = "st"
+) -> Path:
     """Converts a HF Speech2Text model (directory or hub id) into a speechmt checkpoint at `out_path`.
 
     `tgt_lang` picks the target language of a multilingual model (its <lang:xx> tag); `task` is "st", or
@@ -88,13 +111,20 @@ def import_hf_s2t(src_dir_or_hub_id: str | os.PathLike, out_path: str | os.PathL
     try:
         model.load_state_dict(convert_weights(hf.state_dict(), hf_ids, name))
     except RuntimeError as e:
-        raise HFImportError(f"{name}: its weights do not fit the model its config describes "
-                            f"({_first_line(e)})") from None
+        raise HFImportError(
+            f"{name}: its weights do not fit the model its config describes ({_first_line(e)})"
+        ) from None
     _warn_about_case(tok, name)
     slots = Tokenizers(tokenizer, None) if task == "asr" else Tokenizers(None, tokenizer)
     bundle = ModelBundle(cfg, slots, frontend, task, {task: tag}, decoder_start=start)
-    save_checkpoint(out_path, {**bundle.state_dict(), "model": model.state_dict(),
-                               "imported_from": {"source": name, "format": "hf-speech2text", "hf_ids": hf_ids}})
+    save_checkpoint(
+        out_path,
+        {
+            **bundle.state_dict(),
+            "model": model.state_dict(),
+            "imported_from": {"source": name, "format": "hf-speech2text", "hf_ids": hf_ids},
+        },
+    )
     return Path(out_path)
 
 
@@ -107,15 +137,19 @@ def _load(name: str) -> tuple[Speech2TextForConditionalGeneration, Speech2TextTo
     try:
         config = AutoConfig.from_pretrained(name)
     except (OSError, ValueError, KeyError) as e:
-        what = ("not a Hugging Face Speech2Text model" if os.path.isdir(name)
-                else "no such directory, nor a hub model this machine can load")
+        what = (
+            "not a Hugging Face Speech2Text model"
+            if os.path.isdir(name)
+            else "no such directory, nor a hub model this machine can load"
+        )
         raise HFImportError(f"{name}: {what} ({_first_line(e)})") from None
     if not isinstance(config, Speech2TextConfig):
         raise HFImportError(f"{name}: not a Hugging Face Speech2Text model (model_type {config.model_type!r})")
     model = _load_part(name, "weights", Speech2TextForConditionalGeneration.from_pretrained).eval()
     tok = _load_part(name, "tokenizer (vocab.json, sentencepiece.bpe.model)", Speech2TextTokenizer.from_pretrained)
-    extractor = _load_part(name, "feature extractor (preprocessor_config.json)",
-                           Speech2TextFeatureExtractor.from_pretrained)
+    extractor = _load_part(
+        name, "feature extractor (preprocessor_config.json)", Speech2TextFeatureExtractor.from_pretrained
+    )
     return model, tok, extractor
 
 
@@ -134,8 +168,9 @@ def _problems(name: str, what: str, problems: list[object]) -> None:
         raise HFImportError(f"{name}: cannot import this {what}: " + "; ".join(found))
 
 
-def vocab_order(config: Speech2TextConfig, tok: Speech2TextTokenizer,
-                name: str = "model") -> tuple[list[int | None], list[str], tuple[str, ...]]:
+def vocab_order(
+    config: Speech2TextConfig, tok: Speech2TextTokenizer, name: str = "model"
+) -> tuple[list[int | None], list[str], tuple[str, ...]]:
     """Our ids in terms of HF's: hf_ids[our id] = HF id (None for <blank>); HF's piece per HF id; the
     language tags (<lang:xx>) in HF id order, which come right after <blank> in our layout."""
     if len(tok.encoder) > config.vocab_size or max(tok.encoder.values()) >= config.vocab_size:
@@ -144,11 +179,15 @@ def vocab_order(config: Speech2TextConfig, tok: Speech2TextTokenizer,
     pieces = [by_id.get(i, f"<hf_unused_{i}>") for i in range(config.vocab_size)]
     specials = [tok.pad_token_id, tok.unk_token_id, tok.bos_token_id, tok.eos_token_id]
     eos = config.eos_token_id if isinstance(config.eos_token_id, int) else (config.eos_token_id or [None])[0]
-    _problems(name, "vocabulary", [
-        (None in specials or len(set(specials)) < 4) and f"special ids pad/unk/bos/eos {specials} are not distinct",
-        config.pad_token_id != tok.pad_token_id and f"config pad id {config.pad_token_id} != tokenizer's",
-        eos != tok.eos_token_id and f"config eos id {config.eos_token_id} != tokenizer's {tok.eos_token_id}",
-    ])
+    _problems(
+        name,
+        "vocabulary",
+        [
+            (None in specials or len(set(specials)) < 4) and f"special ids pad/unk/bos/eos {specials} are not distinct",
+            config.pad_token_id != tok.pad_token_id and f"config pad id {config.pad_token_id} != tokenizer's",
+            eos != tok.eos_token_id and f"config eos id {config.eos_token_id} != tokenizer's {tok.eos_token_id}",
+        ],
+    )
     tag_ids = [i for i, p in enumerate(pieces) if _TAG.fullmatch(p) and i not in specials]
     taken = set(specials) | set(tag_ids)
     rest = [i for i in range(len(pieces)) if i not in taken]
@@ -159,24 +198,38 @@ def _special(piece: str, kind: int) -> _Piece:
     return _Piece(piece=piece, score=0.0, type=kind)
 
 
-def convert_tokenizer(tok: Speech2TextTokenizer, hf_ids: list[int | None], pieces: list[str],
-                      tags: tuple[str, ...], name: str = "model") -> Tokenizer:
+def convert_tokenizer(
+    tok: Speech2TextTokenizer, hf_ids: list[int | None], pieces: list[str], tags: tuple[str, ...], name: str = "model"
+) -> Tokenizer:
     """A speechmt Tokenizer whose SentencePiece model is HF's with its pieces in our order (`hf_ids`)."""
     proto = spm_pb2.ModelProto.FromString(tok.sp_model.serialized_model_proto())
     own = {p.piece: p for p in proto.pieces}
-    lost = [p.piece for p in proto.pieces if p.type != _Piece.CONTROL and p.type != _Piece.UNKNOWN
-            and p.piece not in tok.encoder]
+    lost = [
+        p.piece
+        for p in proto.pieces
+        if p.type != _Piece.CONTROL and p.type != _Piece.UNKNOWN and p.piece not in tok.encoder
+    ]
     kinds = {1: "unigram", 2: "bpe"}
-    _problems(name, "tokenizer", [
-        lost and f"{len(lost)} SentencePiece pieces are not in vocab.json (e.g. {lost[0]!r}); HF turns them into "
-                 "<unk>, which a SentencePiece model cannot do",
-        proto.trainer_spec.model_type not in kinds and f"SentencePiece model type {proto.trainer_spec.model_type} "
-                                                       "(speechmt takes unigram or bpe)",
-    ])
-    new = [_special(PAD, _Piece.CONTROL), _special(UNK, _Piece.UNKNOWN), _special(BOS, _Piece.CONTROL),
-           _special(EOS, _Piece.CONTROL), _special(BLANK, _Piece.USER_DEFINED)]
+    _problems(
+        name,
+        "tokenizer",
+        [
+            lost
+            and f"{len(lost)} SentencePiece pieces are not in vocab.json (e.g. {lost[0]!r}); HF turns them into "
+            "<unk>, which a SentencePiece model cannot do",
+            proto.trainer_spec.model_type not in kinds
+            and f"SentencePiece model type {proto.trainer_spec.model_type} (speechmt takes unigram or bpe)",
+        ],
+    )
+    new = [
+        _special(PAD, _Piece.CONTROL),
+        _special(UNK, _Piece.UNKNOWN),
+        _special(BOS, _Piece.CONTROL),
+        _special(EOS, _Piece.CONTROL),
+        _special(BLANK, _Piece.USER_DEFINED),
+    ]
     new += [_special(tag, _Piece.USER_DEFINED) for tag in tags]
-    for i in hf_ids[len(new):]:
+    for i in hf_ids[len(new) :]:
         piece = _special(pieces[i], _Piece.UNUSED)
         if pieces[i] in own:
             piece.CopyFrom(own[pieces[i]])
@@ -189,31 +242,53 @@ def convert_tokenizer(tok: Speech2TextTokenizer, hf_ids: list[int | None], piece
     spec.vocab_size = len(new)
     del spec.user_defined_symbols[:]
     spec.user_defined_symbols.extend([BLANK, *tags])
-    config = TokenizerConfig(model_type=kinds[spec.model_type], vocab_size=len(new), lang_tags=tags,
-                             character_coverage=spec.character_coverage,
-                             normalization_rule_name=proto.normalizer_spec.name or "nmt_nfkc")
+    config = TokenizerConfig(
+        model_type=kinds[spec.model_type],
+        vocab_size=len(new),
+        lang_tags=tags,
+        character_coverage=spec.character_coverage,
+        normalization_rule_name=proto.normalizer_spec.name or "nmt_nfkc",
+    )
     return Tokenizer(proto.SerializeToString(), config)
 
 
 def model_config(c: Speech2TextConfig, vocab_size: int, name: str = "model") -> ModelConfig:
     """The ModelConfig of a HF Speech2Text config; `vocab_size` is ours (HF's + <blank>)."""
     kernels = tuple(c.conv_kernel_sizes)
-    _problems(name, "model", [
-        c.activation_function != "relu" and f"activation {c.activation_function!r} (speechmt's layers use relu)",
-        not c.scale_embedding and "scale_embedding=False (speechmt scales embeddings by sqrt(d_model))",
-        c.input_channels != 1 and f"input_channels={c.input_channels} (speechmt takes one feature channel)",
-        c.encoder_attention_heads != c.decoder_attention_heads and "encoder and decoder attention heads differ",
-        c.encoder_ffn_dim != c.decoder_ffn_dim and "encoder and decoder feed-forward sizes differ",
-        len(kernels) != c.num_conv_layers and f"num_conv_layers {c.num_conv_layers} != {len(kernels)} kernels",
-        any(k % 2 == 0 for k in kernels) and f"even conv kernels {kernels} (HF's length formula needs odd ones)",
-    ])
+    _problems(
+        name,
+        "model",
+        [
+            c.activation_function != "relu" and f"activation {c.activation_function!r} (speechmt's layers use relu)",
+            not c.scale_embedding and "scale_embedding=False (speechmt scales embeddings by sqrt(d_model))",
+            c.input_channels != 1 and f"input_channels={c.input_channels} (speechmt takes one feature channel)",
+            c.encoder_attention_heads != c.decoder_attention_heads and "encoder and decoder attention heads differ",
+            c.encoder_ffn_dim != c.decoder_ffn_dim and "encoder and decoder feed-forward sizes differ",
+            len(kernels) != c.num_conv_layers and f"num_conv_layers {c.num_conv_layers} != {len(kernels)} kernels",
+            any(k % 2 == 0 for k in kernels) and f"even conv kernels {kernels} (HF's length formula needs odd ones)",
+        ],
+    )
     return ModelConfig(
-        tgt_vocab_size=vocab_size, d_model=c.d_model, n_heads=c.encoder_attention_heads, ffn_dim=c.encoder_ffn_dim,
-        dropout=c.dropout, attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout,
-        pad_id=0, position_offset=c.pad_token_id + 1,
-        encoder=ConvEncoderConfig(layers=c.encoder_layers, input_dim=c.input_feat_per_channel, subsampler="conv1d",
-                                  conv_channels=c.conv_channels, conv_kernels=kernels),
-        decoder=TransformerDecoderConfig(layers=c.decoder_layers, tie_embeddings=c.tie_word_embeddings, output_bias=True))
+        tgt_vocab_size=vocab_size,
+        d_model=c.d_model,
+        n_heads=c.encoder_attention_heads,
+        ffn_dim=c.encoder_ffn_dim,
+        dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
+        activation_dropout=c.activation_dropout,
+        pad_id=0,
+        position_offset=c.pad_token_id + 1,
+        encoder=ConvEncoderConfig(
+            layers=c.encoder_layers,
+            input_dim=c.input_feat_per_channel,
+            subsampler="conv1d",
+            conv_channels=c.conv_channels,
+            conv_kernels=kernels,
+        ),
+        decoder=TransformerDecoderConfig(
+            layers=c.decoder_layers, tie_embeddings=c.tie_word_embeddings, output_bias=True
+        ),
+    )
 
 
 def _rename(key: str) -> str | None:
@@ -225,7 +300,7 @@ def _rename(key: str) -> str | None:
         return f"{_STACKS[stack]}.layers.{i}.{ours}.{rest}" if ours else None
     for hf, ours in _MODULES.items():
         if key.startswith(hf + "."):
-            return ours + key[len(hf):]
+            return ours + key[len(hf) :]
     return None
 
 
@@ -253,30 +328,42 @@ def convert_weights(hf_state: dict[str, Tensor], hf_ids: list[int | None], name:
 def fbank_frontend(fe: Speech2TextFeatureExtractor, input_dim: int, name: str = "model") -> FbankFrontend:
     """Our fbank + CMVN front end for a Speech2TextFeatureExtractor (kaldi fbank, utterance CMVN)."""
     normalize = fe.do_ceptral_normalize and (fe.normalize_means or fe.normalize_vars)
-    _problems(name, "feature extractor", [
-        fe.sampling_rate != SAMPLE_RATE and f"sampling_rate {fe.sampling_rate} (speechmt's front end is "
-                                            f"{SAMPLE_RATE} Hz)",
-        fe.num_mel_bins != input_dim and f"num_mel_bins {fe.num_mel_bins} but the model takes {input_dim} features",
-        normalize and not (fe.normalize_means and fe.normalize_vars) and
-        "mean-only or variance-only CMVN (speechmt's utterance CMVN does both)",
-    ])
+    _problems(
+        name,
+        "feature extractor",
+        [
+            fe.sampling_rate != SAMPLE_RATE
+            and f"sampling_rate {fe.sampling_rate} (speechmt's front end is {SAMPLE_RATE} Hz)",
+            fe.num_mel_bins != input_dim and f"num_mel_bins {fe.num_mel_bins} but the model takes {input_dim} features",
+            normalize
+            and not (fe.normalize_means and fe.normalize_vars)
+            and "mean-only or variance-only CMVN (speechmt's utterance CMVN does both)",
+        ],
+    )
     fbank = FbankConfig(num_mel_bins=fe.num_mel_bins, sample_rate=fe.sampling_rate, dither=float(fe.dither))
     return FbankFrontend(fbank, CMVNConfig("utterance" if normalize else "none"))
 
 
 def _decoder_start(hf: Speech2TextForConditionalGeneration, tok: Speech2TextTokenizer, name: str) -> str:
-    """"eos" (fairseq) or "bos": the special token the decoder starts from."""
+    """ "eos" (fairseq) or "bos": the special token the decoder starts from."""
     start = hf.generation_config.decoder_start_token_id
     start = hf.config.decoder_start_token_id if start is None else start
     kinds = {tok.eos_token_id: "eos", tok.bos_token_id: "bos"}
     if start not in kinds:
-        raise HFImportError(f"{name}: cannot import this model: it starts decoding from id {start}, "
-                            "neither </s> nor <s>")
+        raise HFImportError(
+            f"{name}: cannot import this model: it starts decoding from id {start}, neither </s> nor <s>"
+        )
     return kinds[start]
 
 
-def _decoder_tag(hf: Speech2TextForConditionalGeneration, tok: Speech2TextTokenizer, pieces: list[str],
-                 tags: tuple[str, ...], tgt_lang: str | None, name: str) -> str | None:
+def _decoder_tag(
+    hf: Speech2TextForConditionalGeneration,
+    tok: Speech2TextTokenizer,
+    pieces: list[str],
+    tags: tuple[str, ...],
+    tgt_lang: str | None,
+    name: str,
+) -> str | None:
     """The <lang:xx> tag forced after the start token: from `tgt_lang`, the generation config's
     forced_bos_token_id or the tokenizer's tgt_lang, in that order; None for a model without tags."""
     forced = getattr(hf.generation_config, "forced_bos_token_id", None)
@@ -286,8 +373,10 @@ def _decoder_tag(hf: Speech2TextForConditionalGeneration, tok: Speech2TextTokeni
     elif forced is not None:
         tag = pieces[forced]
     elif tags:
-        raise HFImportError(f"{name}: a multilingual model: name the target language (tgt_lang, --tgt-lang), "
-                            f"one of {', '.join(t[6:-1] for t in tags)}")
+        raise HFImportError(
+            f"{name}: a multilingual model: name the target language (tgt_lang, --tgt-lang), "
+            f"one of {', '.join(t[6:-1] for t in tags)}"
+        )
     else:
         return None
     if tag not in tags:
@@ -298,8 +387,13 @@ def _decoder_tag(hf: Speech2TextForConditionalGeneration, tok: Speech2TextTokeni
 def _warn_about_case(tok: Speech2TextTokenizer, name: str) -> None:
     """Warns where HF's tokenizer changes case, which speechmt's does not."""
     if tok.do_upper_case:
-        warnings.warn(f"{name}: HF's tokenizer upper-cases decoded text (do_upper_case); speechmt's decodes "
-                      "the pieces as they are", stacklevel=3)
+        warnings.warn(
+            f"{name}: HF's tokenizer upper-cases decoded text (do_upper_case); speechmt's decodes "
+            "the pieces as they are",
+            stacklevel=3,
+        )
     if tok.do_lower_case:
-        warnings.warn(f"{name}: HF's tokenizer lower-cases text before encoding (do_lower_case); speechmt's "
-                      "encodes it as it is", stacklevel=3)
+        warnings.warn(
+            f"{name}: HF's tokenizer lower-cases text before encoding (do_lower_case); speechmt's encodes it as it is",
+            stacklevel=3,
+        )

@@ -37,32 +37,50 @@ import torch
 from speechmt.interop import HFImportError
 from speechmt.interop.folders import write_folder
 
-__all__ = ["CT2Model", "generation_config", "hf_state_dict", "import_whisper", "read_ct2_model",
-           "whisper_config"]
+__all__ = ["CT2Model", "generation_config", "hf_state_dict", "import_whisper", "read_ct2_model", "whisper_config"]
 
 SUPPORTED_VERSIONS = (4, 5, 6)
 DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, "bfloat16")  # ctranslate2 DataType ids
 SPEC_NAME = "WhisperSpec"
 MAX_INITIAL_TIMESTAMP_INDEX = 50  # as the openai/whisper-* generation configs on the HF hub
-_NON_LANGUAGE = {"<|endoftext|>", "<|startoftranscript|>", "<|translate|>", "<|transcribe|>", "<|startoflm|>",
-                 "<|startofprev|>", "<|nocaptions|>", "<|nospeech|>", "<|notimestamps|>"}
+_NON_LANGUAGE = {
+    "<|endoftext|>",
+    "<|startoftranscript|>",
+    "<|translate|>",
+    "<|transcribe|>",
+    "<|startoflm|>",
+    "<|startofprev|>",
+    "<|nocaptions|>",
+    "<|nospeech|>",
+    "<|notimestamps|>",
+}
 _LAYER = re.compile(r"(encoder|decoder)/layer_(\d+)/(.+)")
 _SIMPLE = {  # CTranslate2 scope (without /weight, /gamma, ...) -> HF module, outside the fused attentions
-    "encoder/conv1": "model.encoder.conv1", "encoder/conv2": "model.encoder.conv2",
-    "encoder/layer_norm": "model.encoder.layer_norm", "decoder/layer_norm": "model.decoder.layer_norm",
+    "encoder/conv1": "model.encoder.conv1",
+    "encoder/conv2": "model.encoder.conv2",
+    "encoder/layer_norm": "model.encoder.layer_norm",
+    "decoder/layer_norm": "model.decoder.layer_norm",
     "encoder/position_encodings": "model.encoder.embed_positions",
     "decoder/position_encodings": "model.decoder.embed_positions",
-    "decoder/embeddings": "model.decoder.embed_tokens", "decoder/projection": "proj_out",
+    "decoder/embeddings": "model.decoder.embed_tokens",
+    "decoder/projection": "proj_out",
 }
-_IN_LAYER = {"self_attention/layer_norm": "self_attn_layer_norm", "attention/layer_norm": "encoder_attn_layer_norm",
-             "ffn/layer_norm": "final_layer_norm", "ffn/linear_0": "fc1", "ffn/linear_1": "fc2"}
+_IN_LAYER = {
+    "self_attention/layer_norm": "self_attn_layer_norm",
+    "attention/layer_norm": "encoder_attn_layer_norm",
+    "ffn/layer_norm": "final_layer_norm",
+    "ffn/linear_0": "fc1",
+    "ffn/linear_1": "fc2",
+}
 _PARAM = {"weight": "weight", "bias": "bias", "gamma": "weight", "beta": "bias", "encodings": "weight"}
 # Fused attention projections: scope inside a layer -> (HF attention module, the projections it holds).
-_FUSED = {"self_attention/linear_0": ("self_attn", ("q_proj", "k_proj", "v_proj")),
-          "self_attention/linear_1": ("self_attn", ("out_proj",)),
-          "attention/linear_0": ("encoder_attn", ("q_proj",)),
-          "attention/linear_1": ("encoder_attn", ("k_proj", "v_proj")),
-          "attention/linear_2": ("encoder_attn", ("out_proj",))}
+_FUSED = {
+    "self_attention/linear_0": ("self_attn", ("q_proj", "k_proj", "v_proj")),
+    "self_attention/linear_1": ("self_attn", ("out_proj",)),
+    "attention/linear_0": ("encoder_attn", ("q_proj",)),
+    "attention/linear_1": ("encoder_attn", ("k_proj", "v_proj")),
+    "attention/linear_2": ("encoder_attn", ("out_proj",)),
+}
 
 
 @dataclass
@@ -85,9 +103,10 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if self.pos + n > len(self.data):
-            raise HFImportError(f"{self.path}: truncated CTranslate2 model (needs {self.pos + n} bytes, "
-                                f"has {len(self.data)})")
-        chunk = self.data[self.pos:self.pos + n]
+            raise HFImportError(
+                f"{self.path}: truncated CTranslate2 model (needs {self.pos + n} bytes, has {len(self.data)})"
+            )
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -128,8 +147,10 @@ def read_ct2_model(path: str | os.PathLike) -> CT2Model:
     r = _Reader(path.read_bytes(), path)
     version = r.unpack("I")
     if version not in SUPPORTED_VERSIONS:
-        raise HFImportError(f"{path}: CTranslate2 binary version {version} is not supported "
-                            f"(expected one of {', '.join(map(str, SUPPORTED_VERSIONS))})")
+        raise HFImportError(
+            f"{path}: CTranslate2 binary version {version} is not supported "
+            f"(expected one of {', '.join(map(str, SUPPORTED_VERSIONS))})"
+        )
     spec, revision = r.string(), r.unpack("I")
     variables = {}
     for _ in range(r.unpack("I")):
@@ -217,8 +238,11 @@ def _scalar(ct2: CT2Model, name: str, path: Path) -> int:
 
 
 def _num_layers(ct2: CT2Model, stack: str) -> int:
-    indices = {int(m.group(2)) for m in map(_LAYER.fullmatch, (n.rpartition("/")[0] for n in ct2.variables))
-               if m and m.group(1) == stack}
+    indices = {
+        int(m.group(2))
+        for m in map(_LAYER.fullmatch, (n.rpartition("/")[0] for n in ct2.variables))
+        if m and m.group(1) == stack
+    }
     return max(indices) + 1 if indices else 0
 
 
@@ -230,8 +254,14 @@ def _token_ids(tokenizer_json: dict) -> dict[str, int]:
 
 
 def _special_ids(ids: dict[str, int], path: Path) -> dict[str, int]:
-    names = {"eot": "<|endoftext|>", "sot": "<|startoftranscript|>", "translate": "<|translate|>",
-             "transcribe": "<|transcribe|>", "prev": "<|startofprev|>", "notimestamps": "<|notimestamps|>"}
+    names = {
+        "eot": "<|endoftext|>",
+        "sot": "<|startoftranscript|>",
+        "translate": "<|translate|>",
+        "transcribe": "<|transcribe|>",
+        "prev": "<|startofprev|>",
+        "notimestamps": "<|notimestamps|>",
+    }
     missing = [t for t in names.values() if t not in ids]
     if missing:
         raise HFImportError(f"{path}: not a Whisper tokenizer (lacks {', '.join(missing)})")
@@ -244,29 +274,41 @@ def whisper_config(ct2: CT2Model, ct2_config: dict, tokenizer_json: dict, path: 
     from transformers import WhisperConfig
 
     path, v = Path(path), ct2.variables
-    required = ["decoder/embeddings/weight", "encoder/conv1/weight", "encoder/position_encodings/encodings",
-                "decoder/position_encodings/encodings", "encoder/layer_0/ffn/linear_0/weight",
-                "decoder/layer_0/ffn/linear_0/weight"]
+    required = [
+        "decoder/embeddings/weight",
+        "encoder/conv1/weight",
+        "encoder/position_encodings/encodings",
+        "decoder/position_encodings/encodings",
+        "encoder/layer_0/ffn/linear_0/weight",
+        "decoder/layer_0/ffn/linear_0/weight",
+    ]
     missing = [n for n in required if n not in v]
     if missing:
         raise HFImportError(f"{path}: {missing[0]} is missing; not a complete WhisperSpec")
     vocab_size, d_model = v["decoder/embeddings/weight"].shape
     special = _special_ids(_token_ids(tokenizer_json), path)
     return WhisperConfig(
-        vocab_size=vocab_size, d_model=d_model, num_mel_bins=v["encoder/conv1/weight"].shape[1],
-        encoder_layers=_num_layers(ct2, "encoder"), decoder_layers=_num_layers(ct2, "decoder"),
+        vocab_size=vocab_size,
+        d_model=d_model,
+        num_mel_bins=v["encoder/conv1/weight"].shape[1],
+        encoder_layers=_num_layers(ct2, "encoder"),
+        decoder_layers=_num_layers(ct2, "decoder"),
         encoder_attention_heads=_scalar(ct2, "encoder/num_heads", path),
         decoder_attention_heads=_scalar(ct2, "decoder/num_heads", path),
         encoder_ffn_dim=v["encoder/layer_0/ffn/linear_0/weight"].shape[0],
         decoder_ffn_dim=v["decoder/layer_0/ffn/linear_0/weight"].shape[0],
         max_source_positions=v["encoder/position_encodings/encodings"].shape[0],
         max_target_positions=v["decoder/position_encodings/encodings"].shape[0],
-        pad_token_id=special["eot"], bos_token_id=special["eot"], eos_token_id=special["eot"],
-        decoder_start_token_id=special["sot"], suppress_tokens=list(ct2_config.get("suppress_ids") or []),
+        pad_token_id=special["eot"],
+        bos_token_id=special["eot"],
+        eos_token_id=special["eot"],
+        decoder_start_token_id=special["sot"],
+        suppress_tokens=list(ct2_config.get("suppress_ids") or []),
         begin_suppress_tokens=list(ct2_config.get("suppress_ids_begin") or []),
-        tie_word_embeddings="decoder/projection/weight" not in v or (
-            ct2.aliases.get("decoder/projection/weight") == "decoder/embeddings/weight"),
-        architectures=["WhisperForConditionalGeneration"])
+        tie_word_embeddings="decoder/projection/weight" not in v
+        or (ct2.aliases.get("decoder/projection/weight") == "decoder/embeddings/weight"),
+        architectures=["WhisperForConditionalGeneration"],
+    )
 
 
 def generation_config(config, ct2_config: dict, tokenizer_json: dict):
@@ -278,29 +320,40 @@ def generation_config(config, ct2_config: dict, tokenizer_json: dict):
     special = _special_ids(ids, Path("tokenizer.json"))
     names = {i: t for t, i in ids.items()}
     lang_ids = ct2_config.get("lang_ids") or [
-        i for t, i in ids.items() if re.fullmatch(r"<\|[a-z]{2,3}(_[a-z]+)?\|>", t) and t not in _NON_LANGUAGE]
+        i for t, i in ids.items() if re.fullmatch(r"<\|[a-z]{2,3}(_[a-z]+)?\|>", t) and t not in _NON_LANGUAGE
+    ]
     lang_to_id = {names[i]: int(i) for i in sorted(lang_ids)}
     multilingual = len(lang_to_id) > 1
     fields = dict(
-        decoder_start_token_id=special["sot"], bos_token_id=special["eot"], eos_token_id=special["eot"],
-        pad_token_id=special["eot"], max_length=config.max_target_positions,
-        suppress_tokens=list(config.suppress_tokens or []), begin_suppress_tokens=list(
-            config.begin_suppress_tokens or []), no_timestamps_token_id=special["notimestamps"],
-        prev_sot_token_id=special["prev"], max_initial_timestamp_index=MAX_INITIAL_TIMESTAMP_INDEX,
-        return_timestamps=False, is_multilingual=multilingual)
+        decoder_start_token_id=special["sot"],
+        bos_token_id=special["eot"],
+        eos_token_id=special["eot"],
+        pad_token_id=special["eot"],
+        max_length=config.max_target_positions,
+        suppress_tokens=list(config.suppress_tokens or []),
+        begin_suppress_tokens=list(config.begin_suppress_tokens or []),
+        no_timestamps_token_id=special["notimestamps"],
+        prev_sot_token_id=special["prev"],
+        max_initial_timestamp_index=MAX_INITIAL_TIMESTAMP_INDEX,
+        return_timestamps=False,
+        is_multilingual=multilingual,
+    )
     if ct2_config.get("alignment_heads"):
         fields["alignment_heads"] = [list(map(int, h)) for h in ct2_config["alignment_heads"]]
     if multilingual:
-        fields |= dict(lang_to_id=lang_to_id, task_to_id={"transcribe": special["transcribe"],
-                                                          "translate": special["translate"]},
-                       forced_decoder_ids=[[1, None], [2, special["transcribe"]]])
+        fields |= dict(
+            lang_to_id=lang_to_id,
+            task_to_id={"transcribe": special["transcribe"], "translate": special["translate"]},
+            forced_decoder_ids=[[1, None], [2, special["transcribe"]]],
+        )
     return GenerationConfig(**fields)
 
 
 def _read_json(path: Path) -> dict:
     if not path.is_file():
-        raise HFImportError(f"{path}: missing (a CTranslate2 Whisper folder holds model.bin, config.json, "
-                            "tokenizer.json)")
+        raise HFImportError(
+            f"{path}: missing (a CTranslate2 Whisper folder holds model.bin, config.json, tokenizer.json)"
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
@@ -324,8 +377,10 @@ def _model(config, state: dict[str, torch.Tensor], path: Path):
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        raise HFImportError(f"{path}: does not match WhisperForConditionalGeneration (missing "
-                            f"{missing[:3]}, unexpected {unexpected[:3]})")
+        raise HFImportError(
+            f"{path}: does not match WhisperForConditionalGeneration (missing "
+            f"{missing[:3]}, unexpected {unexpected[:3]})"
+        )
     for key, tensor in state.items():
         want = model.state_dict()[key].shape
         if tensor.shape != want:

@@ -6,5 +6,13 @@ from speechmt.models.decoder import DecoderCache, TransformerDecoder
 from speechmt.models.encoders import EncoderOutput
 from speechmt.models.translator import Translator
 
-__all__ = ["DecoderCache", "EncoderOutput", "ModelConfig", "TransformerDecoder", "Translator", "build_model",
-           "count_parameters", "preset"]
+__all__ = [
+    "DecoderCache",
+    "EncoderOutput",
+    "ModelConfig",
+    "TransformerDecoder",
+    "Translator",
+    "build_model",
+    "count_parameters",
+    "preset",
+]

@@ -25,8 +25,14 @@ from speechmt.models.semantic import SEMANTICS
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.sentencepiece import Tokenizer
 
-__all__ = ["PRETRAINING_MODELS", "build", "build_model", "count_parameters", "translator_weights",
-           "whisper_text_encoder"]
+__all__ = [
+    "PRETRAINING_MODELS",
+    "build",
+    "build_model",
+    "count_parameters",
+    "translator_weights",
+    "whisper_text_encoder",
+]
 
 PRETRAINING_MODELS: dict[str, Callable[[ModelConfig, bool], nn.Module]] = {"fat_mlm": fat_mlm}
 """The builders of the models a config names by its semantic kind that are no Translator."""
@@ -50,8 +56,10 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure."""
     if cfg.semantic.kind not in SEMANTICS:
-        raise ValueError(f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
-                         "Translator: build it with speechmt.models.build.build")
+        raise ValueError(
+            f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
+            "Translator: build it with speechmt.models.build.build"
+        )
     from speechmt.models.hf_whisper import whisper_models
 
     hf_encoder, hf_decoder = whisper_models(cfg, pretrained)
@@ -86,8 +94,9 @@ def _memory_options(cfg: ModelConfig, speech: nn.Module, decoder: nn.Module) -> 
             train_in_float32(part, torch_dtype(options.base_dtype))
 
 
-def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None,
-                  decoder: TransformerDecoder) -> TextEncoder | None:
+def _text_encoder(
+    cfg: ModelConfig, shared: TransformerEncoder | None, decoder: TransformerDecoder
+) -> TextEncoder | None:
     """The source text's embedder (+ stack): a learned table over the SentencePiece vocabulary (its padding
     id is SentencePiece's; cfg.pad_id is the decoder's), or copies of Whisper's decoder's input tables."""
     t = cfg.text_encoder
@@ -98,12 +107,14 @@ def _text_encoder(cfg: ModelConfig, shared: TransformerEncoder | None,
         return whisper_text_encoder(decoder, stack, cfg.dropout, t.freeze_embeddings)
     if t.embeddings == "lm":  # the LM's own table, shared (not copied: 262k x 640 for Gemma 3); it adds positions
         return TextEncoder(decoder.embed, None, cfg.dropout, positions=nn.Identity(), scale=1.0)
-    return TextEncoder(embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), stack, cfg.dropout,
-                       cfg.position_offset)
+    return TextEncoder(
+        embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), stack, cfg.dropout, cfg.position_offset
+    )
 
 
-def whisper_text_encoder(decoder: TransformerDecoder, stack: TransformerEncoder | None, dropout: float,
-                         freeze: bool) -> TextEncoder:
+def whisper_text_encoder(
+    decoder: TransformerDecoder, stack: TransformerEncoder | None, dropout: float, freeze: bool
+) -> TextEncoder:
     """A text encoder whose input embedding is Whisper's decoder's: copies of its token table (V, D) and
     learned positions, at its scale (1 for Whisper), so that source text in Whisper's tokenizer starts from
     pretrained vectors; `freeze`: the copies are not trained."""

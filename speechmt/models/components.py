@@ -35,8 +35,10 @@ class KindOptions:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "kind" and "kind" in self.__dict__ and value != self.__dict__["kind"]:
-            raise AttributeError(f"{type(self).__name__} is kind {self.kind!r}: another kind has other options "
-                                 f"(build them from a mapping with the new kind)")
+            raise AttributeError(
+                f"{type(self).__name__} is kind {self.kind!r}: another kind has other options "
+                f"(build them from a mapping with the new kind)"
+            )
         super().__setattr__(name, value)
 
 
@@ -64,8 +66,10 @@ class PretrainedOptions:
     def pretrained_problems(self, slot: str) -> list[str | bool]:
         """The problems of these fields (for raise_problems), `slot` naming the part: encoder or decoder."""
         self.hf_config = dict(self.hf_config)
-        return [self.finetune not in FINETUNE_MODES and
-                f"unknown {slot}.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}"]
+        return [
+            self.finetune not in FINETUNE_MODES
+            and f"unknown {slot}.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}"
+        ]
 
 
 def base_dtype_field() -> Any:
@@ -75,10 +79,15 @@ def base_dtype_field() -> Any:
 
 def base_dtype_problem(slot: str, base_dtype: str, frozen: bool) -> str | bool:
     """The problem of a half-precision base_dtype on a part that freezes nothing (for raise_problems)."""
-    return base_dtype != "float32" and not frozen and (
-        f"{slot}.base_dtype {base_dtype} keeps frozen weights only: it needs {slot}.finetune frozen, lna or lora"
-        + (" or encoder.frozen_layers" if slot == "encoder" else "") +
-        " (full fine-tuning trains every weight in float32)")
+    return (
+        base_dtype != "float32"
+        and not frozen
+        and (
+            f"{slot}.base_dtype {base_dtype} keeps frozen weights only: it needs {slot}.finetune frozen, lna or lora"
+            + (" or encoder.frozen_layers" if slot == "encoder" else "")
+            + " (full fine-tuning trains every weight in float32)"
+        )
+    )
 
 
 @dataclass
@@ -114,8 +123,10 @@ class Slot:
         """Adds a kind: `options` a dataclass whose `kind` field (kind_field) defaults to `kind`."""
         fields = {f.name: f for f in dataclasses.fields(options)}
         if "kind" not in fields or fields["kind"].default != kind or fields["kind"].init:
-            raise ValueError(f"{options.__name__} needs `kind: str = kind_field({kind!r})` to be registered as "
-                             f"{self.name} kind {kind!r}")
+            raise ValueError(
+                f"{options.__name__} needs `kind: str = kind_field({kind!r})` to be registered as "
+                f"{self.name} kind {kind!r}"
+            )
         self.kinds[kind] = Kind(options, build)
 
     def unregister(self, kind: str) -> None:
@@ -139,18 +150,23 @@ class Slot:
             d = dict(value)
             kind = d.pop("kind", self.default)
             if kind not in self.kinds:
-                raise ValueError(f"bad ModelConfig: unknown {self.name} {kind!r}; expected one of "
-                                 f"{', '.join(self.kinds)}")
+                raise ValueError(
+                    f"bad ModelConfig: unknown {self.name} {kind!r}; expected one of {', '.join(self.kinds)}"
+                )
             cls = self.kinds[kind].options
             names = [f.name for f in dataclasses.fields(cls) if f.init]
             unknown = sorted(set(d) - set(names), key=str)
             if unknown and not saved:
-                raise ValueError(f"bad ModelConfig: {', '.join(f'{self.name}.{k}' for k in unknown)}: not an option "
-                                 f"of {self.name} {kind!r} (its options: {', '.join(names) or 'none'})")
+                raise ValueError(
+                    f"bad ModelConfig: {', '.join(f'{self.name}.{k}' for k in unknown)}: not an option "
+                    f"of {self.name} {kind!r} (its options: {', '.join(names) or 'none'})"
+                )
             return cls(**{k: v for k, v in d.items() if k in names})
         kinds = {k.options: name for name, k in self.kinds.items()}
         if type(value) not in kinds:
-            raise ValueError(f"bad ModelConfig: {self.name} must be given as a mapping with its kind and options or "
-                             f"as the options of a {self.name} kind ({', '.join(k.__name__ for k in kinds)}), got "
-                             f"{value!r} (a flat config: ModelConfig.from_dict)")
+            raise ValueError(
+                f"bad ModelConfig: {self.name} must be given as a mapping with its kind and options or "
+                f"as the options of a {self.name} kind ({', '.join(k.__name__ for k in kinds)}), got "
+                f"{value!r} (a flat config: ModelConfig.from_dict)"
+            )
         return value

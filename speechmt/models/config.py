@@ -27,8 +27,20 @@ from speechmt.models.registry import DECODERS, ENCODERS, SHRINKS
 from speechmt.models.semantic import SemanticConfig
 from speechmt.models.shrink import NoShrinkConfig, ShrinkConfig
 
-__all__ = ["DECODERS", "ENCODERS", "SHRINKS", "DecoderConfig", "EncoderConfig", "ModelConfig", "PARTS", "PRESETS",
-           "SLOTS", "TEXT_EMBEDDINGS", "TextEncoderConfig", "preset"]
+__all__ = [
+    "DECODERS",
+    "ENCODERS",
+    "SHRINKS",
+    "DecoderConfig",
+    "EncoderConfig",
+    "ModelConfig",
+    "PARTS",
+    "PRESETS",
+    "SLOTS",
+    "TEXT_EMBEDDINGS",
+    "TextEncoderConfig",
+    "preset",
+]
 
 TEXT_EMBEDDINGS = ("learned", "whisper", "lm")  # TextEncoderConfig.embeddings
 
@@ -53,16 +65,22 @@ class TextEncoderConfig:
     freeze_embeddings: bool = False
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", [
-            self.embed_only and (self.layers or self.shared) and
-            "text_encoder.embed_only excludes text_encoder.layers and .shared",
-            self.embeddings not in TEXT_EMBEDDINGS and
-            f"unknown text_encoder.embeddings {self.embeddings!r}; expected one of {', '.join(TEXT_EMBEDDINGS)}",
-            self.embeddings == "lm" and not self.embed_only and
-            "text_encoder.embeddings lm needs text_encoder.embed_only (the LM decoder is the text's stack)",
-            self.freeze_embeddings and self.embeddings != "whisper" and
-            "text_encoder.freeze_embeddings needs text_encoder.embeddings whisper (learned ones start random)",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            [
+                self.embed_only
+                and (self.layers or self.shared)
+                and "text_encoder.embed_only excludes text_encoder.layers and .shared",
+                self.embeddings not in TEXT_EMBEDDINGS
+                and f"unknown text_encoder.embeddings {self.embeddings!r}; expected one of {', '.join(TEXT_EMBEDDINGS)}",
+                self.embeddings == "lm"
+                and not self.embed_only
+                and "text_encoder.embeddings lm needs text_encoder.embed_only (the LM decoder is the text's stack)",
+                self.freeze_embeddings
+                and self.embeddings != "whisper"
+                and "text_encoder.freeze_embeddings needs text_encoder.embeddings whisper (learned ones start random)",
+            ],
+        )
 
     @property
     def enabled(self) -> bool:
@@ -71,8 +89,12 @@ class TextEncoderConfig:
 
 SLOTS: dict[str, Slot] = {"encoder": ENCODERS, "shrink": SHRINKS, "decoder": DECODERS}
 """ModelConfig's component slots: a kind and its own options each (speechmt.models.components)."""
-PARTS: dict[str, type] = {"text_encoder": TextEncoderConfig, "semantic": SemanticConfig,
-                          "lora": LoraSettings, "fusion": FusionConfig}
+PARTS: dict[str, type] = {
+    "text_encoder": TextEncoderConfig,
+    "semantic": SemanticConfig,
+    "lora": LoraSettings,
+    "fusion": FusionConfig,
+}
 """ModelConfig's other sub-configs and their dataclasses (with SLOTS: speechmt.models.migrate.GROUPS)."""
 
 
@@ -127,51 +149,81 @@ class ModelConfig:
             if isinstance(value, Mapping):
                 setattr(self, name, cls(**value))
             elif not isinstance(value, cls):
-                raise ValueError(f"bad ModelConfig: {name} must be given as {cls.__name__}(...) or a mapping of its "
-                                 f"fields, got {value!r} (a flat config: ModelConfig.from_dict)")
+                raise ValueError(
+                    f"bad ModelConfig: {name} must be given as {cls.__name__}(...) or a mapping of its "
+                    f"fields, got {value!r} (a flat config: ModelConfig.from_dict)"
+                )
         enc, dec, text = self.encoder, self.decoder, self.text_encoder
         self.ctc_vocab = tuple(int(i) for i in self.ctc_vocab)
-        raise_problems("bad ModelConfig", field_problems(self) + [
-            self.shrink.embed == "lm" and not dec.lm_tokens and
-            "shrink.embed lm needs decoder 'lm' (the segments become that LM's token embeddings)",
-            dec.whisper_tokens and not (self.whisper_decoder_source or dec.hf_config) and
-            "decoder 'whisper' needs decoder.name_or_path (or encoder.name_or_path) or decoder.hf_config",
-            not isinstance(enc, ConvEncoderConfig) and text.shared and
-            "text_encoder.shared needs the conv encoder's Transformer (encoder 'conv')",
-            self.d_model % self.n_heads and f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}",
-            isinstance(enc, ConvEncoderConfig) and text.shared and text.layers != enc.layers and
-            f"text_encoder.shared needs text_encoder.layers == encoder.layers ({enc.layers}), got {text.layers}",
-            text.embeddings == "whisper" and not dec.whisper_tokens and
-            "text_encoder.embeddings whisper needs decoder 'whisper' (its tables are the decoder's)",
-            text.embeddings == "lm" and not dec.lm_tokens and
-            "text_encoder.embeddings lm needs decoder 'lm' (its table is the language model's)",
-            dec.lm_tokens and not (dec.name_or_path or dec.hf_config) and
-            "decoder 'lm' needs decoder.name_or_path (e.g. gemma-3-270m) or decoder.hf_config",
-            getattr(enc, "asr_embed", "states") != "states" and not dec.lm_tokens and
-            f"encoder.asr_embed {getattr(enc, 'asr_embed', '')} needs decoder 'lm' (its input embeddings are the table)",
-            dec.examples and not (text.embed_only and text.embeddings == "lm") and
-            "decoder.examples needs text_encoder.embed_only with embeddings lm (the examples are the LM's own text)",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self)
+            + [
+                self.shrink.embed == "lm"
+                and not dec.lm_tokens
+                and "shrink.embed lm needs decoder 'lm' (the segments become that LM's token embeddings)",
+                dec.whisper_tokens
+                and not (self.whisper_decoder_source or dec.hf_config)
+                and "decoder 'whisper' needs decoder.name_or_path (or encoder.name_or_path) or decoder.hf_config",
+                not isinstance(enc, ConvEncoderConfig)
+                and text.shared
+                and "text_encoder.shared needs the conv encoder's Transformer (encoder 'conv')",
+                self.d_model % self.n_heads and f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}",
+                isinstance(enc, ConvEncoderConfig)
+                and text.shared
+                and text.layers != enc.layers
+                and f"text_encoder.shared needs text_encoder.layers == encoder.layers ({enc.layers}), got {text.layers}",
+                text.embeddings == "whisper"
+                and not dec.whisper_tokens
+                and "text_encoder.embeddings whisper needs decoder 'whisper' (its tables are the decoder's)",
+                text.embeddings == "lm"
+                and not dec.lm_tokens
+                and "text_encoder.embeddings lm needs decoder 'lm' (its table is the language model's)",
+                dec.lm_tokens
+                and not (dec.name_or_path or dec.hf_config)
+                and "decoder 'lm' needs decoder.name_or_path (e.g. gemma-3-270m) or decoder.hf_config",
+                getattr(enc, "asr_embed", "states") != "states"
+                and not dec.lm_tokens
+                and f"encoder.asr_embed {getattr(enc, 'asr_embed', '')} needs decoder 'lm' (its input embeddings are the table)",
+                dec.examples
+                and not (text.embed_only and text.embeddings == "lm")
+                and "decoder.examples needs text_encoder.embed_only with embeddings lm (the examples are the LM's own text)",
+            ],
+        )
 
     def check_vocabularies(self) -> None:
         """ValueError unless the vocabulary sizes (filled in from the tokenizers after the config file is
         read) fit the parts that use them."""
-        raise_problems("bad ModelConfig", [
-            self.tgt_vocab_size <= 0 and f"tgt_vocab_size must be > 0, got {self.tgt_vocab_size}",
-            self.ctc and self.src_vocab_size <= 0 and "ctc=True needs src_vocab_size > 0",
-            self.text_encoder.enabled and self.src_vocab_size <= 0 and
-            "a text encoder (text_encoder.layers > 0 or embed_only) needs src_vocab_size > 0",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            [
+                self.tgt_vocab_size <= 0 and f"tgt_vocab_size must be > 0, got {self.tgt_vocab_size}",
+                self.ctc and self.src_vocab_size <= 0 and "ctc=True needs src_vocab_size > 0",
+                self.text_encoder.enabled
+                and self.src_vocab_size <= 0
+                and "a text encoder (text_encoder.layers > 0 or embed_only) needs src_vocab_size > 0",
+            ],
+        )
 
 
 PRESETS: dict[str, dict] = {
     # fairseq s2t_transformer_s; fairseq does not share the decoder's input and output embeddings
     # (share_decoder_input_output_embed=False), which is what makes its ~31M at an 8000 vocabulary.
-    "s2t_s": dict(d_model=256, n_heads=4, ffn_dim=2048,
-                  encoder=dict(layers=12, subsampler="conv1d", conv_channels=1024, conv_kernels=(5, 5)),
-                  decoder=dict(layers=6, tie_embeddings=False)),
-    "tiny": dict(d_model=64, n_heads=2, ffn_dim=128, tgt_vocab_size=64,
-                 encoder=dict(layers=2, conv_channels=64, conv_kernels=(5, 5)), decoder=dict(layers=2)),
+    "s2t_s": dict(
+        d_model=256,
+        n_heads=4,
+        ffn_dim=2048,
+        encoder=dict(layers=12, subsampler="conv1d", conv_channels=1024, conv_kernels=(5, 5)),
+        decoder=dict(layers=6, tie_embeddings=False),
+    ),
+    "tiny": dict(
+        d_model=64,
+        n_heads=2,
+        ffn_dim=128,
+        tgt_vocab_size=64,
+        encoder=dict(layers=2, conv_channels=64, conv_kernels=(5, 5)),
+        decoder=dict(layers=2),
+    ),
 }
 
 

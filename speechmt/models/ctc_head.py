@@ -24,7 +24,9 @@ class CTCHead(nn.Linear):
     def __init__(self, dim: int, size: int, vocab: tuple[int, ...] = ()):
         super().__init__(dim, size)
         if vocab and size != FIRST_LABEL + len(vocab):
-            raise ValueError(f"a CTC head over {len(vocab)} LM tokens has {FIRST_LABEL + len(vocab)} labels, not {size}")
+            raise ValueError(
+                f"a CTC head over {len(vocab)} LM tokens has {FIRST_LABEL + len(vocab)} labels, not {size}"
+            )
         lookup = torch.full((max(vocab) + 1 if vocab else 0,), Tokenizer.unk_id, dtype=torch.long)
         lookup[torch.tensor(vocab, dtype=torch.long)] = torch.arange(FIRST_LABEL, FIRST_LABEL + len(vocab))
         self.register_buffer("lookup", lookup, persistent=False)

@@ -77,18 +77,33 @@ class TransformerDecoderConfig(DecoderConfig):
     gradient_checkpointing: bool = False
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + [
-            self.finetune not in FINETUNE_MODES and
-            f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "decoder.")
+            + [
+                self.finetune not in FINETUNE_MODES
+                and f"unknown decoder.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}",
+            ],
+        )
 
 
 def build_transformer_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfig]:
     """A Transformer decoder of the model's shared dimensions and target vocabulary."""
     d = cfg.decoder
-    return transformer_decoder(cfg.tgt_vocab_size, d.layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
-                               cfg.attention_dropout, cfg.activation_dropout, d.tie_embeddings, cfg.pad_id,
-                               cfg.position_offset, d.output_bias), cfg
+    return transformer_decoder(
+        cfg.tgt_vocab_size,
+        d.layers,
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.ffn_dim,
+        cfg.dropout,
+        cfg.attention_dropout,
+        cfg.activation_dropout,
+        d.tie_embeddings,
+        cfg.pad_id,
+        cfg.position_offset,
+        d.output_bias,
+    ), cfg
 
 
 @dataclass
@@ -127,10 +142,16 @@ class DecoderCache:
 class TransformerDecoder(nn.Module):
     """tokens (B, U) and encoder memory (B, S, D) -> logits (B, U, V)."""
 
-    def __init__(self, embed: nn.Embedding, layers: list[TransformerDecoderLayer], output: nn.Linear,
-                 dropout: float = 0.1, position_offset: int = 0,
-                 positions: SinusoidalPositionalEncoding | LearnedPositionalEmbedding | None = None,
-                 scale_embedding: bool = True):
+    def __init__(
+        self,
+        embed: nn.Embedding,
+        layers: list[TransformerDecoderLayer],
+        output: nn.Linear,
+        dropout: float = 0.1,
+        position_offset: int = 0,
+        positions: SinusoidalPositionalEncoding | LearnedPositionalEmbedding | None = None,
+        scale_embedding: bool = True,
+    ):
         super().__init__()
         dim = embed.embedding_dim
         self.embed, self.layers, self.output = embed, nn.ModuleList(layers), output
@@ -141,15 +162,17 @@ class TransformerDecoder(nn.Module):
     def new_cache(self) -> DecoderCache:
         return DecoderCache.empty(len(self.layers))
 
-    def forward(self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor,
-                cache: DecoderCache | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor, cache: DecoderCache | None = None
+    ) -> Tensor:
         """tokens (B, U): all positions, or with a cache only the new ones; memory (B / group, S, D),
         memory_lengths (B / group,), with the cache's `group` (1 without a cache) -> logits (B, U, V).
         A cache is updated in place (keys/values appended, offset advanced)."""
         return self.output(self.hidden(tokens, memory, memory_lengths, cache))
 
-    def hidden(self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor,
-               cache: DecoderCache | None = None) -> Tensor:
+    def hidden(
+        self, tokens: Tensor, memory: Tensor, memory_lengths: Tensor, cache: DecoderCache | None = None
+    ) -> Tensor:
         """`forward` before the output layer: the final LayerNorm's states (B, U, D)."""
         offset, group = (cache.offset, cache.group) if cache is not None else (0, 1)
         if tokens.size(0) != memory.size(0) * group:
@@ -165,11 +188,23 @@ class TransformerDecoder(nn.Module):
         return self.norm(x)
 
 
-def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, ffn_dim: int,
-                        dropout: float = 0.1, attention_dropout: float = 0.1, activation_dropout: float = 0.1,
-                        tie_embeddings: bool = True, pad_id: int = 0, position_offset: int = 0,
-                        output_bias: bool = False, activation: str = "relu", max_positions: int = 0,
-                        scale_embedding: bool = True) -> TransformerDecoder:
+def transformer_decoder(
+    vocab_size: int,
+    n_layers: int,
+    dim: int,
+    n_heads: int,
+    ffn_dim: int,
+    dropout: float = 0.1,
+    attention_dropout: float = 0.1,
+    activation_dropout: float = 0.1,
+    tie_embeddings: bool = True,
+    pad_id: int = 0,
+    position_offset: int = 0,
+    output_bias: bool = False,
+    activation: str = "relu",
+    max_positions: int = 0,
+    scale_embedding: bool = True,
+) -> TransformerDecoder:
     """Builds a TransformerDecoder; with `tie_embeddings` the output projection is the embedding matrix;
     `output_bias` gives the projection a bias (zero at first); `max_positions` > 0: learned positions
     (that many) instead of sinusoidal ones."""
@@ -181,7 +216,9 @@ def transformer_decoder(vocab_size: int, n_layers: int, dim: int, n_heads: int, 
         output.weight = embed.weight
     else:
         nn.init.normal_(output.weight, mean=0.0, std=dim**-0.5)
-    layers = [TransformerDecoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout,
-                                      activation) for _ in range(n_layers)]
+    layers = [
+        TransformerDecoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout, activation)
+        for _ in range(n_layers)
+    ]
     positions = LearnedPositionalEmbedding(max_positions, dim, position_offset) if max_positions > 0 else None
     return TransformerDecoder(embed, layers, output, dropout, position_offset, positions, scale_embedding)

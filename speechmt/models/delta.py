@@ -62,8 +62,9 @@ def model_state(model: nn.Module, base: dict | None, names: Collection[str] | No
     return {k: v for k, v in state.items() if k in keys}
 
 
-def load_model_state(model: nn.Module, state: dict[str, Tensor], base: dict | None,
-                     path: str | os.PathLike = "checkpoint") -> None:
+def load_model_state(
+    model: nn.Module, state: dict[str, Tensor], base: dict | None, path: str | os.PathLike = "checkpoint"
+) -> None:
     """Loads a checkpoint's "model" into `model`: everything (strict) without a base; with one, the trained
     tensors on top of the base's, after checking the base's checksum (CheckpointError, one line)."""
     if base is None:
@@ -71,13 +72,16 @@ def load_model_state(model: nn.Module, state: dict[str, Tensor], base: dict | No
         return
     found = frozen_checksum(model)
     if found != base["sha256"]:
-        raise CheckpointError(f"{path}: its base {', '.join(base['sources'])} has other weights here (sha256 "
-                              f"{found[:12]}..., the checkpoint was trained on {base['sha256'][:12]}...)")
+        raise CheckpointError(
+            f"{path}: its base {', '.join(base['sources'])} has other weights here (sha256 "
+            f"{found[:12]}..., the checkpoint was trained on {base['sha256'][:12]}...)"
+        )
     missing, unexpected = model.load_state_dict(state, strict=False)
     untrained = sorted(set(missing) - (set(model.state_dict()) - trained_keys(model)))
     if unexpected or untrained:
-        raise CheckpointError(f"{path}: trained tensors do not fit the model: unexpected {unexpected[:3]}, "
-                              f"missing {untrained[:3]}")
+        raise CheckpointError(
+            f"{path}: trained tensors do not fit the model: unexpected {unexpected[:3]}, missing {untrained[:3]}"
+        )
 
 
 def merged(model: Translator) -> tuple[Translator, ModelConfig]:
@@ -89,8 +93,11 @@ def merged(model: Translator) -> tuple[Translator, ModelConfig]:
 
     merge_lora(model)
     cfg = model.config
-    unadapted = {part: replace(getattr(cfg, part), finetune="full") for part in ("encoder", "decoder")
-                 if getattr(cfg, part).finetune == "lora"}
+    unadapted = {
+        part: replace(getattr(cfg, part), finetune="full")
+        for part in ("encoder", "decoder")
+        if getattr(cfg, part).finetune == "lora"
+    }
     cfg = replace(cfg, **unadapted)
     model.config = cfg
     return model, cfg

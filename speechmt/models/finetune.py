@@ -33,8 +33,11 @@ class LoraSettings:
 
     def __post_init__(self):
         self.targets = tuple(self.targets)
-        raise_problems("bad LoRA settings", field_problems(self, "lora.") + [
-            not self.targets and "lora.targets must name at least one Linear layer, got none"])
+        raise_problems(
+            "bad LoRA settings",
+            field_problems(self, "lora.")
+            + [not self.targets and "lora.targets must name at least one Linear layer, got none"],
+        )
 
 
 def _is_norm(m: nn.Module) -> bool:
@@ -61,12 +64,18 @@ def lora_(module: nn.Module, settings: LoraSettings) -> None:
     """Adds LoRA adapters (peft) to the target Linear layers of `module`; only the adapters train."""
     from peft import LoraConfig, inject_adapter_in_model
 
-    targets = sorted({name.rsplit(".", 1)[-1] for name, m in module.named_modules()
-                      if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in settings.targets})
+    targets = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, m in module.named_modules()
+            if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in settings.targets
+        }
+    )
     if not targets:
         raise ValueError(f"LoRA: no Linear layer of {type(module).__name__} is named {', '.join(settings.targets)}")
-    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=targets, bias="none")
+    config = LoraConfig(
+        r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout, target_modules=targets, bias="none"
+    )
     inject_adapter_in_model(config, module)
     for name, p in module.named_parameters():
         p.requires_grad_(".lora_" in name)

@@ -38,12 +38,15 @@ class FusionConfig:
 
     def __post_init__(self):
         self.layers, self.tasks = tuple(self.layers), tuple(self.tasks)
-        raise_problems("bad ModelConfig", [
-            *(count_problem("fusion.layers item", i, 1) for i in self.layers),
-            len(set(self.layers)) != len(self.layers) and f"fusion.layers repeats a layer: {list(self.layers)}",
-            len(set(self.tasks)) != len(self.tasks) and f"fusion.tasks repeats a task: {list(self.tasks)}",
-            *field_problems(self, "fusion."),
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            [
+                *(count_problem("fusion.layers item", i, 1) for i in self.layers),
+                len(set(self.layers)) != len(self.layers) and f"fusion.layers repeats a layer: {list(self.layers)}",
+                len(set(self.tasks)) != len(self.tasks) and f"fusion.tasks repeats a task: {list(self.tasks)}",
+                *field_problems(self, "fusion."),
+            ],
+        )
 
     @property
     def enabled(self) -> bool:
@@ -77,8 +80,10 @@ class LayerFusion(nn.Module):
         (B, T, D) -> out with x = proj(top + g (mix - top)), padded frames zero."""
         missing = [i for i in self.layers if f"layer.{i - 1}" not in record]
         if missing or "out" not in record:
-            raise ValueError(f"fusion.layers {missing}: not run in this pass (below encoder.frozen_layers, whose "
-                             "states are cached, or dropped by layerdrop)")
+            raise ValueError(
+                f"fusion.layers {missing}: not run in this pass (below encoder.frozen_layers, whose "
+                "states are cached, or dropped by layerdrop)"
+            )
         norm = encoder.model.layer_norm
         top, lengths = record["out"]
         states = torch.stack([norm(record[f"layer.{i - 1}"][0]) for i in self.layers], dim=-1)  # (B, T, H, L)

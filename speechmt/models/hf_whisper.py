@@ -47,29 +47,45 @@ class WhisperDecoderConfig(PretrainedOptions, DecoderConfig):
     whisper_tokens: ClassVar[bool] = True
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + self.pretrained_problems("decoder") + [
-            base_dtype_problem("decoder", self.base_dtype, self.finetune != "full")])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "decoder.")
+            + self.pretrained_problems("decoder")
+            + [base_dtype_problem("decoder", self.base_dtype, self.finetune != "full")],
+        )
 
 
 def build_whisper_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfig]:
     """Whisper's decoder (parts.hf_decoder), and `cfg` with Whisper's dimensions and complete HF config."""
     cfg = whisper_decoder_config(cfg, parts.hf_decoder)
-    decoder = whisper_decoder_from_hf(parts.hf_decoder.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout,
-                                      cfg.activation_dropout)
+    decoder = whisper_decoder_from_hf(
+        parts.hf_decoder.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout
+    )
     return decoder, cfg
 
 
 _LAYER = re.compile(r"layers\.(\d+)\.(\w+)\.(.+)")
-_LAYER_NAMES = {"self_attn": "self_attn", "self_attn_layer_norm": "self_norm", "encoder_attn": "cross_attn",
-                "encoder_attn_layer_norm": "cross_norm", "fc1": "ffn.fc1", "fc2": "ffn.fc2",
-                "final_layer_norm": "ffn_norm"}
+_LAYER_NAMES = {
+    "self_attn": "self_attn",
+    "self_attn_layer_norm": "self_norm",
+    "encoder_attn": "cross_attn",
+    "encoder_attn_layer_norm": "cross_norm",
+    "fc1": "ffn.fc1",
+    "fc2": "ffn.fc2",
+    "final_layer_norm": "ffn_norm",
+}
 _META_KEYS = ("model_type", "transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
-_MODULES = {"embed_tokens.weight": "embed.weight", "embed_positions.weight": "positions.weight",
-            "layer_norm.weight": "norm.weight", "layer_norm.bias": "norm.bias"}
+_MODULES = {
+    "embed_tokens.weight": "embed.weight",
+    "embed_positions.weight": "positions.weight",
+    "layer_norm.weight": "norm.weight",
+    "layer_norm.bias": "norm.bias",
+}
 
 
-def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True,
-                    dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_hf_whisper(
+    name_or_path: str, hf_config: dict, pretrained: bool = True, dtype: torch.dtype = torch.float32
+) -> nn.Module:
     """transformers' WhisperForConditionalGeneration: pretrained weights of name_or_path in `dtype`, or (not
     `pretrained`, e.g. when a checkpoint's weights follow) a random init of the complete `hf_config`."""
     from transformers import WhisperConfig, WhisperForConditionalGeneration
@@ -82,17 +98,31 @@ def load_hf_whisper(name_or_path: str, hf_config: dict, pretrained: bool = True,
         try:
             return WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype, **fields)
         except (OSError, ValueError) as e:
-            raise FileNotFoundError(f"{name_or_path}: cannot load a Whisper model ({str(e).splitlines()[0]}); "
-                                    "run `make setup` (whisper-base) or pass a local folder") from None
+            raise FileNotFoundError(
+                f"{name_or_path}: cannot load a Whisper model ({str(e).splitlines()[0]}); "
+                "run `make setup` (whisper-base) or pass a local folder"
+            ) from None
     return WhisperForConditionalGeneration(WhisperConfig(**fields))
 
 
 def hf_config_dict(model: nn.Module) -> dict:
     """The complete HF config of a loaded model, as stored in a speechmt checkpoint."""
-    return model.config.to_diff_dict() | {k: getattr(model.config, k) for k in (
-        "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
-        "encoder_ffn_dim", "decoder_ffn_dim", "num_mel_bins", "vocab_size", "max_source_positions",
-        "max_target_positions")}
+    return model.config.to_diff_dict() | {
+        k: getattr(model.config, k)
+        for k in (
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "num_mel_bins",
+            "vocab_size",
+            "max_source_positions",
+            "max_target_positions",
+        )
+    }
 
 
 def decoder_state_from_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -112,29 +142,47 @@ def decoder_state_from_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return out
 
 
-def whisper_decoder_from_hf(hf_decoder: nn.Module, pad_id: int, dropout: float = 0.0, attention_dropout: float = 0.0,
-                            activation_dropout: float = 0.0) -> TransformerDecoder:
+def whisper_decoder_from_hf(
+    hf_decoder: nn.Module,
+    pad_id: int,
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    activation_dropout: float = 0.0,
+) -> TransformerDecoder:
     """speechmt's TransformerDecoder holding the weights of transformers' WhisperDecoder, with dropout on the
     residual branches, attention weights and activations (Whisper was trained without)."""
     c = hf_decoder.config
-    decoder = transformer_decoder(c.vocab_size, c.decoder_layers, c.d_model, c.decoder_attention_heads,
-                                  c.decoder_ffn_dim, dropout, attention_dropout, activation_dropout,
-                                  tie_embeddings=True, pad_id=pad_id,
-                                  activation="gelu", max_positions=c.max_target_positions,
-                                  scale_embedding=bool(c.scale_embedding))
+    decoder = transformer_decoder(
+        c.vocab_size,
+        c.decoder_layers,
+        c.d_model,
+        c.decoder_attention_heads,
+        c.decoder_ffn_dim,
+        dropout,
+        attention_dropout,
+        activation_dropout,
+        tie_embeddings=True,
+        pad_id=pad_id,
+        activation="gelu",
+        max_positions=c.max_target_positions,
+        scale_embedding=bool(c.scale_embedding),
+    )
     decoder.load_state_dict(decoder_state_from_hf(hf_decoder.state_dict()))
     return decoder
 
 
-def whisper_encoder_from_hf(hf_model: nn.Module, dim: int, layerdrop: float = 0.0, frozen_layers: int = 0,
-                            checkpointing: bool = False) -> WhisperEncoder:
+def whisper_encoder_from_hf(
+    hf_model: nn.Module, dim: int, layerdrop: float = 0.0, frozen_layers: int = 0, checkpointing: bool = False
+) -> WhisperEncoder:
     """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed;
     `frozen_layers` > 0: its cacheable part stops after that many layers; `checkpointing`: its layers' activations
     are recomputed in the backward pass (transformers' activation checkpointing)."""
     n_layers = len(hf_model.model.encoder.layers)
     if frozen_layers >= n_layers:
-        raise ValueError(f"encoder.frozen_layers {frozen_layers} leaves none of the Whisper encoder's {n_layers} "
-                         f"layers to train; use encoder.finetune frozen")
+        raise ValueError(
+            f"encoder.frozen_layers {frozen_layers} leaves none of the Whisper encoder's {n_layers} "
+            f"layers to train; use encoder.finetune frozen"
+        )
     if checkpointing:
         enable_hf_checkpointing(hf_model.model.encoder)
     return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop), frozen_layers or None)
@@ -145,24 +193,35 @@ def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module |
     base_dtype (one load in float32 when they share it and their base_dtype differ; build_model casts the parts)."""
     e, d = cfg.encoder, cfg.decoder
     whisper_encoder = e.frontend == "whisper_mel"
-    shared = whisper_encoder and d.whisper_tokens and \
-        cfg.whisper_decoder_source == e.name_or_path and (not d.hf_config or d.hf_config == e.hf_config)
+    shared = (
+        whisper_encoder
+        and d.whisper_tokens
+        and cfg.whisper_decoder_source == e.name_or_path
+        and (not d.hf_config or d.hf_config == e.hf_config)
+    )
     enc_dtype = torch_dtype(e.base_dtype if not shared or e.base_dtype == d.base_dtype else "float32")
     enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained, enc_dtype) if whisper_encoder else None
     if not d.whisper_tokens:
         return enc, None
     if shared:
         return enc, enc
-    return enc, load_hf_whisper(cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained,
-                                torch_dtype(d.base_dtype))
+    return enc, load_hf_whisper(
+        cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained, torch_dtype(d.base_dtype)
+    )
 
 
 def whisper_decoder_config(cfg, hf_model: nn.Module):
     """`cfg` with the Whisper decoder's dimensions, vocabulary and complete HF config filled in."""
     c = hf_model.config
     decoder = replace(cfg.decoder, hf_config=hf_config_dict(hf_model))
-    return replace(cfg, d_model=c.d_model, n_heads=c.decoder_attention_heads, ffn_dim=c.decoder_ffn_dim,
-                   tgt_vocab_size=c.vocab_size, decoder=decoder)
+    return replace(
+        cfg,
+        d_model=c.d_model,
+        n_heads=c.decoder_attention_heads,
+        ffn_dim=c.decoder_ffn_dim,
+        tgt_vocab_size=c.vocab_size,
+        decoder=decoder,
+    )
 
 
 def whisper_asr_prompt(hf_model: nn.Module, language: str) -> tuple[int, ...]:
@@ -238,8 +297,9 @@ def _whisper_tokenizer(whisper: str, lm: str, embed: str):
 def _need_both(whisper: str, lm: str, embed: str) -> None:
     """A one-line ValueError when asr_embed `embed` lacks either model's name (it reads both tokenizers)."""
     if not whisper or not lm:
-        raise ValueError(f"encoder.asr_embed {embed} needs encoder.name_or_path and decoder.name_or_path (their "
-                         "tokenizers)")
+        raise ValueError(
+            f"encoder.asr_embed {embed} needs encoder.name_or_path and decoder.name_or_path (their tokenizers)"
+        )
 
 
 def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:
@@ -251,8 +311,9 @@ def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:
     return path
 
 
-def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None,
-                                beam: int = 1, text=None, state: str = "after") -> nn.Module:
+def whisper_asr_encoder_from_hf(
+    hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None, beam: int = 1, text=None, state: str = "after"
+) -> nn.Module:
     """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
     its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`), projected to `dim`;
     `pieces` (PieceEmbeddings): asr_embed lm; `text` (TranscriptTokens): asr_embed text; `state`: asr_state."""
@@ -260,8 +321,17 @@ def whisper_asr_encoder_from_hf(hf_model: nn.Module, dim: int, prompt: tuple[int
 
     decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
     encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
-    asr = WhisperAsrEncoder(encoder, decoder, prompt, int(hf_model.config.eos_token_id), dim, pieces=pieces, beam=beam,
-                            text=text, state=state)
+    asr = WhisperAsrEncoder(
+        encoder,
+        decoder,
+        prompt,
+        int(hf_model.config.eos_token_id),
+        dim,
+        pieces=pieces,
+        beam=beam,
+        text=text,
+        state=state,
+    )
     asr.encoder.requires_grad_(False)
     asr.decoder.requires_grad_(False)
     return asr

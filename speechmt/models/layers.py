@@ -84,9 +84,11 @@ class LearnedPositionalEmbedding(nn.Module):
         """x (B, T, D) -> x + weight[p .. p + T - 1], p = position_offset + offset; ValueError past the table."""
         start = self.position_offset + offset
         if start + x.size(1) > self.weight.size(0):
-            raise ValueError(f"position {start + x.size(1) - 1} is beyond the {self.weight.size(0)} learned "
-                             "positions (lower the maximum output length, or shorten the source text)")
-        return x + self.weight[start: start + x.size(1)].to(x.dtype)
+            raise ValueError(
+                f"position {start + x.size(1) - 1} is beyond the {self.weight.size(0)} learned "
+                "positions (lower the maximum output length, or shorten the source text)"
+            )
+        return x + self.weight[start : start + x.size(1)].to(x.dtype)
 
 
 FEW_QUERIES = 16
@@ -141,8 +143,11 @@ class MultiHeadAttention(nn.Module):
         b, h, t, dh = q.shape
         if group > 1:  # (N * G, H, T, D/H) -> (N, H, G * T, D/H)
             q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(b // group, h, group * t, dh)
-        out = (_few_query_attention(q, k, v, mask) if not self.training and q.size(2) <= FEW_QUERIES
-               else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p))
+        out = (
+            _few_query_attention(q, k, v, mask)
+            if not self.training and q.size(2) <= FEW_QUERIES
+            else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        )
         out = out.view(b // group, h, group, t, dh).permute(0, 2, 3, 1, 4)  # (N, G, T, H, D/H)
         return self.out_proj(out.reshape(b, t, h * dh))  # -> (N * G, T, D)
 
@@ -171,8 +176,15 @@ class FeedForward(nn.Module):
 class TransformerEncoderLayer(nn.Module):
     """Pre-norm self-attention + feed-forward block; takes and returns (x (B, T, D), lengths (B,))."""
 
-    def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
-                 attention_dropout: float = 0.1, activation_dropout: float = 0.1):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        ffn_dim: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        activation_dropout: float = 0.1,
+    ):
         super().__init__()
         self.attn_norm, self.attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
         self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout)
@@ -197,8 +209,9 @@ class TransformerEncoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
 
-    def forward(self, x: Tensor, lengths: Tensor, record: "dict | None" = None,
-                prefix: str = "") -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, lengths: Tensor, record: "dict | None" = None, prefix: str = ""
+    ) -> tuple[Tensor, Tensor]:
         """With a `record` (speechmt.models.encoders.base.Record), each layer's output (the residual stream,
         before the final norm) is noted as `{prefix}layer.{i}` and the normed output as `{prefix}out`."""
         for i, layer in enumerate(self.layers):
@@ -211,12 +224,21 @@ class TransformerEncoder(nn.Module):
         return x, lengths
 
 
-def transformer_encoder(n_layers: int, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
-                        attention_dropout: float = 0.1, activation_dropout: float = 0.1,
-                        final_norm: bool = True) -> TransformerEncoder:
+def transformer_encoder(
+    n_layers: int,
+    dim: int,
+    n_heads: int,
+    ffn_dim: int,
+    dropout: float = 0.1,
+    attention_dropout: float = 0.1,
+    activation_dropout: float = 0.1,
+    final_norm: bool = True,
+) -> TransformerEncoder:
     """Builds a TransformerEncoder of `n_layers` identical-shape layers."""
-    layers = [TransformerEncoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
-              for _ in range(n_layers)]
+    layers = [
+        TransformerEncoderLayer(dim, n_heads, ffn_dim, dropout, attention_dropout, activation_dropout)
+        for _ in range(n_layers)
+    ]
     return TransformerEncoder(layers, dim, final_norm)
 
 
@@ -241,8 +263,16 @@ STACK_INITS = ("random", "identity")
 def config_stack(cfg, n_layers: int, identity: bool = False) -> TransformerEncoder:
     """`n_layers` encoder layers at a ModelConfig's shared sizes and dropouts; `identity`: no final norm and
     zeroed residual branches, so the stack starts as the identity (zero_residual_branches)."""
-    stack = transformer_encoder(n_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout,
-                                cfg.attention_dropout, cfg.activation_dropout, final_norm=not identity)
+    stack = transformer_encoder(
+        n_layers,
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.ffn_dim,
+        cfg.dropout,
+        cfg.attention_dropout,
+        cfg.activation_dropout,
+        final_norm=not identity,
+    )
     return zero_residual_branches(stack) if identity else stack
 
 
@@ -269,16 +299,31 @@ class LayerCache:
 class TransformerDecoderLayer(nn.Module):
     """Pre-norm causal self-attention, cross-attention and feed-forward, with an optional KV cache."""
 
-    def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1,
-                 attention_dropout: float = 0.1, activation_dropout: float = 0.1, activation: str = "relu"):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        ffn_dim: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        activation_dropout: float = 0.1,
+        activation: str = "relu",
+    ):
         super().__init__()
         self.self_norm, self.self_attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
         self.cross_norm, self.cross_attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
         self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout, activation)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor, self_mask: Tensor | None,
-                cache: LayerCache | None = None, group: int = 1) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        self_mask: Tensor | None,
+        cache: LayerCache | None = None,
+        group: int = 1,
+    ) -> Tensor:
         """x (N * group, U, D) new positions; memory (N, S, D), each row shared by `group` consecutive rows
         of x; memory_mask (N, 1, 1, S); self_mask (U, t + U) or None (no masking); with a cache, keys/values
         of the t earlier steps come from it -> (N * group, U, D)."""
@@ -289,8 +334,9 @@ class TransformerDecoderLayer(nn.Module):
                 k, v = torch.cat([cache.self_kv[0], k], dim=2), torch.cat([cache.self_kv[1], v], dim=2)
             cache.self_kv = (k, v)
         x = x + self.dropout(self.self_attn.attend(h, k, v, self_mask))
-        x = x + self.dropout(self.cross_attn.attend(self.cross_norm(x), *self._cross_kv(memory, cache), memory_mask,
-                                                    group))
+        x = x + self.dropout(
+            self.cross_attn.attend(self.cross_norm(x), *self._cross_kv(memory, cache), memory_mask, group)
+        )
         return x + self.dropout(self.ffn(self.ffn_norm(x)))
 
     def _cross_kv(self, memory: Tensor, cache: LayerCache | None) -> tuple[Tensor, Tensor]:

@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 
 _META_KEYS = ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "quantization_config")
 # a multimodal checkpoint's text tensors -> a causal LM's names (Gemma 3, Mistral 3, LLaVA-style models)
-_TEXT_KEYS = {r"^language_model\.model\.": "model.", r"^model\.language_model\.": "model.",
-              r"^language_model\.lm_head\.": "lm_head."}
-
+_TEXT_KEYS = {
+    r"^language_model\.model\.": "model.",
+    r"^model\.language_model\.": "model.",
+    r"^language_model\.lm_head\.": "lm_head.",
+}
 
 
 @dataclass
@@ -70,23 +72,31 @@ class LMDecoderConfig(PretrainedOptions, DecoderConfig):
 
     def __post_init__(self):
         self.vocab, self.prompt = tuple(self.vocab), tuple(self.prompt)
-        raise_problems("bad ModelConfig", field_problems(self, "decoder.") + self.pretrained_problems("decoder") + [
-            base_dtype_problem("decoder", self.base_dtype, self.finetune != "full"),
-            self.memory and not self.examples and
-            f"decoder.memory ({self.memory!r}) needs decoder.examples > 0 (the memory is where examples come from)",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "decoder.")
+            + self.pretrained_problems("decoder")
+            + [
+                base_dtype_problem("decoder", self.base_dtype, self.finetune != "full"),
+                self.memory
+                and not self.examples
+                and f"decoder.memory ({self.memory!r}) needs decoder.examples > 0 (the memory is where examples come from)",
+            ],
+        )
 
 
 def build_lm_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[LMDecoder, ModelConfig]:
     """A causal LM as the decoder, and `cfg` with its width as d_model, its trimmed vocabulary's size and its
     complete HF config filled in."""
     d = cfg.decoder
-    decoder = lm_decoder(load_causal_lm(d.name_or_path, d.hf_config, parts.pretrained, torch_dtype(d.base_dtype)),
-                         d.vocab, d.prompt)
+    decoder = lm_decoder(
+        load_causal_lm(d.name_or_path, d.hf_config, parts.pretrained, torch_dtype(d.base_dtype)), d.vocab, d.prompt
+    )
     if d.gradient_checkpointing:
         enable_hf_checkpointing(decoder.lm)
-    return decoder, replace(cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab),
-                            decoder=replace(d, hf_config=lm_config_dict(decoder.lm)))
+    return decoder, replace(
+        cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab), decoder=replace(d, hf_config=lm_config_dict(decoder.lm))
+    )
 
 
 @dataclass
@@ -159,11 +169,18 @@ class LMDecoder(nn.Module):
             kv = cache.kv if cache.kv is not None else self._new_kv()
             cache.kv, cache.mask, cache.next_position = kv, mask, positions[:, -1] + 1
             cache.offset += tokens.size(1)
-        out = self.lm.model(inputs_embeds=x, attention_mask=mask, position_ids=positions, use_cache=cache is not None,
-                            **{self._cache_arg: kv})
-        return self.logits(out.last_hidden_state[:, -tokens.size(1):])
+        out = self.lm.model(
+            inputs_embeds=x,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=cache is not None,
+            **{self._cache_arg: kv},
+        )
+        return self.logits(out.last_hidden_state[:, -tokens.size(1) :])
 
-    def _first_inputs(self, x: Tensor, memory: Tensor, memory_lengths: Tensor, group: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _first_inputs(
+        self, x: Tensor, memory: Tensor, memory_lengths: Tensor, group: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """[padding | prompt | memory | target] embeddings (R, P + S + U, D), their mask (1: read) and positions.
         Each row's padding goes first (left padding, as in generation), so that what the LM reads is contiguous
         and a sliding-window layer's window spans the same tokens whatever the padding."""
@@ -205,14 +222,16 @@ class LMDecoder(nn.Module):
         # through a 2-D view: a 3-D `hidden` that is not contiguous (a slice of positions) would make matmul
         # expand the (V', D) weight to every row (a copy of B x V' x D values) instead of folding the batch
         logits = (hidden.reshape(-1, hidden.size(-1)) @ self.head_weight().to(hidden.dtype).t()).view(
-            *hidden.shape[:-1], -1)
+            *hidden.shape[:-1], -1
+        )
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
 
-def load_causal_lm(name_or_path: str, hf_config: dict, pretrained: bool = True,
-                   dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_causal_lm(
+    name_or_path: str, hf_config: dict, pretrained: bool = True, dtype: torch.dtype = torch.float32
+) -> nn.Module:
     """transformers' causal LM: the pretrained weights of name_or_path in `dtype` (of a multimodal checkpoint such
     as Gemma 3 4B-27B, its text model alone: `text_causal_lm`), or (not `pretrained`: a checkpoint's weights follow)
     a random init of the complete `hf_config`."""
@@ -229,8 +248,10 @@ def load_causal_lm(name_or_path: str, hf_config: dict, pretrained: bool = True,
                 return text_causal_lm(source, text, dtype)
             return AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
         except (OSError, ValueError) as e:
-            raise FileNotFoundError(f"{name_or_path}: cannot load a causal language model ({str(e).splitlines()[0]}); "
-                                    "run `make setup` (gemma-3-270m) or pass a local folder") from None
+            raise FileNotFoundError(
+                f"{name_or_path}: cannot load a causal language model ({str(e).splitlines()[0]}); "
+                "run `make setup` (gemma-3-270m) or pass a local folder"
+            ) from None
     if not hf_config.get("model_type"):
         raise ValueError("decoder 'lm' without name_or_path needs decoder.hf_config with its model_type")
     fields = {k: v for k, v in hf_config.items() if k not in _META_KEYS}
@@ -249,8 +270,9 @@ def text_causal_lm(source: str, text_config, dtype: torch.dtype) -> nn.Module:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # no report listing every vision tensor as unexpected
     try:
-        lm, info = AutoModelForCausalLM.from_pretrained(source, config=text_config, dtype=dtype,
-                                                        key_mapping=_TEXT_KEYS, output_loading_info=True)
+        lm, info = AutoModelForCausalLM.from_pretrained(
+            source, config=text_config, dtype=dtype, key_mapping=_TEXT_KEYS, output_loading_info=True
+        )
     finally:
         hf_logging.set_verbosity(verbosity)
     if info["missing_keys"]:

@@ -20,8 +20,15 @@ from torch.utils.checkpoint import checkpoint
 
 from speechmt.models.layers import LayerCache, TransformerDecoderLayer
 
-__all__ = ["BASE_DTYPES", "CheckpointedDecoderLayer", "checkpoint_decoder_layers", "enable_hf_checkpointing",
-           "parameter_bytes", "torch_dtype", "train_in_float32"]
+__all__ = [
+    "BASE_DTYPES",
+    "CheckpointedDecoderLayer",
+    "checkpoint_decoder_layers",
+    "enable_hf_checkpointing",
+    "parameter_bytes",
+    "torch_dtype",
+    "train_in_float32",
+]
 
 BASE_DTYPES = ("float32", "bfloat16", "float16")
 """The types a pretrained part's frozen weights may be kept in (EncoderConfig / DecoderConfig.base_dtype)."""
@@ -45,8 +52,9 @@ def train_in_float32(module: nn.Module, base: torch.dtype) -> None:
 def parameter_bytes(module: nn.Module, trainable: bool | None = None) -> int:
     """Bytes of `module`'s parameters (each shared tensor once); `trainable` True / False: only those that train /
     only the frozen ones."""
-    return sum(p.numel() * p.element_size() for p in module.parameters()
-               if trainable is None or p.requires_grad == trainable)
+    return sum(
+        p.numel() * p.element_size() for p in module.parameters() if trainable is None or p.requires_grad == trainable
+    )
 
 
 def enable_hf_checkpointing(model: nn.Module) -> None:
@@ -67,8 +75,15 @@ class CheckpointedDecoderLayer(TransformerDecoderLayer):
     """A TransformerDecoderLayer whose forward runs under torch.utils.checkpoint while training with gradients
     (no cache there); the same parameters, names and state dict as the plain layer."""
 
-    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor, self_mask: Tensor | None,
-                cache: LayerCache | None = None, group: int = 1) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        self_mask: Tensor | None,
+        cache: LayerCache | None = None,
+        group: int = 1,
+    ) -> Tensor:
         """As TransformerDecoderLayer.forward: x (N * group, U, D), memory (N, S, D) -> (N * group, U, D)."""
         layer = super().forward
         if self.training and torch.is_grad_enabled() and cache is None:

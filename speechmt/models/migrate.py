@@ -16,8 +16,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FINETUNE_FLAGS", "FLAT_NAMES", "GROUPS", "merge_model_configs", "migrate_model_config",
-           "migrate_model_override"]
+__all__ = [
+    "FINETUNE_FLAGS",
+    "FLAT_NAMES",
+    "GROUPS",
+    "merge_model_configs",
+    "migrate_model_config",
+    "migrate_model_override",
+]
 
 GROUPS = ("encoder", "shrink", "text_encoder", "semantic", "decoder", "lora", "fusion")
 """The sub-configs of ModelConfig (fields holding a dataclass, a mapping in dict form)."""
@@ -139,6 +145,7 @@ def _put(out: dict[str, Any], path: tuple[str, ...], value: Any, given_as: str) 
         if not isinstance(target, dict):
             raise ValueError(f"bad ModelConfig: {given_as} sets {'.'.join(path)} but {group} is {target!r}")
     if name in target and target[name] != value:
-        raise ValueError(f"bad ModelConfig: {given_as}={value!r} sets {'.'.join(path)} a second time "
-                         f"(already {target[name]!r})")
+        raise ValueError(
+            f"bad ModelConfig: {given_as}={value!r} sets {'.'.join(path)} a second time (already {target[name]!r})"
+        )
     target[name] = value

@@ -68,7 +68,9 @@ class ConvShrinkConfig(ShrinkConfig):
     kind: str = kind_field("conv")
     channels: int = checked(1024, lo=1)
     kernel: int = checked(5, lo=1)
-    layers: int = checked(2, lo=1)  # stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
+    layers: int = checked(
+        2, lo=1
+    )  # stride-2 layers (2: 4x, as XSTNet and Chimera; 3: 8x, e.g. 50 Hz Whisper states to 6.25 Hz)
 
     def __post_init__(self):
         raise_problems("bad ModelConfig", field_problems(self, "shrink."))
@@ -87,12 +89,16 @@ class CTCShrinkConfig(ShrinkConfig):
     needs_ctc_head: ClassVar[bool] = True
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", field_problems(self, "shrink.") + [
-            self.embed not in SHRINK_EMBEDS and
-            f"unknown shrink.embed {self.embed!r}; expected one of {', '.join(SHRINK_EMBEDS)}",
-            self.mode not in SHRINK_MODES and
-            f"unknown shrink.mode {self.mode!r}; expected one of {', '.join(SHRINK_MODES)}",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "shrink.")
+            + [
+                self.embed not in SHRINK_EMBEDS
+                and f"unknown shrink.embed {self.embed!r}; expected one of {', '.join(SHRINK_EMBEDS)}",
+                self.mode not in SHRINK_MODES
+                and f"unknown shrink.mode {self.mode!r}; expected one of {', '.join(SHRINK_MODES)}",
+            ],
+        )
 
 
 def build_no_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[None, ModelConfig]:
@@ -112,8 +118,10 @@ def build_ctc_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[CTCShrink, Mo
     table = None
     if cfg.shrink.embed == "lm":
         if not cfg.ctc_vocab:
-            raise ValueError("shrink.embed lm needs a CTC head over the LM's tokens (model.ctc_vocab, filled in from "
-                             "the transcripts when a run starts; train a ctc objective)")
+            raise ValueError(
+                "shrink.embed lm needs a CTC head over the LM's tokens (model.ctc_vocab, filled in from "
+                "the transcripts when a run starts; train a ctc objective)"
+            )
         table = LabelEmbeddings(parts.ctc_head, parts.decoder)
     return CTCShrink(CTC_BLANK_ID, cfg.shrink.mode, table, FIRST_LABEL), cfg
 

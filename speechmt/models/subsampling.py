@@ -45,9 +45,7 @@ class Conv1dSubsampler(nn.Module):
         n = len(kernels)
         ins = [input_dim] + [channels // 2] * (n - 1)
         outs = [channels] * (n - 1) + [out_dim * 2]
-        self.convs = nn.ModuleList(
-            nn.Conv1d(i, o, k, stride=2, padding=k // 2) for i, o, k in zip(ins, outs, kernels)
-        )
+        self.convs = nn.ModuleList(nn.Conv1d(i, o, k, stride=2, padding=k // 2) for i, o, k in zip(ins, outs, kernels))
 
     def output_lengths(self, lengths: Tensor) -> Tensor:
         for conv in self.convs:
@@ -68,8 +66,9 @@ class Conv2dSubsampler(nn.Module):
 
     def __init__(self, input_dim: int, channels: int, out_dim: int):
         super().__init__()
-        self.convs = nn.ModuleList([nn.Conv2d(1, channels, 3, stride=2, padding=1),
-                                    nn.Conv2d(channels, channels, 3, stride=2, padding=1)])
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(1, channels, 3, stride=2, padding=1), nn.Conv2d(channels, channels, 3, stride=2, padding=1)]
+        )
         freq = torch.tensor(input_dim)
         for _ in self.convs:
             freq = conv_output_lengths(freq, 3)

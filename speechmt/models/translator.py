@@ -28,10 +28,17 @@ class Translator(nn.Module):
     """Speech (or text) encoder -> semantic layer -> Transformer decoder. No forward: tasks call encode_*
     and decode; `states` returns every stage's states by name."""
 
-    def __init__(self, config: ModelConfig, speech_encoder: AcousticEncoder, decoder: TransformerDecoder,
-                 text_encoder: TextEncoder | None = None, ctc_head: nn.Linear | None = None,
-                 shrink: Shrink | None = None, semantic: SemanticLayer | None = None,
-                 fusion: LayerFusion | None = None):
+    def __init__(
+        self,
+        config: ModelConfig,
+        speech_encoder: AcousticEncoder,
+        decoder: TransformerDecoder,
+        text_encoder: TextEncoder | None = None,
+        ctc_head: nn.Linear | None = None,
+        shrink: Shrink | None = None,
+        semantic: SemanticLayer | None = None,
+        fusion: LayerFusion | None = None,
+    ):
         super().__init__()
         self.fusion = fusion
         self.config = config
@@ -39,8 +46,9 @@ class Translator(nn.Module):
         self.text_encoder, self.ctc_head, self.shrink = text_encoder, ctc_head, shrink
         self.semantic = semantic if semantic is not None else SEMANTICS["identity"](config)
 
-    def encode_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False,
-                      record: Record | None = None, task: str = "") -> EncoderOutput:
+    def encode_speech(
+        self, feats: Tensor, lengths: Tensor, precomputed: bool = False, record: Record | None = None, task: str = ""
+    ) -> EncoderOutput:
         """feats (B, T, F) fbank (conv encoder), waves (B, T) at 16 kHz (wav2vec2) or log-mel (B, T, n_mels)
         (whisper), lengths (B,) -> EncoderOutput x (B, T', D), lengths; with a CTC head ctc_logits (B, T_a,
         V_src) on the acoustic states and their lengths ctc_lengths (B,); T' = T_a unless the states are shrunk.
@@ -49,8 +57,9 @@ class Translator(nn.Module):
         out = self.bridge_speech(feats, lengths, precomputed, record, task)
         return self._semantic(self.semantic.speech, out, record, "speech")
 
-    def bridge_speech(self, feats: Tensor, lengths: Tensor, precomputed: bool = False,
-                      record: Record | None = None, task: str = "") -> EncoderOutput:
+    def bridge_speech(
+        self, feats: Tensor, lengths: Tensor, precomputed: bool = False, record: Record | None = None, task: str = ""
+    ) -> EncoderOutput:
         """encode_speech up to the semantic layer: what it reads (the acoustic states, CTC logits, shrunk)."""
         sub = None if record is None and self.fusion is None else {}
         if precomputed:
@@ -71,8 +80,10 @@ class Translator(nn.Module):
     def encode_text(self, tokens: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """tokens (B, S), lengths (B,) -> EncoderOutput x (B, S, D), lengths. `record`: see `states`."""
         if self.text_encoder is None:
-            raise ValueError("this model has no text encoder: build it with text_encoder.layers > 0 or "
-                             "text_encoder.embed_only (and src_vocab_size > 0) to encode text")
+            raise ValueError(
+                "this model has no text encoder: build it with text_encoder.layers > 0 or "
+                "text_encoder.embed_only (and src_vocab_size > 0) to encode text"
+            )
         sub = None if record is None else {}
         out = self.text_encoder(tokens, lengths, sub)
         _merge(record, "text.encoder.", sub)
@@ -94,8 +105,7 @@ class Translator(nn.Module):
         note(record, f"{side}.out", out.x, out.lengths)
         return out
 
-    def states(self, inputs: Tensor, lengths: Tensor, modality: str = "speech",
-               precomputed: bool = False) -> Record:
+    def states(self, inputs: Tensor, lengths: Tensor, modality: str = "speech", precomputed: bool = False) -> Record:
         """Every stage's states on the way to the decoder, in order, as {name: (x (B, T, D), lengths (B,))}:
         speech: "speech.encoder.<...>" (the acoustic encoder's own: "subsampled"/"conv", "layer.<i>",
         "out", "projected"), "speech.shrink", "speech.semantic.<...>", "speech.out"; text: "text.encoder.
@@ -122,4 +132,3 @@ class Translator(nn.Module):
 def _merge(record: Record | None, prefix: str, sub: Record | None) -> None:
     if record is not None and sub:
         record.update({prefix + k: v for k, v in sub.items()})
-

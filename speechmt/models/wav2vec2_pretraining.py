@@ -29,8 +29,9 @@ class PretrainingSettings:
     hf_config: dict = field(default_factory=dict)
 
 
-def masks_and_negatives(frames: Tensor, width: int, settings: PretrainingSettings,
-                        num_negatives: int) -> tuple[np.ndarray, np.ndarray]:
+def masks_and_negatives(
+    frames: Tensor, width: int, settings: PretrainingSettings, num_negatives: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Masked spans over the unpadded frames (B, T') bool, and for every frame `num_negatives` distractors
     (B, T', K): indices into the flattened (B * T') frames, drawn from the masked frames of its utterance."""
     from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices, _sample_negative_indices
@@ -51,7 +52,7 @@ class Wav2Vec2Pretraining(nn.Module):
     def before_update(self, step: int) -> None:
         """Anneals the gumbel softmax temperature: max(start * decay^step, floor)."""
         start, floor, decay = self.config.gumbel_temperature
-        self.model.set_gumbel_temperature(max(start * decay ** step, floor))
+        self.model.set_gumbel_temperature(max(start * decay**step, floor))
 
     def loss(self, waves: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """waves (B, T), lengths (B,) samples -> (contrastive + diversity loss per masked frame, stats)."""
@@ -61,10 +62,17 @@ class Wav2Vec2Pretraining(nn.Module):
         mask, negatives = masks_and_negatives(frames, width, self.config, hf.config.num_negatives)
         padding = lengths_to_padding_mask(lengths, waves.size(1))
         attention_mask = (~padding).long() if hf.config.feat_extract_norm == "layer" else None
-        out = hf(waves.masked_fill(padding, 0.0), attention_mask=attention_mask,
-                 mask_time_indices=torch.from_numpy(mask).to(waves.device),
-                 sampled_negative_indices=torch.from_numpy(negatives).to(waves.device))
+        out = hf(
+            waves.masked_fill(padding, 0.0),
+            attention_mask=attention_mask,
+            mask_time_indices=torch.from_numpy(mask).to(waves.device),
+            sampled_negative_indices=torch.from_numpy(negatives).to(waves.device),
+        )
         n = float(mask.sum())
-        stats = {"contrastive": out.contrastive_loss.detach() / n, "diversity": out.diversity_loss.detach() / n,
-                 "perplexity": out.codevector_perplexity.detach(), "masked_frames": torch.tensor(n)}
+        stats = {
+            "contrastive": out.contrastive_loss.detach() / n,
+            "diversity": out.diversity_loss.detach() / n,
+            "perplexity": out.codevector_perplexity.detach(),
+            "masked_frames": torch.tensor(n),
+        }
         return out.loss / n, stats

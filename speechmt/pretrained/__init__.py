@@ -23,14 +23,21 @@ INFERENCE_KEYS = ("model", *BUNDLE_KEYS)  # the weights and the model bundle: wh
 def default_model_path() -> Path:
     """The bundled model's path; CheckpointError (one line) when this installation lacks it."""
     if not DEFAULT_MODEL.is_file():
-        raise CheckpointError(f"{DEFAULT_MODEL}: the bundled default model is missing from this installation; "
-                              "pass --model CHECKPOINT")
+        raise CheckpointError(
+            f"{DEFAULT_MODEL}: the bundled default model is missing from this installation; pass --model CHECKPOINT"
+        )
     return DEFAULT_MODEL
 
 
-def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bool = True,
-                 provenance: dict | None = None, merge: bool = False, whisper_pad_seconds: float | None = None,
-                 memory: str | None = None) -> dict:
+def export_model(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    half: bool = True,
+    provenance: dict | None = None,
+    merge: bool = False,
+    whisper_pad_seconds: float | None = None,
+    memory: str | None = None,
+) -> dict:
     """Writes an inference-only copy of `checkpoint` to `out`: what `load_model` needs (no optimiser or
     training state), floating-point weights in float16 when `half`. Returns {"params", "bytes"}.
 
@@ -56,8 +63,10 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, half: bo
         slim["features"] = _padded_features(checkpoint, state["features"], whisper_pad_seconds)
     cast = torch.float16 if half else None
     done: dict[int, torch.Tensor] = {}  # a tied tensor (one object under two names) stays one
-    slim["model"] = {k: done.setdefault(id(v), v.to(cast) if cast is not None and v.is_floating_point() else v)
-                     for k, v in state["model"].items()}
+    slim["model"] = {
+        k: done.setdefault(id(v), v.to(cast) if cast is not None and v.is_floating_point() else v)
+        for k, v in state["model"].items()
+    }
     provenance = provenance or state.get("provenance")  # a re-export keeps what the model was made from
     if whisper_pad_seconds is not None and provenance:
         provenance = {**provenance, "whisper_pad_seconds": float(whisper_pad_seconds)}
@@ -90,8 +99,10 @@ def _padded_features(checkpoint: str | os.PathLike, features: dict, seconds: flo
 
     frontend = frontend_from_state(features)
     if frontend.name != "whisper_mel":
-        raise CheckpointError(f"{checkpoint}: --whisper-pad-seconds is for models on Whisper's log-mel input; "
-                              f"this one reads {frontend.name}")
+        raise CheckpointError(
+            f"{checkpoint}: --whisper-pad-seconds is for models on Whisper's log-mel input; "
+            f"this one reads {frontend.name}"
+        )
     return replace(frontend, config=replace(frontend.config, pad_seconds=float(seconds))).state_dict()
 
 
@@ -103,5 +114,4 @@ def _merged(checkpoint: str | os.PathLike, state: dict) -> dict:
     from speechmt.models.delta import merged
 
     model, cfg = merged(load_model(checkpoint).model)
-    return {**{k: v for k, v in state.items() if k != "base"}, "model": model.state_dict(),
-            "model_config": asdict(cfg)}
+    return {**{k: v for k, v in state.items() if k != "base"}, "model": model.state_dict(), "model_config": asdict(cfg)}

@@ -24,8 +24,9 @@ def require_serve_extra() -> None:
     missing = [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         names = {"multipart": "python-multipart"}
-        raise MissingExtraError(f"speechmt serve needs {', '.join(names.get(m, m) for m in missing)}: "
-                                "pip install 'speechmt[serve]'")
+        raise MissingExtraError(
+            f"speechmt serve needs {', '.join(names.get(m, m) for m in missing)}: pip install 'speechmt[serve]'"
+        )
 
 
 def serve(config: ServeConfig, log_level: str = "info") -> None:

@@ -97,11 +97,13 @@ def create_app(served: ServedModel, config: ServeConfig) -> Starlette:
     async def transcriptions(request: Request) -> Response:
         return await audio_request(state, request, "asr")
 
-    routes = [Route("/v1/audio/translations", translations, methods=["POST"]),
-              Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
-              Route("/v1/models", lambda r: JSONResponse(model_list(state)), methods=["GET"]),
-              Route("/v1/models/{model_id:path}", lambda r: model_entry(state, r), methods=["GET"]),
-              Route("/health", lambda r: JSONResponse(health(state)), methods=["GET"])]
+    routes = [
+        Route("/v1/audio/translations", translations, methods=["POST"]),
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+        Route("/v1/models", lambda r: JSONResponse(model_list(state)), methods=["GET"]),
+        Route("/v1/models/{model_id:path}", lambda r: model_entry(state, r), methods=["GET"]),
+        Route("/health", lambda r: JSONResponse(health(state)), methods=["GET"]),
+    ]
     app = Starlette(routes=[*routes, *stream_routes(state), *page_routes()], lifespan=lifespan)
     app.state.server = state
     return app
@@ -114,15 +116,26 @@ def model_list(state: ServerState) -> dict:
 
 def model_card(state: ServerState) -> dict:
     served = state.served
-    return {"id": served.name, "object": "model", "created": int(state.started), "owned_by": "speechmt",
-            "tasks": [TASK_NAMES[t] for t in served.tasks], "source_language": served.source_language,
-            "target_language": served.target_language}
+    return {
+        "id": served.name,
+        "object": "model",
+        "created": int(state.started),
+        "owned_by": "speechmt",
+        "tasks": [TASK_NAMES[t] for t in served.tasks],
+        "source_language": served.source_language,
+        "target_language": served.target_language,
+    }
 
 
 def model_entry(state: ServerState, request: Request) -> Response:
     if request.path_params["model_id"] != state.served.name:
-        return error_response(ApiError(404, f"model {request.path_params['model_id']!r} not found; this server "
-                                       f"serves {state.served.name!r}", "model"))
+        return error_response(
+            ApiError(
+                404,
+                f"model {request.path_params['model_id']!r} not found; this server serves {state.served.name!r}",
+                "model",
+            )
+        )
     return JSONResponse(model_card(state))
 
 
@@ -130,11 +143,17 @@ def health(state: ServerState) -> dict:
     """GET /health: ok (or stopping), the queue and what the batcher has done."""
     batcher = state.batcher
     stats = batcher.stats if batcher else None
-    return {"status": "stopping" if state.closing else "ok", "model": state.served.name,
-            "pending": batcher.pending if batcher else 0, "max_queue": state.config.max_queue,
-            "batches": stats.batches if stats else 0, "chunks": stats.chunks if stats else 0,
-            "largest_batch": stats.largest if stats else 0, "finished": stats.finished if stats else 0,
-            "cancelled": stats.cancelled if stats else 0}
+    return {
+        "status": "stopping" if state.closing else "ok",
+        "model": state.served.name,
+        "pending": batcher.pending if batcher else 0,
+        "max_queue": state.config.max_queue,
+        "batches": stats.batches if stats else 0,
+        "chunks": stats.chunks if stats else 0,
+        "largest_batch": stats.largest if stats else 0,
+        "finished": stats.finished if stats else 0,
+        "cancelled": stats.cancelled if stats else 0,
+    }
 
 
 def error_response(error: ApiError) -> Response:
@@ -149,14 +168,18 @@ async def audio_request(state: ServerState, request: Request, task: str) -> Resp
     """One POST to an audio endpoint, answered within the request timeout (504 otherwise)."""
     try:
         if task not in state.served.tasks:
-            raise bad_request(None, f"this model does not {TASK_NAMES[task]} (it was trained for "
-                              f"{', '.join(TASK_NAMES[t] for t in state.served.tasks)})")
+            raise bad_request(
+                None,
+                f"this model does not {TASK_NAMES[task]} (it was trained for "
+                f"{', '.join(TASK_NAMES[t] for t in state.served.tasks)})",
+            )
         return await asyncio.wait_for(_answer(state, request, task), state.config.request_timeout_s)
     except ApiError as e:
         return error_response(e)
     except asyncio.TimeoutError:
-        return error_response(ApiError(504, f"no answer within the request timeout "
-                                       f"({state.config.request_timeout_s:g} s)"))
+        return error_response(
+            ApiError(504, f"no answer within the request timeout ({state.config.request_timeout_s:g} s)")
+        )
     except Exception as e:  # a bug, not the request's fault: logged, and still one JSON line
         log.exception("request failed")
         return error_response(ApiError(500, f"internal error: {type(e).__name__}: {e}"))
@@ -231,8 +254,11 @@ def _prepare(state: ServerState, data: bytes, name: str, options: RequestOptions
     `max_audio_seconds`."""
     wave, rate = decode_upload(data, name)
     if len(wave) / rate > state.config.max_audio_seconds:
-        raise bad_request("file", f"{name}: {len(wave) / rate:.1f} s of audio, more than the server's limit "
-                          f"({state.config.max_audio_seconds:g} s)")
+        raise bad_request(
+            "file",
+            f"{name}: {len(wave) / rate:.1f} s of audio, more than the server's limit "
+            f"({state.config.max_audio_seconds:g} s)",
+        )
     lm = state.served.tasks[options.task]
     return cut_upload(wave, rate, name, state.segment(options), lm.min_input_samples)
 

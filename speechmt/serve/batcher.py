@@ -83,8 +83,9 @@ class Batcher:
                 raise ShuttingDown()
             if len(self._jobs) >= self.max_queue:
                 raise QueueFull()
-            job = Job(kind, waves, loop.create_future(), next(self._ids), [None] * len(waves), 0, len(waves),
-                      time.monotonic())
+            job = Job(
+                kind, waves, loop.create_future(), next(self._ids), [None] * len(waves), 0, len(waves), time.monotonic()
+            )
             self._jobs[job.id] = job
             self._cond.notify()
         return job

@@ -40,13 +40,24 @@ class ServeConfig:
     target_language: str | None = None
 
     def __post_init__(self) -> None:
-        problems = [name for name, ok in (
-            ("beam", 1 <= self.beam <= self.max_beam), ("max_batch", self.max_batch >= 1),
-            ("max_len_b", self.max_len_b >= 1),
-            ("max_wait_ms", 0 <= self.max_wait_ms <= 10_000), ("max_queue", self.max_queue >= 1), ("max_streams", self.max_streams >= 1),
-            ("max_upload_mb", self.max_upload_mb > 0), ("max_audio_seconds", self.max_audio_seconds > 0),
-            ("max_chunk_seconds", self.max_chunk_seconds > 1), ("request_timeout_s", self.request_timeout_s > 0),
-            ("port", 0 <= self.port <= 65535), ("workers", self.workers >= 1)) if not ok]
+        problems = [
+            name
+            for name, ok in (
+                ("beam", 1 <= self.beam <= self.max_beam),
+                ("max_batch", self.max_batch >= 1),
+                ("max_len_b", self.max_len_b >= 1),
+                ("max_wait_ms", 0 <= self.max_wait_ms <= 10_000),
+                ("max_queue", self.max_queue >= 1),
+                ("max_streams", self.max_streams >= 1),
+                ("max_upload_mb", self.max_upload_mb > 0),
+                ("max_audio_seconds", self.max_audio_seconds > 0),
+                ("max_chunk_seconds", self.max_chunk_seconds > 1),
+                ("request_timeout_s", self.request_timeout_s > 0),
+                ("port", 0 <= self.port <= 65535),
+                ("workers", self.workers >= 1),
+            )
+            if not ok
+        ]
         if problems:
             raise ValueError(f"ServeConfig: invalid {', '.join(problems)}")
 

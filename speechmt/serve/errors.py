@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import json
 
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-               499: "client_closed_request", 500: "server_error", 503: "server_overloaded", 504: "timeout"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    499: "client_closed_request",
+    500: "server_error",
+    503: "server_overloaded",
+    504: "timeout",
+}
 
 
 class ApiError(Exception):
@@ -19,8 +26,12 @@ class ApiError(Exception):
 
     def body(self) -> bytes:
         """The one-line JSON body, ending in a newline."""
-        error = {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
-                 "param": self.param, "code": self.status}
+        error = {
+            "message": self.message,
+            "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
+            "param": self.param,
+            "code": self.status,
+        }
         return (json.dumps({"error": error}, ensure_ascii=False) + "\n").encode()
 
 

@@ -9,8 +9,13 @@ import json
 from speechmt.decoding.translate import Translation
 from speechmt.serve.models import TASK_NAMES
 
-MEDIA_TYPES = {"json": "application/json", "verbose_json": "application/json", "text": "text/plain; charset=utf-8",
-               "srt": "application/x-subrip; charset=utf-8", "vtt": "text/vtt; charset=utf-8"}
+MEDIA_TYPES = {
+    "json": "application/json",
+    "verbose_json": "application/json",
+    "text": "text/plain; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+}
 
 
 def render(result: Translation, fmt: str, task: str, language: str | None) -> tuple[str, str]:
@@ -31,9 +36,26 @@ def verbose_json(result: Translation, task: str, language: str | None) -> dict:
     from speechmt.api import subtitle_cues
     from speechmt.tokenizers.lm import LANGUAGE_NAMES
 
-    segments = [{"id": i, "seek": 0, "start": round(c.start, 3), "end": round(c.end, 3), "text": c.text,
-                 "tokens": [], "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0,
-                 "no_speech_prob": 0.0} for i, c in enumerate(subtitle_cues(result))]
+    segments = [
+        {
+            "id": i,
+            "seek": 0,
+            "start": round(c.start, 3),
+            "end": round(c.end, 3),
+            "text": c.text,
+            "tokens": [],
+            "temperature": 0.0,
+            "avg_logprob": 0.0,
+            "compression_ratio": 0.0,
+            "no_speech_prob": 0.0,
+        }
+        for i, c in enumerate(subtitle_cues(result))
+    ]
     name = LANGUAGE_NAMES.get(language or "", language or "")
-    return {"task": TASK_NAMES[task], "language": name.lower(), "duration": round(result.audio_seconds, 3),
-            "text": result.text, "segments": segments}
+    return {
+        "task": TASK_NAMES[task],
+        "language": name.lower(),
+        "duration": round(result.audio_seconds, 3),
+        "text": result.text,
+        "segments": segments,
+    }

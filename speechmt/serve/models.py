@@ -50,8 +50,12 @@ def served_model(lm: LoadedModel, config: ServeConfig, path: Path | None = None)
             tasks[task] = other
     source, target = model_languages(tasks)
     name = config.model_name or (path or Path(lm.path)).stem
-    return ServedModel(name, dict(sorted(tasks.items(), key=lambda kv: kv[0] != "st")),
-                       config.source_language or source, config.target_language or target)
+    return ServedModel(
+        name,
+        dict(sorted(tasks.items(), key=lambda kv: kv[0] != "st")),
+        config.source_language or source,
+        config.target_language or target,
+    )
 
 
 def _other_task(lm: LoadedModel, task: str) -> LoadedModel | None:
@@ -66,8 +70,9 @@ def _other_task(lm: LoadedModel, task: str) -> LoadedModel | None:
         tag, tokenizer, whisper = task_output(bundle, task, lm.path)
     except (CheckpointError, FileNotFoundError):
         return None
-    return dataclasses.replace(lm, task=task, tag=tag, tokenizer=tokenizer, whisper_transcript=whisper,
-                               _transcript_tokenizer=None)
+    return dataclasses.replace(
+        lm, task=task, tag=tag, tokenizer=tokenizer, whisper_transcript=whisper, _transcript_tokenizer=None
+    )
 
 
 def model_languages(tasks: dict[str, LoadedModel]) -> tuple[str | None, str | None]:

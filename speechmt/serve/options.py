@@ -11,8 +11,7 @@ from speechmt.serve.errors import bad_request
 from speechmt.serve.models import ServedModel
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
-OPENAI_FIELDS = ("file", "model", "response_format", "language", "prompt", "temperature",
-                 "timestamp_granularities[]")
+OPENAI_FIELDS = ("file", "model", "response_format", "language", "prompt", "temperature", "timestamp_granularities[]")
 EXTRA_FIELDS = ("target_language", "beam", "cut_pauses")
 SUBTITLE_PAUSE_MS = 300.0  # `translate --format srt|vtt` also cuts at every pause this long
 
@@ -28,8 +27,9 @@ class RequestOptions:
     cut_pauses: float
 
 
-def request_options(form: Mapping[str, object], task: str, served: ServedModel, default_beam: int,
-                    max_beam: int) -> RequestOptions:
+def request_options(
+    form: Mapping[str, object], task: str, served: ServedModel, default_beam: int, max_beam: int
+) -> RequestOptions:
     """The form's fields checked (module docstring); 400 naming the first bad one."""
     fields = OPENAI_FIELDS + (EXTRA_FIELDS if task == "st" else EXTRA_FIELDS[1:])
     unknown = sorted(set(form) - set(fields))
@@ -44,8 +44,10 @@ def request_options(form: Mapping[str, object], task: str, served: ServedModel, 
         raise bad_request("prompt", "not supported: the model takes no text prompt (leave it empty)")
     temperature = _number(form, "temperature", 0.0, 0.0, 1.0)
     if temperature != 0.0:
-        raise bad_request("temperature", f"invalid value '{temperature:g}': only 0 (the server decodes by beam "
-                          "search, not by sampling)")
+        raise bad_request(
+            "temperature",
+            f"invalid value '{temperature:g}': only 0 (the server decodes by beam search, not by sampling)",
+        )
     granularity = _text(form, "timestamp_granularities[]")
     if granularity not in (None, "segment"):
         raise bad_request("timestamp_granularities[]", f"invalid value {granularity!r}: only segment")
@@ -64,8 +66,9 @@ def _text(form: Mapping[str, object], name: str) -> str | None:
     return value.strip()
 
 
-def _number(form: Mapping[str, object], name: str, default: float, lo: float, hi: float,
-            integer: bool = False) -> float:
+def _number(
+    form: Mapping[str, object], name: str, default: float, lo: float, hi: float, integer: bool = False
+) -> float:
     """A numeric field within [lo, hi] (an integer when asked); `default` when absent or empty."""
     text = _text(form, name)
     if not text:
@@ -89,7 +92,10 @@ def _check_language(form: Mapping[str, object], name: str, served: str | None, v
     if not code:
         return
     if code.lower() not in LANGUAGE_NAMES:
-        raise bad_request(name, f"unknown language {code!r}: expected an ISO 639-1 code such as en or de "
-                          f"({', '.join(sorted(LANGUAGE_NAMES))})")
+        raise bad_request(
+            name,
+            f"unknown language {code!r}: expected an ISO 639-1 code such as en or de "
+            f"({', '.join(sorted(LANGUAGE_NAMES))})",
+        )
     if served and code.lower() != served:
         raise bad_request(name, f"invalid value {code!r}: this model {verb} {served}")

@@ -18,8 +18,13 @@ def serve(config: ServeConfig, log_level: str = "info") -> None:
     from speechmt.serve.app import create_app
     from speechmt.serve.models import load_served_model
 
-    common = dict(host=config.host, port=config.port, log_level=log_level, access_log=False,
-                  timeout_graceful_shutdown=int(config.shutdown_timeout_s))
+    common = dict(
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=int(config.shutdown_timeout_s),
+    )
     if config.workers > 1:
         os.environ.update(environment(config))
         uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=config.workers, **common)
@@ -29,8 +34,11 @@ def serve(config: ServeConfig, log_level: str = "info") -> None:
 
 def environment(config: ServeConfig) -> dict[str, str]:
     """The SPEECHMT_SERVE_* variables that `config_from_environment` reads back as `config`."""
-    return {f"SPEECHMT_SERVE_{f.name.upper()}": str(getattr(config, f.name)) for f in dataclasses.fields(config)
-            if getattr(config, f.name) is not None}
+    return {
+        f"SPEECHMT_SERVE_{f.name.upper()}": str(getattr(config, f.name))
+        for f in dataclasses.fields(config)
+        if getattr(config, f.name) is not None
+    }
 
 
 def config_from_environment(environ: os._Environ | dict[str, str] = os.environ) -> ServeConfig:

@@ -139,21 +139,37 @@ def _decode(state, lm, audio: queue.Queue, options: dict, out: asyncio.Queue, lo
             yield item
 
     def commit(c) -> None:
-        message = {"type": "partial", "text": c.text, "delay_ms": round(c.delay_ms, 1),
-                   "elapsed_ms": round(c.elapsed_ms, 1)}
+        message = {
+            "type": "partial",
+            "text": c.text,
+            "delay_ms": round(c.delay_ms, 1),
+            "elapsed_ms": round(c.elapsed_ms, 1),
+        }
         loop.call_soon_threadsafe(out.put_nowait, message)
 
     with lock:
         try:
-            result = simultaneous(lm, blocks(), policy=options.get("policy", "wait-k"), k=options.get("k"),
-                                  step_ms=options.get("step_ms", 400.0), max_len_b=state.config.max_len_b,
-                                  window_seconds=min(state.config.max_chunk_seconds, lm.max_input_seconds or 30.0),
-                                  on_commit=commit, source="stream")
+            result = simultaneous(
+                lm,
+                blocks(),
+                policy=options.get("policy", "wait-k"),
+                k=options.get("k"),
+                step_ms=options.get("step_ms", 400.0),
+                max_len_b=state.config.max_len_b,
+                window_seconds=min(state.config.max_chunk_seconds, lm.max_input_seconds or 30.0),
+                on_commit=commit,
+                source="stream",
+            )
         except (OptionError, SimultaneousError) as e:
             raise ValueError(str(e)) from None
-    return {"type": "final", "text": result.text, "source_ms": round(result.source_ms, 1),
-            "compute_ms": round(result.compute_ms, 1), "word_delays_ms": result.word_delays_ms,
-            "latency_ms": result.latency_ms}
+    return {
+        "type": "final",
+        "text": result.text,
+        "source_ms": round(result.source_ms, 1),
+        "compute_ms": round(result.compute_ms, 1),
+        "word_delays_ms": result.word_delays_ms,
+        "latency_ms": result.latency_ms,
+    }
 
 
 async def _forward(ws: WebSocket, out: asyncio.Queue, work: asyncio.Future) -> None:

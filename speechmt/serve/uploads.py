@@ -47,8 +47,9 @@ def decode_upload(data: bytes, name: str) -> tuple[np.ndarray, int]:
             rate = f.samplerate
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         reason = re.sub(r"^Error opening <[^>]*>: ", "", (str(e).strip().splitlines() or [type(e).__name__])[0])
-        raise bad_request("file", f"{name}: not audio in a format the server reads (wav, flac, ogg, mp3) or damaged "
-                          f"({reason})") from None
+        raise bad_request(
+            "file", f"{name}: not audio in a format the server reads (wav, flac, ogg, mp3) or damaged ({reason})"
+        ) from None
     if wave.shape[0] == 0:
         raise bad_request("file", f"{name}: no samples")
     mono = wave.mean(axis=1, dtype=np.float32)
@@ -71,8 +72,11 @@ def cut_upload(wave: np.ndarray, rate: int, name: str, segment: SegmentConfig, m
             upload.voiced.append((start + span[0] / SAMPLE_RATE, start + span[1] / SAMPLE_RATE))
             upload.chunks.append(Chunk(start, end, chunk))
     if not upload.chunks:
-        raise bad_request("file", f"{name}: {upload.audio_seconds * 1000:.4g} ms of audio, shorter than the model's "
-                          f"smallest input ({min_samples * 1000 / SAMPLE_RATE:g} ms); nothing to translate")
+        raise bad_request(
+            "file",
+            f"{name}: {upload.audio_seconds * 1000:.4g} ms of audio, shorter than the model's "
+            f"smallest input ({min_samples * 1000 / SAMPLE_RATE:g} ms); nothing to translate",
+        )
     return upload
 
 

@@ -6,5 +6,14 @@ from speechmt.tasks.objectives import OBJECTIVES, Objective, ObjectiveSettings
 from speechmt.tasks.schedule import Stage, TaskData, stages_of
 from speechmt.tasks.tasks import TASK_INPUTS, encode_batch, task_losses
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveSettings", "Stage", "TaskData", "TASK_INPUTS", "encode_batch",
-           "stages_of", "task_losses"]
+__all__ = [
+    "OBJECTIVES",
+    "Objective",
+    "ObjectiveSettings",
+    "Stage",
+    "TaskData",
+    "TASK_INPUTS",
+    "encode_batch",
+    "stages_of",
+    "task_losses",
+]

@@ -69,6 +69,7 @@ class AlignConfig:
 
 # --- token spans and pooling (shared with speechmt.models.procrustes) ---
 
+
 def transcript_units(src: Tensor, src_lengths: Tensor, first_text_id: int) -> tuple[Tensor, Tensor, Tensor]:
     """The transcript tokens that are units: src (B, S), lengths (B,) -> keep (B, S) bool (text ids, not
     padding), their ids (B, W) left-aligned (padded with 0) and their counts (B,)."""
@@ -88,8 +89,9 @@ def compact(x: Tensor, keep: Tensor, width: int) -> Tensor:
     return out
 
 
-def token_spans(log_probs: Tensor | None, lengths: Tensor, labels: Tensor, counts: Tensor, blank: int,
-                units: str = "ctc") -> list[list[tuple[int, int]] | None]:
+def token_spans(
+    log_probs: Tensor | None, lengths: Tensor, labels: Tensor, counts: Tensor, blank: int, units: str = "ctc"
+) -> list[list[tuple[int, int]] | None]:
     """Per utterance, each unit's frames [start, end): from the CTC forced alignment of its labels (B, W) (the first
     counts[b] of row b) through log_probs (B, T, V) over its lengths[b] frames, or (`units` uniform, or no
     log_probs) frames shared out evenly (every token at least one frame); None for an utterance whose
@@ -110,8 +112,7 @@ def token_spans(log_probs: Tensor | None, lengths: Tensor, labels: Tensor, count
     return spans
 
 
-def span_weights(spans: list[list[tuple[int, int]] | None], frame_positions: Tensor, width: int,
-                 size: int) -> Tensor:
+def span_weights(spans: list[list[tuple[int, int]] | None], frame_positions: Tensor, width: int, size: int) -> Tensor:
     """The pooling matrix (B, W, N) of `spans` (per utterance, W' <= width frame spans) through frame_positions
     (B, T) (the state index each frame became, -1 for none) onto N = `size` states: row w holds the share of
     the span's frames that reach each state (each row sums to 1, or is zero where no frame reaches a state)."""
@@ -154,18 +155,18 @@ def pair_loss(speech: Tensor, text: Tensor, mask: Tensor, distance: str = "mse")
 
 # --- the two sides' states ---
 
+
 def lm_hidden(decoder: nn.Module, x: Tensor, lengths: Tensor, layer: int) -> Tensor:
     """A language-model decoder's hidden states after its layer `layer` (transformers' hidden_states[layer]) over
     [its prompt | x]: x (B, S, D), lengths (B,) -> (B, S, D) at x's positions (padding at the end, unread)."""
     prompt = decoder.embed(decoder.prompt)[None].expand(x.size(0), -1, -1).to(x.dtype)
     keep = ~lengths_to_padding_mask(lengths, x.size(1))
     mask = torch.cat([keep.new_ones(prompt.shape[:2]), keep], dim=1).long()
-    out = decoder.lm.model(inputs_embeds=torch.cat([prompt, x], dim=1), attention_mask=mask,
-                           output_hidden_states=True)
+    out = decoder.lm.model(inputs_embeds=torch.cat([prompt, x], dim=1), attention_mask=mask, output_hidden_states=True)
     hidden = out.hidden_states
     if not 0 <= layer < len(hidden):
         raise ValueError(f"train.align.layer {layer}: the language model has hidden states 0..{len(hidden) - 1}")
-    return hidden[layer][:, prompt.size(1):]
+    return hidden[layer][:, prompt.size(1) :]
 
 
 def side_states(model: nn.Module, x: Tensor, lengths: Tensor, layer: int) -> Tensor:
@@ -173,8 +174,10 @@ def side_states(model: nn.Module, x: Tensor, lengths: Tensor, layer: int) -> Ten
     if layer == 0:
         return x
     if not hasattr(model.decoder, "lm"):
-        raise ValueError("train.align.layer > 0 reads a language-model decoder's hidden states (decoder 'lm'); "
-                         "other decoders: layer 0")
+        raise ValueError(
+            "train.align.layer > 0 reads a language-model decoder's hidden states (decoder 'lm'); "
+            "other decoders: layer 0"
+        )
     return lm_hidden(model.decoder, x, lengths, layer)
 
 
@@ -212,16 +215,19 @@ def text_side(model: nn.Module, src: Tensor, src_lengths: Tensor, cfg: AlignConf
             return path(src, src_lengths).detach(), src.new_zeros((), dtype=torch.float32)
     now = path(src, src_lengths)
     with torch.no_grad():
-        start = torch.func.functional_call(path, {f"model.{n}": v for n, v in start_values(model).items()},
-                                           (src, src_lengths), strict=False)
+        start = torch.func.functional_call(
+            path, {f"model.{n}": v for n, v in start_values(model).items()}, (src, src_lengths), strict=False
+        )
     keep = ~lengths_to_padding_mask(src_lengths, now.size(1))
     return now, cfg.anchor_weight * pair_loss(now, start, keep)
 
 
 def _check(model: nn.Module, batch, enc) -> None:
     if enc is None or batch.feats is None or batch.src is None or model.text_encoder is None:
-        raise ValueError("the align objectives need audio batches (st or asr) with their transcripts and a model "
-                         "with a text path (text_encoder.layers > 0 or embed_only)")
+        raise ValueError(
+            "the align objectives need audio batches (st or asr) with their transcripts and a model "
+            "with a text path (text_encoder.layers > 0 or embed_only)"
+        )
 
 
 def batch_states(encoder: WhisperAsrEncoder, batch) -> tuple[Tensor, Tensor]:
@@ -238,12 +244,16 @@ def asr_token_pairs(encoder: WhisperAsrEncoder, batch, enc, cfg: AlignConfig) ->
     pairs train.init_procrustes fits, here at every batch. The states are the batch's cached ones (a live batch
     is searched again)."""
     if cfg.layer != 0:
-        raise ValueError(f"train.align.layer {cfg.layer}: a whisper_asr encoder's tokens are Whisper's pieces, which "
-                         f"meet the LM's embeddings of their text at layer 0 only")
+        raise ValueError(
+            f"train.align.layer {cfg.layer}: a whisper_asr encoder's tokens are Whisper's pieces, which "
+            f"meet the LM's embeddings of their text at layer 0 only"
+        )
     text = encoder.unit_targets(*batch_states(encoder, batch))
     if text.shape != enc.x.shape:
-        raise ValueError("train.align on a whisper_asr encoder pairs the projection's vectors, one per transcript "
-                         "token: a semantic layer or shrink after it is not supported")
+        raise ValueError(
+            "train.align on a whisper_asr encoder pairs the projection's vectors, one per transcript "
+            "token: a semantic layer or shrink after it is not supported"
+        )
     return enc.x, text, ~lengths_to_padding_mask(enc.lengths, enc.x.size(1))
 
 
@@ -255,8 +265,10 @@ def align_words(model: nn.Module, batch, enc, s) -> tuple[Tensor, dict[str, Tens
     cfg = s.align
     if isinstance(model.speech_encoder, WhisperAsrEncoder):
         speech, text, mask = asr_token_pairs(model.speech_encoder, batch, enc, cfg)
-        return pair_loss(speech, text, mask, cfg.distance), {"pairs": mask.sum().float(),
-                                                             "anchor": speech.new_zeros((), dtype=torch.float32)}
+        return pair_loss(speech, text, mask, cfg.distance), {
+            "pairs": mask.sum().float(),
+            "anchor": speech.new_zeros((), dtype=torch.float32),
+        }
     keep, labels, counts = transcript_units(batch.src, batch.src_lengths, s.first_text_id)
     width = labels.size(1)
     text, anchor = text_side(model, batch.src, batch.src_lengths, cfg)
@@ -264,13 +276,17 @@ def align_words(model: nn.Module, batch, enc, s) -> tuple[Tensor, dict[str, Tens
     speech = side_states(model, enc.x, enc.lengths, cfg.layer)  # (B, N, D)
     if enc.ctc_logits is not None and model.ctc_head is not None:
         log_probs = enc.ctc_logits.detach().float().log_softmax(-1).cpu()
-        spans = token_spans(log_probs, enc.ctc_lengths.cpu(), model.ctc_head.labels(labels).cpu(), counts.cpu(),
-                            s.blank_id, cfg.units)
+        spans = token_spans(
+            log_probs, enc.ctc_lengths.cpu(), model.ctc_head.labels(labels).cpu(), counts.cpu(), s.blank_id, cfg.units
+        )
         positions = frame_positions(model.shrink, enc.ctc_logits, enc.ctc_lengths, enc.lengths)
     else:
         spans = token_spans(None, enc.lengths.cpu(), labels.cpu(), counts.cpu(), s.blank_id, "uniform")
-        positions = torch.where(~lengths_to_padding_mask(enc.lengths, enc.x.size(1)),
-                                torch.arange(enc.x.size(1), device=enc.x.device)[None, :], -1)
+        positions = torch.where(
+            ~lengths_to_padding_mask(enc.lengths, enc.x.size(1)),
+            torch.arange(enc.x.size(1), device=enc.x.device)[None, :],
+            -1,
+        )
     weights = span_weights(spans, positions, width, speech.size(1)).to(speech.dtype)
     mask = weights.sum(-1) > 0  # (B, W)
     loss = pair_loss(weights @ speech, text, mask, cfg.distance)

@@ -32,10 +32,18 @@ BRIDGE_MASKS = FatMLMOptions(speech_mask=0.3, speech_span=2, speech_loss="l2", t
 
 def _check(model, batch) -> None:
     semantic = model.semantic
-    if not (isinstance(semantic, XSTNetEncoder) and semantic.segments is not None and model.ctc_head is not None
-            and model.config.shrink.embed == "lm" and batch.feats is not None and batch.src is not None):
-        raise ValueError("the fat_bridge objective needs the CTC bridge into an LM (shrink.embed lm), semantic xstnet "
-                         "with segments: true, and audio batches (st or asr) with their transcripts")
+    if not (
+        isinstance(semantic, XSTNetEncoder)
+        and semantic.segments is not None
+        and model.ctc_head is not None
+        and model.config.shrink.embed == "lm"
+        and batch.feats is not None
+        and batch.src is not None
+    ):
+        raise ValueError(
+            "the fat_bridge objective needs the CTC bridge into an LM (shrink.embed lm), semantic xstnet "
+            "with segments: true, and audio batches (st or asr) with their transcripts"
+        )
 
 
 def fat_bridge(model, batch, enc, s) -> tuple[Tensor, dict[str, Tensor]]:
@@ -63,5 +71,9 @@ def fat_bridge(model, batch, enc, s) -> tuple[Tensor, dict[str, Tensor]]:
     if predicted.any():
         logits = text_out[predicted] @ table.t()  # (N, V')
         nll = F.cross_entropy(logits.float(), labels[predicted] - FIRST_LABEL)
-    return o.speech_weight * rec + nll, {"speech": rec.detach(), "tokens": nll.detach(),
-                                         "masked_frames": masked.sum().float(), "masked_tokens": predicted.sum().float()}
+    return o.speech_weight * rec + nll, {
+        "speech": rec.detach(),
+        "tokens": nll.detach(),
+        "masked_frames": masked.sum().float(),
+        "masked_tokens": predicted.sum().float(),
+    }

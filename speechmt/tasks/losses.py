@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from speechmt.sequence import lengths_to_padding_mask
 
 
-def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
-                            pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def label_smoothed_nll_loss(
+    logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """fairseq's label-smoothed cross entropy, summed over non-pad targets. Returns (loss, nll).
 
     logits (B, U, V), target (B, U). loss = (1 - eps - eps/(V-1)) * nll + eps/(V-1) * sum over V of -log p,
@@ -27,7 +28,9 @@ def label_smoothed_nll_loss(logits: torch.Tensor, target: torch.Tensor, epsilon:
     return loss, nll
 
 
-def strip_specials(tokens: torch.Tensor, lengths: torch.Tensor, first_text_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def strip_specials(
+    tokens: torch.Tensor, lengths: torch.Tensor, first_text_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CTC targets from token ids: drops ids below `first_text_id` (pad, bos, eos, blank, tags) and padding.
 
     tokens (B, S), lengths (B,) -> concatenated targets (N,) and their lengths (B,).
@@ -37,15 +40,21 @@ def strip_specials(tokens: torch.Tensor, lengths: torch.Tensor, first_text_id: i
     return tokens[keep], keep.sum(1)
 
 
-def ctc_loss(ctc_logits: torch.Tensor, logit_lengths: torch.Tensor, targets: torch.Tensor,
-             target_lengths: torch.Tensor, blank_id: int) -> torch.Tensor:
+def ctc_loss(
+    ctc_logits: torch.Tensor,
+    logit_lengths: torch.Tensor,
+    targets: torch.Tensor,
+    target_lengths: torch.Tensor,
+    blank_id: int,
+) -> torch.Tensor:
     """CTC loss summed over the batch; logits (B, T, V) raw, targets concatenated (N,) with lengths (B,).
 
     Infeasible alignments (a target longer than its input) give zero loss (zero_infinity) rather than inf.
     """
     lprobs = F.log_softmax(ctc_logits.float(), dim=-1).transpose(0, 1)  # (B, T, V) -> (T, B, V)
-    return F.ctc_loss(lprobs, targets, logit_lengths, target_lengths, blank=blank_id, reduction="sum",
-                      zero_infinity=True)
+    return F.ctc_loss(
+        lprobs, targets, logit_lengths, target_lengths, blank=blank_id, reduction="sum", zero_infinity=True
+    )
 
 
 def distance_loss(pred: torch.Tensor, target: torch.Tensor, lengths: torch.Tensor, kind: str = "mse") -> torch.Tensor:

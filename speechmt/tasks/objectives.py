@@ -69,8 +69,9 @@ def target_tokens(batch: Batch) -> int:
     return int(batch.tgt_lengths.sum())
 
 
-def cross_entropy(model: Translator, batch: Batch, enc: EncoderOutput,
-                  s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+def cross_entropy(
+    model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSettings
+) -> tuple[torch.Tensor, Stats]:
     """Label-smoothed cross entropy of the decoder on batch.tgt (teacher forcing), summed over tokens;
     stats: the plain nll."""
     logits = model.decode(shift_right(batch.tgt, s.bos_id), enc)  # (B, U, V)
@@ -102,8 +103,10 @@ def distance(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSe
     semantic = model.semantic
     lm = isinstance(semantic, LUTSemanticEncoder) and semantic.lm_teacher_layer is not None
     if not isinstance(semantic, LUTSemanticEncoder) or (batch.teacher is None and not (lm and batch.src is not None)):
-        raise ValueError("the distance objective needs a semantic layer that reads teacher states (semantic 'lut') "
-                         "and batches with teacher states (or with transcripts, for teacher lm)")
+        raise ValueError(
+            "the distance objective needs a semantic layer that reads teacher states (semantic 'lut') "
+            "and batches with teacher states (or with transcripts, for teacher lm)"
+        )
     if lm:
         queries, target, lengths = lm_teacher_states(model, batch.src, batch.src_lengths, semantic.lm_teacher_layer)
     else:
@@ -114,8 +117,9 @@ def distance(model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSe
 
 
 @torch.no_grad()
-def lm_teacher_states(model: Translator, src: torch.Tensor, src_lengths: torch.Tensor,
-                      layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lm_teacher_states(
+    model: Translator, src: torch.Tensor, src_lengths: torch.Tensor, layer: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A language-model decoder as LUT's teacher: the transcript src (B, S) in its ids -> its input embeddings
     (B, S, D) (the queries), its hidden states after `layer` reading [prompt | transcript] (B, S, D) (the
     targets) and the lengths (B,); no gradients."""
@@ -123,15 +127,23 @@ def lm_teacher_states(model: Translator, src: torch.Tensor, src_lengths: torch.T
     return emb.x, lm_hidden(model.decoder, emb.x, emb.lengths, layer), emb.lengths
 
 
-def contrastive(model: Translator, batch: Batch, enc: EncoderOutput,
-                s: ObjectiveSettings) -> tuple[torch.Tensor, Stats]:
+def contrastive(
+    model: Translator, batch: Batch, enc: EncoderOutput, s: ObjectiveSettings
+) -> tuple[torch.Tensor, Stats]:
     """Chimera's contrastive loss between an utterance's speech memory (enc) and its transcript's memory
     (batch.src through the text embedder and the same semantic layer), slot i matched to slot i, at the
     semantic layer's temperature; summed over examples and slots. Normalised, as Chimera's own criterion,
     by target tokens, like the CE it is trained with."""
-    if not isinstance(model.semantic, ChimeraMemory) or model.text_encoder is None or batch.src is None or batch.feats is None:
-        raise ValueError("the contrastive objective needs a memory semantic layer (semantic 'chimera') with a text "
-                         "path (text_encoder.embed_only), audio batches (st or asr) and their transcripts")
+    if (
+        not isinstance(model.semantic, ChimeraMemory)
+        or model.text_encoder is None
+        or batch.src is None
+        or batch.feats is None
+    ):
+        raise ValueError(
+            "the contrastive objective needs a memory semantic layer (semantic 'chimera') with a text "
+            "path (text_encoder.embed_only), audio batches (st or asr) and their transcripts"
+        )
     text = model.encode_text(batch.src, batch.src_lengths)
     return contrastive_loss(enc.x, text.x, model.semantic.temperature), {}
 
@@ -155,8 +167,17 @@ def fat_mlm(model, batch: Batch, enc: None, s: ObjectiveSettings) -> tuple[torch
     feats)."""
     from speechmt.models.fat_mlm import fat_mlm_loss
 
-    return fat_mlm_loss(model, batch.feats, batch.feat_lengths, batch.src, batch.src_lengths, batch.tgt,
-                        batch.tgt_lengths, s.first_text_id, precomputed=batch.precomputed)
+    return fat_mlm_loss(
+        model,
+        batch.feats,
+        batch.feat_lengths,
+        batch.src,
+        batch.src_lengths,
+        batch.tgt,
+        batch.tgt_lengths,
+        s.first_text_id,
+        precomputed=batch.precomputed,
+    )
 
 
 def transcript_tokens(batch: Batch) -> int:

@@ -59,14 +59,24 @@ class TaskData:
             raise ValueError(f"{what}: objectives must be a mapping {{name: weight}}, got {self.objectives!r}")
         if not isinstance(self.ramp, dict):
             raise ValueError(f"{what}: ramp must be a mapping {{objective: updates}}, got {self.ramp!r}")
-        raise_problems(what, [
-            *(f"unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}"
-              for name in self.objectives if name not in OBJECTIVES),
-            *(number_problem(f"objective {name} weight", w) for name, w in self.objectives.items()),
-            *field_problems(self),
-            *(f"ramp names {name!r}, not one of its objectives" for name in self.ramp if name not in self.objectives),
-            *(count_problem(f"ramp of {name}", n, 1, "updates") for name, n in self.ramp.items()),
-        ])
+        raise_problems(
+            what,
+            [
+                *(
+                    f"unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}"
+                    for name in self.objectives
+                    if name not in OBJECTIVES
+                ),
+                *(number_problem(f"objective {name} weight", w) for name, w in self.objectives.items()),
+                *field_problems(self),
+                *(
+                    f"ramp names {name!r}, not one of its objectives"
+                    for name in self.ramp
+                    if name not in self.objectives
+                ),
+                *(count_problem(f"ramp of {name}", n, 1, "updates") for name, n in self.ramp.items()),
+            ],
+        )
         self._check_parts(FAT_PARTS.get(self.task))
 
     def _check_parts(self, allowed: tuple[str, ...] | None) -> None:
@@ -74,11 +84,15 @@ class TaskData:
             raise ValueError(f"task {self.task}: parts must be a list of names, got {self.parts!r}")
         self.parts = list(self.parts)
         bad = [p for p in self.parts if p not in (allowed or ())]
-        raise_problems(f"task {self.task}", [
-            self.parts and allowed is None and "parts are for the FAT-MLM tasks fat and fat_text",
-            allowed is not None and (bad or len(set(self.parts)) != len(self.parts)) and
-            f"parts must be distinct names among {', '.join(allowed)}, got {self.parts!r}",
-        ])
+        raise_problems(
+            f"task {self.task}",
+            [
+                self.parts and allowed is None and "parts are for the FAT-MLM tasks fat and fat_text",
+                allowed is not None
+                and (bad or len(set(self.parts)) != len(self.parts))
+                and f"parts must be distinct names among {', '.join(allowed)}, got {self.parts!r}",
+            ],
+        )
 
     @property
     def weights(self) -> dict[str, float]:
@@ -119,10 +133,13 @@ class Stage:
         keys = [t.key for t in self.tasks]
         if len(set(keys)) != len(keys):
             raise ValueError(f"stage {self.name!r}: a task appears twice on the same data ({', '.join(keys)})")
-        raise_problems(f"stage {self.name!r}", [
-            self.mix not in MIXES and f"unknown mix {self.mix!r}; expected one of {', '.join(MIXES)}",
-            *field_problems(self),
-        ])
+        raise_problems(
+            f"stage {self.name!r}",
+            [
+                self.mix not in MIXES and f"unknown mix {self.mix!r}; expected one of {', '.join(MIXES)}",
+                *field_problems(self),
+            ],
+        )
         self.freeze = list(self.freeze or [])
 
 

@@ -26,7 +26,11 @@ FAT_PARTS = {"fat": ("speech", "src", "tgt"), "fat_text": ("src", "tgt")}
 """The parts a FAT-MLM stream's examples carry (audio, transcript, translation); a stream's TaskData.parts keeps
 some of them, so that FAT-MLM pretrains on whatever data there is: ASR pairs (speech, src), untranscribed audio
 (speech), monolingual text (src or tgt) beside the ST triples and MT pairs."""
-_BATCH_FIELDS = {"speech": ("feats", "feat_lengths", "prefix", "prefix_lengths"), "src": ("src", "src_lengths"), "tgt": ("tgt", "tgt_lengths")}
+_BATCH_FIELDS = {
+    "speech": ("feats", "feat_lengths", "prefix", "prefix_lengths"),
+    "src": ("src", "src_lengths"),
+    "tgt": ("tgt", "tgt_lengths"),
+}
 
 
 def keep_parts(batch: Batch, parts: Sequence[str]) -> Batch:
@@ -34,8 +38,9 @@ def keep_parts(batch: Batch, parts: Sequence[str]) -> Batch:
     `parts` is empty."""
     if not parts:
         return batch
-    return dataclasses.replace(batch, **{f: None for part, names in _BATCH_FIELDS.items() if part not in parts
-                                         for f in names})
+    return dataclasses.replace(
+        batch, **{f: None for part, names in _BATCH_FIELDS.items() if part not in parts for f in names}
+    )
 
 
 def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | None:
@@ -51,8 +56,14 @@ def encode_batch(model: Translator, batch: Batch, task: str) -> EncoderOutput | 
     return enc
 
 
-def task_losses(model: Translator, batch: Batch, task: str, objectives: Iterable[str],
-                settings: ObjectiveSettings, parts: Sequence[str] = ()) -> dict[str, tuple[torch.Tensor, Stats]]:
+def task_losses(
+    model: Translator,
+    batch: Batch,
+    task: str,
+    objectives: Iterable[str],
+    settings: ObjectiveSettings,
+    parts: Sequence[str] = (),
+) -> dict[str, tuple[torch.Tensor, Stats]]:
     """{objective: (summed loss, stats)} for one batch of `task` (only its `parts`, keep_parts), the encoder
     run once."""
     batch = keep_parts(batch, parts)

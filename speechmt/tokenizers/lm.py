@@ -35,17 +35,38 @@ from speechmt.tokenizers.sentencepiece import UnknownTagError
 
 ROLES = ("target", "source")
 LANGUAGE_NAMES = {
-    "ar": "Arabic", "ca": "Catalan", "cs": "Czech", "cy": "Welsh", "de": "German", "en": "English", "es": "Spanish",
-    "et": "Estonian", "fa": "Persian", "fr": "French", "id": "Indonesian", "it": "Italian", "ja": "Japanese",
-    "lv": "Latvian", "mn": "Mongolian", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
-    "ru": "Russian", "sl": "Slovenian", "sv": "Swedish", "ta": "Tamil", "tr": "Turkish", "uk": "Ukrainian",
+    "ar": "Arabic",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "cy": "Welsh",
+    "de": "German",
+    "en": "English",
+    "es": "Spanish",
+    "et": "Estonian",
+    "fa": "Persian",
+    "fr": "French",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "lv": "Latvian",
+    "mn": "Mongolian",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sl": "Slovenian",
+    "sv": "Swedish",
+    "ta": "Tamil",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
     "zh": "Chinese",
 }
 START_TEXT = "\n"  # the decoder's start token: the line break between the source and the target's language name
 
 
 def language_name(tag_or_code: str) -> str:
-    """"<de>" or "de" (or "zh-CN", "sv-SE", or "German" itself) -> "German"; UnknownTagError for a code without a
+    """ "<de>" or "de" (or "zh-CN", "sv-SE", or "German" itself) -> "German"; UnknownTagError for a code without a
     name here."""
     if tag_or_code in LANGUAGE_NAMES.values():
         return tag_or_code
@@ -108,8 +129,13 @@ def read_special_ids(folder: Path, tok: HFTokenizer) -> SpecialIds:
     unk = tok.token_to_id("<unk>")
     pad = _first(cfg.get("pad_token_id"))
     pad = pad if pad is not None else tok.token_to_id("<pad>")
-    return SpecialIds(pad=eos if pad is None else pad, eos=eos, bos=_first(cfg.get("bos_token_id")),
-                      unk=eos if unk is None else unk, start=start[0])
+    return SpecialIds(
+        pad=eos if pad is None else pad,
+        eos=eos,
+        bos=_first(cfg.get("bos_token_id")),
+        unk=eos if unk is None else unk,
+        start=start[0],
+    )
 
 
 class LMTokenizer:
@@ -139,8 +165,10 @@ class LMTokenizer:
         folder = Path(resolve_pretrained(name_or_path))
         path = folder / "tokenizer.json"
         if not path.is_file():
-            raise FileNotFoundError(f"{name_or_path}: no tokenizer.json in {folder} (run `make setup` for "
-                                    "gemma-3-270m, or `speechmt import gguf`, or pass a local LM folder)")
+            raise FileNotFoundError(
+                f"{name_or_path}: no tokenizer.json in {folder} (run `make setup` for "
+                "gemma-3-270m, or `speechmt import gguf`, or pass a local LM folder)"
+            )
         text = path.read_text(encoding="utf-8")
         sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return cls(text, folder, LMTokenizerConfig(name_or_path, role, tuple(vocab), sha))
@@ -236,8 +264,10 @@ class LMTokenizer:
         c = LMTokenizerConfig(**state["config"])
         tok = cls.from_pretrained(c.source, c.role, c.vocab)
         if c.sha256 and tok.config.sha256 != c.sha256:
-            raise ValueError(f"{c.source}: its tokenizer.json is not the one the model was trained with (sha256 "
-                             f"{tok.config.sha256[:12]}..., expected {c.sha256[:12]}...)")
+            raise ValueError(
+                f"{c.source}: its tokenizer.json is not the one the model was trained with (sha256 "
+                f"{tok.config.sha256[:12]}..., expected {c.sha256[:12]}...)"
+            )
         return tok
 
     def save(self, path: str | Path) -> None:

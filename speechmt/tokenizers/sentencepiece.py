@@ -102,9 +102,7 @@ class Tokenizer:
         prefix = [self.tag_id(lang_tag)] if lang_tag is not None else []
         return prefix + self._sp.encode(text) + ([self.eos_id] if add_eos else [])
 
-    def encode_batch(
-        self, texts: Sequence[str], add_eos: bool = True, lang_tag: str | None = None
-    ) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str], add_eos: bool = True, lang_tag: str | None = None) -> list[list[int]]:
         """`encode` for many texts at once (SentencePiece encodes them in parallel)."""
         prefix = [self.tag_id(lang_tag)] if lang_tag is not None else []
         suffix = [self.eos_id] if add_eos else []
@@ -190,7 +188,10 @@ def _train_proto(texts: list[str], config: TokenizerConfig, hard_vocab_limit: bo
         shuffle_input_sentence=True,
         max_sentence_length=config.max_sentence_length,
         num_threads=config.num_threads,
-        pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
         user_defined_symbols=[BLANK, *config.lang_tags],
         hard_vocab_limit=hard_vocab_limit,
         minloglevel=2,
@@ -207,8 +208,11 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
     corpus = [t for t in texts if t.strip()]
     long = sum(len(t.encode("utf-8")) > config.max_sentence_length for t in corpus)
     if long:
-        warnings.warn(f"{long} sentences are longer than {config.max_sentence_length} bytes and are left "
-                      "out of tokenizer training", stacklevel=2)
+        warnings.warn(
+            f"{long} sentences are longer than {config.max_sentence_length} bytes and are left "
+            "out of tokenizer training",
+            stacklevel=2,
+        )
     if not corpus:
         raise ValueError("cannot train a tokenizer: no non-empty sentences")
     if config.model_type == "char":  # every character of the corpus (up to vocab_size): the size is what it got
@@ -220,10 +224,13 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
     except RuntimeError as e:
         if "Vocabulary size too high" not in str(e):
             detail = str(e).split("] ", 1)[-1].strip() or str(e)
-            raise ValueError(f"tokenizer training failed on {len(corpus)} sentences with vocab_size "
-                             f"{config.vocab_size}: {detail}") from None
+            raise ValueError(
+                f"tokenizer training failed on {len(corpus)} sentences with vocab_size {config.vocab_size}: {detail}"
+            ) from None
     proto = _train_proto(corpus, config, hard_vocab_limit=False)
     size = spm.SentencePieceProcessor(model_proto=proto).get_piece_size()
-    warnings.warn(f"{len(corpus)} sentences cannot fill vocab_size {config.vocab_size}; the tokenizer has "
-                  f"{size} pieces", stacklevel=2)
+    warnings.warn(
+        f"{len(corpus)} sentences cannot fill vocab_size {config.vocab_size}; the tokenizer has {size} pieces",
+        stacklevel=2,
+    )
     return Tokenizer(proto, replace(config, vocab_size=size))

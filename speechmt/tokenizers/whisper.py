@@ -52,13 +52,25 @@ class WhisperTokenizer:
     def __init__(self, tokenizer_json: str, config: WhisperTokenizerConfig = WhisperTokenizerConfig()):
         self.config, self._json = config, tokenizer_json
         self._tok = HFTokenizer.from_str(tokenizer_json)
-        ids = {s: self._tok.token_to_id(s) for s in ("<|endoftext|>", "<|startoftranscript|>", "<|notimestamps|>",
-                                                      "<|translate|>", f"<|{config.task}|>")}
+        ids = {
+            s: self._tok.token_to_id(s)
+            for s in (
+                "<|endoftext|>",
+                "<|startoftranscript|>",
+                "<|notimestamps|>",
+                "<|translate|>",
+                f"<|{config.task}|>",
+            )
+        }
         missing = [s for s, i in ids.items() if i is None]
         if missing:
             raise ValueError(f"not a Whisper tokenizer: it lacks {', '.join(missing)}")
         self.eos_id, self.bos_id = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
-        self.unk_id, self.task_id, self.no_timestamps_id = self.eos_id, ids[f"<|{config.task}|>"], ids["<|notimestamps|>"]
+        self.unk_id, self.task_id, self.no_timestamps_id = (
+            self.eos_id,
+            ids[f"<|{config.task}|>"],
+            ids["<|notimestamps|>"],
+        )
         self._first_task_id = ids["<|translate|>"]  # language tokens lie between <|startoftranscript|> and it
         pads = [i for i in map(self._tok.token_to_id, _PAD_CANDIDATES) if i is not None]
         if not pads:
@@ -66,7 +78,9 @@ class WhisperTokenizer:
         self.pad_id = pads[0]
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, config: WhisperTokenizerConfig = WhisperTokenizerConfig()) -> "WhisperTokenizer":
+    def from_pretrained(
+        cls, folder: str | Path, config: WhisperTokenizerConfig = WhisperTokenizerConfig()
+    ) -> "WhisperTokenizer":
         """Reads folder/tokenizer.json (a Hugging Face Whisper folder)."""
         path = Path(folder) / "tokenizer.json"
         if not path.is_file():

@@ -28,6 +28,7 @@ from speechmt.tokenizers.whisper import WhisperTokenizer, WhisperTokenizerConfig
 if TYPE_CHECKING:
     from speechmt.data.augment import Augmenter
 
+
 def run_tasks(cfg: ExperimentConfig) -> list[TaskData]:
     """Every data stream of every stage of the run."""
     return all_tasks(stages_of(cfg.train))
@@ -53,8 +54,10 @@ def decoder_side(cfg: ExperimentConfig) -> str:
     if tasks == {"asr"}:
         return "src"
     if "asr" in tasks and not cfg.model.decoder.one_vocabulary and cfg.data.src_vocab != cfg.data.tgt_vocab:
-        raise ConfigError("asr together with st or mt shares one decoder: give data.src_vocab and data.tgt_vocab "
-                          "the same joint SentencePiece model (or use model.decoder.kind whisper or lm)")
+        raise ConfigError(
+            "asr together with st or mt shares one decoder: give data.src_vocab and data.tgt_vocab "
+            "the same joint SentencePiece model (or use model.decoder.kind whisper or lm)"
+        )
     return "tgt"
 
 
@@ -62,14 +65,17 @@ def load_tokenizers(data: DataConfig, model: ModelConfig | None = None, side: st
     """Reads the vocabularies a data config names (an empty path gives None). With a Whisper decoder, the
     decoder's `side` ("src" for ASR-only runs, "tgt" otherwise) is Whisper's tokenizer, from its model folder;
     so is the source side when the text encoder embeds with Whisper's tables (text_encoder.embeddings)."""
-    toks = Tokenizers(Tokenizer.load(data.src_vocab) if data.src_vocab else None,
-                      Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None)
+    toks = Tokenizers(
+        Tokenizer.load(data.src_vocab) if data.src_vocab else None,
+        Tokenizer.load(data.tgt_vocab) if data.tgt_vocab else None,
+    )
     if model is None or not model.decoder.whisper_tokens:
         return toks
     from speechmt.hub import resolve_pretrained
 
-    whisper = WhisperTokenizer.from_pretrained(resolve_pretrained(model.whisper_decoder_source),
-                                               WhisperTokenizerConfig(data.whisper_task))
+    whisper = WhisperTokenizer.from_pretrained(
+        resolve_pretrained(model.whisper_decoder_source), WhisperTokenizerConfig(data.whisper_task)
+    )
     whisper_src = side == "src" or model.text_encoder.embeddings == "whisper"
     return Tokenizers(whisper if whisper_src else toks.src, whisper if side == "tgt" else toks.tgt)
 
@@ -90,7 +96,8 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     tgt = LMTokenizer.trimmed(name, lm_target_texts(cfg), tags)
     reads_lm_tokens = cfg.model.shrink.embed == "lm"  # its CTC head writes the LM's tokens
     reads_lm_tokens |= cfg.model.text_encoder.embeddings == "lm" and any(  # the text path embeds the transcripts
-        OBJECTIVES[n].reads_transcript for t in run_tasks(cfg) for n in t.weights)
+        OBJECTIVES[n].reads_transcript for t in run_tasks(cfg) for n in t.weights
+    )
     if reads_lm_tokens or cfg.model.decoder.examples or any(TASK_INPUTS[t.task] == "text" for t in run_tasks(cfg)):
         return Tokenizers(LMTokenizer.from_pretrained(name, role="source"), tgt)
     return Tokenizers(Tokenizer.load(cfg.data.src_vocab) if cfg.data.src_vocab else None, tgt)
@@ -102,7 +109,9 @@ def lm_target_texts(cfg: ExperimentConfig) -> Iterator[str]:
     for spec in run_tasks(cfg):
         if spec.task in DECODING_TASKS:
             field = "src_text" if spec.task == "asr" else "tgt_text"
-            yield from (getattr(r, field) for r in read_split(stream_dir(cfg, spec), spec.split or cfg.data.train_split))
+            yield from (
+                getattr(r, field) for r in read_split(stream_dir(cfg, spec), spec.split or cfg.data.train_split)
+            )
 
 
 def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
@@ -172,8 +181,16 @@ def frontend_for(cfg: ExperimentConfig) -> Frontend:
     return FRONTENDS[cfg.model.encoder.frontend](cfg)
 
 
-def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Frontend | None, train: bool,
-                  encoder: "torch.nn.Module | None" = None, spec: TaskData | None = None, teacher=None):
+def build_dataset(
+    cfg: ExperimentConfig,
+    split: str,
+    toks: Tokenizers,
+    frontend: Frontend | None,
+    train: bool,
+    encoder: "torch.nn.Module | None" = None,
+    spec: TaskData | None = None,
+    teacher=None,
+):
     """The dataset of one split for a data stream (`spec`; default: the run's first) read through `frontend`
     (None: frontend_for(cfg)), with a text
     `teacher`'s states of the transcripts (cached once per split) when one of its objectives needs them;
@@ -191,8 +208,15 @@ def build_dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend:
     return WithTeacher(ds, cached_teacher_split(data_dir, split, teacher, records))
 
 
-def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Frontend, train: bool,
-             encoder: "torch.nn.Module | None", spec: TaskData):
+def _dataset(
+    cfg: ExperimentConfig,
+    split: str,
+    toks: Tokenizers,
+    frontend: Frontend,
+    train: bool,
+    encoder: "torch.nn.Module | None",
+    spec: TaskData,
+):
     """The dataset of one split for a data stream; SpecAugment only when `train` and the input is the stored
     fbank. Every example carries its decoder target as tgt and, for text input or objectives that read it,
     the transcript as src; speech is read from its speech_source."""
@@ -203,14 +227,20 @@ def _dataset(cfg: ExperimentConfig, split: str, toks: Tokenizers, frontend: Fron
         if cfg.model.decoder.examples and TASK_INPUTS[spec.task] == "text":
             records = with_examples(records, data_dir, split, cfg.model.decoder.examples)
         return TextDataset.from_records(records, toks.src, sides["tgt_tokenizer"], tgt_tag=sides["tgt_tag"])
-    records, source = speech_source(data_dir, split, frontend, encoder if cfg.data.cache_encoder else None,
-                                    _augmenter(cfg, train))
+    records, source = speech_source(
+        data_dir, split, frontend, encoder if cfg.data.cache_encoder else None, _augmenter(cfg, train)
+    )
     augment = SpecAugmentConfig.policy(cfg.data.spec_augment) if train and cfg.data.spec_augment else None
     augment = augment if isinstance(source, StoredFeatures) else None
     prefixes = None
     if cfg.model.decoder.examples and spec.task != "asr":  # examples before the speech; a transcript needs none
-        prefixes = example_prefixes(read_examples(data_dir, split, records), cfg.model.decoder.examples, toks.src,
-                                    cfg.data.src_lang, cfg.data.tgt_lang)
+        prefixes = example_prefixes(
+            read_examples(data_dir, split, records),
+            cfg.model.decoder.examples,
+            toks.src,
+            cfg.data.src_lang,
+            cfg.data.tgt_lang,
+        )
     return SpeechDataset(records, source, spec_augment=augment, seed=cfg.train.seed, prefixes=prefixes, **sides)
 
 
@@ -225,9 +255,12 @@ def _augmenter(cfg: ExperimentConfig, train: bool) -> "Augmenter | None":
 def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
     """The tokenizers and tags of the transcript (src) and the decoder target (tgt) a stream's dataset encodes."""
     transcript = any(OBJECTIVES[n].reads_transcript for n in spec.weights)
-    return dict(src_tokenizer=toks.src if transcript else None,
-                tgt_tokenizer=decoder_tokenizer(decoder_side(cfg), toks), tgt_tag=decoder_tag(cfg, spec.task),
-                tgt_field="src_text" if spec.task == "asr" else "tgt_text")
+    return dict(
+        src_tokenizer=toks.src if transcript else None,
+        tgt_tokenizer=decoder_tokenizer(decoder_side(cfg), toks),
+        tgt_tag=decoder_tag(cfg, spec.task),
+        tgt_field="src_text" if spec.task == "asr" else "tgt_text",
+    )
 
 
 def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
@@ -238,19 +271,30 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
     specs = run_tasks(cfg)
     ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
     text = bool(cfg.model.decoder.examples) or any(
-        TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs)
+        TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs
+    )
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
     ctc_vocab = lm_ctc_vocab(cfg, toks.src) if ctc and cfg.model.shrink.embed == "lm" else ()
     if ctc_vocab:
         src_size = FIRST_LABEL + len(ctc_vocab)
     elif ctc and toks.src is not None and toks.src.blank_id is None:
-        raise ConfigError("a CTC head writes the transcript in a SentencePiece source vocabulary with a blank "
-                          "(data.src_vocab); model.text_encoder.embeddings whisper puts Whisper's in its place")
+        raise ConfigError(
+            "a CTC head writes the transcript in a SentencePiece source vocabulary with a blank "
+            "(data.src_vocab); model.text_encoder.embeddings whisper puts Whisper's in its place"
+        )
     if cfg.model.shrink.needs_ctc_head and not ctc:
-        raise ConfigError("model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
-                          "(or a ctc objective) and data.src_vocab to train that head")
-    model = dataclasses.replace(cfg.model, tgt_vocab_size=len(dec), src_vocab_size=src_size,
-                                ctc=ctc or cfg.model.ctc, pad_id=dec.pad_id, ctc_vocab=ctc_vocab)
+        raise ConfigError(
+            "model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
+            "(or a ctc objective) and data.src_vocab to train that head"
+        )
+    model = dataclasses.replace(
+        cfg.model,
+        tgt_vocab_size=len(dec),
+        src_vocab_size=src_size,
+        ctc=ctc or cfg.model.ctc,
+        pad_id=dec.pad_id,
+        ctc_vocab=ctc_vocab,
+    )
     if model.decoder.lm_tokens:  # its trimmed output vocabulary and the prompt before the source, in LM ids
         decoder = dataclasses.replace(model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(cfg.data.src_lang))
         model = dataclasses.replace(model, decoder=decoder)
@@ -303,5 +347,11 @@ def objective_settings_for(cfg: ExperimentConfig, toks: Tokenizers) -> Objective
     first_text_id = src.first_text_id if src is not None else len(SPECIAL_PIECES)
     # Whisper's vocabulary has no blank (model_config_for refuses CTC on it): the SentencePiece one stands in
     blank_id = src.blank_id if src is not None and src.blank_id is not None else Tokenizer.blank_id
-    return ObjectiveSettings(label_smoothing=cfg.train.label_smoothing, first_text_id=first_text_id,
-                             blank_id=blank_id, pad_id=dec.pad_id, bos_id=dec.bos_id, align=cfg.train.align)
+    return ObjectiveSettings(
+        label_smoothing=cfg.train.label_smoothing,
+        first_text_id=first_text_id,
+        blank_id=blank_id,
+        pad_id=dec.pad_id,
+        bos_id=dec.bos_id,
+        align=cfg.train.align,
+    )

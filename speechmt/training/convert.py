@@ -24,8 +24,13 @@ def _numpy_data() -> list:
     import numpy as np
 
     core = getattr(np, "_core", None) or np.core  # numpy 2 / numpy 1
-    return [np.ndarray, np.dtype, core.multiarray._reconstruct, core.multiarray.scalar,
-            *(getattr(np.dtypes, name) for name in getattr(np.dtypes, "__all__", ()))]
+    return [
+        np.ndarray,
+        np.dtype,
+        core.multiarray._reconstruct,
+        core.multiarray.scalar,
+        *(getattr(np.dtypes, name) for name in getattr(np.dtypes, "__all__", ())),
+    ]
 
 
 def convert_pickled_checkpoint(old: str | os.PathLike, out: str | os.PathLike, trust: bool = False) -> dict:
@@ -38,8 +43,10 @@ def convert_pickled_checkpoint(old: str | os.PathLike, out: str | os.PathLike, t
         load_checkpoint(old)  # says what the file is: already converted, foreign, truncated
         raise CheckpointError(f"{old}: already a {FORMAT} file; nothing to convert")
     if not trust:
-        raise CheckpointError(f"{old}: converting unpickles it, and a pickle can run any code; pass --trust "
-                              "only if you trust where the file came from")
+        raise CheckpointError(
+            f"{old}: converting unpickles it, and a pickle can run any code; pass --trust "
+            "only if you trust where the file came from"
+        )
     try:
         with torch.serialization.safe_globals(_numpy_data()):  # numpy arrays beside the tensors (features' CMVN)
             state = torch.load(old, map_location="cpu", weights_only=True)  # data only: no other global is run

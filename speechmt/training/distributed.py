@@ -15,9 +15,22 @@ from torch.nn.parallel import DistributedDataParallel
 
 from speechmt.ranks import barrier, is_main, rank, world_size
 
-__all__ = ["launched", "init", "rank", "world_size", "is_main", "barrier", "local_world_size", "wrap",
-           "no_sync_unless", "all_reduce_sum", "all_reduce_sums", "all_gather_object", "collective_device",
-           "is_sharded"]
+__all__ = [
+    "launched",
+    "init",
+    "rank",
+    "world_size",
+    "is_main",
+    "barrier",
+    "local_world_size",
+    "wrap",
+    "no_sync_unless",
+    "all_reduce_sum",
+    "all_reduce_sums",
+    "all_gather_object",
+    "collective_device",
+    "is_sharded",
+]
 
 _DEVICE: torch.device | None = None  # the device collectives run on (the training device), set by init()
 
@@ -48,8 +61,11 @@ def init(device: torch.device, timeout_minutes: float = 30.0) -> None:
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    tdist.init_process_group(backend=backend_for(device), timeout=datetime.timedelta(minutes=timeout_minutes),
-                             device_id=device if device.type == "cuda" else None)
+    tdist.init_process_group(
+        backend=backend_for(device),
+        timeout=datetime.timedelta(minutes=timeout_minutes),
+        device_id=device if device.type == "cuda" else None,
+    )
 
 
 def collective_device() -> torch.device:
@@ -118,4 +134,3 @@ def all_gather_object(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world_size()
     tdist.all_gather_object(out, obj)
     return out
-

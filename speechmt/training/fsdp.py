@@ -74,8 +74,9 @@ def _like(full: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """`full` laid out as `reference` is: its shard of this rank when `reference` is a DTensor (every rank holds
     `full`, so nothing is sent)."""
     if isinstance(reference, DTensor):
-        return distribute_tensor(full.to(reference.device, reference.dtype), reference.device_mesh,
-                                 reference.placements, src_data_rank=None)
+        return distribute_tensor(
+            full.to(reference.device, reference.dtype), reference.device_mesh, reference.placements, src_data_rank=None
+        )
     return full.to(reference.device)
 
 
@@ -97,6 +98,11 @@ def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str,
     """Loads full_optimizer_state's form into an optimiser over sharded parameters: each per-parameter tensor of
     the parameter's shape is cut to this rank's shard."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    sharded = {i: {k: _like(v, params[int(i)]) if torch.is_tensor(v) and v.shape == params[int(i)].shape else v
-                   for k, v in s.items()} for i, s in state["state"].items()}
+    sharded = {
+        i: {
+            k: _like(v, params[int(i)]) if torch.is_tensor(v) and v.shape == params[int(i)].shape else v
+            for k, v in s.items()
+        }
+        for i, s in state["state"].items()
+    }
     optimizer.load_state_dict({**state, "state": sharded})

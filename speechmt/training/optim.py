@@ -11,8 +11,13 @@ import torch
 from speechmt.checks import ConfigError
 
 
-def build_optimizer(model: torch.nn.Module, lr: float, betas: tuple[float, float], weight_decay: float,
-                    lr_scale: Mapping[str, float] | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module,
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float,
+    lr_scale: Mapping[str, float] | None = None,
+) -> torch.optim.Optimizer:
     """AdamW (Adam when weight_decay is 0) over the trainable parameters; no decay on biases and norms.
 
     `lr_scale` (train.lr_scale): glob patterns over parameter names -> a factor of `lr` for the parameters they
@@ -29,11 +34,16 @@ def build_optimizer(model: torch.nn.Module, lr: float, betas: tuple[float, float
             groups.setdefault((float(scales.get(pattern, 1.0)), p.ndim >= 2), []).append(p)
     unused = [k for k in scales if k not in used]
     if unused:
-        raise ConfigError(f"train.lr_scale: pattern {unused[0]!r} scales no trainable parameter (none matches, or "
-                          "an earlier pattern took them); patterns are globs over names such as "
-                          "speech_encoder.proj.weight")
-    param_groups = [{"params": params, "weight_decay": weight_decay if decay else 0.0, "lr": lr * scale}
-                    for (scale, decay), params in groups.items() if params or scale == 1.0]
+        raise ConfigError(
+            f"train.lr_scale: pattern {unused[0]!r} scales no trainable parameter (none matches, or "
+            "an earlier pattern took them); patterns are globs over names such as "
+            "speech_encoder.proj.weight"
+        )
+    param_groups = [
+        {"params": params, "weight_decay": weight_decay if decay else 0.0, "lr": lr * scale}
+        for (scale, decay), params in groups.items()
+        if params or scale == 1.0
+    ]
     if not any(g["params"] for g in param_groups):  # nothing trains (max_updates 0 over a frozen model)
         param_groups[1]["params"] = [torch.zeros(0, requires_grad=True)]
     return torch.optim.AdamW(param_groups, lr=lr, betas=betas, eps=1e-8)

@@ -36,12 +36,29 @@ OLD_STATE_FILE = "pretrain_state.safetensors"  # before the pretraining ran thro
 
 # A CPU-sized wav2vec2: the base model's CNN geometry (20 ms frames) with 128 channels, a 4 x 256 Transformer.
 SMALL_CONFIG: dict[str, Any] = dict(
-    model_type="wav2vec2", hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-    conv_dim=[128] * 7, conv_kernel=[10, 3, 3, 3, 3, 2, 2], conv_stride=[5, 2, 2, 2, 2, 2, 2],
-    feat_extract_norm="layer", do_stable_layer_norm=True, num_conv_pos_embeddings=64,
-    num_conv_pos_embedding_groups=16, codevector_dim=128, proj_codevector_dim=128, num_codevector_groups=2,
-    num_codevectors_per_group=160, num_negatives=50, hidden_dropout=0.1, attention_dropout=0.1,
-    activation_dropout=0.0, feat_proj_dropout=0.1, layerdrop=0.0)
+    model_type="wav2vec2",
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=1024,
+    conv_dim=[128] * 7,
+    conv_kernel=[10, 3, 3, 3, 3, 2, 2],
+    conv_stride=[5, 2, 2, 2, 2, 2, 2],
+    feat_extract_norm="layer",
+    do_stable_layer_norm=True,
+    num_conv_pos_embeddings=64,
+    num_conv_pos_embedding_groups=16,
+    codevector_dim=128,
+    proj_codevector_dim=128,
+    num_codevector_groups=2,
+    num_codevectors_per_group=160,
+    num_negatives=50,
+    hidden_dropout=0.1,
+    attention_dropout=0.1,
+    activation_dropout=0.0,
+    feat_proj_dropout=0.1,
+    layerdrop=0.0,
+)
 
 
 @dataclass
@@ -72,8 +89,9 @@ class PretrainAudioConfig:
     def __post_init__(self):
         self.manifests = tuple(self.manifests)
         self.gumbel_temperature = tuple(float(t) for t in self.gumbel_temperature)
-        numbers = {f.name: {"int": int, "float": float}[f.type] for f in dataclasses.fields(self)
-                   if f.type in ("int", "float")}
+        numbers = {
+            f.name: {"int": int, "float": float}[f.type] for f in dataclasses.fields(self) if f.type in ("int", "float")
+        }
         bad = [name for name, kind in numbers.items() if not _is_number(getattr(self, name), kind)]
         for name, kind in numbers.items():  # YAML reads 1e-4 as a string
             if name not in bad:
@@ -99,8 +117,9 @@ def _is_number(value: Any, kind: type) -> bool:
     return not isinstance(value, bool)
 
 
-def load_pretrain_config(path: str | os.PathLike | None, overrides: Sequence[str] = (),
-                         **fields) -> PretrainAudioConfig:
+def load_pretrain_config(
+    path: str | os.PathLike | None, overrides: Sequence[str] = (), **fields
+) -> PretrainAudioConfig:
     """A YAML mapping of PretrainAudioConfig fields (or the defaults), then `fields` that are not None,
     then `key=value` overrides (YAML scalars; `hf_config.key=value` for a model field)."""
     d = read_yaml_mapping(path, "of pretrain-audio options") if path is not None else {}
@@ -130,11 +149,14 @@ def pretraining_records(cfg: PretrainAudioConfig) -> list[Record]:
     min_frames = 4 * cfg.mask_length  # 10 ms frames: at least 2 spans of mask_length 20 ms frames
     kept = [r for r in records if r.n_frames >= min_frames]
     if len(kept) < len(records):
-        print(f"pretrain-audio: left out {len(records) - len(kept)} of {len(records)} utterances shorter than "
-              f"{min_frames * 10} ms")
+        print(
+            f"pretrain-audio: left out {len(records) - len(kept)} of {len(records)} utterances shorter than "
+            f"{min_frames * 10} ms"
+        )
     if not kept:
-        raise ConfigError(f"pretrain-audio: no utterance of at least {min_frames * 10} ms in "
-                          f"{', '.join(cfg.manifests)}")
+        raise ConfigError(
+            f"pretrain-audio: no utterance of at least {min_frames * 10} ms in {', '.join(cfg.manifests)}"
+        )
     return kept
 
 
@@ -142,8 +164,9 @@ def build_pretraining_model(cfg: PretrainAudioConfig) -> Wav2Vec2Pretraining:
     """Wav2Vec2ForPreTraining from cfg.init, or a random init from cfg.hf_config, with cfg's masking."""
     from transformers import AutoConfig, Wav2Vec2ForPreTraining
 
-    settings = PretrainingSettings(cfg.mask_prob, cfg.mask_length, cfg.min_masks, cfg.gumbel_temperature,
-                                   dict(cfg.hf_config))
+    settings = PretrainingSettings(
+        cfg.mask_prob, cfg.mask_length, cfg.min_masks, cfg.gumbel_temperature, dict(cfg.hf_config)
+    )
     if not cfg.init:
         fields = dict(cfg.hf_config)
         config = AutoConfig.for_model(fields.pop("model_type", "wav2vec2"), **fields)
@@ -153,8 +176,9 @@ def build_pretraining_model(cfg: PretrainAudioConfig) -> Wav2Vec2Pretraining:
         config = AutoConfig.from_pretrained(cfg.init, mask_time_prob=cfg.mask_prob, mask_time_length=cfg.mask_length)
         model = Wav2Vec2ForPreTraining.from_pretrained(cfg.init, config=config, dtype=torch.float32)
     except (OSError, ValueError) as e:
-        raise FileNotFoundError(f"{cfg.init}: cannot load a wav2vec2 model to pretrain from "
-                                f"({str(e).splitlines()[0]})") from None
+        raise FileNotFoundError(
+            f"{cfg.init}: cannot load a wav2vec2 model to pretrain from ({str(e).splitlines()[0]})"
+        ) from None
     return Wav2Vec2Pretraining(model, replace(settings, hf_config=config.to_dict()))
 
 
@@ -162,10 +186,22 @@ def experiment_config(cfg: PretrainAudioConfig) -> ExperimentConfig:
     """The trainer's view of a pretraining run: one stage of unlabelled audio with the wav2vec2 objective,
     checkpoints in cfg.out, no validation."""
     stage = Stage("wav2vec2", [TaskData("audio", {"wav2vec2": 1.0})])
-    train = TrainConfig(lr=cfg.lr, warmup_updates=cfg.warmup_updates, max_updates=cfg.max_updates,
-                        weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm, seed=cfg.seed, save_dir=cfg.out,
-                        save_interval_updates=cfg.save_interval_updates, keep_last=2, validate_interval_updates=0,
-                        log_interval=cfg.log_interval, device=cfg.device, valid_decode=False, stages=[stage])
+    train = TrainConfig(
+        lr=cfg.lr,
+        warmup_updates=cfg.warmup_updates,
+        max_updates=cfg.max_updates,
+        weight_decay=cfg.weight_decay,
+        clip_norm=cfg.clip_norm,
+        seed=cfg.seed,
+        save_dir=cfg.out,
+        save_interval_updates=cfg.save_interval_updates,
+        keep_last=2,
+        validate_interval_updates=0,
+        log_interval=cfg.log_interval,
+        device=cfg.device,
+        valid_decode=False,
+        stages=[stage],
+    )
     return ExperimentConfig(data=DataConfig(max_tokens=cfg.max_tokens, max_sentences=cfg.max_sentences), train=train)
 
 
@@ -176,10 +212,13 @@ def export_hf(model: Wav2Vec2Pretraining, waveform: WaveformConfig, out: Path) -
     staging = out / ".staging"
     shutil.rmtree(staging, ignore_errors=True)
     model.model.save_pretrained(staging)
-    Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=waveform.sample_rate, padding_value=0.0,
-                             do_normalize=waveform.do_normalize,
-                             return_attention_mask=model.model.config.feat_extract_norm == "layer",
-                             ).save_pretrained(staging)
+    Wav2Vec2FeatureExtractor(
+        feature_size=1,
+        sampling_rate=waveform.sample_rate,
+        padding_value=0.0,
+        do_normalize=waveform.do_normalize,
+        return_attention_mask=model.model.config.feat_extract_norm == "layer",
+    ).save_pretrained(staging)
     for path in sorted(staging.iterdir()):
         _fsync(path)
         os.replace(path, out / path.name)
@@ -198,15 +237,24 @@ def pretrain_audio(cfg: PretrainAudioConfig, resume: bool = True) -> TrainState:
 
     out, device = Path(cfg.out), pick_device(cfg.device)
     if resume and (out / OLD_STATE_FILE).exists() and not (out / STATE_FILE).exists():
-        raise CheckpointError(f"{out / OLD_STATE_FILE}: the state of an older speechmt's pretraining, which this "
-                              "one does not resume; pass --no-resume to start afresh")
+        raise CheckpointError(
+            f"{out / OLD_STATE_FILE}: the state of an older speechmt's pretraining, which this "
+            "one does not resume; pass --no-resume to start afresh"
+        )
     seed_everything(cfg.seed)
     waveform = WaveformConfig(do_normalize=cfg.do_normalize)
     model = build_pretraining_model(cfg)
     records = pretraining_records(cfg)
     data = SpeechDataset(records, AudioInput(".", WaveformFrontend(waveform)))
-    trainer = Trainer(experiment_config(cfg), model, ObjectiveSettings(), fixed_data(data), {}, device,
-                      on_save=lambda: export_hf(trainer.model, waveform, out))
+    trainer = Trainer(
+        experiment_config(cfg),
+        model,
+        ObjectiveSettings(),
+        fixed_data(data),
+        {},
+        device,
+        on_save=lambda: export_hf(trainer.model, waveform, out),
+    )
     found = resume_checkpoint(out, device) if resume else None
     if found is not None:
         trainer.load_state(found[0])

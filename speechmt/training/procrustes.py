@@ -92,15 +92,17 @@ def set_linear(linear: nn.Linear, m: ProcrustesMap) -> None:
 
 
 @torch.no_grad()
-def paired_states(model: nn.Module, batches: Iterable, first_text_id: int, blank_id: int,
-                  units: str = "ctc") -> tuple[np.ndarray, np.ndarray]:
+def paired_states(
+    model: nn.Module, batches: Iterable, first_text_id: int, blank_id: int, units: str = "ctc"
+) -> tuple[np.ndarray, np.ndarray]:
     """Each transcript token's pooled speech state at the projection's input (speech.encoder.out) and its text
     path vector, over the batches (audio with transcripts) -> X (P, H), Y (P, D)."""
     xs, ys = [], []
     for batch in batches:
         if batch.src is None:
-            raise ValueError("Procrustes pairs need the transcripts: a speech stream whose objectives read them "
-                             "(ctc, align)")
+            raise ValueError(
+                "Procrustes pairs need the transcripts: a speech stream whose objectives read them (ctc, align)"
+            )
         record: dict = {}
         enc = model.encode_speech(batch.feats, batch.feat_lengths, batch.precomputed, record=record)
         states, lengths = record["speech.encoder.out"]
@@ -142,8 +144,16 @@ def whisper_asr_table(model: nn.Module, whisper: str, lm: str):
     return whisper_lm_table(whisper, lm, model.speech_encoder.eos_id, model.decoder)
 
 
-def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, blank_id: int, rounds: int = 5,
-                    units: str = "ctc", table=None, kind: str = "orthogonal") -> dict[str, float]:
+def init_projection(
+    model: nn.Module,
+    batches: Iterable,
+    first_text_id: int,
+    blank_id: int,
+    rounds: int = 5,
+    units: str = "ctc",
+    table=None,
+    kind: str = "orthogonal",
+) -> dict[str, float]:
     """Sets model.speech_encoder.proj from the batches' pairs (`kind` orthogonal: fit_map with `rounds`;
     least_squares: fit_least_squares; with `table`, a whisper_asr encoder's `asr_pairs`); nothing else changes.
     Returns the pairs' number and mean cosine of the projected speech vector to its text vector before and after."""
@@ -152,13 +162,18 @@ def init_projection(model: nn.Module, batches: Iterable, first_text_id: int, bla
         raise ValueError(f"unknown map {kind!r}; expected one of {', '.join(fits)}")
     proj = getattr(model.speech_encoder, "proj", None)
     if not isinstance(proj, nn.Linear):
-        raise ValueError("train.init_procrustes needs a speech encoder with a projection into the decoder's width "
-                         "(Whisper's proj: its width differs from the model's)")
+        raise ValueError(
+            "train.init_procrustes needs a speech encoder with a projection into the decoder's width "
+            "(Whisper's proj: its width differs from the model's)"
+        )
     was_training = model.training
     model.eval()
     try:
-        x, y = (asr_pairs(model.speech_encoder, batches, table) if table is not None
-                else paired_states(model, batches, first_text_id, blank_id, units))
+        x, y = (
+            asr_pairs(model.speech_encoder, batches, table)
+            if table is not None
+            else paired_states(model, batches, first_text_id, blank_id, units)
+        )
         before = _mean_cosine(proj, x, y)
         set_linear(proj, fits[kind](x, y))
         return {"pairs": float(len(x)), "cosine_before": before, "cosine_after": _mean_cosine(proj, x, y)}

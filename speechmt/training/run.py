@@ -68,8 +68,9 @@ def use_deterministic_kernels() -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def init_encoder_from(model: torch.nn.Module, path: str,
-                      prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")) -> int:
+def init_encoder_from(
+    model: torch.nn.Module, path: str, prefixes: tuple[str, ...] = ("speech_encoder.", "ctc_head.")
+) -> int:
     """Copies the tensors under `prefixes` of another checkpoint whose shapes agree, e.g. an ASR model's speech
     encoder and CTC head (fairseq's load_pretrained_encoder_from) or an MT model's decoder, into `model`.
     Returns the number of tensors copied; CheckpointError when the first prefix finds none. A FAT-MLM checkpoint
@@ -80,16 +81,19 @@ def init_encoder_from(model: torch.nn.Module, path: str,
     own = model.state_dict()
     copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
     if "ctc_head.weight" in copied and theirs.ctc_vocab != model.config.ctc_vocab:
-        raise CheckpointError(f"{path}: its CTC head writes other LM tokens (ctc_vocab) than this model's; "
-                              "train both on the same transcripts, or leave ctc_head. out of the prefixes")
+        raise CheckpointError(
+            f"{path}: its CTC head writes other LM tokens (ctc_vocab) than this model's; "
+            "train both on the same transcripts, or leave ctc_head. out of the prefixes"
+        )
     if not any(k.startswith(prefixes[0]) for k in copied):
         raise CheckpointError(f"{path}: no {prefixes[0].rstrip('.')} weights of matching shapes to initialise from")
     model.load_state_dict(copied, strict=False)
     return len(copied)
 
 
-def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, frontend: Frontend,
-                device: torch.device) -> Callable[[torch.nn.Module, TaskData], dict[str, float]]:
+def dev_decoder(
+    cfg: ExperimentConfig, toks: Tokenizers, frontend: Frontend, device: torch.device
+) -> Callable[[torch.nn.Module, TaskData], dict[str, float]]:
     """A function scoring a model's greedy output for a stream's task on its dev split: {"valid_bleu", ...}
     or {"valid_wer"}; {} for a stream without one."""
     from speechmt.decoding.translate import LoadedModel
@@ -101,8 +105,9 @@ def dev_decoder(cfg: ExperimentConfig, toks: Tokenizers, frontend: Frontend,
             return {}
         tokenizer, task = decoder_tokenizer(decoder_side(cfg), toks), spec.task
         lm = LoadedModel(model, tokenizer, decoder_tag(cfg, task), frontend, task, "(training)", device, toks.src)
-        records, hyps, _, _ = decode_split(lm, stream_dir(cfg, spec), split, lm.decode_options(beam=1),
-                                           cfg.data.max_tokens)
+        records, hyps, _, _ = decode_split(
+            lm, stream_dir(cfg, spec), split, lm.decode_options(beam=1), cfg.data.max_tokens
+        )
         return {f"valid_{k.lower()}": s.score for k, s in score(task, hyps, references(task, records)).items()}
 
     return decode
@@ -135,11 +140,17 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
 
     def data(spec: TaskData, train: bool):
         split = (spec.split or cfg.data.train_split) if train else _valid_split(cfg, spec)
-        return build_dataset(cfg, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec,
-                             teacher=teacher) if split else None
+        return (
+            build_dataset(
+                cfg, split, toks, frontend, train=train, encoder=model.speech_encoder, spec=spec, teacher=teacher
+            )
+            if split
+            else None
+        )
 
-    bundle = ModelBundle(model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg),
-                         base=base_reference(model))  # what every checkpoint of the run carries
+    bundle = ModelBundle(
+        model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg), base=base_reference(model)
+    )  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
     aligns = any("align" in t.objectives for t in all_tasks(stages_of(cfg.train)))
     fits = cfg.train.init_procrustes and not (resume and (Path(cfg.train.save_dir) / LAST).exists())  # not on a resume
@@ -151,8 +162,9 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     if fits:
         procrustes_at_start(cfg, model, data, objective_settings_for(cfg, toks), pad_id, device, table)
     valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None
-    trainer = Trainer(cfg, model, objective_settings_for(cfg, toks), data, bundle.state_dict(), device, pad_id,
-                      valid_decoder)
+    trainer = Trainer(
+        cfg, model, objective_settings_for(cfg, toks), data, bundle.state_dict(), device, pad_id, valid_decoder
+    )
     if dist.rank():  # every rank built the same model; from here each draws its own stream (dropout, ...)
         seed_everything(rank_seed(cfg.train.seed, dist.rank()))
     found = resume_checkpoint(Path(cfg.train.save_dir), device) if resume else None
@@ -166,8 +178,15 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     return trainer.train()
 
 
-def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Callable, settings, pad_id: int,
-                        device: torch.device, table=None) -> dict[str, float]:
+def procrustes_at_start(
+    cfg: ExperimentConfig,
+    model: torch.nn.Module,
+    data: Callable,
+    settings,
+    pad_id: int,
+    device: torch.device,
+    table=None,
+) -> dict[str, float]:
     """train.init_procrustes: the speech encoder's projection set by Procrustes from the first N utterances of
     the first stage's first speech stream (speechmt.training.procrustes; a whisper_asr encoder's from its states of
     them, cached as training reads them or searched live, `table` its pieces' LM embeddings: whisper_asr_table);
@@ -182,11 +201,20 @@ def procrustes_at_start(cfg: ExperimentConfig, model: torch.nn.Module, data: Cal
     if table is None and cfg.model.encoder.transcribes:
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     batches = first_batches(data(spec, True), cfg.train.init_procrustes, pad_id, device)
-    stats = init_projection(model.to(device), batches, settings.first_text_id, settings.blank_id,
-                            units=cfg.train.align.units, table=table, kind=cfg.train.init_map)
+    stats = init_projection(
+        model.to(device),
+        batches,
+        settings.first_text_id,
+        settings.blank_id,
+        units=cfg.train.align.units,
+        table=table,
+        kind=cfg.train.init_map,
+    )
     if dist.is_main():
-        print(f"init_procrustes ({cfg.train.init_map}): {stats['pairs']:.0f} token pairs, mean cosine "
-              f"{stats['cosine_before']:.3f} -> {stats['cosine_after']:.3f}")
+        print(
+            f"init_procrustes ({cfg.train.init_map}): {stats['pairs']:.0f} token pairs, mean cosine "
+            f"{stats['cosine_before']:.3f} -> {stats['cosine_after']:.3f}"
+        )
     return stats
 
 
@@ -199,9 +227,11 @@ def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path]
     last = save_dir / LAST
     if not last.exists():
         if (old := save_dir / "checkpoint_last.pt").exists():
-            raise CheckpointError(f"{old}: a pickled checkpoint of an older speechmt, not loaded (pickles can run "
-                                  f"code); to resume, convert it if you trust it: speechmt import convert {old} --out "
-                                  f"{last} --trust; or pass --no-resume to start afresh")
+            raise CheckpointError(
+                f"{old}: a pickled checkpoint of an older speechmt, not loaded (pickles can run "
+                f"code); to resume, convert it if you trust it: speechmt import convert {old} --out "
+                f"{last} --trust; or pass --no-resume to start afresh"
+            )
         return None
     try:
         return load_checkpoint(last, map_location=device), last
@@ -216,11 +246,15 @@ def resume_checkpoint(save_dir: Path, device: torch.device) -> tuple[dict, Path]
         if dist.is_main():
             kept = _unused_name(last.with_name(f"{last.name}.unreadable"))
             last.rename(kept)
-            warnings.warn(f"{error}; resuming from {path.name}, the newest readable checkpoint beside it; "
-                          f"{last.name} is kept as {kept.name}", stacklevel=2)
+            warnings.warn(
+                f"{error}; resuming from {path.name}, the newest readable checkpoint beside it; "
+                f"{last.name} is kept as {kept.name}",
+                stacklevel=2,
+            )
         return state, path
-    raise CheckpointError(f"{error}; no readable checkpoint_<step>.safetensors beside it either; pass "
-                          "--no-resume to start afresh")
+    raise CheckpointError(
+        f"{error}; no readable checkpoint_<step>.safetensors beside it either; pass --no-resume to start afresh"
+    )
 
 
 def _unused_name(path: Path) -> Path:
@@ -237,8 +271,11 @@ def numbered_checkpoints(directory: str | Path, by: str = "update") -> list[Path
     train.save_interval_updates updates) or checkpoint_epoch<E>.safetensors (`by` "epoch", E from 1, written at the
     end of every train.save_interval_epochs-th epoch)."""
     prefix = {"update": "checkpoint_", "epoch": "checkpoint_epoch"}[by]
-    found = [(int(m.group(1)), p) for p in Path(directory).glob("checkpoint_*.safetensors")
-             if (m := re.fullmatch(rf"{prefix}(\d+)\.safetensors", p.name))]
+    found = [
+        (int(m.group(1)), p)
+        for p in Path(directory).glob("checkpoint_*.safetensors")
+        if (m := re.fullmatch(rf"{prefix}(\d+)\.safetensors", p.name))
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -257,8 +294,9 @@ def average(inputs: list[str], last: int, out: str, by: str = "auto") -> list[Pa
         kind = by if by != "auto" else "epoch" if numbered_checkpoints(p, "epoch") else "update"
         found = numbered_checkpoints(p, kind)
         if not found and by == "epoch":
-            raise CheckpointError(f"no checkpoint_epoch<E>.safetensors in {p} (a run writes them with "
-                                  "train.save_interval_epochs > 0)")
+            raise CheckpointError(
+                f"no checkpoint_epoch<E>.safetensors in {p} (a run writes them with train.save_interval_epochs > 0)"
+            )
         paths += found[-last:]
     if not paths:
         raise CheckpointError(f"no checkpoints found in {', '.join(inputs)}")

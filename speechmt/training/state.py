@@ -59,8 +59,10 @@ def check_base(saved: dict | None, here: dict | None) -> None:
     from speechmt.checkpoint import CheckpointError
 
     if (saved is None) != (here is None) or (saved and saved["sha256"] != here["sha256"]):
-        raise CheckpointError(f"the checkpoint's base weights ({(saved or {}).get('sha256', 'none')[:12]}) are not "
-                              f"this model's ({(here or {}).get('sha256', 'none')[:12]})")
+        raise CheckpointError(
+            f"the checkpoint's base weights ({(saved or {}).get('sha256', 'none')[:12]}) are not "
+            f"this model's ({(here or {}).get('sha256', 'none')[:12]})"
+        )
 
 
 def update_freq_per_rank(update_freq: int, for_world_size: int, world_size: int) -> int:
@@ -73,7 +75,9 @@ def update_freq_per_rank(update_freq: int, for_world_size: int, world_size: int)
         return update_freq
     total = update_freq * for_world_size
     if total % world_size:
-        raise ConfigError(f"train.update_freq {update_freq} for {for_world_size} rank(s) is {total} batches per "
-                          f"update, which {world_size} ranks cannot share evenly; run on a divisor of {total} ranks "
-                          "or set train.update_freq_world_size 0 to take update_freq per rank as given")
+        raise ConfigError(
+            f"train.update_freq {update_freq} for {for_world_size} rank(s) is {total} batches per "
+            f"update, which {world_size} ranks cannot share evenly; run on a divisor of {total} ranks "
+            "or set train.update_freq_world_size 0 to take update_freq per rank as given"
+        )
     return total // world_size

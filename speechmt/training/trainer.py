@@ -64,10 +64,18 @@ class Trainer:
     runs after each checkpoint_last is written (e.g. an export). A model with a `before_update(step)` method
     has it called before each update (e.g. a temperature schedule)."""
 
-    def __init__(self, cfg: ExperimentConfig, model: torch.nn.Module, settings: ObjectiveSettings, data: DataFn,
-                 extras: dict[str, Any], device: torch.device, pad_id: int = 0,
-                 valid_decoder: Callable[[torch.nn.Module, TaskData], dict[str, float]] | None = None,
-                 on_save: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        model: torch.nn.Module,
+        settings: ObjectiveSettings,
+        data: DataFn,
+        extras: dict[str, Any],
+        device: torch.device,
+        pad_id: int = 0,
+        valid_decoder: Callable[[torch.nn.Module, TaskData], dict[str, float]] | None = None,
+        on_save: Callable[[], None] | None = None,
+    ):
         self.cfg, self.settings, self.data, self.extras, self.device = cfg, settings, data, extras, device
         self.valid_decoder, self.pad_id, self.on_save = valid_decoder, pad_id, on_save
         self.stages = stages_of(cfg.train)
@@ -89,8 +97,10 @@ class Trainer:
         if self.sharded and valid_decoder is not None:
             self.valid_decoder = None
             if dist.is_main():
-                print("train.strategy fsdp: validation reports dev losses only; decode checkpoints with speechmt "
-                      "evaluate (a sharded model decodes on no single rank)")
+                print(
+                    "train.strategy fsdp: validation reports dev losses only; decode checkpoints with speechmt "
+                    "evaluate (a sharded model decodes on no single rank)"
+                )
 
     # --- data ---
 
@@ -98,8 +108,15 @@ class Trainer:
         """A loader to keep for the stage (persistent workers: speechmt.data.loader); it draws on its own
         generator (seeded per stream and rank), never on the global RNG (exact resume)."""
         d = self.cfg.data
-        return make_loader(data, sampler, pad_id=self.pad_id, num_workers=resolve_workers(d.num_workers),
-                           device=self.device, context=d.loader_context, seed=rank_seed(seed, dist.rank()))
+        return make_loader(
+            data,
+            sampler,
+            pad_id=self.pad_id,
+            num_workers=resolve_workers(d.num_workers),
+            device=self.device,
+            context=d.loader_context,
+            seed=rank_seed(seed, dist.rank()),
+        )
 
     def _enter_stage(self) -> Stage:
         """The current stage with its freezing applied and its streams built."""
@@ -120,9 +137,15 @@ class Trainer:
     def _stream(self, spec: TaskData, i: int) -> Stream:
         t, d = self.cfg.train, self.cfg.data
         train = self.data(spec, True)
-        sampler = BucketBatchSampler(train.sizes, spec.max_tokens or d.max_tokens,
-                                     spec.max_sentences or d.max_sentences or None, shuffle=True,
-                                     seed=t.seed + 7919 * i, rank=dist.rank(), world_size=dist.world_size())
+        sampler = BucketBatchSampler(
+            train.sizes,
+            spec.max_tokens or d.max_tokens,
+            spec.max_sentences or d.max_sentences or None,
+            shuffle=True,
+            seed=t.seed + 7919 * i,
+            rank=dist.rank(),
+            world_size=dist.world_size(),
+        )
         return Stream(spec, train, self.data(spec, False), sampler, self._loader(train, sampler, t.seed + 7919 * i))
 
     def _position(self, i: int) -> tuple[int, int]:
@@ -184,8 +207,14 @@ class Trainer:
         """Runs the stages from the current state until max_updates or the last stage's end."""
         t = self.cfg.train
         self._log_setup()
-        bar = tqdm(total=t.max_updates, initial=self.state.step, desc="train", unit="upd",
-                   disable=None if dist.is_main() else True, mininterval=1.0)
+        bar = tqdm(
+            total=t.max_updates,
+            initial=self.state.step,
+            desc="train",
+            unit="upd",
+            disable=None if dist.is_main() else True,
+            mininterval=1.0,
+        )
         while self.state.step < t.max_updates and self.state.stage < len(self.stages):
             self._run_stage(bar)
             if self.state.step >= t.max_updates or self.state.stage == len(self.stages) - 1:
@@ -199,11 +228,20 @@ class Trainer:
     def _log_setup(self) -> None:
         """The run's shape in the log: ranks, strategy, and the batch an update sums over all ranks."""
         t, d, ws = self.cfg.train, self.cfg.data, dist.world_size()
-        self.log.write({"type": "setup", "step": self.state.step, "world_size": ws, "local_world_size":
-                        dist.local_world_size(), "strategy": t.strategy if ws > 1 or dist.launched() else "single",
-                        "device": str(self.device), "precision": t.precision, "update_freq_per_rank": self.update_freq,
-                        "batches_per_update": self.update_freq * ws,
-                        "max_tokens_per_update": self.update_freq * ws * d.max_tokens})
+        self.log.write(
+            {
+                "type": "setup",
+                "step": self.state.step,
+                "world_size": ws,
+                "local_world_size": dist.local_world_size(),
+                "strategy": t.strategy if ws > 1 or dist.launched() else "single",
+                "device": str(self.device),
+                "precision": t.precision,
+                "update_freq_per_rank": self.update_freq,
+                "batches_per_update": self.update_freq * ws,
+                "max_tokens_per_update": self.update_freq * ws * d.max_tokens,
+            }
+        )
 
     def _run_stage(self, bar: tqdm) -> None:
         stage, t = self._enter_stage(), self.cfg.train
@@ -211,14 +249,18 @@ class Trainer:
         iters = [self._batches(i, max_epochs if i == 0 else 0) for i in range(len(self.streams))]
         meter = Meter()
         while self.state.step < t.max_updates and not (
-                stage.updates and self.state.step - self.state.stage_start >= stage.updates):
+            stage.updates and self.state.step - self.state.stage_start >= stage.updates
+        ):
             group = self._group(stage, iters)
             if not group:
                 break
             self._update(group, meter)
             bar.update(1)
-            bar.set_postfix(loss=f"{meter.value('loss'):.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}",
-                            utt_s=f"{meter.rate('nsentences'):.1f}")
+            bar.set_postfix(
+                loss=f"{meter.value('loss'):.3f}",
+                lr=f"{self.scheduler.get_last_lr()[0]:.2e}",
+                utt_s=f"{meter.rate('nsentences'):.1f}",
+            )
             self._after_update(meter)
 
     def _next_stage(self) -> None:
@@ -259,8 +301,9 @@ class Trainer:
             spec = self.streams[i].spec
             batch = batch.to(self.device)
             with dist.no_sync_unless(self.runner, last=j == len(group) - 1), self._autocast():
-                loss, parts = self.runner(batch, spec.task, applied[i], {n: factors[(i, n)] for n in spec.weights},
-                                          spec.parts)
+                loss, parts = self.runner(
+                    batch, spec.task, applied[i], {n: factors[(i, n)] for n in spec.weights}, spec.parts
+                )
             self.scaler.scale(loss).backward()
             for k, v in parts.items():
                 sums[(i, *k)] = sums.get((i, *k), 0) + v
@@ -283,8 +326,12 @@ class Trainer:
         self.state.step += 1
         meter.add(**self._per_unit(sums, local, applied), nsentences=nsent, ntokens=ntok, gnorm=float(norm))
 
-    def _per_unit(self, sums: dict[tuple[int, str, str], float], norms: dict[tuple[int, str], float],
-                  weights: dict[int, dict[str, float]] | None = None) -> dict[str, float]:
+    def _per_unit(
+        self,
+        sums: dict[tuple[int, str, str], float],
+        norms: dict[tuple[int, str], float],
+        weights: dict[int, dict[str, float]] | None = None,
+    ) -> dict[str, float]:
         """Logged values: every objective and stat per unit of its normaliser (named `objective[_stat]`,
         prefixed by the stream's key when the stage has several), and `loss`, the objectives weighted by
         `weights` {stream: {objective: weight}} (default: the streams' full weights, unramped)."""
@@ -301,8 +348,16 @@ class Trainer:
     def _after_update(self, meter: "Meter") -> None:
         t, step = self.cfg.train, self.state.step
         if step % t.log_interval == 0:
-            self.log.write({"type": "train", "step": step, "epoch": self.state.epoch, **meter.summary(),
-                            "lr": self.scheduler.get_last_lr()[0], "nonfinite_skipped": self.state.nonfinite_skipped})
+            self.log.write(
+                {
+                    "type": "train",
+                    "step": step,
+                    "epoch": self.state.epoch,
+                    **meter.summary(),
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "nonfinite_skipped": self.state.nonfinite_skipped,
+                }
+            )
             meter.reset()
         if t.validate_interval_updates and step % t.validate_interval_updates == 0:
             self.validate()
@@ -331,10 +386,11 @@ class Trainer:
         """This rank's share of a dev set's batches (every world_size-th, none repeated, so the sums are
         exact) and how many repeats of its first batch follow them: under FSDP every rank runs as many
         forwards as the others (each gathers weights with all ranks); the repeats are not counted."""
-        sampler = BucketBatchSampler(stream.valid.sizes, stream.spec.max_tokens or self.cfg.data.max_tokens,
-                                     shuffle=False)
+        sampler = BucketBatchSampler(
+            stream.valid.sizes, stream.spec.max_tokens or self.cfg.data.max_tokens, shuffle=False
+        )
         batches, ws = sampler.rank_batches(), dist.world_size()
-        mine = batches[dist.rank()::ws]
+        mine = batches[dist.rank() :: ws]
         padding = (-(-len(batches) // ws) - len(mine)) if self.sharded else 0
         return mine + [batches[0]] * padding, padding
 
@@ -361,8 +417,9 @@ class Trainer:
             ones, counted = {name: 1.0 for name in stream.spec.weights}, len(stream.valid_loader) - stream.valid_padding
             for j, batch in enumerate(stream.valid_loader):
                 with self._autocast():
-                    _, parts = runner(batch.to(self.device), stream.spec.task, stream.spec.weights, ones,
-                                      stream.spec.parts)
+                    _, parts = runner(
+                        batch.to(self.device), stream.spec.task, stream.spec.weights, ones, stream.spec.parts
+                    )
                 if j >= counted:
                     continue
                 for name in {name for name, _ in parts}:
@@ -407,11 +464,21 @@ class Trainer:
             weights = model_state(self.model, base, self._trainable_names())
             optimizer = self.optimizer.state_dict()
         rngs = dist.all_gather_object(rng_state())
-        return {**self.extras, "model_config": asdict(self.model.config), "model": weights,
-                "train_config": self.cfg.to_dict(),
-                "train_state": {"state": asdict(self.state), "optimizer": optimizer,
-                                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                                "rng": rngs[0], "rng_ranks": rngs, "world_size": dist.world_size()}}
+        return {
+            **self.extras,
+            "model_config": asdict(self.model.config),
+            "model": weights,
+            "train_config": self.cfg.to_dict(),
+            "train_state": {
+                "state": asdict(self.state),
+                "optimizer": optimizer,
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": rngs[0],
+                "rng_ranks": rngs,
+                "world_size": dist.world_size(),
+            },
+        }
 
     def save(self, name: str) -> None:
         """Writes save_dir/name (rank 0; the state gathered from all ranks first)."""
@@ -476,10 +543,18 @@ class UpdateRunner(torch.nn.Module):
         super().__init__()
         self.model, self.settings = model, settings
 
-    def forward(self, batch: Batch, task: str, weights: dict[str, float], factors: dict[str, float],
-                parts: list[str] | tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
+    def forward(
+        self,
+        batch: Batch,
+        task: str,
+        weights: dict[str, float],
+        factors: dict[str, float],
+        parts: list[str] | tuple[str, ...] = (),
+    ) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
         """(sum of weight * factor * loss, loss_parts) of the batch's `parts` (all when empty)."""
         losses = task_losses(self.model, batch, task, weights, self.settings, parts)
-        total = sum(weights[n] * loss * factors[n] if weights[n] != 1.0 else loss * factors[n]
-                    for n, (loss, _) in losses.items())
+        total = sum(
+            weights[n] * loss * factors[n] if weights[n] != 1.0 else loss * factors[n]
+            for n, (loss, _) in losses.items()
+        )
         return total, loss_parts(losses)

@@ -42,8 +42,11 @@ def voice(text: str, voice_name: str) -> np.ndarray:
 
 def make_mustc(root: Path) -> None:
     """en-de with train (2 talks), dev and tst-COMMON (1 talk each); train yaml lists ted_1 out of offset order."""
-    talks = {"train": [("ted_1", [0, 1, 2], "en-us"), ("ted_2", [3, 4, 5], "en-gb")],
-             "dev": [("ted_3", [6, 7], "en-us")], "tst-COMMON": [("ted_4", [8, 9], "en-gb")]}
+    talks = {
+        "train": [("ted_1", [0, 1, 2], "en-us"), ("ted_2", [3, 4, 5], "en-gb")],
+        "dev": [("ted_3", [6, 7], "en-us")],
+        "tst-COMMON": [("ted_4", [8, 9], "en-gb")],
+    }
     for split, split_talks in talks.items():
         base = root / "en-de" / "data" / split
         (base / "wav").mkdir(parents=True, exist_ok=True)
@@ -53,8 +56,13 @@ def make_mustc(root: Path) -> None:
             pieces, t = [np.zeros(int(PAUSE * 16000), np.float32)], PAUSE
             for i in ids:
                 w = voice(PAIRS[i][0], v)
-                rows.append((f"- {{duration: {len(w) / 16000:.6f}, offset: {t:.6f}, rW: {len(PAIRS[i][0].split())}, "
-                             f"uW: 0, speaker_id: spk.{talk[4:]}, wav: {talk}.wav}}", i))
+                rows.append(
+                    (
+                        f"- {{duration: {len(w) / 16000:.6f}, offset: {t:.6f}, rW: {len(PAIRS[i][0].split())}, "
+                        f"uW: 0, speaker_id: spk.{talk[4:]}, wav: {talk}.wav}}",
+                        i,
+                    )
+                )
                 pieces += [w, np.zeros(int(PAUSE * 16000), np.float32)]
                 t += len(w) / 16000 + PAUSE
             sf.write(base / "wav" / f"{talk}.wav", np.concatenate(pieces), 16000, subtype="PCM_16")
@@ -66,10 +74,14 @@ def make_mustc(root: Path) -> None:
 
 
 COVOST = [  # (clip id, pair index, split); the German side is the source
-    ("10000001", 0, "train"), ("10000002", 1, "train"), ("10000003", 2, "train_covost"),
-    ("10000004", 3, "dev"), ("10000005", 4, "test"), ("10000006", 5, "test"),
+    ("10000001", 0, "train"),
+    ("10000002", 1, "train"),
+    ("10000003", 2, "train_covost"),
+    ("10000004", 3, "dev"),
+    ("10000005", 4, "test"),
+    ("10000006", 5, "test"),
 ]
-QUOTED = ("Er sagte \"Hallo\" zu mir.", "He said \"hello\" to me.")
+QUOTED = ('Er sagte "Hallo" zu mir.', 'He said "hello" to me.')
 
 
 def make_covost(root: Path) -> None:
@@ -78,21 +90,22 @@ def make_covost(root: Path) -> None:
     (base / "clips").mkdir(parents=True, exist_ok=True)
     rows = [(cid, PAIRS[i][1], PAIRS[i][0], split) for cid, i, split in COVOST]
     rows.append(("10000007", QUOTED[0], QUOTED[1], "train"))
-    validated = [("client_a" if n % 2 else "client_b", f"common_voice_de_{cid}.mp3", de)
-                 for n, (cid, de, _, _) in enumerate(rows)]
+    validated = [
+        ("client_a" if n % 2 else "client_b", f"common_voice_de_{cid}.mp3", de)
+        for n, (cid, de, _, _) in enumerate(rows)
+    ]
     validated.append(("client_c", "common_voice_de_10000099.mp3", "Dieser Satz hat keine Übersetzung."))
     for cid, de, _, _ in rows:
-        sf.write(base / "clips" / f"common_voice_de_{cid}.mp3", resample(voice(de, "de"), 16000, 48000), 48000,
-                 format="MP3")
+        sf.write(
+            base / "clips" / f"common_voice_de_{cid}.mp3", resample(voice(de, "de"), 16000, 48000), 48000, format="MP3"
+        )
     with open(base / "validated.tsv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar="\\",
-                       lineterminator="\n")
+        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar="\\", lineterminator="\n")
         w.writerow(["client_id", "path", "sentence", "up_votes", "down_votes", "age", "gender", "accent"])
         for client, path, sentence in validated:
             w.writerow([client, path, sentence, "2", "0", "", "", ""])
     with open(base / "covost_v2.de_en.tsv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar="\\",
-                       lineterminator="\n")
+        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar="\\", lineterminator="\n")
         w.writerow(["path", "sentence", "translation", "client_id", "split"])
         for (cid, de, en, split), (client, _, _) in zip(rows, validated):
             w.writerow([f"common_voice_de_{cid}.mp3", de, en, client, split])

@@ -14,8 +14,15 @@ from tests.helpers import tiny_config
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory):
     exp = tmp_path_factory.mktemp("exp")
-    cfg = tiny_config(tiny_data, exp, max_updates=200, save_interval_updates=50, validate_interval_updates=100,
-                      lr=3e-3, warmup_updates=20)
+    cfg = tiny_config(
+        tiny_data,
+        exp,
+        max_updates=200,
+        save_interval_updates=50,
+        validate_interval_updates=100,
+        lr=3e-3,
+        warmup_updates=20,
+    )
     save_config(cfg, exp / "conf.yaml")
     assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
     return exp
@@ -54,26 +61,80 @@ def test_cli_average_evaluate_translate(trained, tiny_data, capsys, tmp_path):
     assert main(["average", str(trained), "--last", "2", "--out", str(trained / "avg.safetensors")]) == 0
     out = capsys.readouterr().out
     assert "average of 2 checkpoints (checkpoint_150.safetensors, checkpoint_200.safetensors)" in out
-    assert main(["evaluate", "--model", str(trained / "checkpoint_last.safetensors"), "--data", str(tiny_data),
-                 "--split", "train", "--out", str(tmp_path / "ev"), "--results", str(tmp_path / "RESULTS.md")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(trained / "checkpoint_last.safetensors"),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--out",
+                str(tmp_path / "ev"),
+                "--results",
+                str(tmp_path / "RESULTS.md"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "BLEU = 100.00" in out and "tok:13a" in out
     report = json.loads((tmp_path / "ev/report.json").read_text())
     assert report["n"] == 6 and report["metrics"]["BLEU"]["score"] == pytest.approx(100.0)
     assert (tmp_path / "RESULTS.md").read_text().count("| train |") == 1
-    assert main(["evaluate", "--model", str(trained / "checkpoint_last.safetensors"), "--data", str(tiny_data),
-                 "--split", "train", "--limit", "2", "--out", str(tmp_path / "ev2")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(trained / "checkpoint_last.safetensors"),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--limit",
+                "2",
+                "--out",
+                str(tmp_path / "ev2"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     report = json.loads((tmp_path / "ev2/report.json").read_text())
     ids = [json.loads(line)["id"] for line in (tiny_data / "train.jsonl").read_text().splitlines()]
     assert report["n"] == 2
     assert [line.split("\t")[0] for line in (tmp_path / "ev2/results.tsv").read_text().splitlines()[1:]] == ids[:2]
     # MBR over the beam: the report keeps the setting; the choice is checked in test_mbr_chooses_from_the_beam
-    assert main(["evaluate", "--model", str(trained / "checkpoint_last.safetensors"), "--data", str(tiny_data),
-                 "--split", "train", "--limit", "3", "--beam", "4", "--mbr", "chrf", "--out", str(tmp_path / "ev3")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(trained / "checkpoint_last.safetensors"),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--limit",
+                "3",
+                "--beam",
+                "4",
+                "--mbr",
+                "chrf",
+                "--out",
+                str(tmp_path / "ev3"),
+            ]
+        )
+        == 0
+    )
     assert "BLEU = " in capsys.readouterr().out
     report = json.loads((tmp_path / "ev3/report.json").read_text())
-    assert report["n"] == 3 and report["extra"]["decode"]["mbr"] == "chrf" and report["extra"]["decode"]["beam_size"] == 4
+    assert (
+        report["n"] == 3 and report["extra"]["decode"]["mbr"] == "chrf" and report["extra"]["decode"]["beam_size"] == 4
+    )
     from tests.conftest import ASSETS
 
     wav = ASSETS / "mustc/en-de/data/train/wav/ted_1.wav"

@@ -23,14 +23,21 @@ from speechmt_corpora.text import Pair, clean_verse, is_dictionary_sentence, par
 from speechmt_corpora.voices import VOICES, Speaker, TTSError, check_voices
 
 MUSTC_SPLITS = ("train", "dev", "tst-COMMON")
-YAML_LINE = re.compile(r"^- \{duration: \d+\.\d{6}, offset: \d+\.\d{6}, rW: \d+, uW: 0, "
-                       r"speaker_id: spk\.(\d+), wav: ted_(\d+)\.wav\}$")
+YAML_LINE = re.compile(
+    r"^- \{duration: \d+\.\d{6}, offset: \d+\.\d{6}, rW: \d+, uW: 0, "
+    r"speaker_id: spk\.(\d+), wav: ted_(\d+)\.wav\}$"
+)
 VALIDATED_HEADER = ["client_id", "path", "sentence", "up_votes", "down_votes", "age", "gender", "accent"]
 COVOST_HEADER = ["path", "sentence", "translation", "client_id", "split"]
 NEEDS = {
     "mustc": [("espeak-ng", "espeak-ng"), ("pico2wave", "libttspico-utils"), ("mbrola", "mbrola"), ("flite", "flite")],
-    "covost2": [("espeak-ng", "espeak-ng"), ("pico2wave", "libttspico-utils"), ("mbrola", "mbrola"), ("flite", "flite"),
-                ("diatheke", "diatheke")],
+    "covost2": [
+        ("espeak-ng", "espeak-ng"),
+        ("pico2wave", "libttspico-utils"),
+        ("mbrola", "mbrola"),
+        ("flite", "flite"),
+        ("diatheke", "diatheke"),
+    ],
 }
 
 
@@ -62,11 +69,15 @@ def _lines(path: Path) -> list[str]:
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "synth_summary.json"}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "synth_summary.json"
+    }
 
 
 # ---- MuST-C-mini ----
+
 
 def test_mustc_layout_and_yaml(mustc):
     root = mustc[0] / "en-de" / "data"
@@ -99,7 +110,7 @@ def test_mustc_segments_hold_speech_between_quiet_pauses(mustc):
     wav = mustc[0] / "en-de" / "data" / "train" / "wav" / first["wav"]
     speech = read_audio(wav, float(first["offset"]), float(first["duration"]))
     pause = read_audio(wav, 0.0, float(first["offset"]) - 0.01)
-    assert np.sqrt(np.mean(speech ** 2)) > 0.02
+    assert np.sqrt(np.mean(speech**2)) > 0.02
     assert np.abs(pause).max() < 20 * NOISE_STD
 
 
@@ -139,6 +150,7 @@ def test_mustc_same_seed_same_files(mustc):
 
 # ---- CoVoST-mini ----
 
+
 @pytest.mark.parametrize("lang", ["de", "es"])
 def test_covost_layout(covost, lang):
     root = covost[0] / lang
@@ -150,8 +162,12 @@ def test_covost_layout(covost, lang):
     assert [r["path"] for r in validated] == [r["path"] for r in rows]
     assert sorted(p.name for p in (root / "clips").iterdir()) == sorted(r["path"] for r in rows)
     splits = [r["split"] for r in rows]
-    assert (splits.count("train"), splits.count("train_covost"), splits.count("dev"), splits.count("test")) \
-        == (9, 3, 4, 4)
+    assert (splits.count("train"), splits.count("train_covost"), splits.count("dev"), splits.count("test")) == (
+        9,
+        3,
+        4,
+        4,
+    )
     for row in rows:
         assert re.fullmatch(rf"common_voice_{lang}_\d{{8}}\.mp3", row["path"])
         assert re.fullmatch(r"[0-9a-f]{128}", row["client_id"])
@@ -178,6 +194,7 @@ def test_covost_same_seed_same_files(covost):
 
 
 # ---- pieces ----
+
 
 def test_split_pool_is_disjoint_seeded_and_sized():
     pool = list(range(1000))
@@ -211,7 +228,7 @@ def test_talk_sizes_stay_in_bounds():
 
 
 def test_tsv_round_trip_keeps_quotes_and_backslashes(tmp_path):
-    rows = [("He said \"no\" twice.", "back\\slash", "tab\there")]
+    rows = [('He said "no" twice.', "back\\slash", "tab\there")]
     write_tsv(tmp_path / "t.tsv", ("a", "b", "c"), rows)
     assert '"no"' in (tmp_path / "t.tsv").read_text(encoding="utf-8")
     assert [tuple(r.values()) for r in read_tsv(tmp_path / "t.tsv")] == rows
@@ -227,12 +244,14 @@ def test_dictionary_sentence_filter():
 
 
 def test_diatheke_parsing_drops_headings_tags_and_drop_capitals():
-    output = ("Book 1:1: FIRST WORDS of <G1234> the verse,\n"
-              "and its second line.\n"
-              "A heading line.\n"
-              "  Book 1:2: Another verse here.\n"
-              "(module)\n"
-              "Book 1:3: after the end marker\n")
+    output = (
+        "Book 1:1: FIRST WORDS of <G1234> the verse,\n"
+        "and its second line.\n"
+        "A heading line.\n"
+        "  Book 1:2: Another verse here.\n"
+        "(module)\n"
+        "Book 1:3: after the end marker\n"
+    )
     verses = parse_diatheke(output, "module")
     assert list(verses) == ["Book 1:1", "Book 1:2"]
     assert clean_verse(verses["Book 1:1"]) == "First words of the verse, and its second line."
@@ -250,8 +269,14 @@ def test_a_failed_sentence_is_counted_with_its_reason(tmp_path, monkeypatch):
     job = TalkJob(7, Speaker(VOICES["en"][0], 155, 50), pairs, tmp_path / "ted_7.wav", seed=0)
     result = voice_talk(job)
     assert [pair for _, _, pair in result.items] == [pairs[0]]
-    assert result.failures == [{"talk": "ted_7", "sentence": "This one fails.",
-                                "voice": "espeak-ng:en-us:s155:p50", "reason": "espeak-ng exit 1: test failure"}]
+    assert result.failures == [
+        {
+            "talk": "ted_7",
+            "sentence": "This one fails.",
+            "voice": "espeak-ng:en-us:s155:p50",
+            "reason": "espeak-ng exit 1: test failure",
+        }
+    ]
     assert sf.info(tmp_path / "ted_7.wav").frames / 16000 == pytest.approx(result.seconds)
 
 
@@ -259,8 +284,7 @@ def test_missing_tool_names_the_debian_package(tmp_path, monkeypatch):
     import speechmt_corpora.voices as voices
 
     monkeypatch.setattr(voices.shutil, "which", lambda tool: None if tool == "pico2wave" else "/bin/true")
-    monkeypatch.setattr(voices, "VOICES", {"en": (voices.Voice("pico2wave", "en-US", "female",
-                                                               "libttspico-utils"),)})
+    monkeypatch.setattr(voices, "VOICES", {"en": (voices.Voice("pico2wave", "en-US", "female", "libttspico-utils"),)})
     with pytest.raises(SynthError, match="install the Debian package libttspico-utils"):
         check_voices("en", tmp_path)
 
@@ -287,6 +311,7 @@ def test_a_finished_build_is_kept_and_another_refused(mustc, capsys):
 
 
 # ---- extra MT text ----
+
 
 def test_phrases_lose_notes_labels_and_placeholders():
     from speechmt_corpora.mt_text import clean_phrase
@@ -355,7 +380,9 @@ def test_voice_counts_add_up_over_talks_of_one_speaker():
     from speechmt_corpora.mustc import TalkResult, voice_counts
 
     pair = Pair("One.", "Eins.")
-    results = [TalkResult(1, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 3),
-               TalkResult(2, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 2),
-               TalkResult(3, "espeak-ng:en-us:s155:p50", items=[(0.5, 1.0, pair)])]
+    results = [
+        TalkResult(1, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 3),
+        TalkResult(2, "pico2wave:en-US:r100", items=[(0.5, 1.0, pair)] * 2),
+        TalkResult(3, "espeak-ng:en-us:s155:p50", items=[(0.5, 1.0, pair)]),
+    ]
     assert voice_counts(results) == {"pico2wave:en-US:r100": 5, "espeak-ng:en-us:s155:p50": 1}

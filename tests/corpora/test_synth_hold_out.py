@@ -113,8 +113,7 @@ def test_synth_tts_keeps_the_corpus_held_out_voice(corpus):
 
 
 def test_hold_out_is_for_mustc_only(tmp_path, capsys):
-    assert main(["data", "synth", "covost2", "--size", "tiny", "--out", str(tmp_path),
-                 "--hold-out-voice", "kal"]) == 2
+    assert main(["data", "synth", "covost2", "--size", "tiny", "--out", str(tmp_path), "--hold-out-voice", "kal"]) == 2
     assert "argument --hold-out-voice: for corpus mustc only, not covost2" in capsys.readouterr().err
     with pytest.raises(ValueError, match="mustc corpus only"):
         build_mini_corpus("covost2", "tiny", tmp_path, hold_out_voice="kal")
@@ -147,18 +146,32 @@ def test_bleu_per_voice_seen_against_held_out(corpus, tmp_path):
 
 
 def test_a_benchmark_system_reads_in_manifest_order(tmp_path):
-    records = [Record(f"ted_{t}_{i}", "a.wav", 0.0, 1.0, 0, "en", f"ref {t} {i}", "spk", "en", "de")
-               for t in (1, 2) for i in range(2)]
+    records = [
+        Record(f"ted_{t}_{i}", "a.wav", 0.0, 1.0, 0, "en", f"ref {t} {i}", "spk", "en", "de")
+        for t in (1, 2)
+        for i in range(2)
+    ]
     write_manifest(tmp_path / "tst-COMMON.jsonl", records)
     bench = tmp_path / "bench"
     bench.mkdir()
-    (bench / "benchmark.json").write_text(json.dumps({
-        "data": str(tmp_path), "split": "tst-COMMON", "n": 3, "ids_sha256": ids_digest([r.id for r in records[:3]]),
-        "systems": [{"name": "all-data lm-st"}]}))
+    (bench / "benchmark.json").write_text(
+        json.dumps(
+            {
+                "data": str(tmp_path),
+                "split": "tst-COMMON",
+                "n": 3,
+                "ids_sha256": ids_digest([r.id for r in records[:3]]),
+                "systems": [{"name": "all-data lm-st"}],
+            }
+        )
+    )
     (bench / "hyp.all-data-lm-st.txt").write_text("h0\nh1\nh2\n")
     rows = read_benchmark(bench, "all-data lm-st")
-    assert [(r.id, r.ref, r.hyp) for r in rows] == [("ted_1_0", "ref 1 0", "h0"), ("ted_1_1", "ref 1 1", "h1"),
-                                                   ("ted_2_0", "ref 2 0", "h2")]
+    assert [(r.id, r.ref, r.hyp) for r in rows] == [
+        ("ted_1_0", "ref 1 0", "h0"),
+        ("ted_1_1", "ref 1 1", "h1"),
+        ("ted_2_0", "ref 2 0", "h2"),
+    ]
     with pytest.raises(SynthError, match="no hypotheses of system 'corpus-only lm-st'"):
         read_benchmark(bench, "corpus-only lm-st")
     scores = scores_by_voice(rows, {"ted_1": "flite:kal:r90:p88", "ted_2": "espeak-ng:en-us:s140:p35"}, "flite:kal")
@@ -200,8 +213,11 @@ def test_an_unseen_voice_is_added_to_a_finished_build(corpus, capsys):
 
 def test_unseen_voice_options_are_checked(tmp_path, capsys):
     assert main(["data", "synth", "covost2", "--out", str(tmp_path), "--unseen-voice", "kal"]) == 2
-    assert capsys.readouterr().err.strip() == ("speechmt data synth: error: argument --unseen-voice: for corpus mustc "
-                                              "only, not covost2")
-    assert main(["data", "synth", "mustc", "--out", str(tmp_path), "--unseen-voice", "kal",
-                 "--hold-out-voice", "slt"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "speechmt data synth: error: argument --unseen-voice: for corpus mustc only, not covost2"
+    )
+    assert (
+        main(["data", "synth", "mustc", "--out", str(tmp_path), "--unseen-voice", "kal", "--hold-out-voice", "slt"])
+        == 2
+    )
     assert "argument --unseen-voice: adds to a finished build" in capsys.readouterr().err

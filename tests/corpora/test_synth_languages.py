@@ -29,8 +29,10 @@ def _catalogs(lang: str) -> bool:
     return any(Path(f"/usr/share/locale/{lang}/LC_MESSAGES").glob("*.mo"))
 
 
-needs_voices = pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS) or not _catalogs("fr")
-                                  or not _catalogs("it"), reason="needs the voices and fr/it gettext catalogs")
+needs_voices = pytest.mark.skipif(
+    any(shutil.which(t) is None for t in TOOLS) or not _catalogs("fr") or not _catalogs("it"),
+    reason="needs the voices and fr/it gettext catalogs",
+)
 
 
 def test_speakable_and_languages_of_the_filters():
@@ -73,16 +75,22 @@ def test_gettext_pool_on_fake_catalogs(tmp_path):
 
     folder = tmp_path / "fr" / "LC_MESSAGES"
     folder.mkdir(parents=True)
-    (folder / "demo.mo").write_bytes(mo({
-        "Open the selected file in a new window.": "Ouvrir le fichier choisi dans une nouvelle fenêtre.",
-        "Save the current document before closing.": "Enregistrer le document avant de fermer.",
-        "Could not read %s from the disk.": "Impossible de lire %s sur le disque.",
-        "Quit": "Quitter",
-        "|N| sets the length of the key": "|N| définit la longueur de la clé",
-    }))
+    (folder / "demo.mo").write_bytes(
+        mo(
+            {
+                "Open the selected file in a new window.": "Ouvrir le fichier choisi dans une nouvelle fenêtre.",
+                "Save the current document before closing.": "Enregistrer le document avant de fermer.",
+                "Could not read %s from the disk.": "Impossible de lire %s sur le disque.",
+                "Quit": "Quitter",
+                "|N| sets the length of the key": "|N| définit la longueur de la clé",
+            }
+        )
+    )
     pairs, found = gettext_pool("fr", tmp_path)
-    assert [p.src for p in pairs] == ["Open the selected file in a new window.",
-                                      "Save the current document before closing."]
+    assert [p.src for p in pairs] == [
+        "Open the selected file in a new window.",
+        "Save the current document before closing.",
+    ]
     assert found["dropped"] == {"placeholder or markup": 1, "too few words": 1, "not speakable": 1}
     assert found["catalogs"] == 1 and found["pairs"] == 2
     with pytest.raises(SynthError, match="no gettext catalog"):
@@ -118,8 +126,9 @@ def test_covost_mini_french_into_english(tmp_path):
     rows = read_tsv(tmp_path / "fr/covost_v2.fr_en.tsv")
     assert len(rows) == 20 and all(r["path"].startswith("common_voice_fr_2") for r in rows)
     voices = set(summary["voices"]["fr"])
-    assert voices and all(v.split(":")[1] in ("fr-FR", "fr-fr", "fr-fr+f3", "fr-be", "fr-fr+m3", "fr-ch+f4")
-                          for v in voices)
+    assert voices and all(
+        v.split(":")[1] in ("fr-FR", "fr-fr", "fr-fr+f3", "fr-be", "fr-fr+m3", "fr-ch+f4") for v in voices
+    )
     out = prepare_covost2(tmp_path, tmp_path / "data", "fr", "en", cfg=PrepareConfig(jobs=1))
     assert out["splits"]["train"]["kept"] == 12
     assert {r.src_lang for r in read_manifest(tmp_path / "data/train.jsonl")} == {"fr"}
@@ -141,8 +150,10 @@ def _fake_asterisk(root: Path) -> tuple[Path, Path]:
     for name in ("tt-weasels", "vm-msgsaved"):  # 8 kHz telephone audio, as the package ships it
         sf.write(sounds / "fr_CA_f_June" / f"{name}.wav", 0.3 * np.sin(2 * np.pi * 440 * t), 8000, subtype="PCM_16")
     with gzip.open(docs / "asterisk-core-sounds-fr/core-sounds-fr.txt.gz", "wt", encoding="utf-8") as f:
-        f.write("; fake list\ntt-weasels: Un [texte] de test.\nvm-msgsaved: Un autre texte.\n"
-                "vm-tooshort: Sans enregistrement.\n")
+        f.write(
+            "; fake list\ntt-weasels: Un [texte] de test.\nvm-msgsaved: Un autre texte.\n"
+            "vm-tooshort: Sans enregistrement.\n"
+        )
     return sounds, docs
 
 
@@ -157,7 +168,8 @@ def test_real_x_en_on_a_fake_package_layout(tmp_path):
     rows = read_tsv(tmp_path / "out/fr/covost_v2.fr_en.tsv")
     assert [(r["path"], r["sentence"], r["translation"], r["split"]) for r in rows] == [
         ("asterisk_fr_tt-weasels.wav", "Un texte de test.", PROMPTS["tt-weasels"], "test"),
-        ("asterisk_fr_vm-msgsaved.wav", "Un autre texte.", PROMPTS["vm-msgsaved"], "test")]
+        ("asterisk_fr_vm-msgsaved.wav", "Un autre texte.", PROMPTS["vm-msgsaved"], "test"),
+    ]
     wave, rate = sf.read(tmp_path / "out/fr/clips/asterisk_fr_tt-weasels.wav")
     assert rate == 16000 and len(wave) == 16000
     prepared = prepare_covost2(tmp_path / "out", tmp_path / "data", "fr", "en", cfg=PrepareConfig(jobs=1))
@@ -169,8 +181,9 @@ def test_real_x_en_on_a_fake_package_layout(tmp_path):
 def test_tst_real_references_cover_every_segment_in_three_languages(tmp_path):
     table = read_references()
     segments = Path(__file__).resolve().parents[2] / "benchmarks/real_speech/segments.tsv"
-    english = [line.split("\t")[6] for line in segments.read_text(encoding="utf-8").splitlines()
-               if line.startswith("real_")]
+    english = [
+        line.split("\t")[6] for line in segments.read_text(encoding="utf-8").splitlines() if line.startswith("real_")
+    ]
     assert len(english) == 60 and set(english) == set(table)
     assert all(set(refs) == {"fr", "es", "it"} and all(refs.values()) for refs in table.values())
     assert table["Front left."] == {"fr": "Avant gauche.", "es": "Delantero izquierdo.", "it": "Anteriore sinistro."}
@@ -180,22 +193,28 @@ def test_tst_real_references_cover_every_segment_in_three_languages(tmp_path):
     (src / "txt").mkdir()
     sf.write(src / "wav/real_x.wav", 0.3 * np.sin(np.arange(16000) / 5.0), 16000)
     (src / "txt/tst-REAL.en").write_text("Front left.\nRear right.\n")
-    (src / "txt/tst-REAL.yaml").write_text("- {duration: 0.5, offset: 0.0, speaker_id: s, wav: real_x.wav}\n"
-                                          "- {duration: 0.5, offset: 0.5, speaker_id: s, wav: real_x.wav}\n")
+    (src / "txt/tst-REAL.yaml").write_text(
+        "- {duration: 0.5, offset: 0.0, speaker_id: s, wav: real_x.wav}\n"
+        "- {duration: 0.5, offset: 0.5, speaker_id: s, wav: real_x.wav}\n"
+    )
     assert build_tst_real_targets(tmp_path) == {"fr": 2, "es": 2, "it": 2}
     assert (tmp_path / "en-it/data/tst-REAL/txt/tst-REAL.it").read_text() == "Anteriore sinistro.\nPosteriore destro.\n"
     assert (tmp_path / "en-fr/data/tst-REAL/wav/real_x.wav").read_bytes() == (src / "wav/real_x.wav").read_bytes()
     prepared = prepare_mustc(tmp_path, tmp_path / "data", ["fr", "es"], splits=("tst-REAL",), cfg=PrepareConfig(jobs=1))
     assert [r.tgt_text for r in read_manifest(tmp_path / "data/tst-REAL_en-es.jsonl")] == [
-        "Delantero izquierdo.", "Trasero derecho."]
+        "Delantero izquierdo.",
+        "Trasero derecho.",
+    ]
     assert prepared["directions"]["en-fr"]["tst-REAL_en-fr"]["kept"] == 2
 
 
 def test_cli_synth_real(tmp_path, capsys):
     assert main(["data", "synth", "mustc", "--out", str(tmp_path), "--tst-real", str(tmp_path)]) == 2
     assert "--tst-real: for corpus real only, not mustc" in capsys.readouterr().err
-    if not Path("/usr/share/asterisk/sounds/fr_CA_f_June").is_dir() or \
-            not Path("/usr/share/doc/asterisk-core-sounds-fr/core-sounds-fr.txt.gz").is_file():
+    if (
+        not Path("/usr/share/asterisk/sounds/fr_CA_f_June").is_dir()
+        or not Path("/usr/share/doc/asterisk-core-sounds-fr/core-sounds-fr.txt.gz").is_file()
+    ):
         pytest.skip("needs Debian asterisk-core-sounds-fr-wav and asterisk-core-sounds-fr")
     assert main(["data", "synth", "real", "--out", str(tmp_path / "real"), "--src-langs", "fr"]) == 0
     summary = json.loads(capsys.readouterr().out)

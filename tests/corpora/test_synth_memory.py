@@ -17,8 +17,28 @@ from speechmt_corpora.mt_sources import SourcePaths
 from speechmt_corpora.mustc import DING_STREAM
 from speechmt_corpora.text import ding_pairs
 
-NAMES = ("Anna", "Bernd", "Clara", "Dieter", "Emil", "Frieda", "Gustav", "Hanna", "Ida", "Jonas", "Karl", "Lena",
-         "Max", "Nina", "Otto", "Paul", "Rosa", "Sven", "Tina", "Ulf")
+NAMES = (
+    "Anna",
+    "Bernd",
+    "Clara",
+    "Dieter",
+    "Emil",
+    "Frieda",
+    "Gustav",
+    "Hanna",
+    "Ida",
+    "Jonas",
+    "Karl",
+    "Lena",
+    "Max",
+    "Nina",
+    "Otto",
+    "Paul",
+    "Rosa",
+    "Sven",
+    "Tina",
+    "Ulf",
+)
 
 
 @pytest.fixture
@@ -79,5 +99,8 @@ def test_cli_writes_under_speechmt_home_and_decoding_finds_it_by_name(ding, tmp_
     train = split_pool(ding_pairs(ding), "full", 0, DING_STREAM)[1]["train"][0]
     assert len(memory) == 38 and (train.src, train.tgt) in memory.pairs
     assert main(["synth-memory", "--ding", str(ding)]) == 2
-    assert capsys.readouterr().err.strip().endswith("already exists and is not empty: remove it or build into "
-                                                    "another folder")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("already exists and is not empty: remove it or build into another folder")
+    )

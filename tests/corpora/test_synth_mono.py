@@ -46,12 +46,22 @@ ENTRIES = [
     "Die Mannschaft hat das Spiel nach langer Vorbe-\nreitung gewonnen.",
     "Der Rechner fragt: Wirklich löschen (j/n)?",
 ]
-KEPT = ["Größer ist nicht immer besser, sagt der Riese.", "Über Nacht hat es sehr viel geschneit.",
-        "Der Zug fährt heute pünktlich ab.", "Alle Reisenden freuen sich sehr darüber.",
-        "Wer früh aufsteht, hat den ganzen Tag vor sich.", "Wer kann mir das erklären?", "Das kann nur meine Oma.",
-        "Den Teig eine Stunde lang kneten und dann backen.", "Das Seil hält bestimmt noch eine Weile.",
-        "Kommst du am 3. Mai zu uns?", "Ja, ich bringe z. B. einen Kuchen mit.", "Niemand weiß, wem es gehört.",
-        "Das klappt bestimmt beim nächsten Mal.", "Die Mannschaft hat das Spiel nach langer Vorbereitung gewonnen."]
+KEPT = [
+    "Größer ist nicht immer besser, sagt der Riese.",
+    "Über Nacht hat es sehr viel geschneit.",
+    "Der Zug fährt heute pünktlich ab.",
+    "Alle Reisenden freuen sich sehr darüber.",
+    "Wer früh aufsteht, hat den ganzen Tag vor sich.",
+    "Wer kann mir das erklären?",
+    "Das kann nur meine Oma.",
+    "Den Teig eine Stunde lang kneten und dann backen.",
+    "Das Seil hält bestimmt noch eine Weile.",
+    "Kommst du am 3. Mai zu uns?",
+    "Ja, ich bringe z. B. einen Kuchen mit.",
+    "Niemand weiß, wem es gehört.",
+    "Das klappt bestimmt beim nächsten Mal.",
+    "Die Mannschaft hat das Spiel nach langer Vorbereitung gewonnen.",
+]
 
 
 def fortunes(folder: Path) -> Path:
@@ -82,20 +92,34 @@ def test_every_drop_counted_by_reason_and_the_sentences_kept(fixtures, tmp_path)
     source = summary["sources"]["fortunes-de"]
     assert (source["status"], source["licence"], source["files"]) == ("read", "GPL-2+", 3)
     assert source["files read as latin-1"] == ["alt"]  # neu is read from its UTF-8 twin, sprueche once
-    assert source["entries"] == {"read": 19, "kept": 15, "dropped": {"ascii art or symbols": 1, "chat or mail quote": 1,
-                                                                      "empty": 1, "poem or verse": 1}}
+    assert source["entries"] == {
+        "read": 19,
+        "kept": 15,
+        "dropped": {"ascii art or symbols": 1, "chat or mail quote": 1, "empty": 1, "poem or verse": 1},
+    }
     assert source["lines cut"] == {"attribution": 1, "heading": 1, "table or list": 2}
     assert source["cleaned"] == {"dialogue or list marker": 4, "quotes or brackets": 3, "emoticon": 1}
-    assert source["dropped"] == {"a corpus sentence": 1, "duplicate": 1, "not a whole sentence": 1,
-                                 "placeholder or markup": 1, "too few words": 1, "too many words": 1,
-                                 "url or e-mail": 1, "wrong language": 1}
+    assert source["dropped"] == {
+        "a corpus sentence": 1,
+        "duplicate": 1,
+        "not a whole sentence": 1,
+        "placeholder or markup": 1,
+        "too few words": 1,
+        "too many words": 1,
+        "url or e-mail": 1,
+        "wrong language": 1,
+    }
     assert source["read"] == 22 == source["kept"] + sum(source["dropped"].values())  # nothing dropped silently
-    assert source["per_file"] == {"alt": {"entries": 1, "sentences": 1}, "neu": {"entries": 1, "sentences": 1},
-                                  "sprueche": {"entries": 17, "sentences": 20}}
+    assert source["per_file"] == {
+        "alt": {"entries": 1, "sentences": 1},
+        "neu": {"entries": 1, "sentences": 1},
+        "sprueche": {"entries": 17, "sentences": 20},
+    }
     assert (summary["sentences"], summary["per_source"], summary["pair"]) == (14, {"fortunes-de": 14}, "en-de")
     assert summary["excluded_as_corpus_sentences"] == 1 and summary["corpus_sentences"] == 6
-    assert summary["next"].startswith(f"speechmt data backtranslate --input {tmp_path / 'mono' / 'mono.de.txt'} "
-                                      "--src-lang en --tgt-lang de")
+    assert summary["next"].startswith(
+        f"speechmt data backtranslate --input {tmp_path / 'mono' / 'mono.de.txt'} --src-lang en --tgt-lang de"
+    )
     assert json.loads((tmp_path / "mono" / "mono_text_summary.json").read_text(encoding="utf-8")) == summary
 
 
@@ -114,7 +138,8 @@ def test_covost_german_is_the_source_side_for_distill(fixtures, tmp_path):
     (root / "de").mkdir(parents=True)
     (root / "de" / "covost_v2.de_en.tsv").write_text(
         f"path\tsentence\ttranslation\tclient_id\tsplit\na.mp3\t{KEPT[4]}\tWho rises early has the day.\tx\tdev\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     summary = build_mono_text("covost2", root, tmp_path / "mono", paths=paths)
     assert summary["pair"] == "de-en" and summary["next"].startswith("speechmt data distill ")
     assert summary["sources"]["fortunes-de"]["dropped"]["a corpus sentence"] == 2  # the sentence, and its repeat
@@ -124,19 +149,32 @@ def test_covost_german_is_the_source_side_for_distill(fixtures, tmp_path):
 
 def test_the_pieces_one_by_one():
     counts = Counter()
-    assert entry_sentences("Erster Satz hier. Zweiter Satz dort!\n  -- Jemand\n  (im Jahr 1999)", counts) == \
-        (["Erster Satz hier.", "Zweiter Satz dort!"], None) and counts["attribution"] == 2
-    assert entry_sentences("Drei Regeln:\n1) Nie aufgeben.\n2) Immer\nweitermachen.", counts) == \
-        (["Nie aufgeben.", "Immer weitermachen."], None) and counts["dialogue or list marker"] == 2
-    assert split_sentences("Er kam am 3. Mai, d. h. spät. Dr. Meier wartete. J. W. Goethe schrieb es.") == \
-        ["Er kam am 3. Mai, d. h. spät.", "Dr. Meier wartete.", "J. W. Goethe schrieb es."]
+    assert (
+        entry_sentences("Erster Satz hier. Zweiter Satz dort!\n  -- Jemand\n  (im Jahr 1999)", counts)
+        == (["Erster Satz hier.", "Zweiter Satz dort!"], None)
+        and counts["attribution"] == 2
+    )
+    assert (
+        entry_sentences("Drei Regeln:\n1) Nie aufgeben.\n2) Immer\nweitermachen.", counts)
+        == (["Nie aufgeben.", "Immer weitermachen."], None)
+        and counts["dialogue or list marker"] == 2
+    )
+    assert split_sentences("Er kam am 3. Mai, d. h. spät. Dr. Meier wartete. J. W. Goethe schrieb es.") == [
+        "Er kam am 3. Mai, d. h. spät.",
+        "Dr. Meier wartete.",
+        "J. W. Goethe schrieb es.",
+    ]
     assert split_sentences('"Halt!" Er blieb stehen.') == ['"Halt!"', "Er blieb stehen."]
     assert unquote('"Sag mal, wo bist du.') == "Sag mal, wo bist du." and unquote("„Ja, gern.“") == "Ja, gern."
     assert unquote('"Drag und drop" ist langsam.') == '"Drag und drop" ist langsam.'  # a quote inside stays
     assert unquote('Er ruft: "Ja, Officer ... das ist sie.') == "Er ruft: Ja, Officer ... das ist sie."
     assert unquote("(Das e ist schlecht.)") == "Das e ist schlecht." == unquote("Das e ist schlecht.)")
-    assert split_sentences("Sie tunkt. (Das geht auch. Mit Ei.) Fertig ist es.") == \
-        ["Sie tunkt.", "(Das geht auch.", "Mit Ei.)", "Fertig ist es."]
+    assert split_sentences("Sie tunkt. (Das geht auch. Mit Ei.) Fertig ist es.") == [
+        "Sie tunkt.",
+        "(Das geht auch.",
+        "Mit Ei.)",
+        "Fertig ist es.",
+    ]
     assert rhyme_key("dann") == rhyme_key("dran") == "an" and rhyme_key("gehn") == rhyme_key("zehn") == "en"
     assert rhyme_key("schlagen") == rhyme_key("tragen") == "agen" != rhyme_key("regeln")  # -en alone is no rhyme
     assert not is_poem(["Nein.", "Nein.", "Doch.", "Nein."])  # the same word again is no rhyme
@@ -170,10 +208,14 @@ def test_command_errors_are_one_line(fixtures, tmp_path, capsys):
     missing = tmp_path / "no-fortunes"
     assert main(["data", "synth-mono", "mustc", "--root", str(root), "--fortunes", str(missing)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"speechmt: error: no de text: fortunes-de: not installed: {missing}: no fortune files: install "
-                   "the Debian package fortunes-de"]
-    assert main(["data", "synth-mono", "mustc", "--root", str(tmp_path / "none"),
-                 "--fortunes", str(paths.fortunes_de)]) == 2
+    assert err == [
+        f"speechmt: error: no de text: fortunes-de: not installed: {missing}: no fortune files: install "
+        "the Debian package fortunes-de"
+    ]
+    assert (
+        main(["data", "synth-mono", "mustc", "--root", str(tmp_path / "none"), "--fortunes", str(paths.fortunes_de)])
+        == 2
+    )
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"speechmt: error: {tmp_path / 'none'}: no MuST-C en-de")
     assert main(["data", "synth-mono", "mustc", "--root", str(root), "--lang", "es"]) == 2

@@ -21,11 +21,13 @@ from speechmt_corpora.text import Pair
 from speechmt_corpora.voiced_text import choose, next_talk_id, voice_text_pairs
 from tests.corpora.test_synth import NEEDS, YAML_LINE
 
-OWN_PAIRS = [Pair("The red bicycle stands in the garden.", "Das rote Fahrrad steht im Garten."),
-             Pair("We are reading a long letter.", "Wir lesen einen langen Brief."),
-             Pair("good morning", "guten Morgen"),
-             Pair("Where is the old station?", "Wo ist der alte Bahnhof?"),
-             Pair("My sister plays the piano.", "Meine Schwester spielt Klavier.")]
+OWN_PAIRS = [
+    Pair("The red bicycle stands in the garden.", "Das rote Fahrrad steht im Garten."),
+    Pair("We are reading a long letter.", "Wir lesen einen langen Brief."),
+    Pair("good morning", "guten Morgen"),
+    Pair("Where is the old station?", "Wo ist der alte Bahnhof?"),
+    Pair("My sister plays the piano.", "Meine Schwester spielt Klavier."),
+]
 
 
 def _lines(path: Path) -> list[str]:
@@ -33,9 +35,24 @@ def _lines(path: Path) -> list[str]:
 
 
 def _manifest(path: Path, pairs: list[Pair]) -> Path:
-    write_manifest(path, [Record(id=f"mt_{i}", audio="", offset=0.0, duration=0.0, n_frames=0, src_text=p.src,
-                                 tgt_text=p.tgt, speaker="", src_lang="en", tgt_lang="de")
-                          for i, p in enumerate(pairs)])
+    write_manifest(
+        path,
+        [
+            Record(
+                id=f"mt_{i}",
+                audio="",
+                offset=0.0,
+                duration=0.0,
+                n_frames=0,
+                src_text=p.src,
+                tgt_text=p.tgt,
+                speaker="",
+                src_lang="en",
+                tgt_lang="de",
+            )
+            for i, p in enumerate(pairs)
+        ],
+    )
     return path
 
 
@@ -58,8 +75,15 @@ def voiced(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     data = root / "en-de" / "data"
     test_en = _lines(data / "tst-COMMON" / "txt" / "tst-COMMON.en")[0]
     dev_de = _lines(data / "dev" / "txt" / "dev.de")[1]
-    pairs = OWN_PAIRS[:2] + [Pair(test_en.upper(), "Irgendein Satz."), Pair("Some sentence.", f" {dev_de} "),
-                             Pair("Nothing on the other side.", "")] + OWN_PAIRS[2:]
+    pairs = (
+        OWN_PAIRS[:2]
+        + [
+            Pair(test_en.upper(), "Irgendein Satz."),
+            Pair("Some sentence.", f" {dev_de} "),
+            Pair("Nothing on the other side.", ""),
+        ]
+        + OWN_PAIRS[2:]
+    )
     text = _manifest(root / "pairs.jsonl", pairs)
     return root, voice_text_pairs(root, text, "train-tts", seed=0, jobs=2)
 
@@ -87,7 +111,7 @@ def test_the_split_has_the_mustc_layout_and_new_talk_names(voiced):
         info = sf.info(data / "train-tts" / "wav" / item["wav"])
         assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
         speech = read_audio(data / "train-tts" / "wav" / item["wav"], float(item["offset"]), float(item["duration"]))
-        assert np.sqrt(np.mean(speech ** 2)) > 0.02
+        assert np.sqrt(np.mean(speech**2)) > 0.02
     assert next_talk_id(data) == max(int(item["wav"][4:-4]) for item in items) + 1
 
 
@@ -102,8 +126,11 @@ def test_prepare_takes_the_voiced_split_as_training_data(voiced, tmp_path):
     records = read_split(tmp_path, "train-tts")
     assert sorted((r.src_text, r.tgt_text) for r in records) == sorted(OWN_PAIRS)
     assert sum(r.duration for r in records) == pytest.approx(summary["speech_seconds"], abs=0.01)
-    with np.load(tmp_path / "global_cmvn.npz") as g, np.load(tmp_path / "train.cmvn.npz") as t, \
-            np.load(tmp_path / "train-tts.cmvn.npz") as v:
+    with (
+        np.load(tmp_path / "global_cmvn.npz") as g,
+        np.load(tmp_path / "train.cmvn.npz") as t,
+        np.load(tmp_path / "train-tts.cmvn.npz") as v,
+    ):
         assert int(g["count"]) == int(t["count"]) + int(v["count"]) > int(t["count"])
 
 
@@ -162,7 +189,13 @@ def test_phrases_and_short_pairs_can_be_left_out():
 
     assert is_sentence("Where is it?") and is_sentence('He said "go!"') and is_sentence("Er sagte „Nein.“")
     assert not is_sentence("the old station") and not is_sentence("to be or not to be;")
-    kept, dropped = choose(OWN_PAIRS + [Pair("a very long phrase without an end", "eine lange Wendung")], set(),
-                           limit=0, seed=0, min_words=4, sentences=True)
+    kept, dropped = choose(
+        OWN_PAIRS + [Pair("a very long phrase without an end", "eine lange Wendung")],
+        set(),
+        limit=0,
+        seed=0,
+        min_words=4,
+        sentences=True,
+    )
     assert kept == [p for p in OWN_PAIRS if p.src != "good morning"]
     assert dropped == {"fewer than 4 words": 1, "not a sentence": 1}

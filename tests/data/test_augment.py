@@ -66,9 +66,9 @@ def test_reverberation_keeps_length_and_level(tmp_path):
     rir = synthetic_rir(0.6, rng)
     assert len(rir) == int(0.6 * SR) and rir[0] == 1.0
     tail = rir[1:] ** 2
-    assert tail[-len(tail) // 10:].sum() < 1e-4 * tail[:len(tail) // 10].sum()  # -60 dB at RT60: decayed
+    assert tail[-len(tail) // 10 :].sum() < 1e-4 * tail[: len(tail) // 10].sum()  # -60 dB at RT60: decayed
     wet = reverberate(wave, rir)
-    assert wet.shape == wave.shape and np.sqrt(np.mean(wet ** 2)) == pytest.approx(np.sqrt(np.mean(wave ** 2)), rel=1e-3)
+    assert wet.shape == wave.shape and np.sqrt(np.mean(wet**2)) == pytest.approx(np.sqrt(np.mean(wave**2)), rel=1e-3)
     assert not np.allclose(wet, wave)
     delayed = np.zeros(200, np.float32)
     delayed[50] = 1.0  # a pure delay: the output starts at the direct path, so it is the input itself
@@ -95,12 +95,26 @@ def test_augmenter_is_seeded_and_reads_recordings(tmp_path):
 
 def test_dataset_augments_by_seed_epoch_and_index(tmp_path):
     sf.write(tmp_path / "a.wav", speechlike(1.0), SR)
-    records = [Record(id=f"u{i}", audio="a.wav", offset=0.0, duration=1.0, n_frames=100, src_text="x", tgt_text="y",
-                      speaker="", src_lang="en", tgt_lang="de") for i in range(2)]
+    records = [
+        Record(
+            id=f"u{i}",
+            audio="a.wav",
+            offset=0.0,
+            duration=1.0,
+            n_frames=100,
+            src_text="x",
+            tgt_text="y",
+            speaker="",
+            src_lang="en",
+            tgt_lang="de",
+        )
+        for i in range(2)
+    ]
     raw = WaveformFrontend(WaveformConfig(do_normalize=False))
     clean = SpeechDataset(records, AudioInput(tmp_path, raw))
-    noisy = SpeechDataset(records, AudioInput(tmp_path, raw, Augmenter(AugmentConfig(noise=1.0, noise_snr=(10.0, 10.0)))),
-                          seed=3)
+    noisy = SpeechDataset(
+        records, AudioInput(tmp_path, raw, Augmenter(AugmentConfig(noise=1.0, noise_snr=(10.0, 10.0)))), seed=3
+    )
     x, y = clean[0].feats.numpy(), noisy[0].feats.numpy()
     assert x.shape == y.shape and snr_db(x, y - x) == pytest.approx(10, abs=0.5)
     assert np.array_equal(noisy[0].feats, noisy[0].feats) and not np.array_equal(noisy[0].feats, noisy[1].feats)

@@ -18,8 +18,11 @@ def prepared(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("mustc")
     prepare_mustc(ASSETS / "mustc", out, "de", cfg=PrepareConfig(jobs=1))
-    tok = train_from_manifests([out / "train.jsonl", out / "dev.jsonl"], ("src_text", "tgt_text"),
-                               TokenizerConfig(vocab_size=120, lang_tags=("<en>", "<de>")))
+    tok = train_from_manifests(
+        [out / "train.jsonl", out / "dev.jsonl"],
+        ("src_text", "tgt_text"),
+        TokenizerConfig(vocab_size=120, lang_tags=("<en>", "<de>")),
+    )
     return out, tok
 
 
@@ -67,7 +70,7 @@ def test_batches_from_sampler(prepared):
         assert batch.feats.shape[0] * batch.feats.shape[1] <= 500
         assert batch.feat_lengths.tolist() == [size[i] for i in batch.ids]
         assert batch.tgt.shape == (len(batch), int(batch.tgt_lengths.max()))
-        assert (batch.tgt[0, batch.tgt_lengths[0]:] == tok.pad_id).all()
+        assert (batch.tgt[0, batch.tgt_lengths[0] :] == tok.pad_id).all()
         seen += batch.ids
     assert sorted(seen) == sorted(r.id for r in records)
 
@@ -94,6 +97,11 @@ def test_mismatched_store_is_an_error(prepared, tmp_path):
 
 def test_collate_pads_source_ids_with_the_sentencepiece_pad():
     """A Whisper decoder pads its targets with its own id; source ids stay SentencePiece's (pad 0)."""
-    batch = collate([Example(0, "a", None, torch.tensor([5, 6, 3]), torch.tensor([9, 50257])),
-                     Example(1, "b", None, torch.tensor([7, 3]), torch.tensor([9]))], pad_id=50257)
+    batch = collate(
+        [
+            Example(0, "a", None, torch.tensor([5, 6, 3]), torch.tensor([9, 50257])),
+            Example(1, "b", None, torch.tensor([7, 3]), torch.tensor([9])),
+        ],
+        pad_id=50257,
+    )
     assert batch.src.tolist() == [[5, 6, 3], [7, 3, 0]] and batch.tgt.tolist() == [[9, 50257], [9, 50257]]

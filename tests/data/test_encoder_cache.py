@@ -14,8 +14,11 @@ from tests.whisper_helpers import tiny_whisper_dir
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
     folder = tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_cache"))
-    return build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(folder), "finetune": "frozen"},
-                                   decoder={"kind": "whisper"})).speech_encoder
+    return build_model(
+        ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": str(folder), "finetune": "frozen"}, decoder={"kind": "whisper"}
+        )
+    ).speech_encoder
 
 
 def test_cache_equals_the_live_encoder_within_float16(tiny_data, encoder):
@@ -69,9 +72,13 @@ def test_key_ignores_generation_settings(encoder):
 def split_encoder(tmp_path_factory):
     """The same tiny Whisper with layer 0 frozen and LoRA in layer 1: `states` stops after layer 0."""
     folder = tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_cache_split"))
-    return build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(folder), "finetune": "lora",
-                                            "frozen_layers": 1},
-                                   decoder={"kind": "whisper"}, lora={"rank": 4})).speech_encoder
+    return build_model(
+        ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": str(folder), "finetune": "lora", "frozen_layers": 1},
+            decoder={"kind": "whisper"},
+            lora={"rank": 4},
+        )
+    ).speech_encoder
 
 
 def test_a_split_encoder_caches_its_frozen_bottom_layers(tiny_data, split_encoder, encoder):

@@ -9,8 +9,18 @@ from speechmt.data.manifest import ManifestError, Record, read_manifest, read_sp
 
 
 def _record(i: int) -> Record:
-    return Record(id=f"ted_1_{i}", audio="wav/ted_1.wav", offset=1.5 * i, duration=1.25, n_frames=125,
-                  src_text=f"sentence {i}", tgt_text=f"Satz {i}", speaker="spk.1", src_lang="en", tgt_lang="de")
+    return Record(
+        id=f"ted_1_{i}",
+        audio="wav/ted_1.wav",
+        offset=1.5 * i,
+        duration=1.25,
+        n_frames=125,
+        src_text=f"sentence {i}",
+        tgt_text=f"Satz {i}",
+        speaker="spk.1",
+        src_lang="en",
+        tgt_lang="de",
+    )
 
 
 def test_records_round_trip_in_order(tmp_path):
@@ -38,8 +48,9 @@ def test_a_missing_split_names_the_prepared_ones(tmp_path):
     assert str(e.value) == f"{tmp_path / 'tst-COMMON.jsonl'}: no split 'tst-COMMON' in {tmp_path}; prepared: dev, train"
     with pytest.raises(ManifestError) as e:
         read_split(tmp_path / "nope", "dev")
-    assert str(e.value) == (f"{tmp_path / 'nope' / 'dev.jsonl'}: no split 'dev' in {tmp_path / 'nope'} (no such "
-                            "folder); prepared: none")
+    assert str(e.value) == (
+        f"{tmp_path / 'nope' / 'dev.jsonl'}: no split 'dev' in {tmp_path / 'nope'} (no such folder); prepared: none"
+    )
 
 
 def test_manifests_are_read_without_the_audio_libraries():
@@ -47,8 +58,10 @@ def test_manifests_are_read_without_the_audio_libraries():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules.update(soundfile=None, torch=None, scipy=None)\n"
-            "from speechmt.data.manifest import iter_manifest, read_split\n"
-            "assert 'speechmt.audio' not in sys.modules")
+    code = (
+        "import sys; sys.modules.update(soundfile=None, torch=None, scipy=None)\n"
+        "from speechmt.data.manifest import iter_manifest, read_split\n"
+        "assert 'speechmt.audio' not in sys.modules"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert res.returncode == 0, res.stderr

@@ -19,14 +19,31 @@ from speechmt.data.manifest import (
     write_manifest,
 )
 
-TEXTS = [("Hello, world.", "Hallo, Welt."), ("Grüße aus Köln — naïve café", "Größe: 5 m²; „Anführung“"),
-         ("", ""), ("日本語のテキスト 🎤", "Ελληνικά κείμενα"), ("tab\there \"quoted\" \\ back", "Zeile\nzwei")]
+TEXTS = [
+    ("Hello, world.", "Hallo, Welt."),
+    ("Grüße aus Köln — naïve café", "Größe: 5 m²; „Anführung“"),
+    ("", ""),
+    ("日本語のテキスト 🎤", "Ελληνικά κείμενα"),
+    ('tab\there "quoted" \\ back', "Zeile\nzwei"),
+]
 
 
 def records() -> list[Record]:
-    return [Record(id=f"ted_{i}_ü{i}", audio=f"wav/ted_{i}.wav", offset=1.5 * i, duration=0.25 + i,
-                   n_frames=100 * i + 7, src_text=s, tgt_text=t, speaker=f"spk.{i % 2}", src_lang="en", tgt_lang="de")
-            for i, (s, t) in enumerate(TEXTS)]
+    return [
+        Record(
+            id=f"ted_{i}_ü{i}",
+            audio=f"wav/ted_{i}.wav",
+            offset=1.5 * i,
+            duration=0.25 + i,
+            n_frames=100 * i + 7,
+            src_text=s,
+            tgt_text=t,
+            speaker=f"spk.{i % 2}",
+            src_lang="en",
+            tgt_lang="de",
+        )
+        for i, (s, t) in enumerate(TEXTS)
+    ]
 
 
 def test_a_table_equals_its_records_field_by_field(tmp_path):
@@ -54,8 +71,11 @@ def test_columns_are_arrays(tmp_path):
     assert np.array_equal(record_column(table, "duration"), record_column(records(), "duration"))
     texts = table.column("tgt_text")
     assert texts[1] == "Größe: 5 m²; „Anführung“" and texts[2] == ""
-    utf8 = sum(len(getattr(r, f).encode()) for r in records() for f in ("id", "audio", "src_text", "tgt_text",
-                                                                       "speaker", "src_lang", "tgt_lang"))
+    utf8 = sum(
+        len(getattr(r, f).encode())
+        for r in records()
+        for f in ("id", "audio", "src_text", "tgt_text", "speaker", "src_lang", "tgt_lang")
+    )
     assert table.nbytes == utf8 + 7 * 8 * 6 + 3 * 8 * 5  # texts + 7 offset columns (N + 1) + 3 number columns
     with pytest.raises(KeyError, match="nope: not a manifest field"):
         table.column("nope")
@@ -67,8 +87,16 @@ def test_a_table_round_trips_through_pickle_and_from_records():
     assert len(RecordTable.from_records([])) == 0
 
 
-@pytest.mark.parametrize("line, problem", [('{"id": "a"}', "KeyError: 'offset'"), ("[1, 2]", "TypeError"),
-                                           ("{oops", "JSONDecodeError"), (None, "ValueError"), (7, "AttributeError")])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"id": "a"}', "KeyError: 'offset'"),
+        ("[1, 2]", "TypeError"),
+        ("{oops", "JSONDecodeError"),
+        (None, "ValueError"),
+        (7, "AttributeError"),
+    ],
+)
 def test_a_malformed_line_names_the_file_and_line(tmp_path, line, problem):
     path = tmp_path / "train.jsonl"
     write_manifest(path, records()[:1])

@@ -16,9 +16,14 @@ from speechmt.data.mustc import prepare_mustc
 from speechmt.data.prepare import PrepareConfig, PrepareError
 
 CFG = PrepareConfig(jobs=1)
-TRAIN_EN = ["The weather is lovely today.", "We are building a speech translation toolkit.",
-            "Please open the window.", "My brother plays the guitar every evening.",
-            "The train leaves at nine o'clock.", "She reads a book in the garden."]
+TRAIN_EN = [
+    "The weather is lovely today.",
+    "We are building a speech translation toolkit.",
+    "Please open the window.",
+    "My brother plays the guitar every evening.",
+    "The train leaves at nine o'clock.",
+    "She reads a book in the garden.",
+]
 
 
 def test_mustc_manifest_contents(mustc_root, tmp_path):
@@ -50,8 +55,11 @@ def test_feature_store_holds_the_segment_features(mustc_root, tmp_path):
     assert len(store) == 6 and store.get(1).shape == (240, 80)
     with np.load(tmp_path / "global_cmvn.npz") as cmvn:
         frames = np.concatenate([store.get(i) for i in range(len(store))])
-        assert int(cmvn["count"]) == frames.shape[0] == 150 + 240 + 134 + sum(
-            r.n_frames for r in read_manifest(tmp_path / "train.jsonl")[3:])
+        assert (
+            int(cmvn["count"])
+            == frames.shape[0]
+            == 150 + 240 + 134 + sum(r.n_frames for r in read_manifest(tmp_path / "train.jsonl")[3:])
+        )
         assert np.allclose(cmvn["mean"], frames.mean(0), atol=1e-4)
         assert np.allclose(cmvn["std"], frames.std(0), atol=1e-4)
 
@@ -61,7 +69,9 @@ def test_two_processes_give_the_same_store(mustc_root, tmp_path):
     prepare_mustc(mustc_root, tmp_path / "b", "de", cfg=PrepareConfig(jobs=2))
     for split in ("train", "dev"):
         assert (tmp_path / "a" / f"{split}.jsonl").read_text() == (tmp_path / "b" / f"{split}.jsonl").read_text()
-        assert (tmp_path / "a/fbank80" / f"{split}.bin").read_bytes() == (tmp_path / "b/fbank80" / f"{split}.bin").read_bytes()
+        assert (tmp_path / "a/fbank80" / f"{split}.bin").read_bytes() == (
+            tmp_path / "b/fbank80" / f"{split}.bin"
+        ).read_bytes()
 
 
 def test_prepared_split_is_kept_unless_overwrite(mustc_root, tmp_path, capsys):
@@ -117,8 +127,10 @@ def test_covost_manifest_contents(covost_root, tmp_path):
     assert [r.speaker for r in train] == ["client_b", "client_a", "client_b", "client_b"]
     assert {(r.src_lang, r.tgt_lang) for r in train} == {("de", "en")}
     assert all(r.offset == 0.0 and r.n_frames == num_frames(round(r.duration * 16000)) for r in train)
-    assert [r.id for r in read_manifest(tmp_path / "test.jsonl")] == ["common_voice_de_10000005",
-                                                                     "common_voice_de_10000006"]
+    assert [r.id for r in read_manifest(tmp_path / "test.jsonl")] == [
+        "common_voice_de_10000005",
+        "common_voice_de_10000006",
+    ]
     assert {s: v["kept"] for s, v in summary["splits"].items()} == {"train": 4, "dev": 1, "test": 2}
 
 
@@ -132,8 +144,12 @@ def broken_covost(covost_root, tmp_path):
     (clips / "common_voice_de_10000003.mp3").write_bytes(b"no audio here, just text\n" * 50)
     (clips / "common_voice_de_10000004.mp3").unlink()
     t = np.arange(44100) / 44100
-    sf.write(clips / "common_voice_de_10000005.mp3", np.stack([np.sin(2 * np.pi * 300 * t)] * 2, 1) * 0.3,
-             44100, format="MP3")  # stereo 44.1 kHz: usable
+    sf.write(
+        clips / "common_voice_de_10000005.mp3",
+        np.stack([np.sin(2 * np.pi * 300 * t)] * 2, 1) * 0.3,
+        44100,
+        format="MP3",
+    )  # stereo 44.1 kHz: usable
     nan = np.full(16000, 0.1, np.float32)
     nan[5] = np.nan
     sf.write(clips / "common_voice_de_10000006.wav", nan, 16000, subtype="FLOAT")
@@ -162,10 +178,42 @@ def test_covost_bad_inputs_are_counted_and_nothing_else_lost(broken_covost, tmp_
 
 
 def test_cli_prepare_and_clear_error(mustc_root, tmp_path, capsys):
-    assert main(["data", "prepare", "mustc", "--root", str(mustc_root), "--tgt-lang", "de", "--out", str(tmp_path),
-                 "--jobs", "1", "--splits", "dev"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "mustc",
+                "--root",
+                str(mustc_root),
+                "--tgt-lang",
+                "de",
+                "--out",
+                str(tmp_path),
+                "--jobs",
+                "1",
+                "--splits",
+                "dev",
+            ]
+        )
+        == 0
+    )
     assert "dev" in capsys.readouterr().out and (tmp_path / "dev.jsonl").exists()
-    assert main(["data", "prepare", "mustc", "--root", str(tmp_path / "nowhere"), "--tgt-lang", "de",
-                 "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "mustc",
+                "--root",
+                str(tmp_path / "nowhere"),
+                "--tgt-lang",
+                "de",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("speechmt: error:") and "no en-de/data folder" in err and "\n" not in err

@@ -20,11 +20,17 @@ from speechmt.data.prepare import PrepareConfig, PrepareError
 CFG = PrepareConfig(jobs=1)
 REPO = Path(__file__).resolve().parents[2]
 
-FR = {"train": ["Nous construisons un outil de traduction de la parole.", "Il fait beau aujourd'hui.",
-                "Ouvre la fenêtre, s'il te plaît.", "Mon frère joue de la guitare tous les soirs.",
-                "Le train part à neuf heures."],  # one segment fewer than en-de: another segmentation
-      "dev": ["Où est la gare la plus proche ?", ""],  # an empty line: skipped, counted under en-fr
-      "tst-COMMON": ["Le café est meilleur le matin.", "Les enfants jouent dehors."]}
+FR = {
+    "train": [
+        "Nous construisons un outil de traduction de la parole.",
+        "Il fait beau aujourd'hui.",
+        "Ouvre la fenêtre, s'il te plaît.",
+        "Mon frère joue de la guitare tous les soirs.",
+        "Le train part à neuf heures.",
+    ],  # one segment fewer than en-de: another segmentation
+    "dev": ["Où est la gare la plus proche ?", ""],  # an empty line: skipped, counted under en-fr
+    "tst-COMMON": ["Le café est meilleur le matin.", "Les enfants jouent dehors."],
+}
 
 
 @pytest.fixture
@@ -51,12 +57,23 @@ def _kept(summary: dict) -> dict[str, int]:
 def test_mustc_two_targets_into_one_folder(mustc3, tmp_path):
     out = tmp_path / "out"
     summary = prepare_mustc(mustc3, out, ["de", "fr"], cfg=CFG)
-    assert _kept(summary) == {"train": 11, "dev_en-de": 2, "tst-COMMON_en-de": 2, "dev_en-fr": 1,
-                              "tst-COMMON_en-fr": 2, "dev": 3}
+    assert _kept(summary) == {
+        "train": 11,
+        "dev_en-de": 2,
+        "tst-COMMON_en-de": 2,
+        "dev_en-fr": 1,
+        "tst-COMMON_en-fr": 2,
+        "dev": 3,
+    }
     train = read_manifest(out / "train.jsonl")
     assert [r.id for r in train[:3]] == ["ted_1_0@en-de", "ted_1_1@en-de", "ted_1_2@en-de"]
-    assert [r.id for r in train[6:]] == ["ted_1_0@en-fr", "ted_1_1@en-fr", "ted_1_2@en-fr", "ted_2_0@en-fr",
-                                         "ted_2_1@en-fr"]
+    assert [r.id for r in train[6:]] == [
+        "ted_1_0@en-fr",
+        "ted_1_1@en-fr",
+        "ted_1_2@en-fr",
+        "ted_2_0@en-fr",
+        "ted_2_1@en-fr",
+    ]
     assert [(r.src_lang, r.tgt_lang) for r in train] == [("en", "de")] * 6 + [("en", "fr")] * 5
     # ted_1's yaml lists its second segment first: ted_1_0 is offset 0.25 in both pairs
     assert train[6].src_text == "The weather is lovely today." and train[6].tgt_text == "Il fait beau aujourd'hui."
@@ -78,8 +95,11 @@ def test_mustc_two_targets_into_one_folder(mustc3, tmp_path):
     assert d["en-de"]["train"]["hours"] + d["en-fr"]["train"]["hours"] == pytest.approx(hours)
     assert d["en-de"]["train"]["frames"] == sum(r.n_frames for r in train[:6])
     assert summary["directions"] == json.loads((out / "prepare_summary.json").read_text())["directions"]
-    assert summary["splits_of_direction"]["en-fr"] == {"train": "train", "dev": "dev_en-fr",
-                                                      "tst-COMMON": "tst-COMMON_en-fr"}
+    assert summary["splits_of_direction"]["en-fr"] == {
+        "train": "train",
+        "dev": "dev_en-fr",
+        "tst-COMMON": "tst-COMMON_en-fr",
+    }
     assert summary["tgt_langs"] == ["de", "fr"] and summary["src_langs"] == ["en"]
 
 
@@ -133,12 +153,16 @@ def covost3(covost_root, tmp_path) -> Path:
     en->ca (the same English clips in two translation tables)."""
     root = tmp_path / "covost"
     shutil.copytree(covost_root, root)
-    es = [("10000001", "Hace buen tiempo hoy.", "The weather is nice today.", "train"),
-          ("10000004", "Mi hermano toca la guitarra.", "My brother plays the guitar.", "dev"),
-          ("10000005", "El tren sale a las nueve.", "The train leaves at nine.", "test")]
-    en = [("10000001", "The weather is lovely today.", "Das Wetter ist heute schön.", "Fa bon temps avui.", "train"),
-          ("10000002", "Please open the window.", "Bitte öffne das Fenster.", "Obre la finestra.", "train"),
-          ("10000005", "The train leaves at nine.", "Der Zug fährt um neun.", "El tren surt a les nou.", "test")]
+    es = [
+        ("10000001", "Hace buen tiempo hoy.", "The weather is nice today.", "train"),
+        ("10000004", "Mi hermano toca la guitarra.", "My brother plays the guitar.", "dev"),
+        ("10000005", "El tren sale a las nueve.", "The train leaves at nine.", "test"),
+    ]
+    en = [
+        ("10000001", "The weather is lovely today.", "Das Wetter ist heute schön.", "Fa bon temps avui.", "train"),
+        ("10000002", "Please open the window.", "Bitte öffne das Fenster.", "Obre la finestra.", "train"),
+        ("10000005", "The train leaves at nine.", "Der Zug fährt um neun.", "El tren surt a les nou.", "test"),
+    ]
     for lang, rows in (("es", es), ("en", en)):
         (root / lang / "clips").mkdir(parents=True)
         validated = ["client_id\tpath\tsentence\tup_votes\tdown_votes\tage\tgender\taccent"]
@@ -148,21 +172,23 @@ def covost3(covost_root, tmp_path) -> Path:
             validated.append(f"client_{lang}\t{clip}\t{row[1]}\t2\t0\t\t\t")
         (root / lang / "validated.tsv").write_text("\n".join(validated) + "\n")
     head = "path\tsentence\ttranslation\tclient_id\tsplit"
-    (root / "es/covost_v2.es_en.tsv").write_text("\n".join(
-        [head] + [f"common_voice_es_{c}.mp3\t{s}\t{t}\tclient_es\t{sp}" for c, s, t, sp in es]) + "\n")
+    (root / "es/covost_v2.es_en.tsv").write_text(
+        "\n".join([head] + [f"common_voice_es_{c}.mp3\t{s}\t{t}\tclient_es\t{sp}" for c, s, t, sp in es]) + "\n"
+    )
     for k, tgt in ((2, "de"), (3, "ca")):
-        (root / f"en/covost_v2.en_{tgt}.tsv").write_text("\n".join(
-            [head] + [f"common_voice_en_{r[0]}.mp3\t{r[1]}\t{r[k]}\tclient_en\t{r[4]}" for r in en]) + "\n")
+        (root / f"en/covost_v2.en_{tgt}.tsv").write_text(
+            "\n".join([head] + [f"common_voice_en_{r[0]}.mp3\t{r[1]}\t{r[k]}\tclient_en\t{r[4]}" for r in en]) + "\n"
+        )
     return root
 
 
 def test_covost_two_sources_into_english(covost3, tmp_path):
     summary = prepare_covost2(covost3, tmp_path, ["de", "es"], "en", cfg=CFG)
-    assert _kept(summary) == {"train": 5, "dev_de-en": 1, "test_de-en": 2, "dev_es-en": 1, "test_es-en": 1,
-                              "dev": 2}
+    assert _kept(summary) == {"train": 5, "dev_de-en": 1, "test_de-en": 2, "dev_es-en": 1, "test_es-en": 1, "dev": 2}
     train = read_manifest(tmp_path / "train.jsonl")
     assert [r.id for r in train] == [f"common_voice_de_1000000{i}@de-en" for i in (1, 2, 3, 7)] + [
-        "common_voice_es_10000001@es-en"]
+        "common_voice_es_10000001@es-en"
+    ]
     assert [(r.src_lang, r.tgt_lang) for r in train] == [("de", "en")] * 4 + [("es", "en")]
     assert train[4].src_text == "Hace buen tiempo hoy." and train[4].speaker == "client_es"
     test = read_manifest(tmp_path / "test_es-en.jsonl")
@@ -175,14 +201,20 @@ def test_covost_two_sources_into_english(covost3, tmp_path):
 
 def test_covost_english_into_two_targets_from_the_same_clips(covost3, tmp_path):
     summary = prepare_covost2(covost3, tmp_path, "en", ["de", "ca"], cfg=CFG)
-    assert _kept(summary) == {"train": 4, "dev_en-de": 0, "test_en-de": 1, "dev_en-ca": 0, "test_en-ca": 1,
-                              "dev": 0}
+    assert _kept(summary) == {"train": 4, "dev_en-de": 0, "test_en-de": 1, "dev_en-ca": 0, "test_en-ca": 1, "dev": 0}
     train = read_manifest(tmp_path / "train.jsonl")
-    assert [r.id for r in train] == ["common_voice_en_10000001@en-de", "common_voice_en_10000002@en-de",
-                                     "common_voice_en_10000001@en-ca", "common_voice_en_10000002@en-ca"]
+    assert [r.id for r in train] == [
+        "common_voice_en_10000001@en-de",
+        "common_voice_en_10000002@en-de",
+        "common_voice_en_10000001@en-ca",
+        "common_voice_en_10000002@en-ca",
+    ]
     assert [r.tgt_text for r in train[::2]] == ["Das Wetter ist heute schön.", "Fa bon temps avui."]
     assert {s: v["kept"] for s, v in summary["directions"]["en-ca"].items()} == {
-        "train": 2, "dev_en-ca": 0, "test_en-ca": 1}
+        "train": 2,
+        "dev_en-ca": 0,
+        "test_en-ca": 1,
+    }
 
 
 def test_covost_directions():
@@ -194,21 +226,65 @@ def test_covost_directions():
 
 
 def test_cli_several_targets(mustc3, covost3, tmp_path, capsys):
-    assert main(["data", "prepare", "mustc", "--root", str(mustc3), "--tgt-langs", "de fr", "--out",
-                 str(tmp_path / "m"), "--jobs", "1", "--splits", "dev", "tst-COMMON"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "mustc",
+                "--root",
+                str(mustc3),
+                "--tgt-langs",
+                "de fr",
+                "--out",
+                str(tmp_path / "m"),
+                "--jobs",
+                "1",
+                "--splits",
+                "dev",
+                "tst-COMMON",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "direction en-fr:" in out and "dev_en-fr" in out
     assert sorted(p.name for p in (tmp_path / "m").glob("*.jsonl")) == [
-        "dev.jsonl", "dev_en-de.jsonl", "dev_en-fr.jsonl", "tst-COMMON_en-de.jsonl", "tst-COMMON_en-fr.jsonl"]
-    assert main(["data", "prepare", "covost2", "--root", str(covost3), "--src-langs", "de", "es", "--tgt-lang", "en",
-                 "--out", str(tmp_path / "c"), "--jobs", "1"]) == 0
+        "dev.jsonl",
+        "dev_en-de.jsonl",
+        "dev_en-fr.jsonl",
+        "tst-COMMON_en-de.jsonl",
+        "tst-COMMON_en-fr.jsonl",
+    ]
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "covost2",
+                "--root",
+                str(covost3),
+                "--src-langs",
+                "de",
+                "es",
+                "--tgt-lang",
+                "en",
+                "--out",
+                str(tmp_path / "c"),
+                "--jobs",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "c/prepare_summary.json").read_text())["directions"]["es-en"]["train"]["kept"] == 1
     capsys.readouterr()
-    for argv, message in ((["mustc", "--tgt-lang", "de", "--tgt-langs", "fr"], "not allowed with argument"),
-                          (["mustc"], "one of the arguments --tgt-lang --tgt-langs is required"),
-                          (["mustc", "--tgt-langs", "de f!r"], "invalid language list 'de f!r'")):
-        assert main(["data", "prepare", *argv[:1], "--root", str(mustc3), "--out", str(tmp_path / "x"),
-                     *argv[1:]]) == 2
+    for argv, message in (
+        (["mustc", "--tgt-lang", "de", "--tgt-langs", "fr"], "not allowed with argument"),
+        (["mustc"], "one of the arguments --tgt-lang --tgt-langs is required"),
+        (["mustc", "--tgt-langs", "de f!r"], "invalid language list 'de f!r'"),
+    ):
+        assert main(["data", "prepare", *argv[:1], "--root", str(mustc3), "--out", str(tmp_path / "x"), *argv[1:]]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err
 
@@ -216,9 +292,24 @@ def test_cli_several_targets(mustc3, covost3, tmp_path, capsys):
 @pytest.mark.slow
 def test_recipe_prepares_several_targets(mustc3, tmp_path):
     env = {"SPEECHMT": str(Path(sys.executable).parent / "speechmt"), "PATH": "/usr/bin:/bin"}
-    res = subprocess.run(["bash", str(REPO / "recipes/mustc/run.sh"), "--root", str(mustc3), "--tgt-langs", "de fr",
-                          "--data", str(tmp_path), "--stop-stage", "1"], env=env, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "recipes/mustc/run.sh"),
+            "--root",
+            str(mustc3),
+            "--tgt-langs",
+            "de fr",
+            "--data",
+            str(tmp_path),
+            "--stop-stage",
+            "1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "prepare_summary.json").read_text())
     assert summary["directions"]["en-fr"]["train"]["kept"] == 5 and "tst-COMMON_en-de" in summary["splits"]
@@ -227,9 +318,24 @@ def test_recipe_prepares_several_targets(mustc3, tmp_path):
 @pytest.mark.slow
 def test_covost_recipe_prepares_several_sources(covost3, tmp_path):
     env = {"SPEECHMT": str(Path(sys.executable).parent / "speechmt"), "PATH": "/usr/bin:/bin"}
-    res = subprocess.run(["bash", str(REPO / "recipes/covost2/run.sh"), "--root", str(covost3), "--src-langs", "de es",
-                          "--data", str(tmp_path), "--stop-stage", "2"], env=env, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "recipes/covost2/run.sh"),
+            "--root",
+            str(covost3),
+            "--src-langs",
+            "de es",
+            "--data",
+            str(tmp_path),
+            "--stop-stage",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "the training stages train one direction" in res.stdout
     summary = json.loads((tmp_path / "prepare_summary.json").read_text())

@@ -42,14 +42,23 @@ def test_bm25_scores_equal_the_formula_term_by_term():
         assert got == pytest.approx([_bm25(d, query, DOCS) for d in DOCS], abs=1e-6), query
     # a hand-computed value: "dog" is in 1 of 3 documents, tf 1, |d| 4, avgdl 3
     assert index.scores([["dog"]])[0, 1].item() == pytest.approx(
-        math.log(1 + 2.5 / 1.5) * 1 / (1 + 1.5 * (0.25 + 0.75 * 4 / 3)), abs=1e-6)
+        math.log(1 + 2.5 / 1.5) * 1 / (1 + 1.5 * (0.25 + 0.75 * 4 / 3)), abs=1e-6
+    )
 
 
 def test_bm25_scores_equal_the_bm25s_library():
     import bm25s  # a test dependency (pyproject: test)
 
-    docs = [words(s) for s in ("The weather is lovely today.", "Please open the window.", "Open the door, please!",
-                               "The train leaves at nine o'clock.", "Where is the nearest train station?")]
+    docs = [
+        words(s)
+        for s in (
+            "The weather is lovely today.",
+            "Please open the window.",
+            "Open the door, please!",
+            "The train leaves at nine o'clock.",
+            "Where is the nearest train station?",
+        )
+    ]
     queries = [words(q) for q in ("Please open the train door.", "the the station", "weather today")]
     reference = bm25s.BM25(method="lucene")
     reference.index(docs, show_progress=False)
@@ -60,11 +69,13 @@ def test_bm25_scores_equal_the_bm25s_library():
             assert mine[j, int(i)].item() == pytest.approx(float(s), abs=1e-5)
 
 
-PAIRS = [("The cat sat on the mat.", "Die Katze saß auf der Matte."),
-         ("The dog sat on the mat.", "Der Hund saß auf der Matte."),
-         ("the cat sat on the mat", "die Katze saß auf der Matte"),  # the first one's source, other case and stops
-         ("A bird sings.", "Ein Vogel singt."),
-         ("A bird flies.", "Ein Vogel fliegt.")]
+PAIRS = [
+    ("The cat sat on the mat.", "Die Katze saß auf der Matte."),
+    ("The dog sat on the mat.", "Der Hund saß auf der Matte."),
+    ("the cat sat on the mat", "die Katze saß auf der Matte"),  # the first one's source, other case and stops
+    ("A bird sings.", "Ein Vogel singt."),
+    ("A bird flies.", "Ein Vogel fliegt."),
+]
 
 
 def test_search_is_best_first_and_never_returns_the_query_itself_or_its_source_text():
@@ -99,8 +110,12 @@ def _records(texts: list[tuple[str, str]], prefix: str) -> list[Record]:
 def data_dir(tmp_path):
     write_manifest(tmp_path / "train.jsonl", _records(PAIRS[:2] + PAIRS[3:], "train"))
     write_manifest(tmp_path / "mt-text" / "train.jsonl", _records([PAIRS[2], ("a red bird", "ein roter Vogel")], "mt"))
-    write_manifest(tmp_path / "test.jsonl", _records([("The bird sat on the mat.", "Der Vogel saß auf der Matte."),
-                                                      ("Nothing in common here", "Nichts")], "test"))
+    write_manifest(
+        tmp_path / "test.jsonl",
+        _records(
+            [("The bird sat on the mat.", "Der Vogel saß auf der Matte."), ("Nothing in common here", "Nichts")], "test"
+        ),
+    )
     return tmp_path
 
 
@@ -111,8 +126,12 @@ def test_retrieve_writes_one_line_per_utterance_beside_each_split_and_counts_the
     lines = [json.loads(x) for x in examples_path(data_dir, "test").read_text().splitlines()]
     assert [x["id"] for x in lines] == ["test_0", "test_1"] and lines[1]["examples"] == []
     assert [s for s, _, _ in lines[0]["examples"]][0] in ("The cat sat on the mat.", "The dog sat on the mat.")
-    assert summary["splits"]["test"] == {"utterances": 2, "fewer_than_k": 1, "leave_one_out": False,
-                                         "mean_score": summary["splits"]["test"]["mean_score"]}
+    assert summary["splits"]["test"] == {
+        "utterances": 2,
+        "fewer_than_k": 1,
+        "leave_one_out": False,
+        "mean_score": summary["splits"]["test"]["mean_score"],
+    }
     train = [json.loads(x) for x in examples_path(data_dir, "train").read_text().splitlines()]
     # leave-one-out: "The cat sat..." (train_0) never gets itself, nor the mt-text pair with its source text
     assert all(s != "The cat sat on the mat." and s != "the cat sat on the mat" for s, _, _ in train[0]["examples"])
@@ -132,7 +151,9 @@ def test_with_examples_composes_the_first_k_and_missing_examples_are_one_line_er
     with pytest.raises(ManifestError, match=r"no retrieved examples for split 'train'.*speechmt data retrieve"):
         read_examples(data_dir, "train", read_split(data_dir, "train"))
     shutil.copy(data_dir / "train.jsonl", data_dir / "test.jsonl")
-    with pytest.raises(ManifestError, match=r"no examples for 4 utterances of split 'test' \(train_0, train_1, train_2, \.\.\.\)"):
+    with pytest.raises(
+        ManifestError, match=r"no examples for 4 utterances of split 'test' \(train_0, train_1, train_2, \.\.\.\)"
+    ):
         with_examples(read_split(data_dir, "test"), data_dir, "test", k=1)
 
 
@@ -150,8 +171,11 @@ def test_a_memory_is_a_manifest_a_folder_or_a_name_under_speechmt_home(data_dir,
     assert memory_from_manifests(["tm", manifest]).pairs == pairs + pairs
     with pytest.raises(ManifestError, match=r"^none.jsonl: no such manifest for the translation memory$"):
         memory_manifest("none.jsonl")
-    with pytest.raises(ManifestError, match=r"^other: no translation memory of that name \(.*home/other/memory.jsonl "
-                       r"not found\); build it with `speechmt data synth-memory --out .*home/other`$"):
+    with pytest.raises(
+        ManifestError,
+        match=r"^other: no translation memory of that name \(.*home/other/memory.jsonl "
+        r"not found\); build it with `speechmt data synth-memory --out .*home/other`$",
+    ):
         memory_manifest("other")
 
 
@@ -159,8 +183,16 @@ def test_distractors_replace_the_drawn_utterances_examples_from_the_other_memory
     from speechmt.data.retrieval import Distractors
 
     other = tmp_path / "other.jsonl"
-    write_manifest(other, _records([("The cat menu of the mat program", "Das Katzenmenü des Mattenprogramms"),
-                                    ("Unrelated words only", "Nur fremde Wörter")], "oth"))
+    write_manifest(
+        other,
+        _records(
+            [
+                ("The cat menu of the mat program", "Das Katzenmenü des Mattenprogramms"),
+                ("Unrelated words only", "Nur fremde Wörter"),
+            ],
+            "oth",
+        ),
+    )
     every = Distractors((str(other),), rate=1.0)
     summary = retrieve_splits(data_dir, ["test"], ["train"], k=2, distract=every)
     lines = [json.loads(x) for x in examples_path(data_dir, "test").read_text().splitlines()]
@@ -193,7 +225,9 @@ def test_distractors_after_a_skip_are_the_memorys_next_best(data_dir):
     skipped = [json.loads(x)["examples"] for x in examples_path(data_dir, "test").read_text().splitlines()]
     assert len(best[0]) == 3 and skipped[0] == best[0][1:3] and skipped[1] == []
     pairs = [(r.src_text, r.tgt_text) for r in read_split(data_dir, "train")]
-    assert [e.src for e in TranslationMemory(pairs).search(["The bird sat on the mat."], 3)[0]] == [s for s, _, _ in best[0]]
+    assert [e.src for e in TranslationMemory(pairs).search(["The bird sat on the mat."], 3)[0]] == [
+        s for s, _, _ in best[0]
+    ]
 
 
 def test_retrieve_cli_refuses_a_distract_rate_without_a_memory(data_dir, capsys):

@@ -32,8 +32,10 @@ def test_with_teacher_adds_padded_states_to_batches(tiny_data, tiny_bert, tmp_pa
     teacher = load_teacher(str(tiny_bert))
     records = read_manifest(tiny_data / "train.jsonl")[:3]
     tok = Tokenizer.load(tiny_data / "spm.model")
-    ds = WithTeacher(TextDataset.from_records(records, tok, tok, tgt_tag="<de>"),
-                     cached_teacher_split(tmp_path, "train", teacher, records))
+    ds = WithTeacher(
+        TextDataset.from_records(records, tok, tok, tgt_tag="<de>"),
+        cached_teacher_split(tmp_path, "train", teacher, records),
+    )
     assert len(ds) == 3 and ds.sizes == ds.dataset.sizes
     batch = collate([ds[i] for i in range(3)])
     lengths = [len(teacher.states([r.src_text])[0]) for r in records]

@@ -32,8 +32,9 @@ def test_only_16_khz():
 
 def test_dataset_reads_each_utterance_slice(tiny_data):
     tok = Tokenizer.load(tiny_data / "spm.model")
-    ds = SpeechDataset.from_audio(tiny_data, "train", WaveformFrontend(), src_tokenizer=tok, tgt_tokenizer=tok,
-                                  src_tag="<en>", tgt_tag="<de>")
+    ds = SpeechDataset.from_audio(
+        tiny_data, "train", WaveformFrontend(), src_tokenizer=tok, tgt_tokenizer=tok, src_tag="<en>", tgt_tag="<de>"
+    )
     records = read_manifest(tiny_data / "train.jsonl")
     assert len(ds) == 6 and ds.sizes.tolist() == [r.n_frames for r in records] == [150, 240, 134, 207, 170, 162]
     for i in (0, 1, 5):
@@ -46,8 +47,10 @@ def test_dataset_reads_each_utterance_slice(tiny_data):
         assert ex.src_ids[0] == tok.tag_id("<en>")
     batch = collate([ds[0], ds[1]], tok.pad_id)
     assert batch.feats.shape == (2, int(batch.feat_lengths.max())) and batch.feat_lengths.tolist() == [
-        len(ds[0].feats), len(ds[1].feats)]
-    assert torch.all(batch.feats[0, len(ds[0].feats):] == 0)
+        len(ds[0].feats),
+        len(ds[1].feats),
+    ]
+    assert torch.all(batch.feats[0, len(ds[0].feats) :] == 0)
 
 
 def test_relative_audio_paths_are_read_from_the_manifest_folder(tiny_data, tmp_path):
@@ -60,8 +63,9 @@ def test_relative_audio_paths_are_read_from_the_manifest_folder(tiny_data, tmp_p
         moved.append(dataclasses.replace(r, audio=f"audio/{r.id}.wav"))
     write_manifest(tmp_path / "train.jsonl", moved)
     ds = SpeechDataset.from_audio(tmp_path, "train", WaveformFrontend(WaveformConfig(do_normalize=False)))
-    assert torch.equal(ds[1].feats, torch.from_numpy(read_audio(records[1].audio, records[1].offset,
-                                                                records[1].duration)))
+    assert torch.equal(
+        ds[1].feats, torch.from_numpy(read_audio(records[1].audio, records[1].offset, records[1].duration))
+    )
     assert ds[1].src_ids is None and ds[1].tgt_ids is None
 
 

@@ -13,8 +13,15 @@ from speechmt.decoding.backtranslate import BacktranslateConfig, BacktranslateEr
 from speechmt.decoding.text_generators import FewShotLM, GeneratorError, few_shot_prompt
 from tests.lm_helpers import tiny_lm_dir
 
-GERMAN = ["Das ist ein Haus.", "", "Wir gehen heute nach Hause.", "das ist ein haus.", "Ich lese ein Buch.",
-          "Der Zug kommt um acht Uhr.", "Sie trinkt gern Kaffee."]
+GERMAN = [
+    "Das ist ein Haus.",
+    "",
+    "Wir gehen heute nach Hause.",
+    "das ist ein haus.",
+    "Ich lese ein Buch.",
+    "Der Zug kommt um acht Uhr.",
+    "Sie trinkt gern Kaffee.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +43,18 @@ def test_prompt_and_greedy_loop_match_transformers_generate(lm):
     assert ours[1] == "" and len(ours) == 3
     x, mask = gen._batch([few_shot_prompt(t, "de", "en") for t in (texts[0], texts[2])])
     with torch.inference_mode():
-        ref = gen.model.generate(input_ids=x, attention_mask=mask, do_sample=False, max_new_tokens=6, num_beams=1,
-                                 pad_token_id=gen.pad_id, eos_token_id=gen.stop.tolist())
-    expected = [gen.tok.decode(row[x.shape[1]:].tolist(), skip_special_tokens=True).split("\n", 1)[0].strip()
-                for row in ref]
+        ref = gen.model.generate(
+            input_ids=x,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=6,
+            num_beams=1,
+            pad_token_id=gen.pad_id,
+            eos_token_id=gen.stop.tolist(),
+        )
+    expected = [
+        gen.tok.decode(row[x.shape[1] :].tolist(), skip_special_tokens=True).split("\n", 1)[0].strip() for row in ref
+    ]
     assert [ours[0], ours[2]] == expected
     with pytest.raises(GeneratorError, match="not a causal LM folder"):
         FewShotLM(str(lm.parent), "de", "en")
@@ -80,11 +95,13 @@ def test_a_killed_run_keeps_its_lines_and_resumes(tmp_path):
 
 
 def test_round_trip_score_and_threshold_counted(tmp_path):
-    cfg = BacktranslateConfig(str(text_file(tmp_path)), str(tmp_path / "d"), "de", "en", mode="distill",
-                              batch_size=3, min_score=50)
+    cfg = BacktranslateConfig(
+        str(text_file(tmp_path)), str(tmp_path / "d"), "de", "en", mode="distill", batch_size=3, min_score=50
+    )
     faithful = {"Das ist ein Haus.", "Ich lese ein Buch."}
-    summary = generate_pairs(cfg, lambda ts: [f"EN {t}" for t in ts],
-                             lambda ts: [t[3:] if t[3:] in faithful else "xyz" for t in ts])
+    summary = generate_pairs(
+        cfg, lambda ts: [f"EN {t}" for t in ts], lambda ts: [t[3:] if t[3:] in faithful else "xyz" for t in ts]
+    )
     assert summary["generated"] == 5 and summary["pairs"] == 2
     assert summary["dropped"] == {"round-trip chrF below 50": 3}
     assert summary["round_trip_chrf"]["kept_at_threshold"]["50"] == 2
@@ -92,24 +109,63 @@ def test_round_trip_score_and_threshold_counted(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "d" / "generated.jsonl").read_text().splitlines()]
     assert {r["score"] for r in rows if r["input"] in faithful} == {100.0}
     records = read_manifest(tmp_path / "d" / "train.jsonl")
-    assert [(r.src_text, r.tgt_text) for r in records] == [("Das ist ein Haus.", "EN Das ist ein Haus."),
-                                                            ("Ich lese ein Buch.", "EN Ich lese ein Buch.")]
+    assert [(r.src_text, r.tgt_text) for r in records] == [
+        ("Das ist ein Haus.", "EN Das ist ein Haus."),
+        ("Ich lese ein Buch.", "EN Ich lese ein Buch."),
+    ]
     with pytest.raises(BacktranslateError, match="no such input file"):
         generate_pairs(BacktranslateConfig(str(tmp_path / "none"), str(tmp_path / "x"), "de", "en"), str.upper)
 
 
 def test_backtranslate_command_with_the_tiny_lm(lm, tmp_path, capsys):
-    args = ["data", "backtranslate", "--input", str(text_file(tmp_path)), "--out", str(tmp_path / "bt"), "--src-lang", "en",
-            "--tgt-lang", "de", "--lm", str(lm), "--round-trip", "--max-new-tokens", "5", "--batch-size", "4"]
+    args = [
+        "data",
+        "backtranslate",
+        "--input",
+        str(text_file(tmp_path)),
+        "--out",
+        str(tmp_path / "bt"),
+        "--src-lang",
+        "en",
+        "--tgt-lang",
+        "de",
+        "--lm",
+        str(lm),
+        "--round-trip",
+        "--max-new-tokens",
+        "5",
+        "--batch-size",
+        "4",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["generated"] == 5 and summary["generator"].startswith("causal LM")
     assert summary["round_trip_generator"].startswith("causal LM") and summary["throughput"]["lines_per_second"] > 0
     assert summary["pairs"] + sum(summary["dropped"].values()) == 5
-    assert main(["data", "distill", "--input", "x", "--out", str(tmp_path / "d"), "--src-lang", "en", "--tgt-lang", "de",
-                 "--model", str(tmp_path / "none.safetensors")]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "distill",
+                "--input",
+                "x",
+                "--out",
+                str(tmp_path / "d"),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "de",
+                "--model",
+                str(tmp_path / "none.safetensors"),
+            ]
+        )
+        == 2
+    )
     assert "no such checkpoint" in capsys.readouterr().err
-    assert main(["data", "distill", "--input", "x", "--out", "y", "--src-lang", "en", "--tgt-lang", "xx", "--lm", str(lm)]) == 2
+    assert (
+        main(["data", "distill", "--input", "x", "--out", "y", "--src-lang", "en", "--tgt-lang", "xx", "--lm", str(lm)])
+        == 2
+    )
     assert "no few-shot prompt for language 'xx'" in capsys.readouterr().err
 
 
@@ -124,12 +180,51 @@ def test_distill_with_a_speechmt_mt_checkpoint(tiny_data, tmp_path, capsys):
     ckpt = tmp_path / "mt" / "checkpoint_last.safetensors"
     capsys.readouterr()
     src = tiny_data / "train.jsonl"
-    assert main(["data", "distill", "--input", str(src), "--out", str(tmp_path / "kd"), "--src-lang", "en", "--tgt-lang", "de",
-                 "--model", str(ckpt), "--max-new-tokens", "4", "--round-trip", str(ckpt)]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "distill",
+                "--input",
+                str(src),
+                "--out",
+                str(tmp_path / "kd"),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "de",
+                "--model",
+                str(ckpt),
+                "--max-new-tokens",
+                "4",
+                "--round-trip",
+                str(ckpt),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     n = len(read_manifest(src))
     assert summary["generated"] == n and summary["config"]["field"] == "src_text"
     assert summary["round_trip_generator"].startswith("checkpoint")
-    assert main(["data", "backtranslate", "--input", str(src), "--out", str(tmp_path / "bt"), "--src-lang", "en",
-                 "--tgt-lang", "de", "--model", str(ckpt), "--round-trip"]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "backtranslate",
+                "--input",
+                str(src),
+                "--out",
+                str(tmp_path / "bt"),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "de",
+                "--model",
+                str(ckpt),
+                "--round-trip",
+            ]
+        )
+        == 2
+    )
     assert "--round-trip without a value reuses --lm" in capsys.readouterr().err

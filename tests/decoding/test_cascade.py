@@ -24,8 +24,14 @@ def _train(cfg, exp) -> str:
 @pytest.fixture(scope="module")
 def pair(tiny_data, tmp_path_factory):
     """(ASR checkpoint, MT checkpoint), each trained until it reproduces the replica's 6 training segments."""
-    common = dict(max_updates=200, save_interval_updates=100, validate_interval_updates=200, lr=3e-3,
-                  warmup_updates=20, valid_decode=False)
+    common = dict(
+        max_updates=200,
+        save_interval_updates=100,
+        validate_interval_updates=200,
+        lr=3e-3,
+        warmup_updates=20,
+        valid_decode=False,
+    )
     asr_dir, mt_dir = tmp_path_factory.mktemp("asr"), tmp_path_factory.mktemp("mt")
     asr = _train(tiny_config(tiny_data, asr_dir, task="asr", **common), asr_dir)
     mt_cfg = tiny_config(tiny_data, mt_dir, task="mt", **common)
@@ -48,16 +54,51 @@ def test_cascade_reproduces_training_translations(pair, tiny_data):
 
 @pytest.mark.slow
 def test_cli_evaluate_and_translate_cascade(pair, tiny_data, tmp_path, capsys):
-    assert main(["evaluate", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
-                 "--out", str(tmp_path / "ev")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--cascade",
+                *pair,
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--beam",
+                "4",
+                "--out",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "ASR WER = 0.00" in out and "BLEU = 100.00" in out
     report = json.loads((tmp_path / "ev/report.json").read_text())
     assert report["n"] == 6 and report["extra"]["task"] == "cascade"
-    assert report["extra"]["decode_seconds"] == pytest.approx(report["extra"]["asr_seconds"] +
-                                                              report["extra"]["mt_seconds"], abs=2e-3)
-    assert main(["evaluate", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
-                 "--limit", "3", "--out", str(tmp_path / "ev3")]) == 0
+    assert report["extra"]["decode_seconds"] == pytest.approx(
+        report["extra"]["asr_seconds"] + report["extra"]["mt_seconds"], abs=2e-3
+    )
+    assert (
+        main(
+            [
+                "evaluate",
+                "--cascade",
+                *pair,
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--beam",
+                "4",
+                "--limit",
+                "3",
+                "--out",
+                str(tmp_path / "ev3"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert json.loads((tmp_path / "ev3/report.json").read_text())["n"] == 3
     wav = read_manifest(tiny_data / "train.jsonl")[0].audio
@@ -73,7 +114,9 @@ def test_cascade_rejects_models_in_the_wrong_roles(pair):
         check_cascade(mt, asr)
     with pytest.raises(CheckpointError, match="must be a text MT model, got task 'asr'"):
         check_cascade(asr, asr)
-    with pytest.raises(CheckpointError, match=r"first model must be an ASR model \(not trained for task 'asr'; it does mt\)"):
+    with pytest.raises(
+        CheckpointError, match=r"first model must be an ASR model \(not trained for task 'asr'; it does mt\)"
+    ):
         load_cascade(pair[1], pair[0])
     assert [m.task for m in load_cascade(*pair)] == ["asr", "mt"]
 
@@ -91,8 +134,25 @@ def test_evaluate_without_model_uses_the_default_model_and_fails_on_missing_data
 
 @pytest.mark.slow
 def test_benchmark_scores_the_cascade_as_one_system(pair, tiny_data, tmp_path, capsys):
-    assert main(["research", "benchmark", "--cascade", *pair, "--data", str(tiny_data), "--split", "train", "--beam", "4",
-                 "--out", str(tmp_path / "b")]) == 0
+    assert (
+        main(
+            [
+                "research",
+                "benchmark",
+                "--cascade",
+                *pair,
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--beam",
+                "4",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     (row,) = json.loads((tmp_path / "b/benchmark.json").read_text())["systems"]
     asr, mt = (load_model(p) for p in pair)
     assert row["task"] == "st" and row["n"] == 6 and row["metrics"]["BLEU"]["score"] == pytest.approx(100.0)

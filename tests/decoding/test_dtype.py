@@ -60,7 +60,7 @@ def test_bfloat16_weights_decode_close_to_float32(which, request):
     assert lp16.dtype == torch.float32 and lp16.shape == lp32.shape
     assert torch.allclose(lp16.exp().sum(-1), torch.ones(1), atol=1e-4)
     assert (lp16 - lp32).abs().max().item() < 0.15
-    text, = translate(half, [str(WAV)], beam=2, max_len_b=8)
+    (text,) = translate(half, [str(WAV)], beam=2, max_len_b=8)
     assert text.error is None and text.text.strip()
 
 
@@ -70,13 +70,13 @@ def test_the_benchmark_row_names_the_dtype(conv):
 
 
 def test_translate_dtype_option(conv, capsys):
-    assert main(["translate", str(WAV), "--model", conv, "--dtype", "bfloat16", "--beam", "1",
-                 "--max-len-b", "8"]) == 0
+    assert main(["translate", str(WAV), "--model", conv, "--dtype", "bfloat16", "--beam", "1", "--max-len-b", "8"]) == 0
     assert capsys.readouterr().out.strip()
     assert main(["translate", str(WAV), "--model", conv, "--dtype", "float16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["speechmt translate: error: argument --dtype: invalid choice: 'float16' "
-                   "(choose from 'float32', 'bfloat16')"]
+    assert err == [
+        "speechmt translate: error: argument --dtype: invalid choice: 'float16' (choose from 'float32', 'bfloat16')"
+    ]
 
 
 def test_a_bad_dtype_is_one_line(conv):

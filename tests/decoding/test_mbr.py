@@ -13,8 +13,12 @@ from speechmt.decoding.token_decoders import draw
 from speechmt.decoding.translate import hypothesis_texts
 from speechmt.models import build_model, preset
 
-CANDIDATES = ["der Hund schläft im Garten", "der Hund schläft in dem Garten", "ein Hund schläft im Garten",
-              "die Katze isst"]
+CANDIDATES = [
+    "der Hund schläft im Garten",
+    "der Hund schläft in dem Garten",
+    "ein Hund schläft im Garten",
+    "die Katze isst",
+]
 
 
 @pytest.mark.parametrize("utility, metric", [("chrf", CHRF()), ("bleu", BLEU(effective_order=True))])
@@ -63,8 +67,9 @@ def test_search_returns_the_whole_beam_for_mbr():
     assert (plain.returned, mbr.returned) == (1, 4)
     full = search(model, enc, mbr)
     assert [len(n) for n in full] == [4, 4]
-    assert full == [[h.tokens for h in hyps] for hyps in beam_search(model, enc, DecodeOptions(beam_size=4, nbest=4,
-                                                                                              max_len_b=6))]
+    assert full == [
+        [h.tokens for h in hyps] for hyps in beam_search(model, enc, DecodeOptions(beam_size=4, nbest=4, max_len_b=6))
+    ]
     assert [n[:1] for n in full] == search(model, enc, plain)
 
 
@@ -87,8 +92,11 @@ def test_hypothesis_texts_orders_by_mbr_and_keeps_nbest():
     plain = hypothesis_texts(_Loaded(), rows, DecodeOptions(beam_size=4, nbest=2))
     assert plain == [["die Katze", "der Hund schläft im Garten"]]
     chosen = hypothesis_texts(_Loaded(), rows, DecodeOptions(beam_size=4, nbest=2, mbr="chrf"))
-    assert chosen == [mbr_order(["die Katze", "der Hund schläft im Garten", "ein Hund schläft im Garten",
-                                 "der Hund schläft"], "chrf")[:2]]
+    assert chosen == [
+        mbr_order(
+            ["die Katze", "der Hund schläft im Garten", "ein Hund schläft im Garten", "der Hund schläft"], "chrf"
+        )[:2]
+    ]
     assert chosen[0][0] == "der Hund schläft im Garten"
 
 
@@ -147,7 +155,12 @@ def test_hypothesis_texts_with_samples_chooses_a_beam_hypothesis_by_the_samples(
     beam = [[0, 1], [2, 3, 4]]  # "die Katze", "der Hund schläft"
     samples = [[2, 3, 4, 5, 6], [7, 3, 4, 5, 6], [2, 3, 4, 5, 6]]
     opts = DecodeOptions(beam_size=2, nbest=1, mbr="chrf", samples=3)
-    texts = ["die Katze", "der Hund schläft", "der Hund schläft im Garten", "ein Hund schläft im Garten",
-             "der Hund schläft im Garten"]
+    texts = [
+        "die Katze",
+        "der Hund schläft",
+        "der Hund schläft im Garten",
+        "ein Hund schläft im Garten",
+        "der Hund schläft im Garten",
+    ]
     assert hypothesis_texts(_Loaded(), [beam + samples], opts) == [mbr_order(texts[:2], "chrf", texts[2:])[:1]]
     assert hypothesis_texts(_Loaded(), [beam + samples], opts) == [["der Hund schläft"]]  # a sample never wins

@@ -73,8 +73,7 @@ def _alone(enc, i):
 def test_nbest_sorted_scored_and_within_limits():
     model = _random_model()
     enc = _encode(model, [40, 20, 9])
-    opts = DecodeOptions(beam_size=5, nbest=5, max_len_a=0.5, max_len_b=2, min_len=2, len_penalty=1.0,
-                         prefix=(TAG,))
+    opts = DecodeOptions(beam_size=5, nbest=5, max_len_a=0.5, max_len_b=2, min_len=2, len_penalty=1.0, prefix=(TAG,))
     results = beam_search(model, enc, opts)
     for i, hyps in enumerate(results):
         assert len(hyps) == 5 and all(isinstance(h, Hypothesis) for h in hyps)
@@ -100,8 +99,7 @@ def test_greedy_scores_no_better_than_beam():
 
 def test_tiny_model_learns_and_decodes_targets():
     torch.manual_seed(0)
-    model = build_model(preset("tiny", tgt_vocab_size=V, dropout=0.0, attention_dropout=0.0,
-                               activation_dropout=0.0))
+    model = build_model(preset("tiny", tgt_vocab_size=V, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0))
     lengths = torch.tensor([36, 28, 44, 20])
     feats = torch.randn(4, 44, 80)
     targets = [[TAG, 7, 8, 9, 3], [TAG, 10, 11, 3], [TAG, 12, 7, 13, 14, 15, 3], [TAG, 9, 9, 6, 3]]

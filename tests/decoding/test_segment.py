@@ -61,8 +61,9 @@ def test_cuts_land_inside_pauses_and_cover_the_signal():
 
 
 def test_the_longest_pause_in_the_window_is_chosen():
-    wave, pauses = build([("tone", 3.0), ("pause", 0.3), ("tone", 5.0), ("pause", 1.0), ("tone", 3.0),
-                          ("pause", 0.4), ("tone", 12.0)])
+    wave, pauses = build(
+        [("tone", 3.0), ("pause", 0.3), ("tone", 5.0), ("pause", 1.0), ("tone", 3.0), ("pause", 0.4), ("tone", 12.0)]
+    )
     segments = find_segments(wave, SR, SegmentConfig(max_seconds=15.0))
     a, b = pauses[1]  # the 1 s pause from 8.3 s to 9.3 s
     assert a <= segments[0][1] <= b
@@ -72,7 +73,7 @@ def test_cut_is_at_the_lowest_energy_point_of_the_pause():
     wave, pauses = build([("tone", 6.0), ("pause", 0.8), ("tone", 6.0)], noise=1e-3)
     a, _ = pauses[0]
     dip = a + int(0.5 * SR)  # 50 ms of digital silence 500 ms into the pause
-    wave[dip:dip + int(0.05 * SR)] = 0.0
+    wave[dip : dip + int(0.05 * SR)] = 0.0
     segments = find_segments(wave, SR, SegmentConfig(max_seconds=10.0))
     assert len(segments) == 2
     assert dip <= segments[0][1] <= dip + int(0.05 * SR)

@@ -90,7 +90,10 @@ def test_windows_bound_the_encoder_input(lm, monkeypatch):
     assert max(seen) <= 8000 and seen.count(1600) == 3  # never more than the 0.5 s window; three windows
     assert sum(len(c.tokens) for c in commits) == 9  # three windows of 3 tokens: [0, 0.5), [0.5, 1.0), [1.0, 1.2)
     firsts = [c for c in commits if c.text.startswith(" ")]
-    assert [c.delay_ms for c in commits][:3] == [100.0, 200.0, 300.0] and [c.delay_ms for c in firsts][-2:] == [600.0, 1100.0]
+    assert [c.delay_ms for c in commits][:3] == [100.0, 200.0, 300.0] and [c.delay_ms for c in firsts][-2:] == [
+        600.0,
+        1100.0,
+    ]
 
 
 def test_a_long_enough_window_ends_at_a_pause(lm):
@@ -100,15 +103,22 @@ def test_a_long_enough_window_ends_at_a_pause(lm):
     commits = list(simultaneous_translate(lm, [wave], cfg, _exactly(lm, 3)))
     # 0.3 s after the last voiced frame (it ends at 1.015 s) comes with the step ending at 1.4 s: the first
     # window ends there and the second starts with the next step; it runs to the end (1.2 s, but no pause)
-    assert [(len(c.tokens), c.delay_ms) for c in commits] == [(1, 100.0), (1, 200.0), (1, 300.0), (1, 1500.0),
-                                                              (1, 1600.0), (1, 1700.0)]
+    assert [(len(c.tokens), c.delay_ms) for c in commits] == [
+        (1, 100.0),
+        (1, 200.0),
+        (1, 300.0),
+        (1, 1500.0),
+        (1, 1600.0),
+        (1, 1700.0),
+    ]
     assert commits[3].text.startswith(" ") and not any(c.text.startswith(" ") for c in commits[4:])
     alone = SimultaneousConfig("wait-k", k=1, step_ms=100, pause_after_seconds=0)  # windows end when full only
     assert [c.delay_ms for c in simultaneous_translate(lm, [wave], alone, _exactly(lm, 3))] == [100.0, 200.0, 300.0]
 
 
-@pytest.mark.parametrize("cfg", [SimultaneousConfig("wait-k", k=100, step_ms=200),
-                                 SimultaneousConfig("alignatt", k=10000, step_ms=200)])
+@pytest.mark.parametrize(
+    "cfg", [SimultaneousConfig("wait-k", k=100, step_ms=200), SimultaneousConfig("alignatt", k=10000, step_ms=200)]
+)
 def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
     wave = read_audio(WAV)
     options = lm.decode_options(1, max_len_b=12)
@@ -122,7 +132,9 @@ def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
 def test_a_tail_beam_over_the_whole_input_equals_offline_beam_search(lm):
     wave = read_audio(WAV)
     with torch.no_grad():
-        offline = lm.tokenizer.decode(search(lm.model, encode_audio(lm, [wave]), lm.decode_options(4, max_len_b=12))[0][0])
+        offline = lm.tokenizer.decode(
+            search(lm.model, encode_audio(lm, [wave]), lm.decode_options(4, max_len_b=12))[0][0]
+        )
     cfg = SimultaneousConfig("wait-k", k=100, step_ms=200, tail_beam=4)
     result = translate_stream(lm, wave, cfg, lm.decode_options(1, max_len_b=12))
     assert result.text == offline.strip() and all(c.delay_ms == pytest.approx(len(wave) / 16) for c in result.commits)
@@ -244,8 +256,12 @@ def test_alignatt_on_an_lm_decoder_reads_its_source_attention(wasr_lm):
     waits = translate_stream(wasr_lm, wave, SimultaneousConfig("alignatt", k=10000, step_ms=400), options)
     assert waits.text == offline.strip() and all(c.delay_ms == pytest.approx(len(wave) / 16) for c in waits.commits)
     before = wasr_lm.model.decoder.lm.config._attn_implementation
-    result = translate_stream(wasr_lm, wave, SimultaneousConfig("alignatt", k=1, step_ms=400),
-                              wasr_lm.decode_options(1, min_len=6, max_len_b=6))
+    result = translate_stream(
+        wasr_lm,
+        wave,
+        SimultaneousConfig("alignatt", k=1, step_ms=400),
+        wasr_lm.decode_options(1, min_len=6, max_len_b=6),
+    )
     assert sum(len(c.tokens) for c in result.commits) == 6
     assert wasr_lm.model.decoder.lm.config._attn_implementation == before
 
@@ -264,7 +280,9 @@ def test_whisper_alignment_heads_come_from_the_base_generation_config(tmp_path, 
 
 def test_alignatt_needs_cross_attention_or_an_lm_decoder_and_settings_are_checked(lm):
     assert default_k("alignatt", lm) == 30 and default_k("wait-k", lm) == 3
-    with pytest.raises(SimultaneousError, match="alignatt needs a decoder with cross-attention.*use --simultaneous wait-k"):
+    with pytest.raises(
+        SimultaneousError, match="alignatt needs a decoder with cross-attention.*use --simultaneous wait-k"
+    ):
         _CrossAttention(torch.nn.Linear(2, 2))
     with pytest.raises(SimultaneousError, match="unknown policy 'wait-x'"):
         SimultaneousConfig("wait-x")
@@ -294,21 +312,47 @@ def test_cli_streams_a_file_and_standard_input(checkpoint, capsys, monkeypatch):
 
 def test_cli_checks_simultaneous_options(checkpoint, capsys):
     assert main(["translate", "-", "--model", checkpoint]) == 2
-    assert capsys.readouterr().err.strip() == "speechmt translate: error: audio '-' (standard input) needs --simultaneous"
+    assert (
+        capsys.readouterr().err.strip() == "speechmt translate: error: audio '-' (standard input) needs --simultaneous"
+    )
     assert main(["translate", str(WAV), "--k", "3"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt translate: error: argument --k: only with --simultaneous"
     assert main(["translate", str(WAV), "--tail-beam", "5"]) == 2
-    assert capsys.readouterr().err.strip() == \
-        "speechmt translate: error: argument --tail-beam: only with --simultaneous"
+    assert (
+        capsys.readouterr().err.strip() == "speechmt translate: error: argument --tail-beam: only with --simultaneous"
+    )
     assert main(["translate", str(WAV), "--simultaneous", "wait-k", "--format", "srt"]) == 2
     assert capsys.readouterr().err.strip() == "speechmt translate: error: --simultaneous writes text or json, not srt"
 
 
-def test_evaluate_simultaneous_reports_latency_and_a_quality_latency_table(checkpoint, lm, tiny_data, tmp_path,
-                                                                           capsys):
-    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--max-len-b", "6",
-                 "--simultaneous", "wait-k", "--k", "1", "4", "--step-ms", "200", "--limit", "2",
-                 "--out", str(tmp_path / "wait-k")]) == 0
+def test_evaluate_simultaneous_reports_latency_and_a_quality_latency_table(checkpoint, lm, tiny_data, tmp_path, capsys):
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                checkpoint,
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--max-len-b",
+                "6",
+                "--simultaneous",
+                "wait-k",
+                "--k",
+                "1",
+                "4",
+                "--step-ms",
+                "200",
+                "--limit",
+                "2",
+                "--out",
+                str(tmp_path / "wait-k"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("wait-k k=1 step 200 ms: BLEU = ") and "chrF++ = " in out[0] and "LAAL = " in out[0]
     assert out[2].startswith("offline (beam 5): BLEU = ")
@@ -322,18 +366,51 @@ def test_evaluate_simultaneous_reports_latency_and_a_quality_latency_table(check
     assert json.loads((tmp_path / "wait-k" / "offline" / "report.json").read_text())["n"] == 2
     assert (tmp_path / "wait-k" / "quality_latency.png").read_bytes()[:4] == b"\x89PNG"
     # a second policy's run joins the first's rows: one table, one plot
-    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--max-len-b", "6",
-                 "--simultaneous", "alignatt", "--k", "5", "--step-ms", "200", "--limit", "2",
-                 "--compare", str(tmp_path / "wait-k"), "--out", str(tmp_path / "both")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                checkpoint,
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--max-len-b",
+                "6",
+                "--simultaneous",
+                "alignatt",
+                "--k",
+                "5",
+                "--step-ms",
+                "200",
+                "--limit",
+                "2",
+                "--compare",
+                str(tmp_path / "wait-k"),
+                "--out",
+                str(tmp_path / "both"),
+            ]
+        )
+        == 0
+    )
     rows = json.loads((tmp_path / "both" / "quality_latency.json").read_text())["rows"]
     assert [(r["policy"], r["k"]) for r in rows] == [("wait-k", 1), ("wait-k", 4), ("alignatt", 5)]
     assert "wait-k and alignatt" in (tmp_path / "both" / "quality_latency.md").read_text().splitlines()[0]
     capsys.readouterr()
-    assert main(["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--compare",
-                 str(tmp_path)]) == 2
+    assert (
+        main(
+            ["evaluate", "--model", checkpoint, "--data", str(tiny_data), "--split", "dev", "--compare", str(tmp_path)]
+        )
+        == 2
+    )
     assert capsys.readouterr().err.strip() == "speechmt evaluate: error: argument --compare: only with --simultaneous"
-    reports = [evaluate_simultaneous(lm, tiny_data, "dev", SimultaneousConfig("wait-k", k, 200), limit=2,
-                                     options=_exactly(lm, 5)) for k in (1, 4)]
+    reports = [
+        evaluate_simultaneous(
+            lm, tiny_data, "dev", SimultaneousConfig("wait-k", k, 200), limit=2, options=_exactly(lm, 5)
+        )
+        for k in (1, 4)
+    ]
     laal = [r.extra["latency"]["LAAL"] for r in reports]
     assert 0 < laal[0] < laal[1]  # waiting longer lags more
     assert all(r.extra["latency"]["LAAL_CA"] > r.extra["latency"]["LAAL"] for r in reports)
@@ -364,8 +441,9 @@ def test_a_shared_encoder_memo_changes_no_output_and_encodes_each_window_once(lm
     memo = EncoderMemo()
     shared = [translate_stream(lm, wave, cfg, _exactly(lm, 8), memo=memo) for cfg in cfgs]
     assert [r.text for r in shared] == [r.text for r in alone]
-    assert [[(c.tokens, c.delay_ms) for c in r.commits] for r in shared] == \
-        [[(c.tokens, c.delay_ms) for c in r.commits] for r in alone]
+    assert [[(c.tokens, c.delay_ms) for c in r.commits] for r in shared] == [
+        [(c.tokens, c.delay_ms) for c in r.commits] for r in alone
+    ]
     # alone, k = 1 encodes the windows of steps 1-9 (1600, 3200, ... samples; its 8 tokens end it), k = 3 those of
     # steps 3-10, k = 9 steps 9-10; shared, each of the 10 windows is encoded once
     assert windows == [[1600 * i for i in range(1, 10)], [1600 * i for i in range(3, 11)], [14400, 16000]]
@@ -386,8 +464,9 @@ def test_evaluating_several_settings_at_once_equals_each_alone(lm, tiny_data, mo
         alone.append(evaluate_simultaneous(lm, tiny_data, "dev", cfg, limit=2, options=_exactly(lm, 5)))
         n_alone.append(len(calls))
         calls.clear()
-    together = evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs, [None, None], limit=2,
-                                              options=_exactly(lm, 5))
+    together = evaluate_simultaneous_settings(
+        lm, tiny_data, "dev", cfgs, [None, None], limit=2, options=_exactly(lm, 5)
+    )
     for a, t in zip(alone, together):
         assert {k: s.score for k, s in t.metrics.items()} == {k: s.score for k, s in a.metrics.items()}
         assert t.extra["latency"]["LAAL"] == a.extra["latency"]["LAAL"]
@@ -401,8 +480,9 @@ def test_a_killed_evaluation_resumes_from_its_journal(lm, tiny_data, tmp_path, m
     journal = tmp_path / "streams.jsonl"
 
     def run():
-        return evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs, [None, None], options=_exactly(lm, 5),
-                                              journal=journal)
+        return evaluate_simultaneous_settings(
+            lm, tiny_data, "dev", cfgs, [None, None], options=_exactly(lm, 5), journal=journal
+        )
 
     whole = run()
     lines = journal.read_text().splitlines()
@@ -410,8 +490,11 @@ def test_a_killed_evaluation_resumes_from_its_journal(lm, tiny_data, tmp_path, m
     journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])  # killed while writing the second
     streamed = []
     translate = simultaneous_eval.translate_stream
-    monkeypatch.setattr(simultaneous_eval, "translate_stream",
-                        lambda lm, wave, *a, **k: streamed.append(len(wave)) or translate(lm, wave, *a, **k))
+    monkeypatch.setattr(
+        simultaneous_eval,
+        "translate_stream",
+        lambda lm, wave, *a, **k: streamed.append(len(wave)) or translate(lm, wave, *a, **k),
+    )
     resumed = run()
     assert len(streamed) == 2  # the second utterance only, through both settings
     assert len(journal.read_text().splitlines()) == 3
@@ -421,16 +504,22 @@ def test_a_killed_evaluation_resumes_from_its_journal(lm, tiny_data, tmp_path, m
     streamed.clear()
     assert [r.metrics["BLEU"].score for r in run()] == [r.metrics["BLEU"].score for r in whole] and not streamed
     with pytest.raises(SimultaneousError, match="streams.jsonl: the journal of another run"):
-        evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs[:1], [None], options=_exactly(lm, 5),
-                                       journal=journal)
+        evaluate_simultaneous_settings(lm, tiny_data, "dev", cfgs[:1], [None], options=_exactly(lm, 5), journal=journal)
 
 
 def test_quality_latency_table_gives_each_row_as_a_share_of_offline(lm, tiny_data):
-    report = evaluate_simultaneous(lm, tiny_data, "dev", SimultaneousConfig("wait-k", 2, 200), limit=1,
-                                   options=_exactly(lm, 3))
+    report = evaluate_simultaneous(
+        lm, tiny_data, "dev", SimultaneousConfig("wait-k", 2, 200), limit=1, options=_exactly(lm, 3)
+    )
     row = latency_row(SimultaneousConfig("wait-k", 2, 200), report) | {"BLEU": 6.0, "chrF++": 30.0}
-    offline = EvalReport("m", "d", "dev", 1, {"BLEU": Score("BLEU", 8.0, ""), "chrF++": Score("chrF++", 40.0, "")},
-                         {"decode": {"beam_size": 5}, "rtf": 0.05})
+    offline = EvalReport(
+        "m",
+        "d",
+        "dev",
+        1,
+        {"BLEU": Score("BLEU", 8.0, ""), "chrF++": Score("chrF++", 40.0, "")},
+        {"decode": {"beam_size": 5}, "rtf": 0.05},
+    )
     lines = quality_latency_table([row], offline).splitlines()
     assert lines[0].startswith("| policy | k | step ms | BLEU | % of offline | chrF++ |")
     assert lines[2].startswith("| wait-k | 2 | 200 | 6.00 | 75 | 30.00 | ")

@@ -55,10 +55,12 @@ def _words(ids: list[int]) -> str:
 
 # recorded with the search as it was before the split (speechmt/decoding/search.py of commit c0fde1f)
 GREEDY = [[9, 11, 10, 7, 7, 7, 7, 7], [9, 11, 7, 7, 7, 7, 7, 7], [11, 11], [9, 11]]
-BEAM = [[([9, 11], -2.0113), ([9, 9, 9, 6, 6, 6, 6, 11], -6.7338)],
-        [([9, 11], -2.2421), ([9, 11, 11, 7, 7, 7, 7, 7], -16.8302)],
-        [([11, 11], -1.892), ([11], -2.388)],
-        [([9, 9, 6, 6, 6, 6, 6, 11], -4.598), ([9, 11], -1.775)]]
+BEAM = [
+    [([9, 11], -2.0113), ([9, 9, 9, 6, 6, 6, 6, 11], -6.7338)],
+    [([9, 11], -2.2421), ([9, 11, 11, 7, 7, 7, 7, 7], -16.8302)],
+    [([11, 11], -1.892), ([11], -2.388)],
+    [([9, 9, 6, 6, 6, 6, 6, 11], -4.598), ([9, 11], -1.775)],
+]
 
 
 def test_greedy_and_beam_give_the_tokens_recorded_before_the_split():
@@ -101,8 +103,12 @@ def test_suppress_begin_bans_the_first_token_only():
     model = _model()
     enc = _encode(model)
     opts = DecodeOptions(beam_size=1, max_len_b=8, prefix=(TAG,), suppress_begin=(9,))
-    first = constrain(model.decode(start_tokens(opts, 4, enc.x.device), enc)[:, -1].log_softmax(-1), 0,
-                      max_lengths(model, enc, opts), opts)
+    first = constrain(
+        model.decode(start_tokens(opts, 4, enc.x.device), enc)[:, -1].log_softmax(-1),
+        0,
+        max_lengths(model, enc, opts),
+        opts,
+    )
     assert first[:, 9].eq(INF).all()
     found = greedy_search(model, enc, opts)
     assert [f[0] for f in found] == first.argmax(-1).tolist() == [11, 11, 11, 11]

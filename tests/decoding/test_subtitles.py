@@ -30,8 +30,10 @@ srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-TEXT = ("Wir müssen die Arbeit vor dem Abend fertig machen. Das Wetter ist heute sehr schön, und ich hätte gern "
-        "eine Tasse Kaffee, bitte. Wo ist der Bahnhof? Mein Bruder arbeitet in einem kleinen Krankenhaus.")
+TEXT = (
+    "Wir müssen die Arbeit vor dem Abend fertig machen. Das Wetter ist heute sehr schön, und ich hätte gern "
+    "eine Tasse Kaffee, bitte. Wo ist der Bahnhof? Mein Bruder arbeitet in einem kleinen Krankenhaus."
+)
 
 
 def _check(cues: list[Cue], cfg: SubtitleConfig = SubtitleConfig()) -> None:
@@ -54,7 +56,8 @@ def test_words_part_into_even_cues_ending_at_sentences():
     assert [" ".join(g) for g in groups] == [
         "Wir müssen die Arbeit vor dem Abend fertig machen.",
         "Das Wetter ist heute sehr schön, und ich hätte gern eine Tasse Kaffee, bitte.",
-        "Wo ist der Bahnhof? Mein Bruder arbeitet in einem kleinen Krankenhaus."]
+        "Wo ist der Bahnhof? Mein Bruder arbeitet in einem kleinen Krankenhaus.",
+    ]
     assert sum(groups, []) == TEXT.split()
 
 
@@ -78,8 +81,7 @@ def test_a_long_chunk_is_split_proportionally_to_text():
 
 def test_short_cues_grow_into_silence_and_long_spans_stay_at_seven_seconds():
     cues = make_cues([(0.0, 3.0, "Eins."), (5.0, 5.3, "Ja."), (5.5, 25.0, "Hallo")], 26.0)
-    assert [(c.start, c.end, c.text) for c in cues] == [(0.0, 3.0, "Eins."), (4.5, 5.5, "Ja."),
-                                                       (5.5, 12.5, "Hallo")]
+    assert [(c.start, c.end, c.text) for c in cues] == [(0.0, 3.0, "Eins."), (4.5, 5.5, "Ja."), (5.5, 12.5, "Hallo")]
     last = make_cues([(9.8, 10.0, "Ende.")], 10.0)  # at the end of the audio: grows backwards
     assert [(c.start, c.end) for c in last] == [(9.0, 10.0)]
 
@@ -99,10 +101,10 @@ def test_srt_and_vtt_parse_with_subtitle_libraries():
     cues = make_cues([(0.5, 18.2, TEXT), (20.0, 21.5, "Kein --> Pfeil.")], 22.0)
     parsed = list(srt.parse(to_srt(cues)))
     assert [(p.start, p.end, p.content) for p in parsed] == [
-        (timedelta(seconds=c.start), timedelta(seconds=c.end), "\n".join(c.lines)) for c in cues]
+        (timedelta(seconds=c.start), timedelta(seconds=c.end), "\n".join(c.lines)) for c in cues
+    ]
     vtt = webvtt.from_buffer(io.StringIO(to_vtt(cues)))
-    assert [(v.start, v.end) for v in vtt] == [
-        (timestamp(c.start, "."), timestamp(c.end, ".")) for c in cues]
+    assert [(v.start, v.end) for v in vtt] == [(timestamp(c.start, "."), timestamp(c.end, ".")) for c in cues]
     assert vtt[-1].text == "Kein -> Pfeil."
     assert list(srt.parse(to_srt([]))) == [] and len(webvtt.from_buffer(io.StringIO(to_vtt([])))) == 0
 
@@ -147,11 +149,13 @@ def test_default_model_srt_and_vtt_of_the_examples_open_unchanged(tmp_path, caps
 def test_subtitle_options_are_checked(capsys):
     clips = [str(p) for p in sorted(EXAMPLES.glob("*.flac"))[:2]]
     assert main(["translate", *clips, "--format", "srt"]) == 2
-    assert capsys.readouterr().err.strip() == ("speechmt translate: error: --format srt with 2 files needs "
-                                               "--output-dir (one subtitle file each)")
+    assert capsys.readouterr().err.strip() == (
+        "speechmt translate: error: --format srt with 2 files needs --output-dir (one subtitle file each)"
+    )
     assert main(["translate", clips[0], "--output-dir", "x"]) == 2
-    assert capsys.readouterr().err.strip() == ("speechmt translate: error: argument --output-dir: only with "
-                                               "--format srt or vtt, not text")
+    assert capsys.readouterr().err.strip() == (
+        "speechmt translate: error: argument --output-dir: only with --format srt or vtt, not text"
+    )
 
 
 def _ten_minutes(path: Path, seed: int = 0) -> list[tuple[float, float]]:

@@ -28,8 +28,10 @@ QUICK = ["--beam", "2", "--max-len-b", "4"]  # a tiny model: a few tokens are en
 
 def _stages(cfg, asr_objectives=None):
     """MT for 2 updates, then ST + ASR + MT: one joint vocabulary, one decoder for all three."""
-    cfg.train.stages = [Stage("mt", [TaskData("mt")], updates=2),
-                        Stage("all", [TaskData("st"), TaskData("asr", asr_objectives or {"ce": 1.0}), TaskData("mt")])]
+    cfg.train.stages = [
+        Stage("mt", [TaskData("mt")], updates=2),
+        Stage("all", [TaskData("st"), TaskData("asr", asr_objectives or {"ce": 1.0}), TaskData("mt")]),
+    ]
     return cfg
 
 
@@ -37,8 +39,11 @@ def _stages(cfg, asr_objectives=None):
 def multi(tiny_data, tmp_path_factory):
     """The last checkpoint of a 4-update MT -> ST+ASR+MT run."""
     out, threads = tmp_path_factory.mktemp("multi"), torch.get_num_threads()
-    cfg = _stages(tiny_config(tiny_data, out, max_updates=4, valid_decode=False, save_interval_updates=4,
-                              validate_interval_updates=100))
+    cfg = _stages(
+        tiny_config(
+            tiny_data, out, max_updates=4, valid_decode=False, save_interval_updates=4, validate_interval_updates=100
+        )
+    )
     cfg.model.text_encoder.layers = cfg.model.encoder.layers
     torch.set_num_threads(1)  # as the tests (conftest's _one_thread is set up after module fixtures)
     try:
@@ -57,8 +62,9 @@ def joint(tiny_data):
 @pytest.fixture(scope="module")
 def transcripts_only(tiny_data):
     """A vocabulary other than the joint one (transcripts only, 60 pieces): shows which side is taken."""
-    return train_from_manifests([tiny_data / "train.jsonl"], ("src_text",),
-                                TokenizerConfig(vocab_size=60, lang_tags=("<en>",), num_threads=1))
+    return train_from_manifests(
+        [tiny_data / "train.jsonl"], ("src_text",), TokenizerConfig(vocab_size=60, lang_tags=("<en>",), num_threads=1)
+    )
 
 
 def _variant(path, out, drop=(), **changes):
@@ -161,8 +167,25 @@ def test_cli_translate_task_forces_its_tag_first(multi, joint, monkeypatch, caps
 def test_cli_evaluate_task_asr_scores_wer_against_transcripts(multi, tiny_data, joint, monkeypatch, tmp_path, capsys):
     starts = _record_decoder_starts(monkeypatch)
     out = tmp_path / "ev"
-    assert main(["evaluate", "--model", str(multi), "--task", "asr", "--data", str(tiny_data), "--split", "dev",
-                 "--out", str(out), *QUICK]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(multi),
+                "--task",
+                "asr",
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--out",
+                str(out),
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     assert "WER = " in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     assert report["n"] == 2 and set(report["metrics"]) == {"WER", "CER"} and report["extra"]["task"] == "asr"
@@ -175,8 +198,10 @@ def test_cli_evaluate_task_asr_scores_wer_against_transcripts(multi, tiny_data, 
 def test_task_goes_with_model_not_with_a_cascade(command, capsys):
     extra = [str(WAV)] if command == "translate" else ["--data", "d", "--split", "dev"]
     assert main([command, *extra, "--cascade", "a.safetensors", "b.safetensors", "--task", "asr"]) == 2
-    assert capsys.readouterr().err == (f"speechmt {command}: error: argument --task: invalid value 'asr': --task "
-                                       "picks a --model's task, not a cascade's\n")
+    assert capsys.readouterr().err == (
+        f"speechmt {command}: error: argument --task: invalid value 'asr': --task "
+        "picks a --model's task, not a cascade's\n"
+    )
     if command == "translate":  # audio in: st or asr; evaluate also scores a multi-task model's text MT
         assert main([command, *extra, "--task", "mt"]) == 2
         assert "argument --task: invalid choice: 'mt' (choose from 'st', 'asr')" in capsys.readouterr().err
@@ -185,15 +210,69 @@ def test_task_goes_with_model_not_with_a_cascade(command, capsys):
 def test_one_multi_task_checkpoint_is_st_asr_mt_and_a_cascade_in_one_benchmark(multi, tiny_data, tmp_path, capsys):
     """XSTNet's comparison: the same checkpoint as end-to-end ST, ASR, text MT, and ASR -> MT cascade."""
     out = tmp_path / "bench"
-    assert main(["research", "benchmark", "--data", str(tiny_data), "--split", "dev", "--out", str(out), "--beam", "2",
-                 "--model", str(multi), "--model", str(multi), "--model", str(multi), "--task", "st", "--task", "asr",
-                 "--task", "mt", "--name", "st", "--name", "asr", "--name", "mt",
-                 "--cascade", str(multi), str(multi)]) == 0
+    assert (
+        main(
+            [
+                "research",
+                "benchmark",
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--out",
+                str(out),
+                "--beam",
+                "2",
+                "--model",
+                str(multi),
+                "--model",
+                str(multi),
+                "--model",
+                str(multi),
+                "--task",
+                "st",
+                "--task",
+                "asr",
+                "--task",
+                "mt",
+                "--name",
+                "st",
+                "--name",
+                "asr",
+                "--name",
+                "mt",
+                "--cascade",
+                str(multi),
+                str(multi),
+            ]
+        )
+        == 0
+    )
     rows = json.loads((out / "benchmark.json").read_text())["systems"]
-    assert [(r["name"], r["task"], r["n"]) for r in rows] == [("st", "st", 2), ("asr", "asr", 2), ("mt", "mt", 2),
-                                                            (f"cascade {multi.parent.name}/{multi.stem} -> "
-                                                             f"{multi.parent.name}/{multi.stem}", "st", 2)]
+    assert [(r["name"], r["task"], r["n"]) for r in rows] == [
+        ("st", "st", 2),
+        ("asr", "asr", 2),
+        ("mt", "mt", 2),
+        (f"cascade {multi.parent.name}/{multi.stem} -> {multi.parent.name}/{multi.stem}", "st", 2),
+    ]
     assert set(rows[1]["metrics"]) == {"WER", "CER"} and set(rows[2]["metrics"]) == {"BLEU", "chrF", "chrF++"}
-    assert main(["evaluate", "--model", str(multi), "--task", "mt", "--data", str(tiny_data), "--split", "dev",
-                 "--out", str(tmp_path / "ev"), *QUICK]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(multi),
+                "--task",
+                "mt",
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--out",
+                str(tmp_path / "ev"),
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["extra"]["task"] == "mt"

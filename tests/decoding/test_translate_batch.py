@@ -38,8 +38,12 @@ def files(tmp_path) -> dict[str, str]:
     (tmp_path / "empty.wav").write_bytes(b"")
     sf.write(tmp_path / "nan.wav", np.array([0.1, np.nan] * 800, dtype=np.float32), 16000, subtype="FLOAT")
     names = ["ten_ms", "one_sample", "header_only", "text", "empty", "nan"]
-    return {"good1": str(GOOD[0]), "good2": str(GOOD[1]), "missing": str(tmp_path / "missing.wav"),
-            **{name: str(tmp_path / f"{name}.wav") for name in names}}
+    return {
+        "good1": str(GOOD[0]),
+        "good2": str(GOOD[1]),
+        "missing": str(tmp_path / "missing.wav"),
+        **{name: str(tmp_path / f"{name}.wav") for name in names},
+    }
 
 
 BAD = {"text": "cannot decode audio", "empty": "empty file", "missing": "file not found", "nan": "non-finite samples"}
@@ -79,8 +83,12 @@ def test_translate_raises_on_a_bad_input_unless_told_to_keep_going(checkpoint, f
 
 def test_the_command_names_each_bad_file_warns_each_short_one_and_exits_1(checkpoint, files):
     order = ["good1", "text", "ten_ms", "missing", "header_only", "good2"]
-    done = subprocess.run([sys.executable, "-m", "speechmt", "translate", *[files[k] for k in order],
-                           "--model", checkpoint, *FAST], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "speechmt", "translate", *[files[k] for k in order], "--model", checkpoint, *FAST],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines() == [
         f"speechmt: warning: {_short_warning(files['ten_ms'], SHORT['ten_ms'])}",
@@ -92,7 +100,9 @@ def test_the_command_names_each_bad_file_warns_each_short_one_and_exits_1(checkp
     out = [line.split("\t") for line in done.stdout.splitlines()]
     assert [f for f, _ in out] == [files[k] for k in order if k not in BAD]  # readable files, in order
     texts = dict(out)
-    assert texts[files["good1"]] and texts[files["good2"]] and texts[files["ten_ms"]] == texts[files["header_only"]] == ""
+    assert (
+        texts[files["good1"]] and texts[files["good2"]] and texts[files["ten_ms"]] == texts[files["header_only"]] == ""
+    )
 
 
 def test_json_output_carries_the_error_and_the_warning(checkpoint, files, capsys):
@@ -112,26 +122,33 @@ def test_json_output_carries_the_error_and_the_warning(checkpoint, files, capsys
 
 def test_short_files_alone_are_not_a_failure(checkpoint, files, capsys):
     with pytest.warns(UserWarning):
-        assert main(["translate", files["ten_ms"], files["header_only"], files["good2"], "--model", checkpoint,
-                     *FAST]) == 0
+        assert (
+            main(["translate", files["ten_ms"], files["header_only"], files["good2"], "--model", checkpoint, *FAST])
+            == 0
+        )
     assert capsys.readouterr().err == ""  # the warnings went to pytest here; a terminal shows one line each
 
 
 def test_timing_mode_also_goes_on_past_a_bad_file(checkpoint, files, capsys):
-    assert main(["translate", files["good1"], files["missing"], files["good2"], "--model", checkpoint, "--timing",
-                 *FAST]) == 1
+    assert (
+        main(["translate", files["good1"], files["missing"], files["good2"], "--model", checkpoint, "--timing", *FAST])
+        == 1
+    )
     captured = capsys.readouterr()
     assert captured.err == f"speechmt: error: {files['missing']}: file not found\n"
     assert [line.split("\t")[0] for line in captured.out.splitlines()] == [files["good1"], files["good2"]]
 
 
-@pytest.mark.parametrize("options", [
-    ["--beam", "1", "--len-penalty", "-3", "--max-len-b", "0"],
-    ["--beam", "3", "--nbest", "3", "--max-len-a", "0.05", "--max-len-b", "5", "--len-penalty", "10"],
-    ["--beam", "2", "--max-len-b", "5", "--len-penalty=-10"],
-    ["--max-chunk-seconds", "3600", "--batch-size", "4096", "--beam", "2", "--max-len-b", "5"],
-    ["--max-chunk-seconds", "1.5", "--batch-size", "1", "--beam", "1", "--max-len-b", "5"],
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--beam", "1", "--len-penalty", "-3", "--max-len-b", "0"],
+        ["--beam", "3", "--nbest", "3", "--max-len-a", "0.05", "--max-len-b", "5", "--len-penalty", "10"],
+        ["--beam", "2", "--max-len-b", "5", "--len-penalty=-10"],
+        ["--max-chunk-seconds", "3600", "--batch-size", "4096", "--beam", "2", "--max-len-b", "5"],
+        ["--max-chunk-seconds", "1.5", "--batch-size", "1", "--beam", "1", "--max-len-b", "5"],
+    ],
+)
 def test_values_at_the_edges_of_the_allowed_ranges_translate_cleanly(checkpoint, options, capsys):
     assert main(["translate", *map(str, GOOD), "--model", checkpoint, "--format", "json", *options]) == 0
     captured = capsys.readouterr()

@@ -56,8 +56,11 @@ def _whisper_texts(lm, whisper_dir, waves):
         with torch.no_grad():
             (ids,), *_ = asr.transcribe(*asr.encoder.states(mels, lengths))
         text = tok.decode(ids).strip()
-        assert text and text == b"".join(piece_bytes([tok.id_to_token(i) for i in ids])).decode(
-            "utf-8", errors="replace").strip()
+        assert (
+            text
+            and text
+            == b"".join(piece_bytes([tok.id_to_token(i) for i in ids])).decode("utf-8", errors="replace").strip()
+        )
         texts.append(text)
     return texts
 
@@ -98,8 +101,26 @@ def test_the_transcript_follows_the_encoders_beam(wasr, whisper_dir):
 
 def test_evaluate_task_asr_scores_whisper_transcripts_by_wer(wasr, whisper_dir, tiny_data, tmp_path, capsys):
     out = tmp_path / "ev"
-    assert main(["evaluate", "--model", str(wasr), "--task", "asr", "--data", str(tiny_data), "--split", "dev",
-                 "--out", str(out), "--beam", "2"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(wasr),
+                "--task",
+                "asr",
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--out",
+                str(out),
+                "--beam",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "WER = " in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     records = read_manifest(tiny_data / "dev.jsonl")
@@ -121,8 +142,27 @@ def test_one_whisper_asr_model_is_both_models_of_a_cascade(wasr, whisper_dir, ti
     assert [r.transcript for r in results] == expected
     assert [r.text for r in results] == translate_texts(mt, expected, mt.decode_options(2, max_len_b=4))
     out = tmp_path / "ev"
-    assert main(["evaluate", "--cascade", str(wasr), str(wasr), "--data", str(tiny_data), "--split", "dev",
-                 "--beam", "2", "--max-len-b", "4", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--cascade",
+                str(wasr),
+                str(wasr),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--beam",
+                "2",
+                "--max-len-b",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     records = read_manifest(tiny_data / "dev.jsonl")
     hyps = _whisper_texts(asr, whisper_dir, [record_audio(r, tiny_data) for r in records])
     wer = 100 * jiwer.wer([normalize_for_wer(r.src_text) for r in records], [normalize_for_wer(h) for h in hyps])
@@ -154,6 +194,9 @@ def test_another_encoder_not_trained_for_asr_still_refuses_it(tiny_data, lm_dir,
 def test_whisper_own_transcript_is_not_streamed(wasr):
     from speechmt.decoding.simultaneous import SimultaneousError, simultaneous_translate
 
-    with pytest.raises(SimultaneousError, match=r"whisper_asr model is Whisper's transcript of the whole input; it is "
-                                                 r"not streamed$"):
+    with pytest.raises(
+        SimultaneousError,
+        match=r"whisper_asr model is Whisper's transcript of the whole input; it is "
+        r"not streamed$",
+    ):
         next(simultaneous_translate(load_model(wasr, task="asr"), [np.zeros(16000, np.float32)]))

@@ -28,8 +28,11 @@ def _collapse(tokens, blank: int) -> list[int]:
 def _brute_force(lp: np.ndarray, labels: list[int], blank: int) -> float:
     """The best log-probability over every path of T frames (V ** T of them) that collapses to `labels`."""
     frames = np.arange(len(lp))
-    return max(lp[frames, list(path)].sum() for path in itertools.product(range(lp.shape[1]), repeat=len(lp))
-               if _collapse(path, blank) == labels)
+    return max(
+        lp[frames, list(path)].sum()
+        for path in itertools.product(range(lp.shape[1]), repeat=len(lp))
+        if _collapse(path, blank) == labels
+    )
 
 
 LABELS = [[1], [2, 2], [1, 3], [3, 1, 3], [1, 1, 2], [2, 3, 3], [3, 3, 3]]
@@ -87,8 +90,10 @@ def test_a_transcript_that_does_not_fit_raises_naming_the_utterance():
     assert min_frames([1, 1, 1]) == 5 and min_frames([1, 2, 1]) == 3 and min_frames([]) == 0
     with pytest.raises(AlignmentError) as e:
         ctc_forced_align(lp, [1, 1, 1], 0, "ted_1_0")
-    assert str(e.value) == ("ted_1_0: its transcript of 3 pieces needs at least 5 CTC frames (a blank between "
-                            "repeated pieces), the audio has 4")
+    assert str(e.value) == (
+        "ted_1_0: its transcript of 3 pieces needs at least 5 CTC frames (a blank between "
+        "repeated pieces), the audio has 4"
+    )
     assert isinstance(e.value, ValueError)
     assert ctc_forced_align(lp, [1, 2, 1, 2], 0).spans == [(0, 1), (1, 2), (2, 3), (3, 4)]  # just fits
     assert ctc_forced_align(lp, [], 0).tokens.tolist() == [0, 0, 0, 0]
@@ -102,8 +107,7 @@ def test_forced_alignment_word_spans_of_a_batch():
     pieces = {5: "▁the", 6: "▁ca", 7: "t"}
     labels = torch.tensor([[4, 5, 5, 4, 6, 7, 4, 7], [4, 4, 4, 4, 4, 4, 0, 0]])  # 4: the blank
     enc = EncoderOutput(torch.zeros(2, 8, 3), torch.tensor([7, 6]), 10.0 * torch.nn.functional.one_hot(labels, 8))
-    (lengths, spans, how), skipped = forced_alignment(enc, [[5, 6, 7], [5, 5, 5, 5]], pieces.__getitem__,
-                                                      ["u0", "u1"])
+    (lengths, spans, how), skipped = forced_alignment(enc, [[5, 6, 7], [5, 5, 5, 5]], pieces.__getitem__, ["u0", "u1"])
     assert lengths.tolist() == [7, 6] and how == FORCED and skipped == ["u1"]
     assert spans == [[("the", [1, 2]), ("cat", [4, 5])], []]
 
@@ -140,7 +144,23 @@ def test_every_transcript_word_has_speech_units_on_a_tiny_ctc_model(tiny_data, t
         assert _words(speech, name) == expected
         assert [len(s) for s in speech.words[name]] == [len(s) for s in text.words["text.out"]]
     out = tmp_path / "an"
-    assert main(["research", "analyze", "--model", str(path), "--data", str(tiny_data), "--split", "train", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "research",
+                "analyze",
+                "--model",
+                str(path),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads((out / "analysis.json").read_text())
     assert r["speech"]["words"]["n_words"] == r["text"]["words"]["n_words"] == 36
     assert r["speech"]["words"]["units"] == [FORCED] * 5 and r["speech"]["words"]["skipped"] == []
@@ -158,12 +178,17 @@ def test_utterances_whose_transcript_does_not_fit_are_skipped_and_counted(tiny_d
     write_manifest(data / "train.jsonl", records)
     path = tiny_checkpoint(tiny_data, tmp_path / "m.safetensors", ctc=True, text_encoder={"layers": 2})
     out = tmp_path / "an"
-    assert main(["research", "analyze", "--model", str(path), "--data", str(data), "--split", "train", "--out", str(out)]) == 0
+    assert (
+        main(["research", "analyze", "--model", str(path), "--data", str(data), "--split", "train", "--out", str(out)])
+        == 0
+    )
     r = json.loads((out / "analysis.json").read_text())
     words = r["speech"]["words"]
     assert words["skipped"] == [records[1].id] and words["units"] == [FORCED] * 5
-    note = (f"1 of 6 utterances have no CTC forced alignment word units: their transcript needs more CTC frames "
-            f"than the audio has ({records[1].id})")
+    note = (
+        f"1 of 6 utterances have no CTC forced alignment word units: their transcript needs more CTC frames "
+        f"than the audio has ({records[1].id})"
+    )
     assert words["note"] == note and f"speech words: {note}." in (out / "summary.md").read_text()
     assert f"speech words: {note}\n" in capsys.readouterr().out
     assert words["n_words"] == 36 - len(own.split())  # the other 5 utterances' words

@@ -32,7 +32,9 @@ def test_translation_tasks_score_bleu_chrf_and_chrf_pp():
 
 def test_comet_is_skipped_with_a_reason_without_model_or_package(monkeypatch):
     assert optional_comet(HYPS, REFS, SRCS, None) == (
-        None, "COMET skipped: no COMET model given (--comet MODEL: a checkpoint, or a name to download)")
+        None,
+        "COMET skipped: no COMET model given (--comet MODEL: a checkpoint, or a name to download)",
+    )
     monkeypatch.setitem(sys.modules, "comet", None)  # import comet raises ImportError
     with pytest.raises(CometUnavailable, match="unbabel-comet package is not installed"):
         comet(HYPS, REFS, SRCS, "Unbabel/wmt22-comet-da")
@@ -45,7 +47,7 @@ def _fake_comet(scores: list[float], seen: dict) -> types.ModuleType:
     class Model:
         def predict(self, data, batch_size, gpus, progress_bar):
             seen["data"] = data
-            return types.SimpleNamespace(scores=scores[:len(data)])
+            return types.SimpleNamespace(scores=scores[: len(data)])
 
     def load_from_checkpoint(path):
         seen["path"] = path
@@ -69,15 +71,36 @@ def test_comet_averages_segment_scores_of_a_local_checkpoint(monkeypatch, tmp_pa
     assert seen["path"] == str(tmp_path / "checkpoints" / "model.ckpt")
     assert seen["data"][1] == {"src": SRCS[1], "mt": HYPS[1], "ref": REFS[1]}
     missing, why = optional_comet(HYPS, REFS, SRCS, "Unbabel/wmt22-comet-da")  # download fails: no number
-    assert missing is None and why == "COMET skipped: COMET model 'Unbabel/wmt22-comet-da' could not be used (no network)"
+    assert (
+        missing is None and why == "COMET skipped: COMET model 'Unbabel/wmt22-comet-da' could not be used (no network)"
+    )
 
 
 def test_benchmark_table_has_a_chrf_pp_column():
-    row = SystemResult(name="sys", kind="peer", source="p.json", task="st", params=None, n=3,
-                       metrics=score("st", HYPS, REFS), buckets=[], timed_utterances=3, decode_seconds=None,
-                       audio_seconds=None)
-    bench = Benchmark(data="d", split="tst", n=3, ids_sha256="0", edges=(), bucket_labels=[], bucket_counts=[],
-                      systems=[row], machine={"cpu_count": 2, "cpu": "x", "torch": "2", "commit": None})
+    row = SystemResult(
+        name="sys",
+        kind="peer",
+        source="p.json",
+        task="st",
+        params=None,
+        n=3,
+        metrics=score("st", HYPS, REFS),
+        buckets=[],
+        timed_utterances=3,
+        decode_seconds=None,
+        audio_seconds=None,
+    )
+    bench = Benchmark(
+        data="d",
+        split="tst",
+        n=3,
+        ids_sha256="0",
+        edges=(),
+        bucket_labels=[],
+        bucket_counts=[],
+        systems=[row],
+        machine={"cpu_count": 2, "cpu": "x", "torch": "2", "commit": None},
+    )
     lines = benchmark_markdown(bench).split("\n")
     head = next(line for line in lines if line.startswith("| system | task"))
     cells = lines[lines.index(head) + 2]

@@ -15,8 +15,9 @@ from speechmt.tokenizers.sentencepiece import Tokenizer
 def _loaded(tiny_data, **model) -> LoadedModel:
     tok = Tokenizer.load(tiny_data / "spm.model")
     net = build_model(preset("tiny", tgt_vocab_size=len(tok), src_vocab_size=len(tok), **model)).eval()
-    return LoadedModel(net, tok, "<de>", FbankFrontend(FbankConfig(), CMVNConfig("utterance")), "st", "(test)",
-                       torch.device("cpu"))
+    return LoadedModel(
+        net, tok, "<de>", FbankFrontend(FbankConfig(), CMVNConfig("utterance")), "st", "(test)", torch.device("cpu")
+    )
 
 
 def _conv_out(n: int) -> int:
@@ -68,8 +69,11 @@ def test_a_text_with_a_line_break_stops_evaluation_before_any_decoding(tiny_data
     data = _copy_with_texts(tiny_data, tmp_path, {1: {field: "zwei\nZeilen"}})
     monkeypatch.setattr(ev, "_decode_batch", lambda *a: pytest.fail("decoded before the texts were checked"))
     lm = _loaded(tiny_data)
-    with pytest.raises(ManifestError, match=rf"train.jsonl: utterance '.*': its {field} holds a line break or tab "
-                                            r"\('zwei\\nZeilen'\); the report's files are one utterance a line"):
+    with pytest.raises(
+        ManifestError,
+        match=rf"train.jsonl: utterance '.*': its {field} holds a line break or tab "
+        r"\('zwei\\nZeilen'\); the report's files are one utterance a line",
+    ):
         decode_split(lm, data, "train", lm.decode_options(beam=1, max_len_b=3))
 
 
@@ -77,12 +81,18 @@ def test_a_hypothesis_with_line_breaks_or_tabs_is_written_as_one_line(tiny_data,
     import speechmt.evaluation.evaluate as ev
     from speechmt.evaluation.report import EvalReport, write_report
 
-    monkeypatch.setattr(ev, "_decode_batch", lambda lm, records, store, idx, *a: (["a\nb\tc\r"] * len(idx),
-                                                                                  [1] * len(idx)))
+    monkeypatch.setattr(
+        ev, "_decode_batch", lambda lm, records, store, idx, *a: (["a\nb\tc\r"] * len(idx), [1] * len(idx))
+    )
     lm = _loaded(tiny_data)
     decoded = decode_split(lm, tiny_data, "train", lm.decode_options(beam=1, max_len_b=3))
     assert set(decoded.hyps) == {"a b c "}
     refs = [r.tgt_text for r in decoded.records]
-    write_report(EvalReport("m", "d", "train", len(refs), {}, {}), tmp_path / "out", decoded.hyps, refs,
-                 [r.id for r in decoded.records])
+    write_report(
+        EvalReport("m", "d", "train", len(refs), {}, {}),
+        tmp_path / "out",
+        decoded.hyps,
+        refs,
+        [r.id for r in decoded.records],
+    )
     assert (tmp_path / "out/hyps.txt").read_text().splitlines() == decoded.hyps

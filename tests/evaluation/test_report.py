@@ -24,7 +24,11 @@ REFS = ["Das ist ein kleiner Test.", "Wir übersetzen gesprochene Sprache in Tex
 def make_report(**overrides) -> EvalReport:
     metrics = {s.name: s for s in (bleu(HYPS, REFS), chrf(HYPS, REFS), wer(HYPS, REFS))}
     fields = dict(
-        model="exp/st_s/avg10.safetensors", data="data/mustc/en-de", split="tst-COMMON", n=len(IDS), metrics=metrics,
+        model="exp/st_s/avg10.safetensors",
+        data="data/mustc/en-de",
+        split="tst-COMMON",
+        n=len(IDS),
+        metrics=metrics,
         extra={"beam": 5, "lenpen": 1.0, "seconds": 12.5, "rtf": 0.031, "commit": "abc1234+dirty"},
         created="2025-01-02T03:04:05+00:00",
     )
@@ -53,7 +57,12 @@ def test_text_files_follow_the_order_of_ids(tmp_path):
     assert rows[0] == ["id", "ref", "hyp", "src"]
     assert rows[1:] == [list(r) for r in zip(IDS, REFS, HYPS, SRCS)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "hyps.txt", "refs.txt", "report.json", "report.md", "results.tsv"]  # no temporary files left
+        "hyps.txt",
+        "refs.txt",
+        "report.json",
+        "report.md",
+        "results.tsv",
+    ]  # no temporary files left
 
 
 def test_results_tsv_without_sources(tmp_path):
@@ -72,7 +81,7 @@ def test_markdown_has_scores_signatures_rule_and_extra(tmp_path):
     assert "tok:13a" in md and "case:mixed" in md
     assert "drop every token made only of Unicode punctuation" in md
     assert normalize_for_wer.__doc__.split("\n")[0] in md
-    assert '| beam | 5 |' in md and '| commit | abc1234+dirty |' in md
+    assert "| beam | 5 |" in md and "| commit | abc1234+dirty |" in md
 
 
 def test_markdown_leaves_out_the_wer_rule_without_wer(tmp_path):
@@ -134,7 +143,7 @@ def test_append_results_row_keeps_other_text_and_extends_the_table(tmp_path):
     header = lines.index(RESULTS_HEADER)
     assert lines[:header] == ["# MuST-C En-De", "", "Notes before.", ""]
     assert "| tst-COMMON |" in lines[header + 2] and "| dev |" in lines[header + 3]
-    assert lines[header + 4:] == ["", "Notes after the table."]
+    assert lines[header + 4 :] == ["", "Notes after the table."]
 
 
 def test_git_commit_outside_a_repository_is_none(tmp_path):

@@ -96,8 +96,7 @@ def test_segments_without_words_are_skipped():
     segments = [(0.0, 1000.0, "a"), (1300.0, 1000.0, "b"), (2600.0, 1000.0, "c")]
     out = stream_laal(["a", "c"], [500.0, 3000.0], [500.0, 3000.0], segments)
     # segment 1: 500; segment 3: 3000 - 2600 = 400; segment 2 has no word
-    assert out == {"StreamLAAL": pytest.approx(450.0), "StreamLAAL_CA": pytest.approx(450.0), "n": 2,
-                   "skipped": 1}
+    assert out == {"StreamLAAL": pytest.approx(450.0), "StreamLAAL_CA": pytest.approx(450.0), "n": 2, "skipped": 1}
     empty = stream_laal([], [], [], segments)
     assert empty == {"StreamLAAL": None, "StreamLAAL_CA": None, "n": 0, "skipped": 3}
 

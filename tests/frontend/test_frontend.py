@@ -29,13 +29,14 @@ def test_each_front_end_makes_what_its_function_makes():
     assert FbankFrontend()(WAVE).shape == (98, 80) and WhisperMelFrontend()(WAVE).shape == (100, 80)
 
 
-@pytest.mark.parametrize("frontend, shortest", [(FbankFrontend(), 400), (WaveformFrontend(), 400),
-                                                (WhisperMelFrontend(), 201)])
+@pytest.mark.parametrize(
+    "frontend, shortest", [(FbankFrontend(), 400), (WaveformFrontend(), 400), (WhisperMelFrontend(), 201)]
+)
 def test_the_shortest_input_is_the_shortest_that_makes_a_frame(frontend, shortest):
     assert frontend.min_samples == shortest
     assert len(frontend(WAVE[:shortest])) >= 1
     if frontend.name != "waveform":  # the waveform itself has any length; wav2vec2's convolutions need 400
-        assert len(frontend(WAVE[:shortest - 1])) == 0
+        assert len(frontend(WAVE[: shortest - 1])) == 0
 
 
 def test_wav2vec2s_convolutions_make_no_frame_of_a_shorter_wave():
@@ -47,12 +48,21 @@ def test_wav2vec2s_convolutions_make_no_frame_of_a_shorter_wave():
 
 
 def test_only_whisper_has_a_longest_input():
-    assert (FbankFrontend.max_seconds, WaveformFrontend.max_seconds, WhisperMelFrontend.max_seconds) == (None, None, 30.0)
+    assert (FbankFrontend.max_seconds, WaveformFrontend.max_seconds, WhisperMelFrontend.max_seconds) == (
+        None,
+        None,
+        30.0,
+    )
 
 
-@pytest.mark.parametrize("frontend", [FbankFrontend(FbankConfig(num_mel_bins=40), CMVNConfig("global", (1.0,), (2.0,))),
-                                      WaveformFrontend(WaveformConfig(do_normalize=False)),
-                                      WhisperMelFrontend(WhisperMelConfig(128, pad_seconds=30))])
+@pytest.mark.parametrize(
+    "frontend",
+    [
+        FbankFrontend(FbankConfig(num_mel_bins=40), CMVNConfig("global", (1.0,), (2.0,))),
+        WaveformFrontend(WaveformConfig(do_normalize=False)),
+        WhisperMelFrontend(WhisperMelConfig(128, pad_seconds=30)),
+    ],
+)
 def test_the_checkpoint_form_reads_back(frontend):
     assert frontend_from_state(frontend.state_dict()) == frontend
 

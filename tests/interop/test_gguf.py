@@ -27,8 +27,29 @@ from speechmt.interop.gguf import import_gguf, read_gguf_header
 gguf = pytest.importorskip("gguf", reason="the gguf package (a speechmt dependency) writes the test files")
 
 TEXT = "the cat sat on the mat"
-_WORDS = ["▁the", "▁cat", "▁sat", "▁on", "▁mat", "the", "cat", "sat", "on", "mat", "at", "th", "he", "▁t", "▁c",
-          "▁s", "▁o", "▁m", "ca", "sa", "ma"]
+_WORDS = [
+    "▁the",
+    "▁cat",
+    "▁sat",
+    "▁on",
+    "▁mat",
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "at",
+    "th",
+    "he",
+    "▁t",
+    "▁c",
+    "▁s",
+    "▁o",
+    "▁m",
+    "ca",
+    "sa",
+    "ma",
+]
 TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"] + ["▁"] + list("abcdefghijklmnopqrstuvwxyz") + _WORDS
 TYPES = [3, 3, 3, 2] + [1] * (len(TOKENS) - 4)  # control, control, control, unknown, then normal
 GGUF_ARCH = {"gemma3": gguf.MODEL_ARCH.GEMMA3, "llama": gguf.MODEL_ARCH.LLAMA}
@@ -37,9 +58,20 @@ GGUF_ARCH = {"gemma3": gguf.MODEL_ARCH.GEMMA3, "llama": gguf.MODEL_ARCH.LLAMA}
 def _tiny_model(arch: str):
     """A random tiny causal LM: every weight random (norm weights on a 1/16 grid, so llama.cpp's +1 and
     transformers' -1 for Gemma norms are exact)."""
-    common = dict(vocab_size=len(TOKENS), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                  rms_norm_eps=1e-6, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    common = dict(
+        vocab_size=len(TOKENS),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
     if arch == "gemma3":
         model = Gemma3ForCausalLM(Gemma3TextConfig(**common, sliding_window=4, tie_word_embeddings=True))
     else:
@@ -175,7 +207,12 @@ def test_the_folder_reloads_with_the_logits_of_the_gguf(case):
 def test_the_folder_holds_a_plain_config_and_the_tokenizer(case):
     arch, _, path, out = case
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert sorted(p.name for p in out.parent.iterdir()) == ["hf", path.name]  # no temporary folder left
     config = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in config and config["num_hidden_layers"] == 2
@@ -264,17 +301,23 @@ def _broken(kind: str, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("missing", "no such file (expected a GGUF model file)"),
-    ("not gguf", "not a GGUF file (starts with b'Engl', not b'GGUF')"),
-    ("old version", "GGUF version 1 is not supported (expected 2 or 3)"),
-    ("truncated", "truncated GGUF file (ends inside its header)"),
-    ("unreadable architecture", "architecture 'bert' is not one transformers"),
-    ("no tensors", "the GGUF file holds no tensors"),
-    ("missing tensor", "its metadata describe a LlamaForCausalLM of 18,848 parameters, but its tensors hold "
-                       "17,312 values (metadata or tensors missing)"),
-    ("misnamed tensor", "1 weights of LlamaForCausalLM are not in the file: model.layers.1.mlp.up_proj.weight"),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("missing", "no such file (expected a GGUF model file)"),
+        ("not gguf", "not a GGUF file (starts with b'Engl', not b'GGUF')"),
+        ("old version", "GGUF version 1 is not supported (expected 2 or 3)"),
+        ("truncated", "truncated GGUF file (ends inside its header)"),
+        ("unreadable architecture", "architecture 'bert' is not one transformers"),
+        ("no tensors", "the GGUF file holds no tensors"),
+        (
+            "missing tensor",
+            "its metadata describe a LlamaForCausalLM of 18,848 parameters, but its tensors hold "
+            "17,312 values (metadata or tensors missing)",
+        ),
+        ("misnamed tensor", "1 weights of LlamaForCausalLM are not in the file: model.layers.1.mlp.up_proj.weight"),
+    ],
+)
 def test_bad_input_gives_one_line_naming_the_file(kind, expected, tmp_path, capsys):
     path = _broken(kind, tmp_path)
     with pytest.raises(HFImportError, match=f"^{path}: "):

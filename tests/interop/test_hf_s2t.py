@@ -28,12 +28,24 @@ from speechmt.interop import HFImportError
 from speechmt.interop.hf_s2t import NEVER, convert_tokenizer, fbank_frontend, import_hf_s2t, model_config, vocab_order
 
 SENTENCES = [
-    "the cat sat on the warm mat", "a small dog ran across the park", "we translate speech into text",
-    "the weather is nice today", "she reads a book every night", "they walked to the market at dawn",
-    "this model is very small", "children play in the garden after school", "he drinks black coffee",
-    "birds sing in the tall trees", "i like green apples and red pears", "the train leaves at noon",
-    "my sister paints the old house", "rain falls on the quiet river", "our teacher speaks three languages",
-    "the museum opens on sunday", "please close the window", "music fills the empty hall",
+    "the cat sat on the warm mat",
+    "a small dog ran across the park",
+    "we translate speech into text",
+    "the weather is nice today",
+    "she reads a book every night",
+    "they walked to the market at dawn",
+    "this model is very small",
+    "children play in the garden after school",
+    "he drinks black coffee",
+    "birds sing in the tall trees",
+    "i like green apples and red pears",
+    "the train leaves at noon",
+    "my sister paints the old house",
+    "rain falls on the quiet river",
+    "our teacher speaks three languages",
+    "the museum opens on sunday",
+    "please close the window",
+    "music fills the empty hall",
 ]
 TAGS = tuple(f"<lang:{x}>" for x in ("pt", "fr", "ru", "nl", "ro", "it", "es", "de"))  # HF's "mustc" codes
 BOS, PAD, EOS, UNK = 0, 1, 2, 3  # HF's (fairseq's) special ids
@@ -58,17 +70,32 @@ class Converted:
         return [o for o, _ in pairs], [h for _, h in pairs]
 
 
-def hf_tokenizer(out: Path, tags: tuple[str, ...] = (), tgt_lang: str | None = None, model_type: str = "unigram",
-                 vocab_size: int = 60) -> Speech2TextTokenizer:
+def hf_tokenizer(
+    out: Path,
+    tags: tuple[str, ...] = (),
+    tgt_lang: str | None = None,
+    model_type: str = "unigram",
+    vocab_size: int = 60,
+) -> Speech2TextTokenizer:
     """A HF Speech2Text tokenizer as fairseq's s2t recipes make them: SentencePiece ids = dictionary ids."""
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(SENTENCES), model_prefix=str(out / "sp"),
-                                   vocab_size=vocab_size, model_type=model_type, bos_id=BOS, pad_id=PAD,
-                                   eos_id=EOS, unk_id=UNK, user_defined_symbols=list(tags), num_threads=1,
-                                   minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES),
+        model_prefix=str(out / "sp"),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        bos_id=BOS,
+        pad_id=PAD,
+        eos_id=EOS,
+        unk_id=UNK,
+        user_defined_symbols=list(tags),
+        num_threads=1,
+        minloglevel=2,
+    )
     sp = spm.SentencePieceProcessor(model_file=str(out / "sp.model"))
     (out / "vocab.json").write_text(json.dumps({sp.id_to_piece(i): i for i in range(len(sp))}))
-    return Speech2TextTokenizer(str(out / "vocab.json"), str(out / "sp.model"),
-                                lang_codes="mustc" if tags else None, tgt_lang=tgt_lang)
+    return Speech2TextTokenizer(
+        str(out / "vocab.json"), str(out / "sp.model"), lang_codes="mustc" if tags else None, tgt_lang=tgt_lang
+    )
 
 
 def save_hf_model(out: Path, tags: tuple[str, ...] = (), tgt_lang: str | None = None, tied: bool = False) -> Path:
@@ -82,10 +109,22 @@ def save_hf_model(out: Path, tags: tuple[str, ...] = (), tgt_lang: str | None = 
     tok = hf_tokenizer(out, tags, tgt_lang)
     tok.save_pretrained(out / "hf")
     Speech2TextFeatureExtractor().save_pretrained(out / "hf")
-    config = Speech2TextConfig(vocab_size=len(tok.encoder), d_model=64, encoder_layers=2, decoder_layers=2,
-                               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128,
-                               decoder_ffn_dim=128, conv_channels=64, max_source_positions=1000,
-                               max_target_positions=100, dropout=0.0, init_std=0.2, tie_word_embeddings=tied)
+    config = Speech2TextConfig(
+        vocab_size=len(tok.encoder),
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        conv_channels=64,
+        max_source_positions=1000,
+        max_target_positions=100,
+        dropout=0.0,
+        init_std=0.2,
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(0)
     model = Speech2TextForConditionalGeneration(config).eval()
     with torch.no_grad():
@@ -99,8 +138,13 @@ def convert(root: Path, **hf_options) -> Converted:
     hf_dir = save_hf_model(root / "src", **hf_options)
     path = import_hf_s2t(hf_dir, root / "model.safetensors")
     hf_ids = load_checkpoint(path)["imported_from"]["hf_ids"]
-    return Converted(Speech2TextForConditionalGeneration.from_pretrained(hf_dir).eval(),
-                     Speech2TextTokenizer.from_pretrained(hf_dir), load_model(path), hf_ids, path)
+    return Converted(
+        Speech2TextForConditionalGeneration.from_pretrained(hf_dir).eval(),
+        Speech2TextTokenizer.from_pretrained(hf_dir),
+        load_model(path),
+        hf_ids,
+        path,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -125,15 +169,30 @@ def padded(feats: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.tensor([len(f) for f in feats])
 
 
-def hf_beam(hf: Speech2TextForConditionalGeneration, feats: torch.Tensor,
-            **options) -> tuple[list[list[int]], list[float]]:
+def hf_beam(
+    hf: Speech2TextForConditionalGeneration, feats: torch.Tensor, **options
+) -> tuple[list[list[int]], list[float]]:
     """HF's beam search set as fairseq's and ours: 5 beams, 5 finished hypotheses end it (early_stopping),
     score / length (EOS counted), nothing else; pad and <s> banned and EOS not first, as our search does.
     Returns the 5 finished hypotheses, best first, without the start token, each up to its EOS; their scores."""
-    settings = dict(num_beams=5, num_return_sequences=5, max_length=MAX_NEW + 2, min_new_tokens=1,
-                    length_penalty=1.0, early_stopping=True, no_repeat_ngram_size=0, repetition_penalty=1.0,
-                    do_sample=False, suppress_tokens=[PAD, BOS], decoder_start_token_id=EOS, eos_token_id=EOS,
-                    pad_token_id=PAD, bos_token_id=BOS, return_dict_in_generate=True, output_scores=True)
+    settings = dict(
+        num_beams=5,
+        num_return_sequences=5,
+        max_length=MAX_NEW + 2,
+        min_new_tokens=1,
+        length_penalty=1.0,
+        early_stopping=True,
+        no_repeat_ngram_size=0,
+        repetition_penalty=1.0,
+        do_sample=False,
+        suppress_tokens=[PAD, BOS],
+        decoder_start_token_id=EOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     settings.update(options)
     with torch.no_grad():
         out = hf.generate(input_features=feats[None], generation_config=GenerationConfig(**settings))
@@ -176,8 +235,9 @@ def test_padded_batch_lengths_and_states_equal_hf(bilingual):
             alone = bilingual.hf(input_features=f[None], decoder_input_ids=inputs)
             n = int(enc.lengths[i])
             assert (enc.x[i, :n] - alone.encoder_last_hidden_state[0]).abs().max() <= 1e-4
-            logits = bilingual.lm.model.decode(torch.tensor([bilingual.ours(inputs[0].tolist())]),
-                                               enc.select(torch.tensor([i])))
+            logits = bilingual.lm.model.decode(
+                torch.tensor([bilingual.ours(inputs[0].tolist())]), enc.select(torch.tensor([i]))
+            )
             assert (logits[0][:, ours] - alone.logits[0][:, theirs]).abs().max() <= 1e-4
 
 
@@ -235,18 +295,24 @@ def test_bpe_tokenizer_and_pieces_missing_from_vocab_json(tmp_path):
 
 def test_checkpoint_loads_and_translates_like_hf(bilingual):
     lm = bilingual.lm
-    assert (lm.frontend.settings, lm.tag, lm.task, lm.decoder_start) == ((FbankConfig(), CMVNConfig("utterance")), None,
-                                                                     "st", "eos")
+    assert (lm.frontend.settings, lm.tag, lm.task, lm.decoder_start) == (
+        (FbankConfig(), CMVNConfig("utterance")),
+        None,
+        "st",
+        "eos",
+    )
     assert lm.decode_options().start_id == lm.tokenizer.eos_id == 3
     rng = np.random.default_rng(0)
     t = np.arange(24000) / 16000
     wave = (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
     [result] = translate(lm, [wave], beam=5, max_len_b=MAX_NEW)
     feats = Speech2TextFeatureExtractor.from_pretrained(bilingual.path.parent / "src" / "hf")(
-        wave, sampling_rate=16000, return_tensors="pt")["input_features"][0]
+        wave, sampling_rate=16000, return_tensors="pt"
+    )["input_features"][0]
     best = hf_beam(bilingual.hf, feats)[0][0]
-    assert result.text and result.text == bilingual.tok.decode(best, skip_special_tokens=True,
-                                                               clean_up_tokenization_spaces=False)
+    assert result.text and result.text == bilingual.tok.decode(
+        best, skip_special_tokens=True, clean_up_tokenization_spaces=False
+    )
 
 
 def test_multilingual_model_gets_its_language_tag(multilingual, tmp_path):

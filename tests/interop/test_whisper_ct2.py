@@ -42,20 +42,39 @@ def _tiny_hf_whisper(folder: Path) -> Path:
     specials = [t["content"] for t in json.loads(tok_file.read_text())["added_tokens"] if t["special"]]
     tok = WhisperTokenizerFast(tokenizer_file=str(tok_file), additional_special_tokens=specials)
     eot, sot = tok.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>"])
-    config = WhisperConfig(vocab_size=len(tok), num_mel_bins=80, d_model=64, encoder_layers=2, decoder_layers=2,
-                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-                           decoder_ffn_dim=96, max_source_positions=SOURCE_POSITIONS, max_target_positions=24,
-                           pad_token_id=eot, bos_token_id=eot, eos_token_id=eot, decoder_start_token_id=sot,
-                           suppress_tokens=SUPPRESS, begin_suppress_tokens=[220, eot])
+    config = WhisperConfig(
+        vocab_size=len(tok),
+        num_mel_bins=80,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=96,
+        max_source_positions=SOURCE_POSITIONS,
+        max_target_positions=24,
+        pad_token_id=eot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        decoder_start_token_id=sot,
+        suppress_tokens=SUPPRESS,
+        begin_suppress_tokens=[220, eot],
+    )
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(config)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)
     model.generation_config = GenerationConfig(
-        decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, suppress_tokens=SUPPRESS,
-        begin_suppress_tokens=[220, eot], alignment_heads=HEADS,
-        lang_to_id={f"<|{x}|>": tok.convert_tokens_to_ids(f"<|{x}|>") for x in LANGUAGES})
+        decoder_start_token_id=sot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        suppress_tokens=SUPPRESS,
+        begin_suppress_tokens=[220, eot],
+        alignment_heads=HEADS,
+        lang_to_id={f"<|{x}|>": tok.convert_tokens_to_ids(f"<|{x}|>") for x in LANGUAGES},
+    )
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     WhisperFeatureExtractor(feature_size=80).save_pretrained(folder)
@@ -132,21 +151,53 @@ def test_int8_weights_are_dequantized_within_half_a_step(hf_dir, ct2_dirs, tmp_p
 def test_config_generation_config_and_processor(hf_dir, ct2_dirs, tmp_path):
     out = import_whisper(ct2_dirs["float16"], tmp_path / "hf")
     original, config = WhisperConfig.from_pretrained(hf_dir), WhisperConfig.from_pretrained(out)
-    for key in ("vocab_size", "num_mel_bins", "d_model", "encoder_layers", "decoder_layers",
-                "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
-                "max_source_positions", "max_target_positions", "pad_token_id", "bos_token_id", "eos_token_id",
-                "decoder_start_token_id", "suppress_tokens", "begin_suppress_tokens", "tie_word_embeddings"):
+    for key in (
+        "vocab_size",
+        "num_mel_bins",
+        "d_model",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+        "max_source_positions",
+        "max_target_positions",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        "tie_word_embeddings",
+    ):
         assert getattr(config, key) == getattr(original, key), key
     tok = AutoTokenizer.from_pretrained(out)
     gen = GenerationConfig.from_pretrained(out)
-    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|startoftranscript|>", "<|translate|>",
-                                                      "<|transcribe|>", "<|startofprev|>", "<|notimestamps|>")}
+    ids = {
+        t: tok.convert_tokens_to_ids(t)
+        for t in (
+            "<|endoftext|>",
+            "<|startoftranscript|>",
+            "<|translate|>",
+            "<|transcribe|>",
+            "<|startofprev|>",
+            "<|notimestamps|>",
+        )
+    }
     assert gen.lang_to_id == {f"<|{x}|>": tok.convert_tokens_to_ids(f"<|{x}|>") for x in LANGUAGES}
     assert gen.task_to_id == {"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]}
     assert (gen.suppress_tokens, gen.begin_suppress_tokens, gen.alignment_heads) == (
-        SUPPRESS, [220, ids["<|endoftext|>"]], HEADS)
+        SUPPRESS,
+        [220, ids["<|endoftext|>"]],
+        HEADS,
+    )
     assert (gen.decoder_start_token_id, gen.eos_token_id, gen.no_timestamps_token_id, gen.prev_sot_token_id) == (
-        ids["<|startoftranscript|>"], ids["<|endoftext|>"], ids["<|notimestamps|>"], ids["<|startofprev|>"])
+        ids["<|startoftranscript|>"],
+        ids["<|endoftext|>"],
+        ids["<|notimestamps|>"],
+        ids["<|startofprev|>"],
+    )
     assert gen.forced_decoder_ids == [[1, None], [2, ids["<|transcribe|>"]]] and gen.is_multilingual
     reference = AutoTokenizer.from_pretrained(hf_dir)
     text = "the cat sat on the mat"
@@ -165,8 +216,13 @@ def test_cli_converts_and_replaces_an_existing_folder(ct2_dirs, tmp_path, capsys
     (out / "stale.txt").write_text("old")
     assert main(["import", "whisper", str(ct2_dirs["float16"]), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "generation_config.json", "model.safetensors", "preprocessor_config.json",
-        "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "preprocessor_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temporary folder left
     assert f"{out}: Hugging Face Whisper model of" in capsys.readouterr().out
 
@@ -197,21 +253,30 @@ def _broken_copy(ct2_dir: Path, folder: Path, model_bin: bytes | None) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("no folder", "no such folder"),
-    ("no model.bin", "model.bin: no such file"),
-    ("truncated", "model.bin: truncated CTranslate2 model"),
-    ("not whisper", "model.bin: spec TransformerSpec is not a Whisper model"),
-    ("future version", "model.bin: CTranslate2 binary version 7 is not supported"),
-    ("trailing bytes", "model.bin: 3 unexpected bytes after the last alias"),
-    ("no tokenizer", "tokenizer.json: missing"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("no folder", "no such folder"),
+        ("no model.bin", "model.bin: no such file"),
+        ("truncated", "model.bin: truncated CTranslate2 model"),
+        ("not whisper", "model.bin: spec TransformerSpec is not a Whisper model"),
+        ("future version", "model.bin: CTranslate2 binary version 7 is not supported"),
+        ("trailing bytes", "model.bin: 3 unexpected bytes after the last alias"),
+        ("no tokenizer", "tokenizer.json: missing"),
+    ],
+)
 def test_broken_inputs_give_one_line_errors(ct2_dirs, tmp_path, case, expected, capsys):
     source = ct2_dirs["float16"]
     whole = (source / "model.bin").read_bytes()
-    model_bin = {"no folder": None, "no model.bin": None, "truncated": whole[:len(whole) // 2],
-                 "not whisper": _ct2_bytes("TransformerSpec"), "future version": _ct2_bytes("WhisperSpec", 7),
-                 "trailing bytes": whole + b"abc", "no tokenizer": whole}[case]
+    model_bin = {
+        "no folder": None,
+        "no model.bin": None,
+        "truncated": whole[: len(whole) // 2],
+        "not whisper": _ct2_bytes("TransformerSpec"),
+        "future version": _ct2_bytes("WhisperSpec", 7),
+        "trailing bytes": whole + b"abc",
+        "no tokenizer": whole,
+    }[case]
     folder = tmp_path / "missing" if case == "no folder" else _broken_copy(source, tmp_path / "ct2", model_bin)
     if case == "no tokenizer":
         (folder / "tokenizer.json").unlink()

@@ -59,7 +59,9 @@ def test_soft_embeddings_mix_rows_by_the_posteriors_and_pass_gradients():
     out = soft_embeddings(logits, kept, table, FIRST_LABEL)
     torch.testing.assert_close(out[0, 1], torch.tensor([0.5, 1.0]))
     torch.testing.assert_close(out[0, 2], torch.tensor([3.0, 3.0]))
-    torch.testing.assert_close(out[0, 0], table.mean(0))  # a blank frame: the table's mean (read only by all-blank rows)
+    torch.testing.assert_close(
+        out[0, 0], table.mean(0)
+    )  # a blank frame: the table's mean (read only by all-blank rows)
     out[0, 1, 0].backward()
     assert logits.grad[0, 1, 5] > 0 > logits.grad[0, 1, 6] and logits.grad[0, 0].abs().sum() == 0
 
@@ -72,18 +74,27 @@ def test_an_all_blank_utterance_reads_one_vector(model):
     assert out.lengths.tolist() == [1] and out.x.shape == (1, 1, model.config.d_model)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(shrink=dict(kind="conv", embed="lm")), "shrink.embed: not an option of shrink 'conv'"),
-    (dict(shrink=dict(kind="ctc", embed="text")), "unknown shrink.embed 'text'"),
-    (dict(ctc=True, src_vocab_size=10, shrink=dict(kind="ctc", embed="lm")), "shrink.embed lm needs decoder 'lm'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(shrink=dict(kind="conv", embed="lm")), "shrink.embed: not an option of shrink 'conv'"),
+        (dict(shrink=dict(kind="ctc", embed="text")), "unknown shrink.embed 'text'"),
+        (dict(ctc=True, src_vocab_size=10, shrink=dict(kind="ctc", embed="lm")), "shrink.embed lm needs decoder 'lm'"),
+    ],
+)
 def test_config_errors_name_the_option(overrides, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**overrides)
 
 
 def test_building_without_the_lm_token_list_is_one_clear_error(lm_dir):
-    cfg = preset("tiny", n_heads=2, ctc=True, src_vocab_size=10, shrink=CTCShrinkConfig(embed="lm"),
-                 decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=(0, 1, 2, 3), prompt=(2,)))
+    cfg = preset(
+        "tiny",
+        n_heads=2,
+        ctc=True,
+        src_vocab_size=10,
+        shrink=CTCShrinkConfig(embed="lm"),
+        decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=(0, 1, 2, 3), prompt=(2,)),
+    )
     with pytest.raises(ValueError, match="needs a CTC head over the LM's tokens"):
         build_model(cfg)

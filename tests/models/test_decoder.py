@@ -7,8 +7,11 @@ V = 40
 
 
 def _setup(batch=3):
-    model = build_model(preset("tiny", tgt_vocab_size=V, dropout=0.0, attention_dropout=0.0,
-                               activation_dropout=0.0, tie_embeddings=False)).eval()
+    model = build_model(
+        preset(
+            "tiny", tgt_vocab_size=V, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tie_embeddings=False
+        )
+    ).eval()
     lengths = torch.tensor([9, 5, 2])[:batch]
     x = torch.randn(batch, 9, 64).masked_fill(torch.arange(9)[None, :, None] >= lengths[:, None, None], 0.0)
     return model, EncoderOutput(x, lengths), torch.randint(4, V, (batch, 12))

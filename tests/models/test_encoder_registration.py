@@ -64,16 +64,20 @@ def registered():
 
 def test_the_kind_reads_its_own_options_and_names_a_stranger(registered):
     assert ModelConfig(encoder={"kind": "pool", "stride": 2}).encoder == PoolConfig(stride=2)
-    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder.layers: not an option of encoder 'pool' \(its "
-                                         r"options: stride, input_dim\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^bad ModelConfig: encoder.layers: not an option of encoder 'pool' \(its "
+        r"options: stride, input_dim\)$",
+    ):
         ModelConfig(encoder={"kind": "pool", "layers": 2})
     with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder.stride must be an integer >= 1, got 0$"):
         ModelConfig(encoder={"kind": "pool", "stride": 0})
 
 
 def test_an_encoder_registered_from_a_test_trains_saves_and_translates(registered, tiny_data, tmp_path):
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=3, save_interval_updates=3, validate_interval_updates=0,
-                      valid_decode=False)
+    cfg = tiny_config(
+        tiny_data, tmp_path, max_updates=3, save_interval_updates=3, validate_interval_updates=0, valid_decode=False
+    )
     save_config(cfg, tmp_path / "base.yaml")
     cfg = load_config(tmp_path / "base.yaml", ["model.encoder.kind=pool", "model.encoder.stride=2"])
     assert cfg.model.encoder == PoolConfig(stride=2)  # the conv encoder's options went with its kind

@@ -5,8 +5,7 @@ from speechmt.models import EncoderOutput, build_model, count_parameters, preset
 
 
 def _model(**overrides):
-    return build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                              **overrides)).eval()
+    return build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, **overrides)).eval()
 
 
 @pytest.mark.parametrize("kind", ["conv1d", "conv2d"])

@@ -39,8 +39,15 @@ NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 
 
 def _fat(**options) -> FatMLM:
-    return build(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
-                              semantic={"kind": "fat_mlm", "options": options})).eval()
+    return build(
+        preset(
+            "tiny",
+            **NO_DROPOUT,
+            tgt_vocab_size=TGT_V,
+            src_vocab_size=SRC_V,
+            semantic={"kind": "fat_mlm", "options": options},
+        )
+    ).eval()
 
 
 def _runs(row: torch.Tensor) -> list[int]:
@@ -161,15 +168,16 @@ def test_losses_are_zero_for_a_perfect_head_or_nothing_masked_and_finite_otherwi
     assert model.speech_mask.grad is not None and model.tgt_embedding.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("parts", [("speech", "src", "tgt"), ("speech", "src"), ("src", "tgt"), ("tgt",),
-                                   ("speech",)])
+@pytest.mark.parametrize("parts", [("speech", "src", "tgt"), ("speech", "src"), ("src", "tgt"), ("tgt",), ("speech",)])
 def test_absent_parts_are_absent_from_the_concatenation(parts):
     """ST triples, ASR pairs, MT pairs, monolingual text, untranscribed audio: each example is its parts
     back to back (speech 40 and 18 fbank frames -> 10 and 5 subsampled), padding after them."""
     model = _fat()
-    given = {"speech": (torch.randn(2, 40, 80), torch.tensor([40, 18])),
-             "src": (torch.randint(5, SRC_V, (2, 6)), torch.tensor([6, 3])),
-             "tgt": (torch.randint(5, TGT_V, (2, 7)), torch.tensor([7, 2]))}
+    given = {
+        "speech": (torch.randn(2, 40, 80), torch.tensor([40, 18])),
+        "src": (torch.randint(5, SRC_V, (2, 6)), torch.tensor([6, 3])),
+        "tgt": (torch.randint(5, TGT_V, (2, 7)), torch.tensor([7, 2])),
+    }
     args = [t for name in ("speech", "src", "tgt") for t in (given[name] if name in parts else (None, None))]
     out = model(*args)
     sizes = {"speech": [10, 5], "src": [6, 3], "tgt": [7, 2]}
@@ -180,16 +188,32 @@ def test_absent_parts_are_absent_from_the_concatenation(parts):
         row = [{"speech": 0, "src": 1, "tgt": 2}[p] for p in parts for _ in range(sizes[p][i])]
         assert out.segments[i].tolist() == row + [-1] * (max(expected_lengths) - len(row))
     alone = model(*[t[1:] if t is not None else None for t in args])  # the second example alone: same states
-    assert torch.allclose(alone.x[0, :expected_lengths[1]], out.x[1, :expected_lengths[1]], atol=1e-5)
+    assert torch.allclose(alone.x[0, : expected_lengths[1]], out.x[1, : expected_lengths[1]], atol=1e-5)
 
 
 def _fat_st_pair(tmp_path, subsampler: str):
-    fat = build(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
-                             encoder={"subsampler": subsampler}, semantic={"kind": "fat_mlm"})).eval()
+    fat = build(
+        preset(
+            "tiny",
+            **NO_DROPOUT,
+            tgt_vocab_size=TGT_V,
+            src_vocab_size=SRC_V,
+            encoder={"subsampler": subsampler},
+            semantic={"kind": "fat_mlm"},
+        )
+    ).eval()
     path = tmp_path / "fat.safetensors"
     save_checkpoint(path, {"model_config": asdict(fat.config), "model": fat.state_dict()})
-    st = build(preset("tiny", **NO_DROPOUT, tgt_vocab_size=TGT_V, src_vocab_size=SRC_V,
-                            encoder={"subsampler": subsampler}, text_encoder={"layers": 2, "shared": True})).eval()
+    st = build(
+        preset(
+            "tiny",
+            **NO_DROPOUT,
+            tgt_vocab_size=TGT_V,
+            src_vocab_size=SRC_V,
+            encoder={"subsampler": subsampler},
+            text_encoder={"layers": 2, "shared": True},
+        )
+    ).eval()
     return fat, st, path
 
 
@@ -205,11 +229,17 @@ def test_fat_st_loads_fat_mlm_weights(tmp_path, subsampler):
         if name.startswith("speech_encoder.") and not name.endswith("subsampler.out.bias"):
             assert torch.equal(own[name], value), name
     for i in range(2):
-        for enc, dec in (("attn_norm", "self_norm"), ("attn.q_proj", "self_attn.q_proj"),
-                         ("attn.out_proj", "self_attn.out_proj"), ("ffn_norm", "ffn_norm"), ("ffn.fc2", "ffn.fc2")):
+        for enc, dec in (
+            ("attn_norm", "self_norm"),
+            ("attn.q_proj", "self_attn.q_proj"),
+            ("attn.out_proj", "self_attn.out_proj"),
+            ("ffn_norm", "ffn_norm"),
+            ("ffn.fc2", "ffn.fc2"),
+        ):
             for p in ("weight", "bias"):
-                assert torch.equal(own[f"decoder.layers.{i}.{dec}.{p}"],
-                                   src[f"speech_encoder.encoder.layers.{i}.{enc}.{p}"])
+                assert torch.equal(
+                    own[f"decoder.layers.{i}.{dec}.{p}"], src[f"speech_encoder.encoder.layers.{i}.{enc}.{p}"]
+                )
     assert torch.equal(own["decoder.norm.weight"], src["speech_encoder.encoder.norm.weight"])
     assert all(torch.equal(own[k], v) for k, v in cross.items())  # cross-attention stays as built
     seg, scale = src["segments.weight"], 8.0  # sqrt(64)
@@ -227,23 +257,43 @@ def test_fat_st_loads_fat_mlm_weights(tmp_path, subsampler):
 
 def test_tiny_fat_mlm_pretrains_then_fat_st_fine_tunes_and_translates(tiny_data, tmp_path):
     fat_dir, st_dir = tmp_path / "fat", tmp_path / "st"
-    cfg = tiny_config(tiny_data, fat_dir, max_updates=4, valid_decode=False, save_interval_updates=4,
-                      validate_interval_updates=4, log_interval=1)
+    cfg = tiny_config(
+        tiny_data,
+        fat_dir,
+        max_updates=4,
+        valid_decode=False,
+        save_interval_updates=4,
+        validate_interval_updates=4,
+        log_interval=1,
+    )
     cfg.model = preset("tiny", **NO_DROPOUT, semantic={"kind": "fat_mlm", "options": {"speech_span": 2}})
-    cfg.train.stages = [Stage("fat", [TaskData("fat", {"fat_mlm": 1.0}),
-                                      TaskData("fat_text", {"fat_mlm": 1.0}, data_dir=str(tiny_data))])]
+    cfg.train.stages = [
+        Stage(
+            "fat", [TaskData("fat", {"fat_mlm": 1.0}), TaskData("fat_text", {"fat_mlm": 1.0}, data_dir=str(tiny_data))]
+        )
+    ]
     state = run_training(cfg)
     assert state.step == 4 and math.isfinite(state.best_loss)
     log = [json.loads(x) for x in (fat_dir / "train_log.jsonl").read_text().splitlines()]
     train = [r for r in log if r["type"] == "train"]
     assert len(train) == 4 and all(math.isfinite(r["loss"]) for r in train)
-    print("fat-mlm losses:", [round(r["loss"], 3) for r in train], {k: v for k, v in train[-1].items()
-                                                                    if k.startswith(("fat_", "fat_text"))})
+    print(
+        "fat-mlm losses:",
+        [round(r["loss"], 3) for r in train],
+        {k: v for k, v in train[-1].items() if k.startswith(("fat_", "fat_text"))},
+    )
 
-    cfg = tiny_config(tiny_data, st_dir, max_updates=4, valid_decode=False, save_interval_updates=4,
-                      validate_interval_updates=4, log_interval=1,
-                      init_encoder_from=str(fat_dir / "checkpoint_last.safetensors"),
-                      init_prefixes=("speech_encoder.", "text_encoder.", "decoder."))
+    cfg = tiny_config(
+        tiny_data,
+        st_dir,
+        max_updates=4,
+        valid_decode=False,
+        save_interval_updates=4,
+        validate_interval_updates=4,
+        log_interval=1,
+        init_encoder_from=str(fat_dir / "checkpoint_last.safetensors"),
+        init_prefixes=("speech_encoder.", "text_encoder.", "decoder."),
+    )
     cfg.model = preset("tiny", **NO_DROPOUT, text_encoder={"layers": 2, "shared": True})
     cfg.train.stages = [Stage("st+mt", [TaskData("st"), TaskData("mt")])]
     state = run_training(cfg)
@@ -258,18 +308,37 @@ def test_tiny_fat_mlm_pretrains_then_fat_st_fine_tunes_and_translates(tiny_data,
 def test_fat_mlm_pretrains_on_whatever_data_there_is(tiny_data, tmp_path):
     """ST triples, ASR pairs, untranscribed audio, MT pairs and monolingual text, each a stream with its parts:
     the absent parts are absent from the concatenation (nothing of them is masked or predicted)."""
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=2, valid_decode=False, save_interval_updates=2,
-                      validate_interval_updates=2, log_interval=1)
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        max_updates=2,
+        valid_decode=False,
+        save_interval_updates=2,
+        validate_interval_updates=2,
+        log_interval=1,
+    )
     cfg.model = preset("tiny", **NO_DROPOUT, semantic={"kind": "fat_mlm", "options": {"speech_span": 2}})
     fat = lambda task, parts, **kw: TaskData(task, {"fat_mlm": 1.0}, parts=parts, **kw)  # noqa: E731
-    cfg.train.stages = [Stage("fat", [fat("fat", []), fat("fat", ["speech", "src"]), fat("fat", ["speech"]),
-                                      fat("fat_text", [], data_dir=str(tiny_data)), fat("fat_text", ["src"])])]
+    cfg.train.stages = [
+        Stage(
+            "fat",
+            [
+                fat("fat", []),
+                fat("fat", ["speech", "src"]),
+                fat("fat", ["speech"]),
+                fat("fat_text", [], data_dir=str(tiny_data)),
+                fat("fat_text", ["src"]),
+            ],
+        )
+    ]
     assert run_training(cfg).step == 2
     log = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     train, valid = [r for r in log if r["type"] == "train"], [r for r in log if r["type"] == "valid"][-1]
     for r in train:
-        frames = {k: r[f"{k}_fat_mlm_masked_frames"] for k in ("fat", "fat[speech+src]", "fat[speech]",
-                                                               f"fat_text@{tiny_data}", "fat_text[src]")}
+        frames = {
+            k: r[f"{k}_fat_mlm_masked_frames"]
+            for k in ("fat", "fat[speech+src]", "fat[speech]", f"fat_text@{tiny_data}", "fat_text[src]")
+        }
         assert frames["fat"] > 0 and frames["fat[speech+src]"] > 0 and frames["fat[speech]"] > 0
         assert frames[f"fat_text@{tiny_data}"] == frames["fat_text[src]"] == 0
         assert r["fat[speech]_fat_mlm_masked_tokens"] == 0 and r["fat[speech]_fat_mlm_tokens"] == 0
@@ -286,6 +355,7 @@ def test_options_are_checked():
         _fat(speech_loss="l3")
     with pytest.raises(ValueError, match="needs the conv encoder"):
         from speechmt.models.fat_mlm import fat_mlm
+
         fat_mlm(ModelConfig(src_vocab_size=5, encoder={"kind": "wav2vec2"}))
     with pytest.raises(ValueError, match="options layers and init are the whisper encoder's"):
         _fat(init="identity")
@@ -297,6 +367,7 @@ def test_options_are_checked():
 
 # --- on Whisper ---
 
+
 @pytest.fixture(scope="module")
 def whisper_dir(tmp_path_factory):
     return tiny_whisper_dir(tmp_path_factory.mktemp("tiny_whisper_fat"), d_model=32)
@@ -304,11 +375,15 @@ def whisper_dir(tmp_path_factory):
 
 def _whisper_cfg(base, semantic: dict, **fields) -> ModelConfig:
     """A Whisper-backbone config as training builds it (the decoder's pad id is Whisper's tokenizer's)."""
-    return ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen",
-                                **fields.pop("encoder", {})},
-                       decoder={"kind": "whisper", **fields.pop("decoder", {})}, src_vocab_size=SRC_V,
-                       pad_id=WhisperTokenizer.from_pretrained(base).pad_id, semantic=semantic, **NO_DROPOUT,
-                       **fields)
+    return ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen", **fields.pop("encoder", {})},
+        decoder={"kind": "whisper", **fields.pop("decoder", {})},
+        src_vocab_size=SRC_V,
+        pad_id=WhisperTokenizer.from_pretrained(base).pad_id,
+        semantic=semantic,
+        **NO_DROPOUT,
+        **fields,
+    )
 
 
 def _whisper_fat(base, **options) -> WhisperFatMLM:
@@ -317,9 +392,14 @@ def _whisper_fat(base, **options) -> WhisperFatMLM:
 
 
 def _fat_st_whisper(base) -> "torch.nn.Module":
-    return build(_whisper_cfg(base, {"kind": "xstnet", "options": {
-        "layers": 2, "init": "identity", "audio_tag": False, "segments": True}},
-        text_encoder={"embed_only": True}, decoder={"finetune": "lora"})).eval()
+    return build(
+        _whisper_cfg(
+            base,
+            {"kind": "xstnet", "options": {"layers": 2, "init": "identity", "audio_tag": False, "segments": True}},
+            text_encoder={"embed_only": True},
+            decoder={"finetune": "lora"},
+        )
+    ).eval()
 
 
 STATES, STATE_LENGTHS = torch.randn(2, 10, 32), torch.tensor([10, 6])  # cached Whisper states (H = D = 32)
@@ -342,8 +422,7 @@ def test_whisper_fat_mlm_takes_whispers_dimensions_vocabulary_and_token_embeddin
     rebuilt = build(model.config, pretrained=False)
     assert isinstance(rebuilt, WhisperFatMLM) and rebuilt.state_dict().keys() == model.state_dict().keys()
     with pytest.raises(ValueError, match="needs encoder.finetune frozen"):
-        build(_whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1}},
-                                 encoder={"finetune": "full"}))
+        build(_whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1}}, encoder={"finetune": "full"}))
     with pytest.raises(ValueError, match="needs options.layers"):
         build(_whisper_cfg(whisper_dir, {"kind": "fat_mlm"}))
 
@@ -437,8 +516,10 @@ def test_fat_st_on_whisper_loads_fat_mlm_weights(whisper_dir, tmp_path):
     assert all(torch.equal(own["semantic." + k], v) for k, v in stack.items())
     assert torch.equal(own["semantic.segments.weight"][0], src["segments.weight"][0])
     assert not own["semantic.segments.weight"][1].any()  # the source segment is in the embedding
-    assert torch.allclose(own["text_encoder.embedding.weight"][1:],
-                          src["src_embedding.weight"][1:] + src["segments.weight"][1] / math.sqrt(32))
+    assert torch.allclose(
+        own["text_encoder.embedding.weight"][1:],
+        src["src_embedding.weight"][1:] + src["segments.weight"][1] / math.sqrt(32),
+    )
     assert all(torch.equal(own[k], v) for k, v in decoder.items())  # Whisper's decoder (and LoRA) as built
     # FAT-ST's encoder is FAT-MLM's on one part, exactly
     tokens, lengths = torch.randint(5, SRC_V, (2, 6)), torch.tensor([6, 4])
@@ -456,12 +537,24 @@ def _whisper_experiment(tiny_data, base, save_dir, model: ModelConfig, stages, *
 
 def test_tiny_fat_mlm_on_whisper_pretrains_then_fat_st_fine_tunes_and_translates(tiny_data, whisper_dir, tmp_path):
     fat_dir, st_dir = tmp_path / "fat", tmp_path / "st"
-    model = _whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1, "init": "identity",
-                                                                      "speech_span": 2}})
-    stages = [Stage("fat", [TaskData("fat", {"fat_mlm": 1.0}),
-                            TaskData("fat_text", {"fat_mlm": 1.0}, data_dir=str(tiny_data))])]
-    cfg = _whisper_experiment(tiny_data, whisper_dir, fat_dir, model, stages, max_updates=12,
-                              save_interval_updates=12, validate_interval_updates=4)
+    model = _whisper_cfg(
+        whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1, "init": "identity", "speech_span": 2}}
+    )
+    stages = [
+        Stage(
+            "fat", [TaskData("fat", {"fat_mlm": 1.0}), TaskData("fat_text", {"fat_mlm": 1.0}, data_dir=str(tiny_data))]
+        )
+    ]
+    cfg = _whisper_experiment(
+        tiny_data,
+        whisper_dir,
+        fat_dir,
+        model,
+        stages,
+        max_updates=12,
+        save_interval_updates=12,
+        validate_interval_updates=4,
+    )
     state = run_training(cfg)
     assert state.step == 12 and math.isfinite(state.best_loss)
     log = [json.loads(x) for x in (fat_dir / "train_log.jsonl").read_text().splitlines()]
@@ -470,15 +563,28 @@ def test_tiny_fat_mlm_on_whisper_pretrains_then_fat_st_fine_tunes_and_translates
     assert len(valid) == 3 and valid[0] > valid[1] > valid[2]
     assert all(r["fat_fat_mlm_masked_frames"] > 0 and r["fat_fat_mlm_speech"] > 0 for r in log if r["type"] == "train")
     key, _ = cache_key(build(cfg.model).speech_encoder, frontend_for(cfg).settings)  # its states were cached
-    assert {p.name for p in (tiny_data / "encoder_cache" / key).glob("*.index.npz")} == {"train.index.npz",
-                                                                                        "dev.index.npz"}
+    assert {p.name for p in (tiny_data / "encoder_cache" / key).glob("*.index.npz")} == {
+        "train.index.npz",
+        "dev.index.npz",
+    }
 
-    cfg = _whisper_experiment(tiny_data, whisper_dir, st_dir, _whisper_cfg(whisper_dir, {
-        "kind": "xstnet", "options": {"layers": 1, "init": "identity", "audio_tag": False, "segments": True}},
-        text_encoder={"embed_only": True}, decoder={"finetune": "lora"}),
-        [Stage("st+mt", [TaskData("st"), TaskData("mt")])], max_updates=4, save_interval_updates=4,
-        validate_interval_updates=4, init_encoder_from=str(fat_dir / "checkpoint_last.safetensors"),
-        init_prefixes=("semantic.", "text_encoder."))
+    cfg = _whisper_experiment(
+        tiny_data,
+        whisper_dir,
+        st_dir,
+        _whisper_cfg(
+            whisper_dir,
+            {"kind": "xstnet", "options": {"layers": 1, "init": "identity", "audio_tag": False, "segments": True}},
+            text_encoder={"embed_only": True},
+            decoder={"finetune": "lora"},
+        ),
+        [Stage("st+mt", [TaskData("st"), TaskData("mt")])],
+        max_updates=4,
+        save_interval_updates=4,
+        validate_interval_updates=4,
+        init_encoder_from=str(fat_dir / "checkpoint_last.safetensors"),
+        init_prefixes=("semantic.", "text_encoder."),
+    )
     state = run_training(cfg)
     assert state.step == 4 and math.isfinite(state.best_loss)
     lm = load_model(st_dir / "checkpoint_last.safetensors")

@@ -31,15 +31,23 @@ def _changed(before: dict, model) -> set[str]:
     return {k for k, v in model.state_dict().items() if not torch.equal(before[k], v)}
 
 
-@pytest.mark.parametrize("encoder_mode, decoder_mode, trained", [
-    ("lora", "lora", lambda k: ".lora_A." in k or ".lora_B." in k),
-    ("lna", "lna", lambda k: any(s in k for s in ("norm", "layer_norm", "_proj.")) and "lora" not in k),
-    ("frozen", "frozen", lambda k: False),
-])
-def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(whisper_dir, encoder_mode,
-                                                                              decoder_mode, trained):
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": encoder_mode},
-                      decoder={"kind": "whisper", "finetune": decoder_mode}, dropout=0.0, lora={"rank": 4})
+@pytest.mark.parametrize(
+    "encoder_mode, decoder_mode, trained",
+    [
+        ("lora", "lora", lambda k: ".lora_A." in k or ".lora_B." in k),
+        ("lna", "lna", lambda k: any(s in k for s in ("norm", "layer_norm", "_proj.")) and "lora" not in k),
+        ("frozen", "frozen", lambda k: False),
+    ],
+)
+def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(
+    whisper_dir, encoder_mode, decoder_mode, trained
+):
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": encoder_mode},
+        decoder={"kind": "whisper", "finetune": decoder_mode},
+        dropout=0.0,
+        lora={"rank": 4},
+    )
     model = build_model(cfg)
     names = {k for k, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     assert names == {k for k in model.state_dict() if trained(k)}
@@ -53,20 +61,30 @@ def test_only_what_the_mode_claims_trains_and_everything_else_is_bit_identical(w
 
 
 def test_lna_trains_layer_norms_and_attention_projections_only(whisper_dir):
-    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "lna"},
-                                    decoder={"kind": "whisper", "finetune": "lna"}))
+    model = build_model(
+        ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "lna"},
+            decoder={"kind": "whisper", "finetune": "lna"},
+        )
+    )
     trainable = [k for k, p in model.named_parameters() if p.requires_grad]
-    assert trainable and all(("norm" in k) or any(f"attn.{p}" in k for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
-                             for k in trainable)
+    assert trainable and all(
+        ("norm" in k) or any(f"attn.{p}" in k for p in ("q_proj", "k_proj", "v_proj", "out_proj")) for k in trainable
+    )
     frozen = [k for k, p in model.named_parameters() if not p.requires_grad]
     assert any("fc1" in k for k in frozen) and any("embed" in k for k in frozen) and any("conv1" in k for k in frozen)
 
 
 @torch.no_grad()
 def test_merged_lora_equals_the_adapted_model(whisper_dir):
-    model = build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
-                                    decoder={"kind": "whisper", "finetune": "lora"}, dropout=0.0,
-                                    lora={"rank": 4})).eval()
+    model = build_model(
+        ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
+            decoder={"kind": "whisper", "finetune": "lora"},
+            dropout=0.0,
+            lora={"rank": 4},
+        )
+    ).eval()
     for name, p in model.named_parameters():
         if ".lora_B." in name:
             p.normal_(0, 0.1)  # a trained adapter
@@ -81,8 +99,11 @@ def test_merged_lora_equals_the_adapted_model(whisper_dir):
 def test_bad_lora_settings_and_unknown_mode_fail_clearly():
     with pytest.raises(ValueError, match=r"^bad LoRA settings: lora\.rank must be an integer >= 1, got 0$"):
         LoraSettings(rank=0)
-    with pytest.raises(ValueError, match=r"lora\.dropout must be a finite number >= 0 and < 1, got 1\.0; "
-                                         r"lora\.targets must name at least one Linear layer, got none$"):
+    with pytest.raises(
+        ValueError,
+        match=r"lora\.dropout must be a finite number >= 0 and < 1, got 1\.0; "
+        r"lora\.targets must name at least one Linear layer, got none$",
+    ):
         LoraSettings(dropout=1.0, targets=())
     with pytest.raises(ValueError, match="unknown fine-tuning mode"):
         set_finetuning(torch.nn.Linear(2, 2), "most")
@@ -91,16 +112,29 @@ def test_bad_lora_settings_and_unknown_mode_fail_clearly():
 
 
 def _split_model(whisper_dir, mode: str, frozen_layers: int = 1):
-    return build_model(ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": mode,
-                                            "frozen_layers": frozen_layers},
-                                   decoder={"kind": "whisper", "finetune": "frozen"}, dropout=0.0, lora={"rank": 4}))
+    return build_model(
+        ModelConfig(
+            encoder={
+                "kind": "whisper",
+                "name_or_path": str(whisper_dir),
+                "finetune": mode,
+                "frozen_layers": frozen_layers,
+            },
+            decoder={"kind": "whisper", "finetune": "frozen"},
+            dropout=0.0,
+            lora={"rank": 4},
+        )
+    )
 
 
-@pytest.mark.parametrize("mode, trained", [
-    ("lora", lambda k: ".layers.1." in k and ".lora_" in k),
-    ("lna", lambda k: (".layers.1." in k and ("norm" in k or "_proj." in k)) or "_encoder.model.layer_norm." in k),
-    ("full", lambda k: ".layers.1." in k or "_encoder.model.layer_norm." in k),
-])
+@pytest.mark.parametrize(
+    "mode, trained",
+    [
+        ("lora", lambda k: ".layers.1." in k and ".lora_" in k),
+        ("lna", lambda k: (".layers.1." in k and ("norm" in k or "_proj." in k)) or "_encoder.model.layer_norm." in k),
+        ("full", lambda k: ".layers.1." in k or "_encoder.model.layer_norm." in k),
+    ],
+)
 def test_frozen_layers_train_only_the_layers_above_and_keep_the_rest_bit_identical(whisper_dir, mode, trained):
     """encoder.frozen_layers 1 of the tiny Whisper's 2: the convolutions, positions and layer 0 never move."""
     model = _split_model(whisper_dir, mode)

@@ -20,9 +20,18 @@ def whisper_dir(tmp_path_factory):
 
 def model_with(whisper_dir, **fusion):
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, d_model=48, n_heads=4, ffn_dim=64,
-                      decoder={"layers": 1}, tgt_vocab_size=50, dropout=0.0, attention_dropout=0.0,
-                      activation_dropout=0.0, fusion=fusion)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
+        d_model=48,
+        n_heads=4,
+        ffn_dim=64,
+        decoder={"layers": 1},
+        tgt_vocab_size=50,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        fusion=fusion,
+    )
     return build_model(cfg).eval()
 
 
@@ -57,8 +66,13 @@ def test_shapes_masks_and_weights(whisper_dir):
 
 def test_each_task_partition_is_updated_by_its_own_loss_alone(whisper_dir):
     model = model_with(whisper_dir, layers=[2, 3], tasks=["st", "asr"], gate=0.5).train()
-    batch = Batch(ids=["a", "b"], feats=FEATS, feat_lengths=LENGTHS, tgt=torch.tensor([[5, 6, 2], [7, 2, 0]]),
-                  tgt_lengths=torch.tensor([3, 2]))
+    batch = Batch(
+        ids=["a", "b"],
+        feats=FEATS,
+        feat_lengths=LENGTHS,
+        tgt=torch.tensor([[5, 6, 2], [7, 2, 0]]),
+        tgt_lengths=torch.tensor([3, 2]),
+    )
     for task, other in (("st", "asr"), ("asr", "st")):
         model.zero_grad(set_to_none=True)
         loss, _ = task_losses(model, batch, task, {"ce": 1.0}, ObjectiveSettings())["ce"]
@@ -68,20 +82,43 @@ def test_each_task_partition_is_updated_by_its_own_loss_alone(whisper_dir):
     assert model.fusion.partition("mt") == "st"  # a task without a partition (or decoding) reads the first
 
 
-@pytest.mark.parametrize("fusion, encoder, message", [
-    (dict(layers=[4]), {}, r"fusion.layers \[4\]: the speech encoder has layers 1..3"),
-    (dict(layers=[1, 3]), {"frozen_layers": 2, "finetune": "lora"}, r"fusion.layers \[1\]: below encoder.frozen_layers 2"),
-    (dict(layers=[0]), {}, "fusion.layers item must be an integer >= 1"),
-    (dict(layers=[1], gate=2.0), {}, "fusion.gate must be"),
-])
+@pytest.mark.parametrize(
+    "fusion, encoder, message",
+    [
+        (dict(layers=[4]), {}, r"fusion.layers \[4\]: the speech encoder has layers 1..3"),
+        (
+            dict(layers=[1, 3]),
+            {"frozen_layers": 2, "finetune": "lora"},
+            r"fusion.layers \[1\]: below encoder.frozen_layers 2",
+        ),
+        (dict(layers=[0]), {}, "fusion.layers item must be an integer >= 1"),
+        (dict(layers=[1], gate=2.0), {}, "fusion.gate must be"),
+    ],
+)
 def test_bad_options_are_one_line(whisper_dir, fusion, encoder, message):
     with pytest.raises(ValueError, match=message):
-        cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), **encoder}, d_model=48,
-                          n_heads=4, ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=50, fusion=fusion)
+        cfg = ModelConfig(
+            encoder={"kind": "whisper", "name_or_path": str(whisper_dir), **encoder},
+            d_model=48,
+            n_heads=4,
+            ffn_dim=64,
+            decoder={"layers": 1},
+            tgt_vocab_size=50,
+            fusion=fusion,
+        )
         build_model(cfg)
 
 
 def test_a_conv_encoder_is_refused():
     with pytest.raises(ValueError, match="reads a Whisper encoder's layers"):
-        build_model(ModelConfig(d_model=32, n_heads=2, ffn_dim=64, tgt_vocab_size=20, encoder={"layers": 1},
-                                decoder={"layers": 1}, fusion=FusionConfig(layers=(1,))))
+        build_model(
+            ModelConfig(
+                d_model=32,
+                n_heads=2,
+                ffn_dim=64,
+                tgt_vocab_size=20,
+                encoder={"layers": 1},
+                decoder={"layers": 1},
+                fusion=FusionConfig(layers=(1,)),
+            )
+        )

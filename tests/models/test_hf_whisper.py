@@ -28,16 +28,19 @@ def hf(whisper_dir):
 
 @pytest.fixture(scope="module")
 def model(whisper_dir):
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, decoder={"kind": "whisper"},
-                      dropout=0.0)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, decoder={"kind": "whisper"}, dropout=0.0
+    )
     return build_model(cfg).eval()
 
 
 def _waves(seconds=(1.3, 0.7, 2.05), seed=0):
     rng = np.random.RandomState(seed)
     t = [np.arange(int(s * 16000)) / 16000 for s in seconds]
-    return [(0.3 * np.sin(2 * np.pi * (200 + 100 * i) * x) + 0.05 * rng.randn(len(x))).astype(np.float32)
-            for i, x in enumerate(t)]
+    return [
+        (0.3 * np.sin(2 * np.pi * (200 + 100 * i) * x) + 0.05 * rng.randn(len(x))).astype(np.float32)
+        for i, x in enumerate(t)
+    ]
 
 
 def _reference_states(hf, mel: torch.Tensor) -> torch.Tensor:
@@ -63,7 +66,7 @@ def test_trimmed_encoder_equals_hf_modules_per_utterance_inside_a_padded_batch(h
         ref = _reference_states(hf, mel)
         assert ref.shape == (out_lengths[i], 32)
         torch.testing.assert_close(states[i, : out_lengths[i]], ref, atol=1e-5, rtol=1e-5)
-        assert states[i, out_lengths[i]:].abs().max() == 0 if out_lengths[i] < 103 else True
+        assert states[i, out_lengths[i] :].abs().max() == 0 if out_lengths[i] < 103 else True
 
 
 @torch.no_grad()
@@ -93,14 +96,20 @@ def test_whisper_decoder_logits_equal_hf_and_cached_steps_equal_full(hf, model):
     theirs = hf.model.decoder(input_ids=tokens, encoder_hidden_states=memory).last_hidden_state
     torch.testing.assert_close(ours, hf.proj_out(theirs), atol=1e-5, rtol=1e-5)
     cache = DecoderCache.empty(len(model.decoder.layers))
-    steps = [model.decoder(tokens[:, i: i + 1], memory, lengths, cache) for i in range(5)]
+    steps = [model.decoder(tokens[:, i : i + 1], memory, lengths, cache) for i in range(5)]
     torch.testing.assert_close(torch.cat(steps, dim=1), ours, atol=1e-5, rtol=1e-5)
     assert model.config.d_model == 32 and model.config.pad_id == 0  # pad is set from the tokenizer by builders
 
 
 def test_encoder_width_is_projected_to_a_transformer_decoder(whisper_dir):
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, d_model=48, n_heads=4,
-                      ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=50)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
+        d_model=48,
+        n_heads=4,
+        ffn_dim=64,
+        decoder={"layers": 1},
+        tgt_vocab_size=50,
+    )
     model = build_model(cfg).eval()
     out = model.encode_speech(torch.zeros(1, 40, 80), torch.tensor([40]))
     assert out.x.shape == (1, 20, 48) and out.lengths.tolist() == [20]
@@ -113,13 +122,16 @@ def test_too_long_input_and_bad_options_fail_with_one_line(model, whisper_dir):
     with pytest.raises(ValueError, match="expects 80 mel bins"):
         model.speech_encoder.states(torch.zeros(1, 10, 128), torch.tensor([10]))
     with pytest.raises(ValueError, match="exclude each other"):  # the flat flags of older configs
-        ModelConfig.from_dict(dict(encoder="whisper", encoder_name_or_path=str(whisper_dir), freeze_encoder=True,
-                                   encoder_lora=True))
+        ModelConfig.from_dict(
+            dict(encoder="whisper", encoder_name_or_path=str(whisper_dir), freeze_encoder=True, encoder_lora=True)
+        )
     with pytest.raises(ValueError, match="unknown encoder.finetune 'most'"):
         ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "most"})
     with pytest.raises(ValueError, match="unknown decoder.finetune 'half'"):
-        ModelConfig(encoder={"name_or_path": str(whisper_dir), "kind": "whisper"},
-                    decoder={"kind": "whisper", "finetune": "half"})
+        ModelConfig(
+            encoder={"name_or_path": str(whisper_dir), "kind": "whisper"},
+            decoder={"kind": "whisper", "finetune": "half"},
+        )
     with pytest.raises(FileNotFoundError, match="cannot load a Whisper model"):
         moved = replace(model.config.encoder, name_or_path=str(whisper_dir / "nowhere"))
         build_model(replace(model.config, encoder=moved))

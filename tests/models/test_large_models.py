@@ -21,12 +21,29 @@ from tests.whisper_helpers import tiny_whisper_dir
 VOCAB = tuple(range(4, 40))  # the LM ids of the trimmed output vocabulary
 PROMPT = (2, 10, 11)
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+COMMON = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=2,
+)
 ARCHITECTURES = {  # name: (config class, causal LM class, fields beyond COMMON)
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
-               dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
-                    layer_types=["sliding_attention", "full_attention"])),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+    ),
     "qwen2.5": ("Qwen2Config", "Qwen2ForCausalLM", {}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=8)),
     "llama3": ("LlamaConfig", "LlamaForCausalLM", {}),
@@ -56,11 +73,20 @@ def save_multimodal_gemma3(folder):
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     text = dict(COMMON, **ARCHITECTURES["gemma3"][2])
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
-                  patch_size=4)
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=4
+    )
     torch.manual_seed(0)
-    model = Gemma3ForConditionalGeneration(Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                                                        boi_token_index=61, eoi_token_index=62, image_token_index=63))
+    model = Gemma3ForConditionalGeneration(
+        Gemma3Config(
+            text_config=text,
+            vision_config=vision,
+            mm_tokens_per_image=4,
+            boi_token_index=61,
+            eoi_token_index=62,
+            image_token_index=63,
+        )
+    )
     model.save_pretrained(folder)
     return model
 
@@ -68,19 +94,31 @@ def save_multimodal_gemma3(folder):
 def lm_translator(lm_path, **decoder):
     """A tiny conv-encoder model with the LM at lm_path as its decoder (decoder fields `decoder`), no dropout."""
     torch.manual_seed(0)
-    return build_model(preset("tiny", n_heads=2, **NO_DROPOUT, decoder=dict(
-        kind="lm", name_or_path=str(lm_path), vocab=VOCAB, prompt=PROMPT, **decoder)))
+    return build_model(
+        preset(
+            "tiny",
+            n_heads=2,
+            **NO_DROPOUT,
+            decoder=dict(kind="lm", name_or_path=str(lm_path), vocab=VOCAB, prompt=PROMPT, **decoder),
+        )
+    )
 
 
 def whisper_lm(whisper_dir, lm_dir, base_dtype: str = "bfloat16", lora: str = "lora"):
     """A frozen Whisper encoder (24 wide, projected to the LM's 32) and the LM decoder under `lora` (a fine-tuning
     mode), both with frozen weights in `base_dtype`."""
     torch.manual_seed(0)
-    return build_model(ModelConfig(
-        encoder=dict(kind="whisper", name_or_path=str(whisper_dir), finetune="frozen", base_dtype=base_dtype),
-        decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=VOCAB, prompt=PROMPT, finetune=lora,
-                     base_dtype=base_dtype), n_heads=2, lora=dict(rank=4, targets=("q_proj", "v_proj")),
-        **NO_DROPOUT))
+    return build_model(
+        ModelConfig(
+            encoder=dict(kind="whisper", name_or_path=str(whisper_dir), finetune="frozen", base_dtype=base_dtype),
+            decoder=dict(
+                kind="lm", name_or_path=str(lm_dir), vocab=VOCAB, prompt=PROMPT, finetune=lora, base_dtype=base_dtype
+            ),
+            n_heads=2,
+            lora=dict(rank=4, targets=("q_proj", "v_proj")),
+            **NO_DROPOUT,
+        )
+    )
 
 
 def speech_batch(n_mels: int = 80, seed: int = 1):
@@ -181,9 +219,13 @@ def assert_same_gradients(build, calls_of, batch) -> None:
 def test_whisper_encoder_and_decoder_checkpointing_give_the_same_gradients(whisper_dir):
     def build(on: bool):
         torch.manual_seed(0)
-        return build_model(ModelConfig(encoder=dict(kind="whisper", name_or_path=str(whisper_dir),
-                                                    gradient_checkpointing=on),
-                                       decoder=dict(kind="whisper", gradient_checkpointing=on), **NO_DROPOUT))
+        return build_model(
+            ModelConfig(
+                encoder=dict(kind="whisper", name_or_path=str(whisper_dir), gradient_checkpointing=on),
+                decoder=dict(kind="whisper", gradient_checkpointing=on),
+                **NO_DROPOUT,
+            )
+        )
 
     model = build(True)
     assert all(type(layer) is CheckpointedDecoderLayer for layer in model.decoder.layers)
@@ -197,8 +239,11 @@ def test_whisper_encoder_and_decoder_checkpointing_give_the_same_gradients(whisp
 def test_lm_decoder_checkpointing_gives_the_same_gradients(lm_dir):
     feats = torch.randn(2, 40, 80, generator=torch.Generator().manual_seed(3))
     batch = (feats, *speech_batch()[1:])
-    assert_same_gradients(lambda on: lm_translator(lm_dir, gradient_checkpointing=on),
-                          lambda m: m.decoder.lm.model.layers[0].mlp.down_proj, batch)
+    assert_same_gradients(
+        lambda on: lm_translator(lm_dir, gradient_checkpointing=on),
+        lambda m: m.decoder.lm.model.layers[0].mlp.down_proj,
+        batch,
+    )
 
 
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
@@ -238,14 +283,33 @@ def _check_logits(decoder) -> None:
             assert torch.allclose(logits[b], ref, atol=1e-5)
 
 
-@pytest.mark.parametrize("part, fields, message", [
-    ("decoder", dict(kind="lm", name_or_path="x", base_dtype="int8"), "decoder.base_dtype must be one of"),
-    ("decoder", dict(kind="lm", name_or_path="x", base_dtype="bfloat16"), "needs decoder.finetune frozen, lna or lora"),
-    ("decoder", dict(base_dtype="bfloat16", finetune="frozen"), "decoder.base_dtype: not an option of decoder 'transformer'"),
-    ("encoder", dict(kind="whisper", name_or_path="x", base_dtype="float16"), "needs encoder.finetune frozen"),
-    ("encoder", dict(kind="wav2vec2", base_dtype="bfloat16", finetune="lora"), "encoder.base_dtype: not an option of encoder 'wav2vec2'"),
-    ("encoder", dict(kind="conv", gradient_checkpointing=True), "encoder.gradient_checkpointing: not an option of encoder 'conv'"),
-])
+@pytest.mark.parametrize(
+    "part, fields, message",
+    [
+        ("decoder", dict(kind="lm", name_or_path="x", base_dtype="int8"), "decoder.base_dtype must be one of"),
+        (
+            "decoder",
+            dict(kind="lm", name_or_path="x", base_dtype="bfloat16"),
+            "needs decoder.finetune frozen, lna or lora",
+        ),
+        (
+            "decoder",
+            dict(base_dtype="bfloat16", finetune="frozen"),
+            "decoder.base_dtype: not an option of decoder 'transformer'",
+        ),
+        ("encoder", dict(kind="whisper", name_or_path="x", base_dtype="float16"), "needs encoder.finetune frozen"),
+        (
+            "encoder",
+            dict(kind="wav2vec2", base_dtype="bfloat16", finetune="lora"),
+            "encoder.base_dtype: not an option of encoder 'wav2vec2'",
+        ),
+        (
+            "encoder",
+            dict(kind="conv", gradient_checkpointing=True),
+            "encoder.gradient_checkpointing: not an option of encoder 'conv'",
+        ),
+    ],
+)
 def test_bad_memory_options_say_what_is_wrong_in_one_line(part, fields, message):
     with pytest.raises(ValueError, match=message) as e:
         ModelConfig(**{part: fields})
@@ -260,26 +324,52 @@ def test_a_run_on_a_bf16_base_saves_a_delta_that_decodes_after_loading(tiny_data
     from speechmt.evaluation.evaluate import decode_split
     from speechmt.training.run import run_training
 
-    model = ModelConfig(encoder=dict(kind="whisper", name_or_path=str(whisper_dir), finetune="frozen",
-                                     base_dtype="bfloat16"),
-                        decoder=dict(kind="lm", name_or_path=str(lm_dir), finetune="lora", base_dtype="bfloat16",
-                                     gradient_checkpointing=True),
-                        n_heads=2, lora=dict(rank=4, targets=("q_proj", "v_proj")), **NO_DROPOUT)
-    cfg = ExperimentConfig(model=model,
-                           data=DataConfig(dir=str(tiny_data), spec_augment="", max_tokens=4000, max_sentences=4,
-                                           src_lang="en", tgt_lang="de", lang_tag=True),
-                           train=TrainConfig(task="st", lr=1e-3, warmup_updates=1, max_updates=2, seed=1,
-                                             precision="bf16", save_dir=str(tmp_path), save_interval_updates=2,
-                                             keep_last=1, validate_interval_updates=2, log_interval=1,
-                                             valid_decode=False))
+    model = ModelConfig(
+        encoder=dict(kind="whisper", name_or_path=str(whisper_dir), finetune="frozen", base_dtype="bfloat16"),
+        decoder=dict(
+            kind="lm", name_or_path=str(lm_dir), finetune="lora", base_dtype="bfloat16", gradient_checkpointing=True
+        ),
+        n_heads=2,
+        lora=dict(rank=4, targets=("q_proj", "v_proj")),
+        **NO_DROPOUT,
+    )
+    cfg = ExperimentConfig(
+        model=model,
+        data=DataConfig(
+            dir=str(tiny_data),
+            spec_augment="",
+            max_tokens=4000,
+            max_sentences=4,
+            src_lang="en",
+            tgt_lang="de",
+            lang_tag=True,
+        ),
+        train=TrainConfig(
+            task="st",
+            lr=1e-3,
+            warmup_updates=1,
+            max_updates=2,
+            seed=1,
+            precision="bf16",
+            save_dir=str(tmp_path),
+            save_interval_updates=2,
+            keep_last=1,
+            validate_interval_updates=2,
+            log_interval=1,
+            valid_decode=False,
+        ),
+    )
     run_training(cfg)
     path = tmp_path / "checkpoint_last.safetensors"
     ckpt = load_checkpoint(path)
     assert ckpt["base"]["sources"] == [str(whisper_dir), str(lm_dir)]
     assert {k.split(".")[0] for k in ckpt["model"]} == {"speech_encoder", "decoder"}
     assert {v.dtype for v in ckpt["model"].values()} == {torch.float32}
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "train_log.jsonl").read_text().splitlines()
-              if json.loads(line).get("type") == "train"]
+    losses = [
+        json.loads(line)["loss"]
+        for line in (tmp_path / "train_log.jsonl").read_text().splitlines()
+        if json.loads(line).get("type") == "train"
+    ]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
     lm = load_model(path)
     assert {p.dtype for p in lm.model.parameters()} == {torch.float32}  # decoding casts to load_model's dtype
@@ -306,10 +396,16 @@ def test_the_memory_table_counts_the_published_sizes_on_the_meta_device():
     table = _memory_table()
     sizes = {name: table.shape(name) for name in ("Whisper large-v3", "Gemma 3 270M", "Qwen2.5-7B", "Llama-3.1-8B")}
     assert {name: s.params for name, s in sizes.items()} == {
-        "Whisper large-v3": 1_543_490_560, "Gemma 3 270M": 268_098_176, "Qwen2.5-7B": 7_615_616_512,
-        "Llama-3.1-8B": 8_030_261_248}
+        "Whisper large-v3": 1_543_490_560,
+        "Gemma 3 270M": 268_098_176,
+        "Qwen2.5-7B": 7_615_616_512,
+        "Llama-3.1-8B": 8_030_261_248,
+    }
     llama = sizes["Llama-3.1-8B"]  # LoRA r16 on 7 projections of 32 layers: 16 (in + out) each
     assert llama.lora == 32 * 16 * (2 * (4096 + 4096) + 2 * (4096 + 1024) + 2 * (4096 + 14336) + (14336 + 4096))
-    assert table.static_bytes(llama, "bf16 base + LoRA") == (2 * llama.params + 6 * llama.lora, 4 * llama.lora,
-                                                             8 * llama.lora)
+    assert table.static_bytes(llama, "bf16 base + LoRA") == (
+        2 * llama.params + 6 * llama.lora,
+        4 * llama.lora,
+        8 * llama.lora,
+    )
     assert table.sequences(llama, "bf16 mixed", True) == 0 < table.sequences(llama, "bf16 base + LoRA", False)

@@ -34,8 +34,10 @@ def test_positions_known_values_and_offset():
 
 
 def test_masks():
-    assert key_padding_mask(torch.tensor([2, 3]), 4).tolist() == [[[[True, True, False, False]]],
-                                                                   [[[True, True, True, False]]]]
+    assert key_padding_mask(torch.tensor([2, 3]), 4).tolist() == [
+        [[[True, True, False, False]]],
+        [[[True, True, True, False]]],
+    ]
     assert causal_mask(3, 0, torch.device("cpu")).tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     assert causal_mask(2, 2, torch.device("cpu")).tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
 
@@ -74,8 +76,10 @@ def test_few_query_attention_equals_the_fused_kernel():
     assert bf.dtype == torch.bfloat16 and (bf.float() - ref).abs().max() < 0.05
 
 
-@pytest.mark.parametrize("training, n_queries, few", [(False, 1, True), (False, layers.FEW_QUERIES, True),
-                                                       (False, layers.FEW_QUERIES + 1, False), (True, 1, False)])
+@pytest.mark.parametrize(
+    "training, n_queries, few",
+    [(False, 1, True), (False, layers.FEW_QUERIES, True), (False, layers.FEW_QUERIES + 1, False), (True, 1, False)],
+)
 def test_attention_takes_the_few_query_path_out_of_training_only(monkeypatch, training, n_queries, few):
     calls = []
     monkeypatch.setattr(layers, "_few_query_attention", lambda *a: calls.append(a) or _few_query_attention(*a))
@@ -91,7 +95,7 @@ def test_one_query_at_a_time_equals_all_queries_at_once():
     n = layers.FEW_QUERIES + 4  # all at once: the fused kernel; one at a time: the few-query products
     x, memory, mask = torch.randn(3, n, 16), torch.randn(3, 9, 16), key_padding_mask(torch.tensor([9, 4, 1]), 9)
     whole = attn(x, memory, mask)
-    single = torch.cat([attn(x[:, i: i + 1], memory, mask) for i in range(n)], dim=1)
+    single = torch.cat([attn(x[:, i : i + 1], memory, mask) for i in range(n)], dim=1)
     assert (whole - single).abs().max() < 1e-5
 
 
@@ -132,7 +136,9 @@ def test_zeroed_residual_branches_make_the_stack_the_identity_and_still_learn():
     stack.zero_grad()
     out, _ = stack(x, lengths)
     out.sum().backward()
-    assert stack.layers[0].attn.q_proj.weight.grad.abs().sum() > 0 and stack.layers[1].ffn.fc1.weight.grad.abs().sum() > 0
+    assert (
+        stack.layers[0].attn.q_proj.weight.grad.abs().sum() > 0 and stack.layers[1].ffn.fc1.weight.grad.abs().sum() > 0
+    )
     assert not torch.allclose(out[0], x[0])
 
 

@@ -24,8 +24,15 @@ def tok(lm_dir):
 
 def lm_model(lm_dir, tok, finetune="full", **kw):
     torch.manual_seed(0)
-    cfg = preset("tiny", n_heads=2, decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=tok.config.vocab,
-                                                 prompt=tok.prompt_ids("en"), finetune=finetune), dropout=0.0, **kw)
+    cfg = preset(
+        "tiny",
+        n_heads=2,
+        decoder=dict(
+            kind="lm", name_or_path=str(lm_dir), vocab=tok.config.vocab, prompt=tok.prompt_ids("en"), finetune=finetune
+        ),
+        dropout=0.0,
+        **kw,
+    )
     return build_model(cfg).eval()
 
 
@@ -48,7 +55,11 @@ def memory(lengths, dim=32, seed=1):
 def test_tokenizer_trims_to_the_targets_and_round_trips(tok, lm_dir):
     full = LMTokenizer.from_pretrained(str(lm_dir), role="source")
     assert tok.config.vocab[:4] == (0, 1, full.lm.start, 3)  # pad, eos, line break (start), unk
-    used = {i for t in TARGETS for i in full.text_ids(" " + t)} | set(full.text_ids("German:")) | set(full.text_ids("English:"))
+    used = (
+        {i for t in TARGETS for i in full.text_ids(" " + t)}
+        | set(full.text_ids("German:"))
+        | set(full.text_ids("English:"))
+    )
     assert set(tok.config.vocab[4:]) == used and len(tok) == 4 + len(used)
     for text in TARGETS:
         ids = tok.encode(text, lang_tag="<de>")
@@ -80,7 +91,7 @@ def test_the_lm_reads_prompt_source_and_target_with_its_own_positions(lm_dir, to
     for b in range(2):
         n = int(enc.lengths[b])
         emb = torch.cat([dec.embed(dec.prompt), enc.x[b, :n], dec.embed(dec.vocab[inputs[b]])])[None]
-        ref = dec.lm(inputs_embeds=emb).logits[0, -inputs.size(1):]  # the LM's full output layer
+        ref = dec.lm(inputs_embeds=emb).logits[0, -inputs.size(1) :]  # the LM's full output layer
         assert torch.allclose(logits[b], ref[:, dec.vocab], atol=1e-5)  # trimmed head == full head's rows
 
 
@@ -102,8 +113,9 @@ def test_cached_steps_equal_a_full_forward(lm_dir, tok):
     inputs = shift_right(tgt, tok.bos_id)
     full = model.decode(inputs, enc)
     cache = model.new_cache()
-    steps = [model.decode(inputs[:, :3], enc, cache)] + [model.decode(inputs[:, j : j + 1], enc, cache)
-                                                        for j in range(3, inputs.size(1))]
+    steps = [model.decode(inputs[:, :3], enc, cache)] + [
+        model.decode(inputs[:, j : j + 1], enc, cache) for j in range(3, inputs.size(1))
+    ]
     assert cache.offset == inputs.size(1)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
 
@@ -122,8 +134,15 @@ def test_cache_reorder_keeps_the_chosen_rows(lm_dir, tok):
 def test_search_beam_one_is_greedy_and_an_item_alone_equals_it_in_a_batch(lm_dir, tok):
     model = lm_model(lm_dir, tok)
     enc = memory([5, 2, 7], seed=3)
-    options = DecodeOptions(beam_size=1, prefix=tok.prefix_ids("<de>"), bos_id=tok.bos_id, eos_id=tok.eos_id,
-                            pad_id=tok.pad_id, suppress=tok.suppress_ids, max_len_b=8)
+    options = DecodeOptions(
+        beam_size=1,
+        prefix=tok.prefix_ids("<de>"),
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        suppress=tok.suppress_ids,
+        max_len_b=8,
+    )
     greedy = greedy_search(model, enc, options)
     assert [h[0].tokens for h in beam_search(model, enc, options)] == greedy
     beam = dataclasses.replace(options, beam_size=3, nbest=2)
@@ -135,8 +154,14 @@ def test_search_beam_one_is_greedy_and_an_item_alone_equals_it_in_a_batch(lm_dir
 
 
 def test_lora_trains_adapters_only_and_the_text_path_shares_the_lm_table(lm_dir, tok):
-    model = lm_model(lm_dir, tok, finetune="lora", text_encoder=dict(embed_only=True, embeddings="lm"),
-                     src_vocab_size=10, lora=dict(rank=4, targets=["q_proj", "v_proj", "o_proj", "down_proj"]))
+    model = lm_model(
+        lm_dir,
+        tok,
+        finetune="lora",
+        text_encoder=dict(embed_only=True, embeddings="lm"),
+        src_vocab_size=10,
+        lora=dict(rank=4, targets=["q_proj", "v_proj", "o_proj", "down_proj"]),
+    )
     trained = {n for n, p in model.decoder.named_parameters() if p.requires_grad}
     assert trained and all(".lora_" in n for n in trained)
     assert model.text_encoder.embedding is model.decoder.embed
@@ -159,11 +184,13 @@ def test_examples_before_the_speech_are_read_as_the_lms_text_then_the_speech(lm_
     logits = model.decode(inputs, out)
     for b in range(2):
         p, n = int(prefix_lengths[b]), int(enc.lengths[b])
-        emb = torch.cat([dec.embed(dec.prompt), dec.embed(prefix[b, :p]), enc.x[b, :n], dec.embed(dec.vocab[inputs[b]])])
-        ref = dec.lm(inputs_embeds=emb[None]).logits[0, -inputs.size(1):, dec.vocab]
+        emb = torch.cat(
+            [dec.embed(dec.prompt), dec.embed(prefix[b, :p]), enc.x[b, :n], dec.embed(dec.vocab[inputs[b]])]
+        )
+        ref = dec.lm(inputs_embeds=emb[None]).logits[0, -inputs.size(1) :, dec.vocab]
         assert torch.allclose(logits[b], ref, atol=1e-5)
-        alone = model.prefixed(enc.select(torch.tensor([b])), prefix[b:b + 1, :p], prefix_lengths[b:b + 1])
-        assert torch.allclose(model.decode(inputs[b:b + 1], alone)[0], logits[b], atol=1e-5)
+        alone = model.prefixed(enc.select(torch.tensor([b])), prefix[b : b + 1, :p], prefix_lengths[b : b + 1])
+        assert torch.allclose(model.decode(inputs[b : b + 1], alone)[0], logits[b], atol=1e-5)
 
 
 def test_config_errors_name_the_lm_options(lm_dir, tok):

@@ -22,61 +22,184 @@ from tests.helpers import flat_model_config
 
 # every field of the flat ModelConfig as checkpoints stored it before the nesting (commit 6e9295d)
 OLD_FIELDS = (
-    "input_dim", "tgt_vocab_size", "src_vocab_size", "d_model", "n_heads", "ffn_dim", "encoder_layers",
-    "decoder_layers", "text_encoder_layers", "share_text_encoder", "dropout", "attention_dropout",
-    "activation_dropout", "subsampler", "conv_channels", "conv_kernels", "ctc", "tie_embeddings", "pad_id",
-    "position_offset", "output_bias", "encoder", "encoder_name_or_path", "encoder_hf_config",
-    "freeze_feature_extractor", "freeze_encoder", "lna_finetune", "encoder_lora", "encoder_layerdrop",
-    "mask_time_prob", "mask_time_length", "gradient_checkpointing", "shrink", "shrink_channels", "shrink_kernel",
-    "shrink_mode", "decoder", "decoder_name_or_path", "decoder_hf_config", "decoder_finetune", "lora_rank",
-    "lora_alpha", "lora_dropout", "lora_targets", "semantic", "semantic_options",
+    "input_dim",
+    "tgt_vocab_size",
+    "src_vocab_size",
+    "d_model",
+    "n_heads",
+    "ffn_dim",
+    "encoder_layers",
+    "decoder_layers",
+    "text_encoder_layers",
+    "share_text_encoder",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "subsampler",
+    "conv_channels",
+    "conv_kernels",
+    "ctc",
+    "tie_embeddings",
+    "pad_id",
+    "position_offset",
+    "output_bias",
+    "encoder",
+    "encoder_name_or_path",
+    "encoder_hf_config",
+    "freeze_feature_extractor",
+    "freeze_encoder",
+    "lna_finetune",
+    "encoder_lora",
+    "encoder_layerdrop",
+    "mask_time_prob",
+    "mask_time_length",
+    "gradient_checkpointing",
+    "shrink",
+    "shrink_channels",
+    "shrink_kernel",
+    "shrink_mode",
+    "decoder",
+    "decoder_name_or_path",
+    "decoder_hf_config",
+    "decoder_finetune",
+    "lora_rank",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_targets",
+    "semantic",
+    "semantic_options",
 )
 # one valid flat config with (nearly) every field away from its default
 OLD = dict(
-    input_dim=40, tgt_vocab_size=77, src_vocab_size=33, d_model=96, n_heads=3, ffn_dim=100, encoder_layers=5,
-    decoder_layers=4, text_encoder_layers=2, share_text_encoder=False, dropout=0.2, attention_dropout=0.3,
-    activation_dropout=0.4, subsampler="conv2d", conv_channels=48, conv_kernels=[3, 3, 3], ctc=True,
-    tie_embeddings=False, pad_id=1, position_offset=2, output_bias=True, encoder="wav2vec2",
-    encoder_name_or_path="some/w2v", encoder_hf_config={"hidden_size": 8, "conv_dim": [4, 4]},
-    freeze_feature_extractor=True, freeze_encoder=False, lna_finetune=True, encoder_lora=False,
-    encoder_layerdrop=0.1, mask_time_prob=0.05, mask_time_length=7, gradient_checkpointing=True, shrink="conv",
-    shrink_channels=64, shrink_kernel=3, shrink_mode="first", decoder="transformer", decoder_name_or_path="dec",
-    decoder_hf_config={"d_model": 8}, decoder_finetune="lna", lora_rank=8, lora_alpha=16.0, lora_dropout=0.1,
-    lora_targets=["q_proj"], semantic="xstnet", semantic_options={"layers": 2},
+    input_dim=40,
+    tgt_vocab_size=77,
+    src_vocab_size=33,
+    d_model=96,
+    n_heads=3,
+    ffn_dim=100,
+    encoder_layers=5,
+    decoder_layers=4,
+    text_encoder_layers=2,
+    share_text_encoder=False,
+    dropout=0.2,
+    attention_dropout=0.3,
+    activation_dropout=0.4,
+    subsampler="conv2d",
+    conv_channels=48,
+    conv_kernels=[3, 3, 3],
+    ctc=True,
+    tie_embeddings=False,
+    pad_id=1,
+    position_offset=2,
+    output_bias=True,
+    encoder="wav2vec2",
+    encoder_name_or_path="some/w2v",
+    encoder_hf_config={"hidden_size": 8, "conv_dim": [4, 4]},
+    freeze_feature_extractor=True,
+    freeze_encoder=False,
+    lna_finetune=True,
+    encoder_lora=False,
+    encoder_layerdrop=0.1,
+    mask_time_prob=0.05,
+    mask_time_length=7,
+    gradient_checkpointing=True,
+    shrink="conv",
+    shrink_channels=64,
+    shrink_kernel=3,
+    shrink_mode="first",
+    decoder="transformer",
+    decoder_name_or_path="dec",
+    decoder_hf_config={"d_model": 8},
+    decoder_finetune="lna",
+    lora_rank=8,
+    lora_alpha=16.0,
+    lora_dropout=0.1,
+    lora_targets=["q_proj"],
+    semantic="xstnet",
+    semantic_options={"layers": 2},
 )
 
 
 def test_every_old_field_has_a_nested_place_and_comes_back():
     assert set(OLD) == set(OLD_FIELDS)
     shared = {f for f in OLD_FIELDS if f not in FLAT_NAMES and f not in FINETUNE_FLAGS}
-    assert shared == {"tgt_vocab_size", "src_vocab_size", "d_model", "n_heads", "ffn_dim", "dropout",
-                      "attention_dropout", "activation_dropout", "ctc", "pad_id", "position_offset"}
+    assert shared == {
+        "tgt_vocab_size",
+        "src_vocab_size",
+        "d_model",
+        "n_heads",
+        "ffn_dim",
+        "dropout",
+        "attention_dropout",
+        "activation_dropout",
+        "ctc",
+        "pad_id",
+        "position_offset",
+    }
     nested = migrate_model_config(OLD)
     assert nested["encoder"] == dict(
-        kind="wav2vec2", layers=5, input_dim=40, subsampler="conv2d", conv_channels=48, conv_kernels=[3, 3, 3],
-        name_or_path="some/w2v", hf_config={"hidden_size": 8, "conv_dim": [4, 4]}, finetune="lna", layerdrop=0.1,
-        freeze_feature_extractor=True, mask_time_prob=0.05, mask_time_length=7, gradient_checkpointing=True)
+        kind="wav2vec2",
+        layers=5,
+        input_dim=40,
+        subsampler="conv2d",
+        conv_channels=48,
+        conv_kernels=[3, 3, 3],
+        name_or_path="some/w2v",
+        hf_config={"hidden_size": 8, "conv_dim": [4, 4]},
+        finetune="lna",
+        layerdrop=0.1,
+        freeze_feature_extractor=True,
+        mask_time_prob=0.05,
+        mask_time_length=7,
+        gradient_checkpointing=True,
+    )
     assert nested["shrink"] == dict(kind="conv", channels=64, kernel=3, mode="first")
     assert nested["text_encoder"] == dict(layers=2, shared=False)
     assert nested["semantic"] == dict(kind="xstnet", options={"layers": 2})
-    assert nested["decoder"] == dict(kind="transformer", layers=4, name_or_path="dec", hf_config={"d_model": 8},
-                                     finetune="lna", tie_embeddings=False, output_bias=True)
+    assert nested["decoder"] == dict(
+        kind="transformer",
+        layers=4,
+        name_or_path="dec",
+        hf_config={"d_model": 8},
+        finetune="lna",
+        tie_embeddings=False,
+        output_bias=True,
+    )
     assert nested["lora"] == dict(rank=8, alpha=16.0, dropout=0.1, targets=["q_proj"])
-    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder.conv_channels, encoder.conv_kernels, "
-                                         r"encoder.input_dim, encoder.layers, encoder.subsampler: not an option of "
-                                         r"encoder 'wav2vec2' \(its options: "):
+    with pytest.raises(
+        ValueError,
+        match=r"^bad ModelConfig: encoder.conv_channels, encoder.conv_kernels, "
+        r"encoder.input_dim, encoder.layers, encoder.subsampler: not an option of "
+        r"encoder 'wav2vec2' \(its options: ",
+    ):
         ModelConfig(**nested)  # written by hand, options of another kind are an error
     cfg = ModelConfig.from_dict(OLD)  # saved in a checkpoint: the fields of other kinds, never read, are dropped
     assert cfg.encoder == Wav2Vec2EncoderConfig(
-        name_or_path="some/w2v", hf_config={"hidden_size": 8, "conv_dim": [4, 4]}, finetune="lna", layerdrop=0.1,
-        freeze_feature_extractor=True, mask_time_prob=0.05, mask_time_length=7, gradient_checkpointing=True)
+        name_or_path="some/w2v",
+        hf_config={"hidden_size": 8, "conv_dim": [4, 4]},
+        finetune="lna",
+        layerdrop=0.1,
+        freeze_feature_extractor=True,
+        mask_time_prob=0.05,
+        mask_time_length=7,
+        gradient_checkpointing=True,
+    )
     assert cfg.decoder == TransformerDecoderConfig(layers=4, finetune="lna", tie_embeddings=False, output_bias=True)
     back = flat_model_config(cfg)  # the nested config in the old names again: what the model reads is unchanged
     assert set(back) == set(OLD_FIELDS)
-    dropped = ("encoder_layers", "input_dim", "subsampler", "conv_channels", "conv_kernels", "decoder_name_or_path",
-               "decoder_hf_config", "shrink_mode")
+    dropped = (
+        "encoder_layers",
+        "input_dim",
+        "subsampler",
+        "conv_channels",
+        "conv_kernels",
+        "decoder_name_or_path",
+        "decoder_hf_config",
+        "shrink_mode",
+    )
     assert {k: v for k, v in back.items() if k not in dropped} == {
-        k: v for k, v in {**OLD, "lora_targets": ("q_proj",)}.items() if k not in dropped}
+        k: v for k, v in {**OLD, "lora_targets": ("q_proj",)}.items() if k not in dropped
+    }
     assert ModelConfig.from_dict(back) == cfg == ModelConfig.from_dict(asdict(cfg)) == ModelConfig(**asdict(cfg))
 
 
@@ -85,16 +208,39 @@ def test_a_nested_config_passes_through_and_round_trips():
     d = asdict(cfg)
     assert migrate_model_config(d) == d
     assert ModelConfig(**d) == ModelConfig.from_dict(d) == cfg
-    assert set(d) == {"tgt_vocab_size", "src_vocab_size", "d_model", "n_heads", "ffn_dim", "dropout",
-                      "attention_dropout", "activation_dropout", "ctc", "ctc_vocab", "pad_id", "position_offset", "encoder",
-                      "shrink", "text_encoder", "semantic", "decoder", "lora", "fusion"}
+    assert set(d) == {
+        "tgt_vocab_size",
+        "src_vocab_size",
+        "d_model",
+        "n_heads",
+        "ffn_dim",
+        "dropout",
+        "attention_dropout",
+        "activation_dropout",
+        "ctc",
+        "ctc_vocab",
+        "pad_id",
+        "position_offset",
+        "encoder",
+        "shrink",
+        "text_encoder",
+        "semantic",
+        "decoder",
+        "lora",
+        "fusion",
+    }
 
 
-@pytest.mark.parametrize("flags, mode", [
-    ({}, "full"), (dict(freeze_encoder=True), "frozen"), (dict(lna_finetune=True), "lna"),
-    (dict(encoder_lora=True, freeze_encoder=False, lna_finetune=False), "lora"),
-    (dict(freeze_encoder=False, lna_finetune=False, encoder_lora=False), "full"),
-])
+@pytest.mark.parametrize(
+    "flags, mode",
+    [
+        ({}, "full"),
+        (dict(freeze_encoder=True), "frozen"),
+        (dict(lna_finetune=True), "lna"),
+        (dict(encoder_lora=True, freeze_encoder=False, lna_finetune=False), "lora"),
+        (dict(freeze_encoder=False, lna_finetune=False, encoder_lora=False), "full"),
+    ],
+)
 def test_the_three_encoder_flags_become_one_mode(flags, mode):
     cfg = ModelConfig.from_dict(dict(encoder="whisper", encoder_name_or_path="w", **flags))
     assert cfg.encoder.finetune == mode and flat_model_config(cfg) | flags == flat_model_config(cfg)
@@ -103,18 +249,27 @@ def test_the_three_encoder_flags_become_one_mode(flags, mode):
 def test_mixed_dicts_merge_and_conflicts_are_one_line():
     mixed = migrate_model_config({"preset": "tiny", "encoder": {"kind": "conv"}, "encoder_layers": 3, "d_model": 32})
     assert mixed == {"preset": "tiny", "encoder": {"kind": "conv", "layers": 3}, "d_model": 32}
-    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder\.layers=4 sets encoder\.layers a second time "
-                                         r"\(already 3\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^bad ModelConfig: encoder\.layers=4 sets encoder\.layers a second time "
+        r"\(already 3\)$",
+    ):
         migrate_model_config({"encoder_layers": 3, "encoder": {"layers": 4}})
     assert migrate_model_config({"encoder_layers": 3, "encoder": {"layers": 3}}) == {"encoder": {"layers": 3}}
-    with pytest.raises(ValueError, match=r"^bad ModelConfig: freeze_encoder, lna_finetune and encoder_lora exclude "
-                                         r"each other$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^bad ModelConfig: freeze_encoder, lna_finetune and encoder_lora exclude "
+        r"each other$",
+    ):
         migrate_model_config({"freeze_encoder": True, "encoder_lora": True})
     with pytest.raises(ValueError, match=r"^bad ModelConfig: freeze_encoder must be true or false, got 'yes'$"):
         migrate_model_config({"freeze_encoder": "yes"})
-    with pytest.raises(ValueError, match=r"^bad ModelConfig: encoder must be given as a mapping with its kind and "
-                                         r"options or as the options of a encoder kind \(ConvEncoderConfig, .*\), "
-                                         r"got 'whisper' \(a flat config: ModelConfig.from_dict\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^bad ModelConfig: encoder must be given as a mapping with its kind and "
+        r"options or as the options of a encoder kind \(ConvEncoderConfig, .*\), "
+        r"got 'whisper' \(a flat config: ModelConfig.from_dict\)$",
+    ):
         ModelConfig(encoder="whisper")
 
 
@@ -123,22 +278,39 @@ def test_preset_takes_old_flat_and_nested_overrides():
     three = replace(tiny, encoder=replace(tiny.encoder, layers=3))
     assert preset("tiny", encoder_layers=3) == preset("tiny", encoder={"layers": 3}) == three
     assert preset("tiny", encoder=replace(tiny.encoder, layers=3)) == three  # a whole sub-config
-    assert preset("tiny", freeze_encoder=True, encoder="whisper", encoder_name_or_path="w").encoder == \
-        WhisperEncoderConfig(name_or_path="w", finetune="frozen")  # another kind: tiny's conv options dropped
+    assert preset(
+        "tiny", freeze_encoder=True, encoder="whisper", encoder_name_or_path="w"
+    ).encoder == WhisperEncoderConfig(name_or_path="w", finetune="frozen")  # another kind: tiny's conv options dropped
     assert preset("tiny", lora_rank=4, decoder_finetune="lora").lora.rank == 4
 
 
 def _checkpoint(path, cfg_dict: dict, model, tok) -> None:
-    save_checkpoint(path, {"model_config": cfg_dict, "model": model.state_dict(),
-                           "tokenizers": Tokenizers(tok, tok).state_dict(), "task": "st", "decoder_tag": "<de>",
-                           "features": {"fbank": asdict(FbankConfig()), "cmvn": asdict(CMVNConfig("utterance"))}})
+    save_checkpoint(
+        path,
+        {
+            "model_config": cfg_dict,
+            "model": model.state_dict(),
+            "tokenizers": Tokenizers(tok, tok).state_dict(),
+            "task": "st",
+            "decoder_tag": "<de>",
+            "features": {"fbank": asdict(FbankConfig()), "cmvn": asdict(CMVNConfig("utterance"))},
+        },
+    )
 
 
 def test_a_checkpoint_with_a_flat_config_loads_and_computes_the_same(tiny_data, tmp_path):
     """A checkpoint as the trainer wrote it before the nesting (model_config flat), and as it writes it now."""
     tok = Tokenizer.load(tiny_data / "spm.model")
-    cfg = preset("tiny", tgt_vocab_size=len(tok), src_vocab_size=len(tok), ctc=True, text_encoder_layers=2,
-                 shrink="conv", shrink_channels=32, tie_embeddings=False)
+    cfg = preset(
+        "tiny",
+        tgt_vocab_size=len(tok),
+        src_vocab_size=len(tok),
+        ctc=True,
+        text_encoder_layers=2,
+        shrink="conv",
+        shrink_channels=32,
+        tie_embeddings=False,
+    )
     model = build_model(cfg).eval()
     _checkpoint(tmp_path / "old.safetensors", flat_model_config(cfg), model, tok)
     _checkpoint(tmp_path / "new.safetensors", asdict(cfg), model, tok)

@@ -11,10 +11,14 @@ from tests.helpers import flat_model_config
 
 BLANK = 4
 # hand-made CTC argmax labels (blank 4); frames at or past the lengths hold non-blank labels on purpose
-LABELS = torch.tensor([[5, 5, 4, 6, 6, 6, 4, 4, 5, 5],   # runs 5 | 6 6 6 | 5 5
-                       [7, 4, 7, 7, 5, 8, 8, 8, 8, 8],   # length 5: 7 | 7 7 | 5 (a blank splits the repeat)
-                       [4, 4, 4, 4, 9, 9, 9, 9, 9, 9],   # length 4: all blank
-                       [6, 6, 6, 6, 6, 6, 6, 6, 6, 6]])  # one run
+LABELS = torch.tensor(
+    [
+        [5, 5, 4, 6, 6, 6, 4, 4, 5, 5],  # runs 5 | 6 6 6 | 5 5
+        [7, 4, 7, 7, 5, 8, 8, 8, 8, 8],  # length 5: 7 | 7 7 | 5 (a blank splits the repeat)
+        [4, 4, 4, 4, 9, 9, 9, 9, 9, 9],  # length 4: all blank
+        [6, 6, 6, 6, 6, 6, 6, 6, 6, 6],
+    ]
+)  # one run
 LENGTHS = torch.tensor([10, 5, 4, 10])
 
 
@@ -26,17 +30,22 @@ def _states() -> torch.Tensor:
 
 def test_ctc_segments_of_hand_made_labels():
     segments, counts = ctc_segments(F.one_hot(LABELS, 10).float(), LENGTHS, BLANK)
-    assert segments.tolist() == [[0, 0, -1, 1, 1, 1, -1, -1, 2, 2],
-                                 [0, -1, 1, 1, 2, -1, -1, -1, -1, -1],
-                                 [-1] * 10,
-                                 [0] * 10]
+    assert segments.tolist() == [
+        [0, 0, -1, 1, 1, 1, -1, -1, 2, 2],
+        [0, -1, 1, 1, 2, -1, -1, -1, -1, -1],
+        [-1] * 10,
+        [0] * 10,
+    ]
     assert counts.tolist() == [3, 3, 0, 1]
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("mean", [[0.5, 4.0, 8.5], [100.0, 102.5, 104.0], [201.5, 0.0, 0.0], [304.5, 0.0, 0.0]]),
-    ("first", [[0.0, 3.0, 8.0], [100.0, 102.0, 104.0], [200.0, 0.0, 0.0], [300.0, 0.0, 0.0]]),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("mean", [[0.5, 4.0, 8.5], [100.0, 102.5, 104.0], [201.5, 0.0, 0.0], [304.5, 0.0, 0.0]]),
+        ("first", [[0.0, 3.0, 8.0], [100.0, 102.0, 104.0], [200.0, 0.0, 0.0], [300.0, 0.0, 0.0]]),
+    ],
+)
 def test_ctc_shrink_means_firsts_lengths_and_all_blank_rows(mode, expected):
     x = _states()
     enc = EncoderOutput(x, LENGTHS, F.one_hot(LABELS, 10).float() * 5)
@@ -79,7 +88,7 @@ def test_ctc_shrink_equals_a_loop_on_random_labels(mode):
         for b, want in enumerate(_reference(x, labels, lengths, mode)):
             assert int(out.lengths[b]) == len(want)
             assert torch.allclose(out.x[b, : len(want)], want, atol=1e-6)
-            assert torch.all(out.x[b, len(want):] == 0)
+            assert torch.all(out.x[b, len(want) :] == 0)
 
 
 @pytest.mark.parametrize("mode", ["mean", "first"])
@@ -89,8 +98,12 @@ def test_gradients_reach_the_merged_frames(mode):
     out.x[..., 0].sum().backward()
     grad = x.grad[..., 0]
     if mode == "mean":  # each frame of a run of n frames gets 1/n; blank and padded frames nothing
-        expected = [[.5, .5, 0, 1 / 3, 1 / 3, 1 / 3, 0, 0, .5, .5], [1, 0, .5, .5, 1, 0, 0, 0, 0, 0],
-                    [.25] * 4 + [0] * 6, [.1] * 10]
+        expected = [
+            [0.5, 0.5, 0, 1 / 3, 1 / 3, 1 / 3, 0, 0, 0.5, 0.5],
+            [1, 0, 0.5, 0.5, 1, 0, 0, 0, 0, 0],
+            [0.25] * 4 + [0] * 6,
+            [0.1] * 10,
+        ]
     else:  # the first frame of each run
         expected = [[1, 0, 0, 1, 0, 0, 0, 0, 1, 0], [1, 0, 1, 0, 1, 0, 0, 0, 0, 0], [1] + [0] * 9, [1] + [0] * 9]
     assert torch.allclose(grad, torch.tensor(expected, dtype=torch.float))
@@ -118,14 +131,15 @@ def test_conv_shrink_pads_and_batches_like_single_utterances():
         batch = shrink(EncoderOutput(x, lengths))
         assert batch.lengths.tolist() == [10, 5, 1] and batch.x.shape == (3, 10, 8)
         for i, n in enumerate(lengths.tolist()):
-            alone = shrink(EncoderOutput(x[i: i + 1, :n], lengths[i: i + 1]))
+            alone = shrink(EncoderOutput(x[i : i + 1, :n], lengths[i : i + 1]))
             m = int(alone.lengths)
             assert torch.allclose(alone.x[0], batch.x[i, :m], atol=1e-5) and torch.all(batch.x[i, m:] == 0)
 
 
 def _tiny(**overrides):
-    return build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                              tgt_vocab_size=20, **overrides))
+    return build_model(
+        preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tgt_vocab_size=20, **overrides)
+    )
 
 
 @pytest.mark.parametrize("kind", ["conv", "ctc"])
@@ -142,11 +156,19 @@ def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
     else:  # one vector per CTC segment of the (random) head, at least one
         segments, counts = ctc_segments(enc.ctc_logits, acoustic, BLANK)
         assert enc.lengths.tolist() == counts.clamp(min=1).tolist()
-    batch = Batch(ids=["a", "b", "c"], feats=feats, feat_lengths=lengths, src=torch.randint(5, 12, (3, 4)),
-                  src_lengths=torch.tensor([4, 3, 2]), tgt=torch.randint(5, 20, (3, 5)),
-                  tgt_lengths=torch.tensor([5, 5, 5]))
+    batch = Batch(
+        ids=["a", "b", "c"],
+        feats=feats,
+        feat_lengths=lengths,
+        src=torch.randint(5, 12, (3, 4)),
+        src_lengths=torch.tensor([4, 3, 2]),
+        tgt=torch.randint(5, 20, (3, 5)),
+        tgt_lengths=torch.tensor([5, 5, 5]),
+    )
     losses = task_losses(model, batch, "st", ["ce", "ctc"], ObjectiveSettings())
-    assert torch.isfinite(losses["ce"][0]) and float(losses["ctc"][0].detach()) > 0  # CTC on the acoustic states' lengths
+    assert (
+        torch.isfinite(losses["ce"][0]) and float(losses["ctc"][0].detach()) > 0
+    )  # CTC on the acoustic states' lengths
     loss, _ = task_losses(model, batch, "st", ["ce"], ObjectiveSettings())["ce"]  # the decoder's loss alone
     loss.backward()
     first_conv = model.speech_encoder.subsampler.convs[0].weight
@@ -155,13 +177,19 @@ def test_translator_shrinks_and_gradients_reach_the_encoder(kind):
         assert model.ctc_head.weight.grad is None or model.ctc_head.weight.grad.abs().sum() == 0
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(shrink="pool"), "unknown shrink 'pool'"),
-    (dict(shrink="ctc", shrink_mode="max"), r"unknown shrink\.mode 'max'"),
-    (dict(shrink={"kind": "conv", "kernel": 0}), r"shrink\.kernel must be an integer >= 1, got 0"),
-    (dict(shrink={"kind": "ctc", "kernel": 3}), r"^bad ModelConfig: shrink\.kernel: not an option of shrink 'ctc' \(its "
-                                                 r"options: embed, mode\)$"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(shrink="pool"), "unknown shrink 'pool'"),
+        (dict(shrink="ctc", shrink_mode="max"), r"unknown shrink\.mode 'max'"),
+        (dict(shrink={"kind": "conv", "kernel": 0}), r"shrink\.kernel must be an integer >= 1, got 0"),
+        (
+            dict(shrink={"kind": "ctc", "kernel": 3}),
+            r"^bad ModelConfig: shrink\.kernel: not an option of shrink 'ctc' \(its "
+            r"options: embed, mode\)$",
+        ),
+    ],
+)
 def test_shrink_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
         preset("tiny", **overrides)
@@ -174,9 +202,22 @@ def test_ctc_shrink_needs_the_ctc_head():
 
 def test_configs_from_before_shrinking_and_wav2vec2_build_the_same_model():
     cfg = preset("tiny", src_vocab_size=12, ctc=True)
-    new_fields = {"encoder", "encoder_name_or_path", "encoder_hf_config", "freeze_feature_extractor",
-                  "freeze_encoder", "lna_finetune", "encoder_layerdrop", "mask_time_prob", "mask_time_length",
-                  "gradient_checkpointing", "shrink", "shrink_channels", "shrink_kernel", "shrink_mode"}
+    new_fields = {
+        "encoder",
+        "encoder_name_or_path",
+        "encoder_hf_config",
+        "freeze_feature_extractor",
+        "freeze_encoder",
+        "lna_finetune",
+        "encoder_layerdrop",
+        "mask_time_prob",
+        "mask_time_length",
+        "gradient_checkpointing",
+        "shrink",
+        "shrink_channels",
+        "shrink_kernel",
+        "shrink_mode",
+    }
     flat = flat_model_config(cfg)  # as checkpoints stored it before the nesting
     old = {k: v for k, v in flat.items() if k not in new_fields}  # a checkpoint's dict of before
     assert len(old) == len(flat) - len(new_fields)

@@ -17,8 +17,16 @@ TOKENS, TOKEN_LENGTHS = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]]), torch
 
 
 def _conv_model(text_encoder=None, **overrides) -> Translator:
-    fields = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tgt_vocab_size=20, src_vocab_size=12,
-                  ctc=True, shrink="ctc", text_encoder=text_encoder or {"layers": 2})
+    fields = dict(
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        tgt_vocab_size=20,
+        src_vocab_size=12,
+        ctc=True,
+        shrink="ctc",
+        text_encoder=text_encoder or {"layers": 2},
+    )
     return build_model(preset("tiny", **{**fields, **overrides})).eval()
 
 
@@ -29,16 +37,31 @@ def test_speech_and_text_states_in_order_with_their_lengths():
         text = model.states(TOKENS, TOKEN_LENGTHS, "text")
         enc, tenc = model.encode_speech(FEATS, LENGTHS), model.encode_text(TOKENS, TOKEN_LENGTHS)
         acoustic = model.speech_encoder(FEATS, LENGTHS)
-    assert list(speech) == ["speech.encoder.subsampled", "speech.encoder.layer.0", "speech.encoder.layer.1",
-                            "speech.encoder.out", "speech.shrink", "speech.out"]
-    assert list(text) == ["text.encoder.embedded", "text.encoder.layer.0", "text.encoder.layer.1",
-                          "text.encoder.out", "text.out"]
+    assert list(speech) == [
+        "speech.encoder.subsampled",
+        "speech.encoder.layer.0",
+        "speech.encoder.layer.1",
+        "speech.encoder.out",
+        "speech.shrink",
+        "speech.out",
+    ]
+    assert list(text) == [
+        "text.encoder.embedded",
+        "text.encoder.layer.0",
+        "text.encoder.layer.1",
+        "text.encoder.out",
+        "text.out",
+    ]
     for name in ("speech.encoder.subsampled", "speech.encoder.layer.1", "speech.encoder.out"):
         x, lengths = speech[name]
         assert x.shape == (2, 16, 64) and lengths.tolist() == [16, 9]  # 4x subsampling
     assert torch.equal(speech["speech.encoder.out"][0], acoustic.x)
     shrunk, shrunk_lengths = speech["speech.shrink"]
-    assert torch.equal(shrunk, enc.x) and torch.equal(shrunk_lengths, enc.lengths) and torch.equal(speech["speech.out"][0], enc.x)
+    assert (
+        torch.equal(shrunk, enc.x)
+        and torch.equal(shrunk_lengths, enc.lengths)
+        and torch.equal(speech["speech.out"][0], enc.x)
+    )
     assert text["text.encoder.embedded"][0].shape == (2, 5, 64) and text["text.out"][1].tolist() == [5, 3]
     assert torch.equal(text["text.out"][0], tenc.x)
     with pytest.raises(ValueError, match="unknown modality 'image'"):
@@ -52,22 +75,36 @@ def test_intermediate_layers_are_the_residual_stream_of_the_stack():
         x, lengths = states["speech.encoder.layer.0"]
         again, _ = model.speech_encoder.encoder.layers[1](x, lengths)
     assert torch.allclose(again, states["speech.encoder.layer.1"][0])
-    assert torch.allclose(model.speech_encoder.encoder.norm(again)[0, :16], states["speech.encoder.out"][0][0, :16],
-                          atol=1e-6)
+    assert torch.allclose(
+        model.speech_encoder.encoder.norm(again)[0, :16], states["speech.encoder.out"][0][0, :16], atol=1e-6
+    )
 
 
 def test_whisper_encoder_states_and_the_cached_path(tmp_path):
     folder = tiny_whisper_dir(tmp_path / "w")
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(folder)}, d_model=48, n_heads=4, ffn_dim=64,
-                      decoder={"layers": 1}, tgt_vocab_size=30, dropout=0.0)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(folder)},
+        d_model=48,
+        n_heads=4,
+        ffn_dim=64,
+        decoder={"layers": 1},
+        tgt_vocab_size=30,
+        dropout=0.0,
+    )
     model = build_model(cfg).eval()
     mels, lengths = torch.randn(2, 40, 80), torch.tensor([40, 22])
     with torch.no_grad():
         live = model.states(mels, lengths)
         cached, cached_lengths = model.speech_encoder.states(mels, lengths)
         from_cache = model.states(cached, cached_lengths, precomputed=True)
-    assert list(live) == ["speech.encoder.conv", "speech.encoder.layer.0", "speech.encoder.layer.1",
-                          "speech.encoder.out", "speech.encoder.projected", "speech.out"]
+    assert list(live) == [
+        "speech.encoder.conv",
+        "speech.encoder.layer.0",
+        "speech.encoder.layer.1",
+        "speech.encoder.out",
+        "speech.encoder.projected",
+        "speech.out",
+    ]
     assert live["speech.encoder.layer.0"][0].shape == (2, 20, 32) and live["speech.encoder.out"][1].tolist() == [20, 11]
     assert live["speech.encoder.projected"][0].shape == (2, 20, 48)
     assert list(from_cache) == ["speech.encoder.out", "speech.encoder.projected", "speech.out"]
@@ -76,15 +113,24 @@ def test_whisper_encoder_states_and_the_cached_path(tmp_path):
 
 
 def test_wav2vec2_states_are_hfs_hidden_states():
-    cfg = ModelConfig(encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()}, d_model=48, n_heads=2,
-                      ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=60, dropout=0.0, attention_dropout=0.0,
-                      activation_dropout=0.0)
+    cfg = ModelConfig(
+        encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()},
+        d_model=48,
+        n_heads=2,
+        ffn_dim=64,
+        decoder={"layers": 1},
+        tgt_vocab_size=60,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
     model = build_model(cfg, pretrained=False).eval()
     waves, lengths = torch.randn(2, 9000), torch.tensor([9000, 6000])
     with torch.no_grad():
         states = model.states(waves, lengths)
-        hf = model.speech_encoder.model(waves, attention_mask=(torch.arange(9000)[None] < lengths[:, None]).long(),
-                                        output_hidden_states=True)
+        hf = model.speech_encoder.model(
+            waves, attention_mask=(torch.arange(9000)[None] < lengths[:, None]).long(), output_hidden_states=True
+        )
     names = [n for n in states if ".layer." in n]
     assert names == ["speech.encoder.layer.0", "speech.encoder.layer.1", "speech.encoder.layer.2"]
     assert all(torch.equal(states[n][0], h) for n, h in zip(names, hf.hidden_states))

@@ -16,11 +16,15 @@ def test_conv_output_lengths_formula():
     assert torch.equal(conv_output_lengths(conv_output_lengths(LENGTHS, 5), 5), _four_x(LENGTHS))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Conv1dSubsampler(12, 16, 8, (5, 5)),
-    lambda: Conv1dSubsampler(12, 16, 8, (3, 4, 7)),
-    lambda: Conv2dSubsampler(12, 4, 8),
-], ids=["conv1d", "conv1d-3-layers", "conv2d"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Conv1dSubsampler(12, 16, 8, (5, 5)),
+        lambda: Conv1dSubsampler(12, 16, 8, (3, 4, 7)),
+        lambda: Conv2dSubsampler(12, 4, 8),
+    ],
+    ids=["conv1d", "conv1d-3-layers", "conv2d"],
+)
 def test_lengths_match_real_outputs(make):
     sub = make().eval()
     with torch.no_grad():
@@ -33,8 +37,9 @@ def test_lengths_match_real_outputs(make):
         assert torch.equal(batch_lengths, _four_x(LENGTHS))
 
 
-@pytest.mark.parametrize("make", [lambda: Conv1dSubsampler(12, 16, 8), lambda: Conv2dSubsampler(12, 4, 8)],
-                         ids=["conv1d", "conv2d"])
+@pytest.mark.parametrize(
+    "make", [lambda: Conv1dSubsampler(12, 16, 8), lambda: Conv2dSubsampler(12, 4, 8)], ids=["conv1d", "conv2d"]
+)
 def test_padding_does_not_leak(make):
     sub = make().eval()
     lengths = torch.tensor([37, 20, 9, 1])

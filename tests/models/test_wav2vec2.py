@@ -35,13 +35,21 @@ def _encoder(dim: int = 32, options: Wav2Vec2Options = Wav2Vec2Options(), **fiel
 LENGTHS = [400, 401, 719, 720, 721, 1039, 1040, 1041, 1999, 2000] + list(range(2100, 9000, 613))
 
 
-@pytest.mark.parametrize("fields", [
-    {},  # the base model's geometry: 320 samples a frame
-    dict(conv_dim=[16] * 3, conv_kernel=[10, 3, 3], conv_stride=[5, 2, 2]),
-    dict(conv_dim=[16] * 3, conv_kernel=[10, 4, 3], conv_stride=[5, 3, 2], feat_extract_norm="group",
-         do_stable_layer_norm=False),
-    dict(add_adapter=True, num_adapter_layers=2, adapter_stride=2, output_hidden_size=24),
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},  # the base model's geometry: 320 samples a frame
+        dict(conv_dim=[16] * 3, conv_kernel=[10, 3, 3], conv_stride=[5, 2, 2]),
+        dict(
+            conv_dim=[16] * 3,
+            conv_kernel=[10, 4, 3],
+            conv_stride=[5, 3, 2],
+            feat_extract_norm="group",
+            do_stable_layer_norm=False,
+        ),
+        dict(add_adapter=True, num_adapter_layers=2, adapter_stride=2, output_hidden_size=24),
+    ],
+)
 def test_output_lengths_equal_hf_and_real_output_lengths(fields):
     enc = _encoder(**fields)
     for n in LENGTHS:
@@ -63,7 +71,7 @@ def test_layer_norm_models_get_an_attention_mask_and_batch_like_single_utterance
         batch = enc(waves, lengths)
         assert batch.lengths.tolist() == [24, 15, 3] and batch.x.shape == (3, 24, 32)
         for i, n in enumerate(lengths.tolist()):
-            alone = enc(waves[i: i + 1, :n], lengths[i: i + 1])
+            alone = enc(waves[i : i + 1, :n], lengths[i : i + 1])
             m = int(alone.lengths)
             assert (alone.x[0] - batch.x[i, :m]).abs().max() < 1e-4
             assert torch.all(batch.x[i, m:] == 0)
@@ -179,9 +187,20 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 def _st_config(**overrides) -> ModelConfig:
     """A config as a user writes it, in the flat names (its options checked against its kinds)."""
-    base = dict(encoder="wav2vec2", d_model=48, n_heads=2, ffn_dim=64, decoder_layers=1, tgt_vocab_size=60,
-                src_vocab_size=60, ctc=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                shrink={"kind": "conv", "channels": 32})
+    base = dict(
+        encoder="wav2vec2",
+        d_model=48,
+        n_heads=2,
+        ffn_dim=64,
+        decoder_layers=1,
+        tgt_vocab_size=60,
+        src_vocab_size=60,
+        ctc=True,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        shrink={"kind": "conv", "channels": 32},
+    )
     return ModelConfig(**migrate_model_config({**base, **overrides}))
 
 
@@ -193,8 +212,11 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
     saved.save_pretrained(hf_dir)
     Wav2Vec2FeatureExtractor(do_normalize=False, return_attention_mask=True).save_pretrained(hf_dir)
     model = build_model(_st_config(encoder_name_or_path=str(hf_dir), freeze_feature_extractor=True)).eval()
-    own = {k.removeprefix("speech_encoder.model."): v for k, v in model.state_dict().items()
-           if k.startswith("speech_encoder.model.")}
+    own = {
+        k.removeprefix("speech_encoder.model."): v
+        for k, v in model.state_dict().items()
+        if k.startswith("speech_encoder.model.")
+    }
     weights = saved.state_dict()
     assert set(weights) - set(own) == {"masked_spec_embed"}  # time masking is off (mask_time_prob 0)
     assert all(torch.equal(own[k], weights[k]) for k in own)
@@ -205,9 +227,17 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
     tok = Tokenizer.load(tiny_data / "spm.model")
     ckpt = tmp_path / "st.safetensors"
     fbank, cmvn = FbankConfig(), CMVNConfig("utterance")
-    save_checkpoint(ckpt, {"model_config": asdict(model.config), "model": model.state_dict(),
-                           "tokenizers": Tokenizers(tok, tok).state_dict(), "task": "st", "decoder_tag": "<de>",
-                           "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn), "waveform": asdict(waveform)}})
+    save_checkpoint(
+        ckpt,
+        {
+            "model_config": asdict(model.config),
+            "model": model.state_dict(),
+            "tokenizers": Tokenizers(tok, tok).state_dict(),
+            "task": "st",
+            "decoder_tag": "<de>",
+            "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn), "waveform": asdict(waveform)},
+        },
+    )
     shutil.rmtree(hf_dir)  # the checkpoint alone rebuilds the model
     lm = load_model(ckpt)
     assert lm.frontend.config == waveform and lm.model.config == model.config
@@ -220,7 +250,8 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
     original = LoadedModel(model, tok, "<de>", WaveformFrontend(waveform), "st", "(memory)", torch.device("cpu"), tok)
     audio = [wave[0].numpy(), wave[1, :7000].numpy()]
     assert [r.text for r in translate(lm, audio, beam=2, max_len_b=5)] == [
-        r.text for r in translate(original, audio, beam=2, max_len_b=5)]
+        r.text for r in translate(original, audio, beam=2, max_len_b=5)
+    ]
 
 
 def test_a_missing_pretrained_encoder_is_a_clear_error(tmp_path, monkeypatch):
@@ -231,9 +262,22 @@ def test_a_missing_pretrained_encoder_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_hubert_and_data2vec_audio_go_through_the_same_path(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    fields = {k: v for k, v in tiny_wav2vec2_fields().items()
-              if k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "conv_dim",
-                       "conv_kernel", "conv_stride", "num_conv_pos_embeddings", "num_conv_pos_embedding_groups")}
+    fields = {
+        k: v
+        for k, v in tiny_wav2vec2_fields().items()
+        if k
+        in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "conv_dim",
+            "conv_kernel",
+            "conv_stride",
+            "num_conv_pos_embeddings",
+            "num_conv_pos_embedding_groups",
+        )
+    }
     HubertModel(HubertConfig(**fields)).save_pretrained(tmp_path / "hubert")  # group norm CNN, no feature extractor
     with pytest.warns(UserWarning, match="no feature extractor config"):
         assert feature_extractor_settings(str(tmp_path / "hubert")) == WaveformConfig()
@@ -243,8 +287,10 @@ def test_hubert_and_data2vec_audio_go_through_the_same_path(tmp_path, monkeypatc
     assert isinstance(data2vec.speech_encoder.model, Data2VecAudioModel)
     assert not hubert.speech_encoder.use_attention_mask and data2vec.speech_encoder.use_attention_mask
     reloaded = AutoModel.from_pretrained(tmp_path / "hubert")
-    assert torch.equal(reloaded.encoder.layers[0].attention.q_proj.weight,
-                       hubert.speech_encoder.model.encoder.layers[0].attention.q_proj.weight)
+    assert torch.equal(
+        reloaded.encoder.layers[0].attention.q_proj.weight,
+        hubert.speech_encoder.model.encoder.layers[0].attention.q_proj.weight,
+    )
     for model in (hubert, data2vec):
         lengths = torch.tensor([9000, 5000])
         with torch.no_grad():
@@ -259,8 +305,13 @@ def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
     from speechmt.tasks import ObjectiveSettings, task_losses
 
     model = build_model(_st_config(encoder_hf_config=tiny_wav2vec2_fields(), shrink={"kind": shrink})).train()
-    batch = Batch(ids=["a", "b"], feats=torch.randn(2, 9000), feat_lengths=torch.tensor([9000, 6000]),
-                  tgt=torch.randint(5, 60, (2, 4)), tgt_lengths=torch.tensor([4, 4]))
+    batch = Batch(
+        ids=["a", "b"],
+        feats=torch.randn(2, 9000),
+        feat_lengths=torch.tensor([9000, 6000]),
+        tgt=torch.randint(5, 60, (2, 4)),
+        tgt_lengths=torch.tensor([4, 4]),
+    )
     loss, _ = task_losses(model, batch, "st", ["ce"], ObjectiveSettings())["ce"]  # the decoder's loss only
     loss.backward()
     hf = model.speech_encoder.model
@@ -268,16 +319,23 @@ def test_gradients_reach_the_wav2vec2_encoder_through_the_shrink(shrink):
         assert p.grad is not None and p.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(encoder="hubert"), "unknown encoder 'hubert'"),
-    (dict(encoder="conv", lna_finetune=True, mask_time_prob=0.1),
-     r"encoder\.finetune, encoder\.mask_time_prob: not an option of encoder 'conv' \(its options: layers, "),
-    (dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1),
-     r"encoder\.mask_time_prob: not an option of encoder 'whisper'"),
-    (dict(freeze_encoder=True, lna_finetune=True), "exclude each other"),
-    (dict(mask_time_prob=1.0), r"encoder\.mask_time_prob must be a finite number >= 0 and < 1, got 1\.0"),
-    (dict(share_text_encoder=True, text_encoder_layers=12), r"text_encoder\.shared needs the conv encoder"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(encoder="hubert"), "unknown encoder 'hubert'"),
+        (
+            dict(encoder="conv", lna_finetune=True, mask_time_prob=0.1),
+            r"encoder\.finetune, encoder\.mask_time_prob: not an option of encoder 'conv' \(its options: layers, ",
+        ),
+        (
+            dict(encoder="whisper", encoder_name_or_path="x", mask_time_prob=0.1),
+            r"encoder\.mask_time_prob: not an option of encoder 'whisper'",
+        ),
+        (dict(freeze_encoder=True, lna_finetune=True), "exclude each other"),
+        (dict(mask_time_prob=1.0), r"encoder\.mask_time_prob must be a finite number >= 0 and < 1, got 1\.0"),
+        (dict(share_text_encoder=True, text_encoder_layers=12), r"text_encoder\.shared needs the conv encoder"),
+    ],
+)
 def test_wav2vec2_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
         _st_config(**overrides)
@@ -293,11 +351,26 @@ def test_tiny_wav2vec2_st_model_overfits_and_translates_its_training_audio_exact
     from speechmt.training.run import run_training
     from tests.helpers import tiny_config
 
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=250, save_interval_updates=250,
-                      validate_interval_updates=250, lr=1e-3, warmup_updates=20)
-    cfg.model = ModelConfig(encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()}, d_model=64, n_heads=2,
-                            ffn_dim=128, decoder={"layers": 2}, dropout=0.0, attention_dropout=0.0,
-                            activation_dropout=0.0, shrink={"kind": "conv", "channels": 64})
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        max_updates=250,
+        save_interval_updates=250,
+        validate_interval_updates=250,
+        lr=1e-3,
+        warmup_updates=20,
+    )
+    cfg.model = ModelConfig(
+        encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()},
+        d_model=64,
+        n_heads=2,
+        ffn_dim=128,
+        decoder={"layers": 2},
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        shrink={"kind": "conv", "channels": 64},
+    )
     run_training(cfg)
     ckpt = load_checkpoint(tmp_path / "checkpoint_last.safetensors")
     assert ckpt["features"]["waveform"] == {"sample_rate": 16000, "do_normalize": True}
@@ -313,8 +386,10 @@ def test_the_recipe_config_loads_and_builds():
     from speechmt.config import load_config
     from tests.conftest import ASSETS
 
-    cfg = load_config(ASSETS.parents[1] / "recipes/mustc/conf/st_w2v_conv_mini.yaml",
-                      ["model.tgt_vocab_size=100", "model.src_vocab_size=80", "model.ctc=true"])
+    cfg = load_config(
+        ASSETS.parents[1] / "recipes/mustc/conf/st_w2v_conv_mini.yaml",
+        ["model.tgt_vocab_size=100", "model.src_vocab_size=80", "model.ctc=true"],
+    )
     assert cfg.model.encoder.kind == "wav2vec2" and cfg.model.shrink.kind == "conv" and cfg.train.ctc_weight == 0.3
     model = build_model(cfg.model)
     hf = model.speech_encoder.model

@@ -31,8 +31,13 @@ def asr(hf):
 def _mels(seconds=(1.3, 0.7, 2.05), pad=30):
     """Waves of `seconds`, their features padded to `pad` s, zero-padded to the longest: (B, T, 80), lengths (B,)."""
     rng = np.random.RandomState(0)
-    waves = [(0.3 * np.sin(2 * np.pi * (150 + 200 * i) * np.arange(int(s * 16000)) / 16000)
-              + 0.05 * rng.randn(int(s * 16000))).astype(np.float32) for i, s in enumerate(seconds)]
+    waves = [
+        (
+            0.3 * np.sin(2 * np.pi * (150 + 200 * i) * np.arange(int(s * 16000)) / 16000)
+            + 0.05 * rng.randn(int(s * 16000))
+        ).astype(np.float32)
+        for i, s in enumerate(seconds)
+    ]
     feats = [whisper_log_mel(w, WhisperMelConfig(pad_seconds=pad)) for w in waves]
     lengths = torch.tensor([len(f) for f in feats])
     mels = torch.zeros(len(feats), int(lengths.max()), 80)
@@ -43,7 +48,7 @@ def _mels(seconds=(1.3, 0.7, 2.05), pad=30):
 
 def _banned(logits: torch.Tensor, step: int, eos: int) -> torch.Tensor:
     logits = logits.clone()
-    logits[eos + 1:] = float("-inf")
+    logits[eos + 1 :] = float("-inf")
     if step == 0:
         logits[eos] = float("-inf")
         logits[220] = float("-inf")
@@ -60,16 +65,19 @@ def test_the_search_and_its_states_equal_whisper_run_teacher_forced_on_its_trans
     prompt, eos = list(asr.prompt), asr.eos_id
     assert prompt == [hf.config.decoder_start_token_id]  # the tiny model has no generation config
     for row, tokens in enumerate(ids):
-        out = hf(input_features=mels[row:row + 1].transpose(1, 2), decoder_input_ids=torch.tensor([prompt + tokens]),
-                 output_hidden_states=True)
+        out = hf(
+            input_features=mels[row : row + 1].transpose(1, 2),
+            decoder_input_ids=torch.tensor([prompt + tokens]),
+            output_hidden_states=True,
+        )
         logits, hidden = out.logits[0], out.decoder_hidden_states[-1][0]  # after the decoder's final LayerNorm
         p = len(prompt)
         greedy = [int(_banned(logits[p - 1 + i], i, eos).argmax()) for i in range(len(tokens) + 1)]
         stopped = len(tokens) == asr.max_tokens or greedy[-1] == eos
         assert greedy[:-1] == tokens and stopped
-        torch.testing.assert_close(states[row, : len(tokens)], hidden[p: p + len(tokens)], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(states[row, : len(tokens)], hidden[p : p + len(tokens)], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(first[row], hidden[p - 1], atol=1e-4, rtol=1e-4)
-        assert states[row, len(tokens):].abs().max() == 0 if len(tokens) < states.size(1) else True
+        assert states[row, len(tokens) :].abs().max() == 0 if len(tokens) < states.size(1) else True
 
 
 @torch.no_grad()
@@ -77,7 +85,7 @@ def test_an_utterance_alone_gets_what_it_gets_in_a_batch(asr):
     mels, lengths = _mels()
     batch, batch_lengths = asr.states(mels, lengths)
     for row in range(3):
-        alone, alone_length = asr.states(mels[row:row + 1], lengths[row:row + 1])
+        alone, alone_length = asr.states(mels[row : row + 1], lengths[row : row + 1])
         n = int(alone_length)
         assert n == int(batch_lengths[row])
         torch.testing.assert_close(batch[row, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
@@ -93,7 +101,7 @@ def test_a_shorter_window_batched_with_a_longer_clip_gets_what_it_gets_alone(asr
     batch, batch_lengths = asr.states(mels, lengths)
     for row in range(3):
         n = int(lengths[row])
-        alone, alone_length = asr.states(mels[row:row + 1, :n], lengths[row:row + 1])
+        alone, alone_length = asr.states(mels[row : row + 1, :n], lengths[row : row + 1])
         assert int(alone_length) == int(batch_lengths[row])
         torch.testing.assert_close(batch[row, : int(alone_length)], alone[0], atol=1e-5, rtol=1e-5)
 
@@ -101,8 +109,11 @@ def test_a_shorter_window_batched_with_a_longer_clip_gets_what_it_gets_alone(asr
 def test_the_search_fits_the_decoder_positions_and_needs_padded_input(asr):
     assert asr.max_tokens == 64 - len(asr.prompt) - 1  # the tiny model's 64 learned positions
     mels, lengths = _mels((1.0, 1.0), pad=0)
-    with pytest.raises(ValueError, match=r"padded to at least 10 s \(1000 mel frames\), got 100: set "
-                                         "data.whisper_pad_seconds from 10 to 30"):
+    with pytest.raises(
+        ValueError,
+        match=r"padded to at least 10 s \(1000 mel frames\), got 100: set "
+        "data.whisper_pad_seconds from 10 to 30",
+    ):
         asr.states(mels, lengths)
     assert asr.states_frozen() and not any(p.requires_grad for p in asr.decoder.parameters())
     assert {k.split(".")[0] for k in asr.states_part()} == {"encoder", "decoder", "prompt"}
@@ -122,9 +133,11 @@ def test_the_prompt_comes_from_the_generation_config_for_the_source_language(hf)
 
 def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(whisper_dir, tmp_path):
     lm = tiny_lm_dir(tmp_path / "lm", hidden=48)
-    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
-                      decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7],
-                               "prompt": [2]}, n_heads=2)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        n_heads=2,
+    )
     model = build_model(cfg)
     assert model.config.encoder.asr_prompt == (model.speech_encoder.prompt) and model.config.d_model == 48
     trained = {n.split(".")[1] for n, p in model.named_parameters() if p.requires_grad}
@@ -133,11 +146,27 @@ def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(wh
     with pytest.raises(ValueError, match="whisper_asr needs encoder.finetune frozen"):
         ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "lora"})
     with pytest.raises(ValueError, match="unknown encoder.asr_embed 'words'; expected states, lm or text"):
-        ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                             "asr_embed": "words"})
+        ModelConfig(
+            encoder={
+                "kind": "whisper_asr",
+                "name_or_path": str(whisper_dir),
+                "finetune": "frozen",
+                "asr_embed": "words",
+            }
+        )
     with pytest.raises(ValueError, match="asr_embed lm needs decoder 'lm'"):
-        build_model(ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                                         "asr_embed": "lm"}, tgt_vocab_size=10, n_heads=2))
+        build_model(
+            ModelConfig(
+                encoder={
+                    "kind": "whisper_asr",
+                    "name_or_path": str(whisper_dir),
+                    "finetune": "frozen",
+                    "asr_embed": "lm",
+                },
+                tgt_vocab_size=10,
+                n_heads=2,
+            )
+        )
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +177,11 @@ def lm_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def soft(whisper_dir, lm_dir):
     """A Translator whose whisper_asr encoder hands the LM soft embeddings of Whisper's tokens (asr_embed lm)."""
-    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                               "asr_embed": "lm"},
-                      decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7],
-                               "prompt": [2]}, n_heads=2)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen", "asr_embed": "lm"},
+        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        n_heads=2,
+    )
     return build_model(cfg).eval()
 
 
@@ -168,7 +198,7 @@ def test_each_whisper_piece_maps_to_the_lm_tokens_of_its_text(whisper_dir, lm_di
     assert pieces.shape == (eos + 1, MAX_PIECE_TOKENS) and (pieces[eos] == -1).all()
     for i in (0, 100, whisper.token_to_id("Ġthe"), eos - 1):
         want = lm.text_ids(whisper.decode([i]))[:MAX_PIECE_TOKENS]
-        assert pieces[i, : len(want)].tolist() == want and (pieces[i, len(want):] == -1).all()
+        assert pieces[i, : len(want)].tolist() == want and (pieces[i, len(want) :] == -1).all()
 
 
 @torch.no_grad()
@@ -188,7 +218,7 @@ def test_soft_tokens_are_whisper_own_distribution_over_each_token_times_the_lm_p
     for row, tokens in enumerate(ids):
         for t, token in enumerate(tokens):
             logits = asr.decoder.output(before[row, t]).float()
-            logits[asr.eos_id:] = float("-inf")
+            logits[asr.eos_id :] = float("-inf")
             if t == 0 and 220 < asr.eos_id:
                 logits[220] = float("-inf")
             assert int(logits.argmax()) == token  # the state before a token is the one that chose it
@@ -230,14 +260,16 @@ def test_a_wider_beam_finds_a_transcript_whisper_scores_at_least_as_high_and_bat
         asr.beam = 4
         beam = asr.beam_tokens(memory, memory_lengths)
         for row in range(3):
-            assert asr.beam_tokens(memory[row:row + 1], memory_lengths[row:row + 1]) == [beam[row]]
+            assert asr.beam_tokens(memory[row : row + 1], memory_lengths[row : row + 1]) == [beam[row]]
         states, states_lengths = asr.states(mels, lengths)
         assert states_lengths.tolist() == [1 + len(b) for b in beam]  # the prompt's last state first
     finally:
         asr.beam = 1
     prompt, eos = list(asr.prompt), asr.eos_id
     for row in range(3):  # beam search may prune greedy's path, but on these clips it finds better
-        score = [_score(hf, mels[row:row + 1], prompt, h, eos, len(h) < asr.max_tokens) for h in (beam[row], greedy[row])]
+        score = [
+            _score(hf, mels[row : row + 1], prompt, h, eos, len(h) < asr.max_tokens) for h in (beam[row], greedy[row])
+        ]
         assert score[0] >= score[1] - 1e-4
     assert asr.states_part()["prompt"].tolist()[-1] != 4  # greedy keys are those of before the beam
 
@@ -287,11 +319,13 @@ def test_each_lm_token_of_the_retokenised_transcript_reads_the_piece_that_comple
 @pytest.fixture(scope="module")
 def retok(whisper_dir, lm_dir):
     """A Translator whose whisper_asr encoder hands the LM its transcript as the LM's own text (asr_embed text)."""
-    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                               "asr_embed": "text"},
-                      decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7],
-                               "prompt": [2]}, n_heads=2, text_encoder={"embed_only": True, "embeddings": "lm"},
-                      src_vocab_size=10)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen", "asr_embed": "text"},
+        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        n_heads=2,
+        text_encoder={"embed_only": True, "embeddings": "lm"},
+        src_vocab_size=10,
+    )
     return build_model(cfg).eval()
 
 
@@ -313,9 +347,10 @@ def test_the_text_hand_over_starts_as_the_lm_reading_the_transcript_as_source_te
     for row, tokens in enumerate(ids):
         source = lm.encode(whisper.decode(tokens))  # what the LM's MT reads for this transcript
         assert int(n[row]) == len(source) and states.size(-1) == 34
-        torch.testing.assert_close(out.x[row, : len(source)], retok.encode_text(torch.tensor([source]),
-                                                                                torch.tensor([len(source)])).x[0])
-        assert out.x[row, len(source):].abs().sum() == 0
+        torch.testing.assert_close(
+            out.x[row, : len(source)], retok.encode_text(torch.tensor([source]), torch.tensor([len(source)])).x[0]
+        )
+        assert out.x[row, len(source) :].abs().sum() == 0
         _, pos = asr._text[0](tokens)  # each LM token's state: Whisper's, after the piece completing it
         torch.testing.assert_close(states[row, : len(pos), :-2], whisper_states[row, pos])
     alone = asr.states(mels[1:2], lengths[1:2])
@@ -326,15 +361,27 @@ def test_the_text_hand_over_starts_as_the_lm_reading_the_transcript_as_source_te
 
 def test_the_text_hand_over_needs_an_lm_decoder(whisper_dir):
     with pytest.raises(ValueError, match="asr_embed text needs decoder 'lm'"):
-        build_model(ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                                         "asr_embed": "text"}, tgt_vocab_size=10, n_heads=2))
+        build_model(
+            ModelConfig(
+                encoder={
+                    "kind": "whisper_asr",
+                    "name_or_path": str(whisper_dir),
+                    "finetune": "frozen",
+                    "asr_embed": "text",
+                },
+                tgt_vocab_size=10,
+                n_heads=2,
+            )
+        )
 
 
 @torch.no_grad()
 def test_the_state_before_a_token_is_the_one_whose_output_layer_chose_it(hf):
     mels, lengths = _mels()
-    encoders = {s: whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=s).eval()
-                for s in ("after", "before", "both")}
+    encoders = {
+        s: whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=s).eval()
+        for s in ("after", "before", "both")
+    }
     states, state_lengths, ids = encoders["before"].search(mels, lengths)
     assert state_lengths.tolist() == [1 + len(i) for i in ids]  # the prompt's last state, then one per token
     asr = encoders["before"]
@@ -347,8 +394,11 @@ def test_the_state_before_a_token_is_the_one_whose_output_layer_chose_it(hf):
     for state, inputs in (("after", after), ("before", before), ("both", torch.cat([before, after], -1))):
         out = encoders[state].project(states, state_lengths)
         assert out.lengths.tolist() == [len(i) for i in ids]
-        want = encoders[state].proj(inputs).masked_fill(
-            torch.arange(inputs.size(1))[None, :, None] >= out.lengths[:, None, None], 0.0)
+        want = (
+            encoders[state]
+            .proj(inputs)
+            .masked_fill(torch.arange(inputs.size(1))[None, :, None] >= out.lengths[:, None, None], 0.0)
+        )
         torch.testing.assert_close(out.x, want)
     with pytest.raises(ValueError, match="unknown whisper_asr state 'middle'"):
         whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state="middle")

@@ -38,8 +38,11 @@ def test_default_model_is_bundled_small_and_loads_as_float32():
     assert lm.frontend.config.n_mels == 80 and lm.frontend.config.pad_seconds == 15  # trained at 30 s, level at 15 s
     assert (lm.min_input_samples, lm.max_input_seconds) == (201, 30.0)  # one log-mel frame; Whisper's window
     assert all(p.dtype == torch.float32 for p in lm.model.parameters())
-    assert count_parameters(lm.model, trainable_only=True) == \
-        sum(v.numel() for v in state["model"].values() if v.is_floating_point()) == 4_125_312
+    assert (
+        count_parameters(lm.model, trainable_only=True)
+        == sum(v.numel() for v in state["model"].values() if v.is_floating_point())
+        == 4_125_312
+    )
     assert 340_000_000 < count_parameters(lm.model) < 350_000_000  # Whisper base + Gemma 3 270M + the adapters
     assert state["provenance"]["data"].startswith("MuST-C-mini full")
 
@@ -56,12 +59,23 @@ def test_the_default_model_reads_whispers_own_search_into_gemma_with_lora():
     states and LoRA rank 16 in the 7 projections of Gemma 3 270M's 18 layers train: 328,320 + 3,796,992."""
     state = load_checkpoint(default_model_path())
     cfg = ModelConfig.from_dict(state["model_config"])
-    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune, cfg.encoder.asr_embed) == \
-        ("whisper_asr", "whisper-base", "frozen", "lm")
-    assert (cfg.decoder.kind, cfg.decoder.name_or_path, cfg.decoder.finetune, cfg.lora.rank, cfg.lora.alpha) == \
-        ("lm", "gemma-3-270m", "lora", 16, 32)
-    sizes = {part: sum(v.numel() for k, v in state["model"].items() if k.startswith(part))
-             for part in ("speech_encoder.", "decoder.")}
+    assert (cfg.encoder.kind, cfg.encoder.name_or_path, cfg.encoder.finetune, cfg.encoder.asr_embed) == (
+        "whisper_asr",
+        "whisper-base",
+        "frozen",
+        "lm",
+    )
+    assert (cfg.decoder.kind, cfg.decoder.name_or_path, cfg.decoder.finetune, cfg.lora.rank, cfg.lora.alpha) == (
+        "lm",
+        "gemma-3-270m",
+        "lora",
+        16,
+        32,
+    )
+    sizes = {
+        part: sum(v.numel() for k, v in state["model"].items() if k.startswith(part))
+        for part in ("speech_encoder.", "decoder.")
+    }
     assert sizes == {"speech_encoder.": 512 * 640 + 640, "decoder.": 4_125_312 - 328_320}
 
 
@@ -76,8 +90,10 @@ def test_missing_default_model_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(pretrained, "DEFAULT_MODEL", tmp_path / "gone.safetensors")
     assert main(["translate", str(EXAMPLES / sorted(_expected())[0])]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"speechmt: error: {tmp_path / 'gone.safetensors'}: the bundled default model is missing from this "
-                   "installation; pass --model CHECKPOINT")
+    assert err == (
+        f"speechmt: error: {tmp_path / 'gone.safetensors'}: the bundled default model is missing from this "
+        "installation; pass --model CHECKPOINT"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +130,18 @@ def test_export_keeps_inference_state_in_float16(tiny_checkpoint, tmp_path, tiny
     again = tmp_path / "again.safetensors"
     export_model(tmp_path / "m.safetensors", again)  # a re-export keeps the provenance
     assert load_checkpoint(again)["provenance"] == {"data": "replica"}
-    with pytest.raises(CheckpointError, match="--whisper-pad-seconds is for models on Whisper's log-mel input; "
-                                              "this one reads fbank$"):
+    with pytest.raises(
+        CheckpointError, match="--whisper-pad-seconds is for models on Whisper's log-mel input; this one reads fbank$"
+    ):
         export_model(tiny_checkpoint, tmp_path / "x.safetensors", whisper_pad_seconds=15)
 
 
 def test_export_memory_for_a_model_without_examples_is_one_line(tiny_checkpoint, tmp_path, capsys):
     assert main(["export", str(tiny_checkpoint), "--out", str(tmp_path / "m.safetensors"), "--memory", "tm"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"speechmt: error: {tiny_checkpoint}: cannot name a translation memory")
+    assert err.count("\n") == 1 and err.startswith(
+        f"speechmt: error: {tiny_checkpoint}: cannot name a translation memory"
+    )
     assert "decoder.memory: not an option of decoder 'transformer'" in err and not (tmp_path / "m.safetensors").exists()
 
 

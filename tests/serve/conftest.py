@@ -51,8 +51,15 @@ def live_server(served, config, patch: Callable[[object], None] | None = None) -
     app = create_app(served, config)
     if patch:
         patch(app.state.server)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=config.port, log_level="warning",
-                                          timeout_graceful_shutdown=int(config.shutdown_timeout_s)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=config.port,
+            log_level="warning",
+            timeout_graceful_shutdown=int(config.shutdown_timeout_s),
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -99,8 +106,11 @@ def clips(tiny_data, tmp_path_factory) -> list[Path]:
     from speechmt.audio import read_audio
 
     out = tmp_path_factory.mktemp("clips")
-    rows = [json.loads(line) for split in ("train", "dev", "tst-COMMON")
-            for line in (tiny_data / f"{split}.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for split in ("train", "dev", "tst-COMMON")
+        for line in (tiny_data / f"{split}.jsonl").read_text().splitlines()
+    ]
     for r in rows:
         sf.write(out / f"{r['id']}.wav", read_audio(r["audio"], r["offset"], r["duration"]), 16000)
     return sorted(out.glob("*.wav"))

@@ -19,8 +19,9 @@ CONFIG = ServeConfig(beam=2, max_batch=8, max_wait_ms=50, max_chunk_seconds=2.0,
 
 def post(url: str, path, endpoint: str = "translations", **fields) -> httpx.Response:
     with open(path, "rb") as f:
-        return httpx.post(f"{url}/v1/audio/{endpoint}", files={"file": (path.name, f)},
-                          data={"model": "tiny", **fields}, timeout=60)
+        return httpx.post(
+            f"{url}/v1/audio/{endpoint}", files={"file": (path.name, f)}, data={"model": "tiny", **fields}, timeout=60
+        )
 
 
 def expected(tiny_lm, path, **options):
@@ -50,8 +51,7 @@ def test_the_output_formats_are_translates(served, tiny_lm, talks):
     talk = talks[1]
     plain, cut = expected(tiny_lm, talk), expected(tiny_lm, talk, cut_pauses=300)
     with live_server(served, CONFIG) as live:
-        got = {fmt: post(live.url, talk, response_format=fmt) for fmt in ("json", "text", "srt", "vtt",
-                                                                            "verbose_json")}
+        got = {fmt: post(live.url, talk, response_format=fmt) for fmt in ("json", "text", "srt", "vtt", "verbose_json")}
     assert got["json"].json() == {"text": plain.text}
     assert got["text"].text == plain.text + "\n" and got["text"].headers["content-type"].startswith("text/plain")
     assert got["srt"].text == subtitles(cut, "srt") and got["vtt"].text == subtitles(cut, "vtt")
@@ -60,7 +60,8 @@ def test_the_output_formats_are_translates(served, tiny_lm, talks):
     assert verbose["task"] == "translate" and verbose["language"] == "german"
     assert verbose["text"] == plain.text and verbose["duration"] == pytest.approx(plain.audio_seconds, abs=1e-3)
     assert [(s["start"], s["end"], s["text"]) for s in verbose["segments"]] == [
-        (round(c.start, 3), round(c.end, 3), c.text) for c in subtitle_cues(plain)]
+        (round(c.start, 3), round(c.end, 3), c.text) for c in subtitle_cues(plain)
+    ]
 
 
 def fingerprints(state):
@@ -134,8 +135,12 @@ def test_bad_requests_get_one_json_line_and_do_not_disturb_others(served, tiny_l
             oks = [pool.submit(post, live.url, good) for _ in range(4)]
             for fields, param in BAD:
                 assert_one_line(post(live.url, good, **fields), 400, param)
-            for f, words in ((empty, "empty file"), (text, "not audio"), (short, "nothing to translate"),
-                             (nan, "non-finite")):
+            for f, words in (
+                (empty, "empty file"),
+                (text, "not audio"),
+                (short, "nothing to translate"),
+                (nan, "non-finite"),
+            ):
                 assert words in assert_one_line(post(live.url, f), 400, "file")
             no_file = httpx.post(f"{live.url}/v1/audio/translations", data={"model": "tiny"})
             assert "missing" in assert_one_line(no_file, 400, "file")
@@ -151,11 +156,19 @@ def test_an_upload_over_the_limit_is_413_with_or_without_its_length(served, talk
     with live_server(served, config) as live:
         assert "larger than" in assert_one_line(post(live.url, talks[0]), 413, "file")
         boundary = "b0undary"
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
-                "Content-Type: audio/wav\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
-        chunked = httpx.post(f"{live.url}/v1/audio/translations", content=iter([body[i:i + 4096] for i in
-                                                                                range(0, len(body), 4096)]),
-                             headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                "Content-Type: audio/wav\r\n\r\n"
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        chunked = httpx.post(
+            f"{live.url}/v1/audio/translations",
+            content=iter([body[i : i + 4096] for i in range(0, len(body), 4096)]),
+            headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+        )
         assert "content-length" not in chunked.request.headers
         assert_one_line(chunked, 413, "file")
 

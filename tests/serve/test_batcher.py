@@ -82,7 +82,8 @@ def test_kinds_are_never_mixed_in_a_batch():
 
     texts = run(main())
     assert [t[0][0] for t in texts] == [f"('st', 5):{100 + i}" for i in range(3)] + [
-        f"('st', 1):{200 + i}" for i in range(3)]
+        f"('st', 1):{200 + i}" for i in range(3)
+    ]
     assert sorted(decode.batches) == [[100, 101, 102], [200, 201, 202]]
 
 

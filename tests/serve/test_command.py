@@ -19,11 +19,38 @@ def test_the_options_fill_the_config(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(speechmt.serve, "serve", lambda config, log_level: seen.update(c=config, level=log_level))
-    assert main(["serve", "--port", "9001", "--beam", "2", "--max-batch", "4", "--max-queue", "7",
-                 "--max-upload-mb", "3", "--request-timeout", "12", "--log-level", "warning"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "--port",
+                "9001",
+                "--beam",
+                "2",
+                "--max-batch",
+                "4",
+                "--max-queue",
+                "7",
+                "--max-upload-mb",
+                "3",
+                "--request-timeout",
+                "12",
+                "--log-level",
+                "warning",
+            ]
+        )
+        == 0
+    )
     config = seen["c"]
-    assert (config.port, config.beam, config.max_batch, config.max_queue, config.max_upload_bytes,
-            config.request_timeout_s, config.model) == (9001, 2, 4, 7, 3 * 2**20, 12.0, None)
+    assert (
+        config.port,
+        config.beam,
+        config.max_batch,
+        config.max_queue,
+        config.max_upload_bytes,
+        config.request_timeout_s,
+        config.model,
+    ) == (9001, 2, 4, 7, 3 * 2**20, 12.0, None)
     assert seen["level"] == "warning"
 
 
@@ -47,8 +74,9 @@ def test_the_workers_read_the_config_from_the_environment():
     from speechmt.serve.config import ServeConfig
     from speechmt.serve.server import config_from_environment, environment
 
-    config = ServeConfig(model="m.safetensors", port=9, workers=2, beam=3, max_wait_ms=12.5, max_queue=5,
-                         source_language="en")
+    config = ServeConfig(
+        model="m.safetensors", port=9, workers=2, beam=3, max_wait_ms=12.5, max_queue=5, source_language="en"
+    )
     assert config_from_environment(environment(config)) == config
     assert config_from_environment({}) == ServeConfig()
 
@@ -57,9 +85,27 @@ def test_the_workers_read_the_config_from_the_environment():
 def test_a_served_process_answers_and_stops_on_sigterm(st_checkpoint, talks, workers):
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "speechmt", "serve", "--model", st_checkpoint, "--port",
-                             str(port), "--beam", "1", "--max-len-b", "8", "--workers", str(workers)],
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "speechmt",
+            "serve",
+            "--model",
+            st_checkpoint,
+            "--port",
+            str(port),
+            "--beam",
+            "1",
+            "--max-len-b",
+            "8",
+            "--workers",
+            str(workers),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

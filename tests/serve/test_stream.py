@@ -27,7 +27,7 @@ def test_a_stream_gives_partials_then_what_simultaneous_gives(served, tiny_lm, t
         with client.websocket_connect("/v1/audio/stream") as ws:
             ws.send_text(json.dumps({"policy": "wait-k", "k": 2, "step_ms": 400}))
             for i in range(0, len(data), 8000):  # 250 ms frames
-                ws.send_bytes(data[i:i + 8000])
+                ws.send_bytes(data[i : i + 8000])
             ws.send_text(json.dumps({"type": "end"}))
             messages = []
             while not messages or messages[-1]["type"] == "partial":
@@ -88,10 +88,12 @@ def test_a_stream_over_a_real_socket(served, tiny_lm, talks):
     with live_server(served, CONFIG) as live:
         with client.connect(live.url.replace("http", "ws") + "/v1/audio/stream") as ws:
             for i in range(0, len(data), 6400):
-                ws.send(data[i:i + 6400])
+                ws.send(data[i : i + 6400])
             ws.send(json.dumps({"type": "end"}))
             messages = [json.loads(m) for m in ws]
     assert [m["type"] for m in messages] == ["partial"] * (len(messages) - 1) + ["final"]
     final = messages[-1]
     assert final["text"] == want.text
-    assert [final["latency_ms"][m] for m in ("AL", "LAAL")] == pytest.approx([want.latency_ms[m] for m in ("AL", "LAAL")])
+    assert [final["latency_ms"][m] for m in ("AL", "LAAL")] == pytest.approx(
+        [want.latency_ms[m] for m in ("AL", "LAAL")]
+    )

@@ -38,18 +38,19 @@ def test_span_weights_and_pair_loss_by_hand():
     assert pair_loss(words, text, mask).item() == pytest.approx(2.5)
     # cosine: token 0 (1, 0) vs (0, 0): 1 - 0 = 1 (a zero vector has cosine 0); token 1 (3, 1) vs (3, 3):
     # 1 - 12 / (sqrt(10) sqrt(18)) = 1 - 2 / sqrt(5)
-    assert pair_loss(words, text, mask, "cosine").item() == pytest.approx(1 + 1 - 2 / 5 ** 0.5)
+    assert pair_loss(words, text, mask, "cosine").item() == pytest.approx(1 + 1 - 2 / 5**0.5)
     assert pair_loss(words, 7 * words, mask, "cosine").item() == pytest.approx(0.0, abs=1e-6)  # blind to scale
     # scaled: the kept text vectors (0, 0), (3, 3) have channel RMS sqrt(4.5) each: 2.5 / 4.5
     assert pair_loss(words, text, mask, "scaled").item() == pytest.approx(2.5 / 4.5)
     big = torch.tensor([[[100.0, 1.0], [300.0, 2.0], [0.0, 0.0]]])  # a huge channel 0 weighs as much as channel 1
     off = big + torch.tensor([[[10.0, 0.0], [10.0, 0.0], [0.0, 0.0]]])  # channel 0 off by 10: 10 / rms 223.6
-    assert pair_loss(off, big, mask, "scaled").item() == pytest.approx(2 * (10 / 50000 ** 0.5) ** 2 / 2)
+    assert pair_loss(off, big, mask, "scaled").item() == pytest.approx(2 * (10 / 50000**0.5) ** 2 / 2)
 
 
 def test_uniform_spans_share_the_frames_and_refuse_too_few():
-    spans = token_spans(None, torch.tensor([6, 2]), torch.tensor([[5, 6, 7], [5, 6, 7]]), torch.tensor([3, 3]), 4,
-                        "uniform")
+    spans = token_spans(
+        None, torch.tensor([6, 2]), torch.tensor([[5, 6, 7], [5, 6, 7]]), torch.tensor([3, 3]), 4, "uniform"
+    )
     assert spans == [[(0, 2), (2, 4), (4, 6)], None]
 
 
@@ -62,14 +63,20 @@ def test_transcript_units_keep_text_ids():
 
 # --- on the CTC bridge into a tiny LM: a certain CTC makes the speech path the text path ---
 
+
 def certain_batch(model, src):
     """A batch of the transcripts and the encoder output of a CTC certain of them (their tokens' frames)."""
     ids = [src.encode(t) for t in TRANSCRIPTS]
     raw = certain_ctc(model, ids)
     frames, enc = raw.lengths, model.shrink(raw)
     tokens = torch.nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True)
-    batch = Batch(ids=["a", "b"], feats=torch.zeros(2, 1, 1), feat_lengths=frames, src=tokens,
-                  src_lengths=torch.tensor([len(x) for x in ids]))
+    batch = Batch(
+        ids=["a", "b"],
+        feats=torch.zeros(2, 1, 1),
+        feat_lengths=frames,
+        src=tokens,
+        src_lengths=torch.tensor([len(x) for x in ids]),
+    )
     return batch, enc
 
 
@@ -96,6 +103,7 @@ def test_the_frames_reach_their_ctc_segments(bridge):
 
 # --- gradients on a tiny conv model with a text encoder ---
 
+
 @pytest.fixture()
 def conv_model():
     torch.manual_seed(0)
@@ -104,8 +112,13 @@ def conv_model():
 
 def speech_batch():
     torch.manual_seed(1)
-    return Batch(ids=["a", "b"], feats=torch.randn(2, 64, 80), feat_lengths=torch.tensor([64, 48]),
-                 src=torch.tensor([[5, 9, 7, 3], [8, 6, 3, 0]]), src_lengths=torch.tensor([4, 3]))
+    return Batch(
+        ids=["a", "b"],
+        feats=torch.randn(2, 64, 80),
+        feat_lengths=torch.tensor([64, 48]),
+        src=torch.tensor([[5, 9, 7, 3], [8, 6, 3, 0]]),
+        src_lengths=torch.tensor([4, 3]),
+    )
 
 
 def grads(model, name, cfg):
@@ -168,6 +181,7 @@ def test_config_checks():
 
 # --- a whisper_asr encoder (asr_embed states): Whisper's own tokens against the LM's embeddings of their text ---
 
+
 @pytest.fixture(scope="module")
 def asr_model(tmp_path_factory):
     from speechmt.models.hf_whisper import whisper_lm_table
@@ -177,11 +191,15 @@ def asr_model(tmp_path_factory):
     whisper = tiny_whisper_dir(tmp_path_factory.mktemp("align_whisper"), d_model=32)
     lm = tiny_lm_dir(tmp_path_factory.mktemp("align_lm"), hidden=48)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(
-        encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_state": "both"},
-        text_encoder={"embed_only": True, "embeddings": "lm"},
-        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora", "vocab": [5, 6, 7], "prompt": [2]},
-        n_heads=2, src_vocab_size=64)).eval()
+    model = build_model(
+        ModelConfig(
+            encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_state": "both"},
+            text_encoder={"embed_only": True, "embeddings": "lm"},
+            decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora", "vocab": [5, 6, 7], "prompt": [2]},
+            n_heads=2,
+            src_vocab_size=64,
+        )
+    ).eval()
     table = whisper_lm_table(str(whisper), str(lm), model.speech_encoder.eos_id, model.decoder)
     return model, table
 
@@ -189,8 +207,14 @@ def asr_model(tmp_path_factory):
 def asr_batch(model):
     """Three clips' cached states (the search's output) with a stand-in transcript each; and the search's tokens."""
     states, lengths, ids = model.speech_encoder.search(*_mels())
-    batch = Batch(ids=["a", "b", "c"], feats=states, feat_lengths=lengths, src=torch.tensor([[5, 6, 3]] * 3),
-                  src_lengths=torch.tensor([3, 3, 3]), precomputed=True)
+    batch = Batch(
+        ids=["a", "b", "c"],
+        feats=states,
+        feat_lengths=lengths,
+        src=torch.tensor([[5, 6, 3]] * 3),
+        src_lengths=torch.tensor([3, 3, 3]),
+        precomputed=True,
+    )
     return batch, ids
 
 
@@ -205,7 +229,7 @@ def test_whisper_asr_tokens_pair_with_the_lm_embeddings_of_their_text(asr_model)
     assert targets.shape == (3, max(len(i) for i in ids), 48)
     for row, tokens in enumerate(ids):
         torch.testing.assert_close(targets[row, : len(tokens)], table(torch.tensor(tokens)))
-        assert targets[row, len(tokens):].abs().sum() == 0
+        assert targets[row, len(tokens) :].abs().sum() == 0
     enc = model.encode_speech(batch.feats, batch.feat_lengths, precomputed=True)
     loss, stats = OBJECTIVES["align"].loss(model, batch, enc, settings)
     want = sum((enc.x[r, t] - targets[r, t]).pow(2).mean() for r, row in enumerate(ids) for t in range(len(row)))
@@ -228,8 +252,11 @@ def test_whisper_asr_alignment_is_one_clear_error_where_it_does_not_apply(asr_mo
     enc = model.encode_speech(batch.feats, batch.feat_lengths, precomputed=True)
     with pytest.raises(ValueError, match="meet the LM's embeddings of their text at layer 0 only"):
         OBJECTIVES["align"].loss(model, batch, enc, ObjectiveSettings(align=AlignConfig(layer=1)))
-    soft = build_model(dataclasses.replace(model.config, encoder=dataclasses.replace(
-        model.config.encoder, asr_embed="lm", asr_state="after")))
+    soft = build_model(
+        dataclasses.replace(
+            model.config, encoder=dataclasses.replace(model.config.encoder, asr_embed="lm", asr_state="after")
+        )
+    )
     with pytest.raises(ValueError, match="with asr_embed lm the LM reads those embeddings already"):
         soft.speech_encoder.set_targets(table)
     asr = model.speech_encoder
@@ -241,21 +268,38 @@ def test_whisper_asr_alignment_is_one_clear_error_where_it_does_not_apply(asr_mo
         asr.beam = 1
 
 
-@pytest.mark.parametrize("encoder, train, message", [
-    ({"asr_embed": "lm"}, {}, "the align objective on encoder whisper_asr needs model.encoder.asr_embed states"),
-    ({}, {"align": {"layer": 2}}, "train.align.layer 2: a whisper_asr encoder's tokens meet the LM's embeddings of "
-                                  "their text at layer 0 only"),
-    ({"asr_beam": 3}, {}, "model.encoder.asr_beam is 3: set it to 1"),
-])
+@pytest.mark.parametrize(
+    "encoder, train, message",
+    [
+        ({"asr_embed": "lm"}, {}, "the align objective on encoder whisper_asr needs model.encoder.asr_embed states"),
+        (
+            {},
+            {"align": {"layer": 2}},
+            "train.align.layer 2: a whisper_asr encoder's tokens meet the LM's embeddings of "
+            "their text at layer 0 only",
+        ),
+        ({"asr_beam": 3}, {}, "model.encoder.asr_beam is 3: set it to 1"),
+    ],
+)
 def test_whisper_asr_alignment_settings_are_checked_with_the_config(encoder, train, message):
     from speechmt.config import ConfigError, ExperimentConfig
 
     def config(encoder, train):
-        return ExperimentConfig.from_dict({
-            "model": {"encoder": {"kind": "whisper_asr", "name_or_path": "whisper-base", "finetune": "frozen",
-                                  "asr_embed": "states", **encoder},
-                      "decoder": {"kind": "lm", "name_or_path": "gemma-3-270m"}},
-            "train": {**train, "stages": [{"tasks": [{"task": "st", "objectives": {"ce": 1.0, "align": 1.0}}]}]}})
+        return ExperimentConfig.from_dict(
+            {
+                "model": {
+                    "encoder": {
+                        "kind": "whisper_asr",
+                        "name_or_path": "whisper-base",
+                        "finetune": "frozen",
+                        "asr_embed": "states",
+                        **encoder,
+                    },
+                    "decoder": {"kind": "lm", "name_or_path": "gemma-3-270m"},
+                },
+                "train": {**train, "stages": [{"tasks": [{"task": "st", "objectives": {"ce": 1.0, "align": 1.0}}]}]},
+            }
+        )
 
     with pytest.raises(ConfigError, match=message):
         config(encoder, train)

@@ -18,8 +18,13 @@ def _fairseq_from_torch(logits, target, eps, pad_id):
     (1 - e) nll + e/V sum_V(-log p); fairseq spreads eps over the V - 1 others, (1 - eps - eps/(V-1)) nll +
     eps/(V-1) sum_V(-log p). The two are equal with e = eps V / (V - 1)."""
     V = logits.size(-1)
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=pad_id, reduction="sum",
-                           label_smoothing=eps * V / (V - 1))
+    return F.cross_entropy(
+        logits.reshape(-1, V),
+        target.reshape(-1),
+        ignore_index=pad_id,
+        reduction="sum",
+        label_smoothing=eps * V / (V - 1),
+    )
 
 
 def test_label_smoothing_by_hand():
@@ -58,8 +63,9 @@ def test_label_smoothing_matches_torch_cross_entropy(eps):
     target[2, 2:] = PAD
     loss, nll = label_smoothed_nll_loss(logits, target, eps, PAD)
     assert torch.allclose(loss, _fairseq_from_torch(logits, target, eps, PAD), rtol=1e-5, atol=0)
-    expected_nll = F.nll_loss(F.log_softmax(logits, -1).reshape(-1, V), target.reshape(-1), ignore_index=PAD,
-                              reduction="sum")
+    expected_nll = F.nll_loss(
+        F.log_softmax(logits, -1).reshape(-1, V), target.reshape(-1), ignore_index=PAD, reduction="sum"
+    )
     assert torch.allclose(nll, expected_nll, rtol=1e-6, atol=0)
 
 
@@ -72,8 +78,10 @@ def test_pads_are_excluded_and_eps_zero_is_the_nll():
     changed[1, 3:] = 100 * torch.randn(2, 9)  # whatever is predicted at pads
     assert torch.equal(label_smoothed_nll_loss(changed, target, 0.1, PAD)[0], loss)
     # the same as the two sentences' real tokens alone
-    alone = (label_smoothed_nll_loss(logits[:1], target[:1], 0.1, PAD)[0]
-             + label_smoothed_nll_loss(logits[1:, :3], target[1:, :3], 0.1, PAD)[0])
+    alone = (
+        label_smoothed_nll_loss(logits[:1], target[:1], 0.1, PAD)[0]
+        + label_smoothed_nll_loss(logits[1:, :3], target[1:, :3], 0.1, PAD)[0]
+    )
     assert torch.allclose(loss, alone, rtol=1e-6, atol=0)
     # pad_id is what is skipped, whatever its value
     other = target.masked_fill(target == PAD, 8)
@@ -111,8 +119,9 @@ def test_ctc_loss_counts_alignments():
     # uniform logits over V = 5 (blank 4): every frame label has p = 1/5, so the loss is
     # -log(number of alignments / 5^T)
     def loss(T, target):
-        return ctc_loss(torch.zeros(1, T, 5), torch.tensor([T]), torch.tensor(target), torch.tensor([len(target)]),
-                        BLANK).item()
+        return ctc_loss(
+            torch.zeros(1, T, 5), torch.tensor([T]), torch.tensor(target), torch.tensor([len(target)]), BLANK
+        ).item()
 
     assert loss(1, [2]) == pytest.approx(math.log(5))
     assert loss(2, [2]) == pytest.approx(math.log(25 / 3))  # 2 2, _ 2, 2 _
@@ -154,7 +163,7 @@ def test_distance_loss_hand_computed_values():
     # mse: mean over channels per position, summed: (1 + 4) / 2 + (0 + 4) / 2 + (1 + 1) / 2 = 2.5 + 2 + 1
     assert distance_loss(pred, target, lengths, "mse").item() == pytest.approx(5.5)
     # cosine: 1 - cos; [1,2] vs 0 has cos 0 (torch's eps), [3,4] vs [3,2]: 17 / (5 sqrt 13), [1,0] vs [0,1]: 0
-    expected = 1.0 + (1.0 - 17.0 / (5.0 * 13 ** 0.5)) + 1.0
+    expected = 1.0 + (1.0 - 17.0 / (5.0 * 13**0.5)) + 1.0
     assert distance_loss(pred, target, lengths, "cosine").item() == pytest.approx(expected, rel=1e-6)
     with pytest.raises(ValueError, match="unknown distance 'l1'"):
         distance_loss(pred, target, lengths, "l1")
@@ -179,11 +188,13 @@ def test_contrastive_loss_of_equal_orthogonal_slots_by_hand(t):
     m, speech = 4, _orthogonal_slots(3, 4, 8)
     # row i: cos 1 at its own slot, 0 at the others: -log(e^(1/t) / (e^(1/t) + m - 1)), m rows, 3 examples
     assert contrastive_loss(speech, speech.clone(), t).item() == pytest.approx(
-        3 * m * math.log(1 + (m - 1) * math.exp(-1 / t)), rel=1e-5, abs=1e-5)  # float32 cosines: ~1e-7 off
+        3 * m * math.log(1 + (m - 1) * math.exp(-1 / t)), rel=1e-5, abs=1e-5
+    )  # float32 cosines: ~1e-7 off
     # every row's target at cos 0 and one other slot at cos 1 (a derangement): -log(1 / (e^(1/t) + m - 1))
     permuted = speech[:, [1, 2, 3, 0]]
-    assert contrastive_loss(speech, permuted, t).item() == pytest.approx(3 * m * math.log(math.exp(1 / t) + m - 1),
-                                                                         rel=1e-5)
+    assert contrastive_loss(speech, permuted, t).item() == pytest.approx(
+        3 * m * math.log(math.exp(1 / t) + m - 1), rel=1e-5
+    )
 
 
 def test_contrastive_loss_is_least_for_equal_distinct_slots():
@@ -200,8 +211,13 @@ def test_contrastive_loss_matches_a_loop_and_reaches_both_memories():
     speech = torch.randn(2, 5, 7, requires_grad=True)
     text = torch.randn(2, 5, 7, requires_grad=True)
     loss = contrastive_loss(speech, text, 0.2)
-    expected = sum(-F.log_softmax(torch.stack([F.cosine_similarity(speech[b, i], text[b, j], dim=0) / 0.2
-                                               for j in range(5)]), 0)[i] for b in range(2) for i in range(5))
+    expected = sum(
+        -F.log_softmax(torch.stack([F.cosine_similarity(speech[b, i], text[b, j], dim=0) / 0.2 for j in range(5)]), 0)[
+            i
+        ]
+        for b in range(2)
+        for i in range(5)
+    )
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     loss.backward()
     assert speech.grad.abs().sum() > 0 and text.grad.abs().sum() > 0

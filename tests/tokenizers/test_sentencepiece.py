@@ -98,7 +98,8 @@ def test_encode_adds_tag_and_eos(tok):
     assert tok.encode("the old clock") == body + [3]
     assert tok.encode("the old clock", lang_tag="<en>") == [5] + body + [3]
     assert tok.encode_batch(["the old clock", EN[0]], lang_tag="<en>") == [
-        [5] + body + [3], tok.encode(EN[0], lang_tag="<en>")
+        [5] + body + [3],
+        tok.encode(EN[0], lang_tag="<en>"),
     ]
 
 

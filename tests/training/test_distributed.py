@@ -31,9 +31,22 @@ are left out of the equalities of runs that sum gradients in different orders.""
 def _config(data: Path, save_dir: Path, dropout: float = 0.0, **train):
     # one utterance per batch (max_tokens 250 >= the longest, 240 frames): six batches an epoch, so that two ranks
     # x 1 batch and one process x 2 batches sum the same batches per update (update_freq 2 given for 1 rank)
-    cfg = tiny_config(data, save_dir, **{**dict(max_updates=UPDATES, update_freq=2, update_freq_world_size=1,
-                                                save_interval_updates=10, validate_interval_updates=0,
-                                                valid_decode=False, log_interval=5), **train})
+    cfg = tiny_config(
+        data,
+        save_dir,
+        **{
+            **dict(
+                max_updates=UPDATES,
+                update_freq=2,
+                update_freq_world_size=1,
+                save_interval_updates=10,
+                validate_interval_updates=0,
+                valid_decode=False,
+                log_interval=5,
+            ),
+            **train,
+        },
+    )
     cfg.model.dropout = dropout
     cfg.data.max_tokens = 250
     cfg.data.num_workers = 0
@@ -42,13 +55,27 @@ def _config(data: Path, save_dir: Path, dropout: float = 0.0, **train):
 
 
 def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def _command(config: Path, processes: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-            "--module", "speechmt", "train", "--config", str(config)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(processes),
+        "--module",
+        "speechmt",
+        "train",
+        "--config",
+        str(config),
+    ]
 
 
 def torchrun(cfg, path: Path, processes: int = 2) -> subprocess.CompletedProcess:
@@ -62,8 +89,9 @@ def torchrun(cfg, path: Path, processes: int = 2) -> subprocess.CompletedProcess
 def killed_after(cfg, path: Path, marker: Path) -> None:
     """Starts `cfg` under torchrun and kills every process of it (SIGKILL) once `marker` exists."""
     save_config(cfg, path)
-    proc = subprocess.Popen(_command(path, 2), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        _command(path, 2), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 600
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -97,8 +125,11 @@ def ddp_runs(tiny_data, tmp_path_factory):
     killed after its update-10 checkpoint and resumed."""
     root = tmp_path_factory.mktemp("ddp")
     torchrun(_config(tiny_data, root / "whole", dropout=0.1), root / "whole.yaml")
-    killed_after(_config(tiny_data, root / "resumed", dropout=0.1), root / "resumed.yaml",
-                 root / "resumed" / "checkpoint_10.safetensors")
+    killed_after(
+        _config(tiny_data, root / "resumed", dropout=0.1),
+        root / "resumed.yaml",
+        root / "resumed" / "checkpoint_10.safetensors",
+    )
     torchrun(_config(tiny_data, root / "resumed", dropout=0.1), root / "resumed.yaml")
     return root
 
@@ -110,7 +141,9 @@ def test_two_ranks_equal_one_process_at_the_same_global_batch(tiny_data, tmp_pat
     single, ddp = load_checkpoint(tmp_path / "single/checkpoint_last.safetensors"), _weights(tmp_path / "ddp")
     assert single["train_state"]["state"]["step"] == UPDATES
     _assert_close(ddp, single["model"], atol=1e-5)
-    assert "world_size=2" in res.stdout and "batches_per_update=2" in res.stdout and "update_freq_per_rank=1" in res.stdout
+    assert (
+        "world_size=2" in res.stdout and "batches_per_update=2" in res.stdout and "update_freq_per_rank=1" in res.stdout
+    )
 
 
 @pytest.mark.slow
@@ -149,13 +182,26 @@ def _cached_whisper_config(data: Path, base: Path, save_dir: Path):
     from speechmt.config import DataConfig, ExperimentConfig, TrainConfig
     from speechmt.models.config import ModelConfig
 
-    model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
-                        decoder={"kind": "whisper"}, dropout=0.0)
+    model = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
+        decoder={"kind": "whisper"},
+        dropout=0.0,
+    )
     data_cfg = DataConfig(dir=str(data), spec_augment="", max_tokens=500, tgt_lang="de", num_workers=1)
     stages = [Stage("asr", [TaskData("asr")], updates=2), Stage("st", [TaskData("st")])]
-    train = TrainConfig(stages=stages, lr=3e-3, warmup_updates=2, max_updates=5, save_dir=str(save_dir),
-                        save_interval_updates=0, validate_interval_updates=2, valid_decode=True, seed=1,
-                        device="cpu", save_interval_epochs=1)
+    train = TrainConfig(
+        stages=stages,
+        lr=3e-3,
+        warmup_updates=2,
+        max_updates=5,
+        save_dir=str(save_dir),
+        save_interval_updates=0,
+        validate_interval_updates=2,
+        valid_decode=True,
+        seed=1,
+        device="cpu",
+        save_interval_epochs=1,
+    )
     return ExperimentConfig(model=model, data=data_cfg, train=train)
 
 

@@ -21,7 +21,11 @@ from speechmt.training.run import run_training
 from tests.lm_helpers import tiny_lm_dir
 from tests.whisper_helpers import tiny_whisper_dir
 
-LORA = {"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LORA = {
+    "rank": 8,
+    "alpha": 16,
+    "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +39,40 @@ def whisper_dir(tmp_path_factory):
 
 
 def lm_config(data: Path, lm: Path, save_dir: Path, model: dict, **train) -> ExperimentConfig:
-    defaults = dict(task="st", lr=3e-3, warmup_updates=5, max_updates=120, save_dir=str(save_dir),
-                    save_interval_updates=60, validate_interval_updates=60, log_interval=50, seed=1,
-                    label_smoothing=0.0, keep_last=2, valid_decode=False)
-    base = {"decoder": {"kind": "lm", "name_or_path": str(lm), "finetune": "full"}, "dropout": 0.0,
-            "attention_dropout": 0.0, "activation_dropout": 0.0, "n_heads": 2}
-    return ExperimentConfig(model=ModelConfig(**{**base, **model}),
-                            data=DataConfig(dir=str(data), spec_augment="", max_tokens=4000, max_sentences=6,
-                                            src_lang="en", tgt_lang="de", lang_tag=True),
-                            train=TrainConfig(**{**defaults, **train}))
+    defaults = dict(
+        task="st",
+        lr=3e-3,
+        warmup_updates=5,
+        max_updates=120,
+        save_dir=str(save_dir),
+        save_interval_updates=60,
+        validate_interval_updates=60,
+        log_interval=50,
+        seed=1,
+        label_smoothing=0.0,
+        keep_last=2,
+        valid_decode=False,
+    )
+    base = {
+        "decoder": {"kind": "lm", "name_or_path": str(lm), "finetune": "full"},
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "n_heads": 2,
+    }
+    return ExperimentConfig(
+        model=ModelConfig(**{**base, **model}),
+        data=DataConfig(
+            dir=str(data),
+            spec_augment="",
+            max_tokens=4000,
+            max_sentences=6,
+            src_lang="en",
+            tgt_lang="de",
+            lang_tag=True,
+        ),
+        train=TrainConfig(**{**defaults, **train}),
+    )
 
 
 def _last(save_dir: Path) -> Path:
@@ -59,8 +88,17 @@ def _exact(lm, data, split, task):
 @pytest.fixture(scope="module")
 def trained_mt(tiny_data, lm_dir, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp("lm_mt")
-    cfg = lm_config(tiny_data, lm_dir, save_dir, {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
-                    task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80)
+    cfg = lm_config(
+        tiny_data,
+        lm_dir,
+        save_dir,
+        {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
+        task="mt",
+        lr=1e-2,
+        max_updates=80,
+        save_interval_updates=80,
+        validate_interval_updates=80,
+    )
     run_training(cfg)
     return cfg, save_dir
 
@@ -69,7 +107,9 @@ def test_lm_mt_learns_its_training_translations_and_stores_the_lm_by_reference(t
     _, save_dir = trained_mt
     ckpt = load_checkpoint(_last(save_dir))
     assert ckpt["tokenizers"]["tgt"]["kind"] == "lm" and ckpt["tokenizers"]["src"]["config"]["role"] == "source"
-    assert "tokenizer_json" not in ckpt["tokenizers"]["tgt"] and len(ckpt["tokenizers"]["tgt"]["config"]["sha256"]) == 64
+    assert (
+        "tokenizer_json" not in ckpt["tokenizers"]["tgt"] and len(ckpt["tokenizers"]["tgt"]["config"]["sha256"]) == 64
+    )
     assert "base" not in ckpt  # every weight trains (finetune full): a whole checkpoint
     lm = load_model(_last(save_dir))
     assert lm.task == "mt" and lm.tokenizer.kind == "lm"
@@ -79,14 +119,25 @@ def test_lm_mt_learns_its_training_translations_and_stores_the_lm_by_reference(t
 
 def test_bf16_autocast_trains_on_the_cpu_with_float32_weights(trained_mt, tiny_data, lm_dir, tmp_path):
     fp32_cfg, fp32_dir = trained_mt
-    cfg = lm_config(tiny_data, lm_dir, tmp_path, {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
-                    task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80,
-                    precision="bf16")
+    cfg = lm_config(
+        tiny_data,
+        lm_dir,
+        tmp_path,
+        {"text_encoder": {"embed_only": True, "embeddings": "lm"}},
+        task="mt",
+        lr=1e-2,
+        max_updates=80,
+        save_interval_updates=80,
+        validate_interval_updates=80,
+        precision="bf16",
+    )
     run_training(cfg)
     ckpt = load_checkpoint(_last(tmp_path))
     assert {t.dtype for t in ckpt["model"].values() if t.is_floating_point()} == {torch.float32}  # master weights
-    logged = [next(r for r in map(json.loads, (d / "train_log.jsonl").read_text().splitlines()) if r["type"] == "train")
-              for d in (fp32_dir, tmp_path)]
+    logged = [
+        next(r for r in map(json.loads, (d / "train_log.jsonl").read_text().splitlines()) if r["type"] == "train")
+        for d in (fp32_dir, tmp_path)
+    ]
     # the same batches from the same weights: bf16 matmuls move the loss at update 50 a little, not much
     assert logged[0]["step"] == logged[1]["step"] == 50 and logged[0]["loss"] != logged[1]["loss"]
     assert logged[1]["loss"] == pytest.approx(logged[0]["loss"], abs=0.15)
@@ -106,11 +157,21 @@ def test_lm_mt_with_retrieved_examples_reads_them_in_training_and_in_evaluation(
     shutil.copytree(tiny_data, data)
     retrieve_splits(data, ["train", "dev"], ["train"], k=2)
     decoder = {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "full", "examples": 1}
-    cfg = lm_config(data, lm_dir, tmp_path / "exp", {"text_encoder": {"embed_only": True, "embeddings": "lm"},
-                                                     "decoder": decoder},
-                    task="mt", lr=1e-2, max_updates=80, save_interval_updates=80, validate_interval_updates=80)
+    cfg = lm_config(
+        data,
+        lm_dir,
+        tmp_path / "exp",
+        {"text_encoder": {"embed_only": True, "embeddings": "lm"}, "decoder": decoder},
+        task="mt",
+        lr=1e-2,
+        max_updates=80,
+        save_interval_updates=80,
+        validate_interval_updates=80,
+    )
     records = read_split(data, "train")
-    composed = [few_shot_source(r.src_text, ex[:1], "en", "de") for r, ex in zip(records, read_examples(data, "train", records))]
+    composed = [
+        few_shot_source(r.src_text, ex[:1], "en", "de") for r, ex in zip(records, read_examples(data, "train", records))
+    ]
     assert all("\nGerman: " in c for c in composed)  # every training sentence shares a word with another
     toks = tokenizers_for(cfg)
     dataset = build_dataset(cfg, "train", toks, None, train=True)
@@ -133,26 +194,38 @@ def test_lm_mt_with_retrieved_examples_reads_them_in_training_and_in_evaluation(
 def trained_st(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
     """ST + ASR on a frozen tiny Whisper (cached), conv-shrunk 4x, into the LM with LoRA."""
     save_dir = tmp_path_factory.mktemp("lm_st")
-    model = {"encoder": {"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "frozen"},
-             "shrink": {"kind": "conv", "channels": 64}, "lora": LORA,
-             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"}}
-    stages = [{"name": "bridge", "updates": 30, "freeze": ["decoder."], "tasks": [{"task": "st"}]},
-              {"name": "st+asr", "tasks": [{"task": "st"}, {"task": "asr"}]}]
-    cfg = lm_config(tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=5e-3,
-                    save_interval_updates=30)
+    model = {
+        "encoder": {"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+        "shrink": {"kind": "conv", "channels": 64},
+        "lora": LORA,
+        "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"},
+    }
+    stages = [
+        {"name": "bridge", "updates": 30, "freeze": ["decoder."], "tasks": [{"task": "st"}]},
+        {"name": "st+asr", "tasks": [{"task": "st"}, {"task": "asr"}]},
+    ]
+    cfg = lm_config(
+        tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=5e-3, save_interval_updates=30
+    )
     run_training(cfg)
     return cfg, save_dir
 
 
-def test_lm_st_delta_checkpoint_holds_the_bridge_and_adapters_and_reloads_exactly(trained_st, tiny_data, lm_dir,
-                                                                                   whisper_dir):
+def test_lm_st_delta_checkpoint_holds_the_bridge_and_adapters_and_reloads_exactly(
+    trained_st, tiny_data, lm_dir, whisper_dir
+):
     _, save_dir = trained_st
     ckpt = load_checkpoint(_last(save_dir))
     assert ckpt["base"]["sources"] == [str(whisper_dir), str(lm_dir)]
     keys = set(ckpt["model"])
-    assert keys and all(k.startswith(("speech_encoder.proj", "shrink.")) or ".lora_" in k for k in keys), sorted(keys)[:5]
+    assert keys and all(k.startswith(("speech_encoder.proj", "shrink.")) or ".lora_" in k for k in keys), sorted(keys)[
+        :5
+    ]
     assert any(".lora_" in k for k in keys) and any(k.startswith("shrink.") for k in keys)
-    assert ckpt["model_config"]["d_model"] == 64 and len(ckpt["model_config"]["decoder"]["vocab"]) == ckpt["model_config"]["tgt_vocab_size"]
+    assert (
+        ckpt["model_config"]["d_model"] == 64
+        and len(ckpt["model_config"]["decoder"]["vocab"]) == ckpt["model_config"]["tgt_vocab_size"]
+    )
     a, b = load_model(_last(save_dir)), load_model(_last(save_dir))
     options = a.decode_options(beam=2)
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
@@ -183,14 +256,29 @@ def test_a_stage_that_freezes_the_lm_still_saves_its_adapters(trained_st):
 def trained_ctc_bridge(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
     """The CTC bridge (shrink.embed lm): a CTC stage over the LM's tokens with the LM frozen, then ST + CTC."""
     save_dir = tmp_path_factory.mktemp("lm_ctc")
-    model = {"encoder": {"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "frozen"},
-             "shrink": {"kind": "ctc", "embed": "lm"}, "lora": LORA,
-             "text_encoder": {"embed_only": True, "embeddings": "lm"},
-             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"}}
-    stages = [{"name": "ctc", "updates": 40, "freeze": ["decoder."], "tasks": [{"task": "st", "objectives": {"ctc": 1.0}}]},
-              {"name": "st", "tasks": [{"task": "st", "objectives": {"ce": 1.0, "ctc": 0.3}}]}]
-    cfg = lm_config(tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=5e-3,
-                    save_interval_updates=20, validate_interval_updates=20, log_interval=10)
+    model = {
+        "encoder": {"kind": "whisper", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+        "shrink": {"kind": "ctc", "embed": "lm"},
+        "lora": LORA,
+        "text_encoder": {"embed_only": True, "embeddings": "lm"},
+        "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"},
+    }
+    stages = [
+        {"name": "ctc", "updates": 40, "freeze": ["decoder."], "tasks": [{"task": "st", "objectives": {"ctc": 1.0}}]},
+        {"name": "st", "tasks": [{"task": "st", "objectives": {"ce": 1.0, "ctc": 0.3}}]},
+    ]
+    cfg = lm_config(
+        tiny_data,
+        lm_dir,
+        save_dir,
+        model,
+        stages=stages,
+        max_updates=60,
+        lr=5e-3,
+        save_interval_updates=20,
+        validate_interval_updates=20,
+        log_interval=10,
+    )
     run_training(cfg)
     return cfg, save_dir
 
@@ -209,7 +297,9 @@ def test_the_ctc_bridge_learns_the_transcripts_in_lm_tokens_and_reloads_exactly(
     assert ckpt["model"]["ctc_head.weight"].shape[0] == 5 + len(vocab)
     log = [json.loads(line) for line in (save_dir / "train_log.jsonl").read_text().splitlines()]
     ctc = [(r["step"], r["ctc"]) for r in log if r["type"] == "train" and r["step"] <= 40]
-    assert [s for s, _ in ctc] == [10, 20, 30, 40] and ctc[-1][1] < 0.7 * ctc[0][1], ctc  # the CTC over LM tokens learns
+    assert [s for s, _ in ctc] == [10, 20, 30, 40] and ctc[-1][1] < 0.7 * ctc[0][1], (
+        ctc
+    )  # the CTC over LM tokens learns
     a, b = load_model(_last(save_dir)), load_model(_last(save_dir))
     options = a.decode_options(beam=2)
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
@@ -221,19 +311,34 @@ def trained_whisper_asr(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
     import dataclasses
 
     save_dir = tmp_path_factory.mktemp("lm_wasr")
-    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
-             "lora": LORA, "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"}}
-    stages = [{"name": "bridge", "updates": 20, "freeze": ["decoder."], "tasks": [{"task": "st"}]},
-              {"name": "st", "tasks": [{"task": "st"}]}]
-    cfg = lm_config(tiny_data, lm_dir, save_dir, model, stages=stages, max_updates=60, lr=1e-2,
-                    save_interval_updates=60, log_interval=10)
+    model = {
+        "encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+        "lora": LORA,
+        "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora"},
+    }
+    stages = [
+        {"name": "bridge", "updates": 20, "freeze": ["decoder."], "tasks": [{"task": "st"}]},
+        {"name": "st", "tasks": [{"task": "st"}]},
+    ]
+    cfg = lm_config(
+        tiny_data,
+        lm_dir,
+        save_dir,
+        model,
+        stages=stages,
+        max_updates=60,
+        lr=1e-2,
+        save_interval_updates=60,
+        log_interval=10,
+    )
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0))
     run_training(cfg)
     return cfg, save_dir
 
 
-def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exactly(trained_whisper_asr, tiny_data,
-                                                                                 whisper_dir, lm_dir):
+def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exactly(
+    trained_whisper_asr, tiny_data, whisper_dir, lm_dir
+):
     # a random tiny Whisper transcribes every clip alike (one token repeated): its states barely differ, so this
     # checks the plumbing (cache, delta checkpoint, loss falling, exact reload), not that it tells clips apart
     _, save_dir = trained_whisper_asr
@@ -253,19 +358,37 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
 
 
-def test_the_align_objective_trains_a_whisper_asr_projection_toward_the_lm_embeddings(tiny_data, lm_dir, whisper_dir,
-                                                                                  tmp_path):
+def test_the_align_objective_trains_a_whisper_asr_projection_toward_the_lm_embeddings(
+    tiny_data, lm_dir, whisper_dir, tmp_path
+):
     """align on asr_embed states: the run hands the encoder the LM's table of Whisper's pieces, the objective pairs
     each cached token's projection with the LM's embedding of its text, and its loss falls as the projection learns."""
     import dataclasses
 
-    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                         "asr_embed": "states", "asr_state": "before"},
-             "text_encoder": {"embed_only": True, "embeddings": "lm"},
-             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"}}
+    model = {
+        "encoder": {
+            "kind": "whisper_asr",
+            "name_or_path": str(whisper_dir),
+            "finetune": "frozen",
+            "asr_embed": "states",
+            "asr_state": "before",
+        },
+        "text_encoder": {"embed_only": True, "embeddings": "lm"},
+        "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"},
+    }
     stages = [{"name": "align", "tasks": [{"task": "st", "objectives": {"align": 1.0}}]}]
-    cfg = lm_config(tiny_data, lm_dir, tmp_path, model, stages=stages, max_updates=30, lr=3e-2,
-                    save_interval_updates=30, validate_interval_updates=30, log_interval=5)
+    cfg = lm_config(
+        tiny_data,
+        lm_dir,
+        tmp_path,
+        model,
+        stages=stages,
+        max_updates=30,
+        lr=3e-2,
+        save_interval_updates=30,
+        validate_interval_updates=30,
+        log_interval=5,
+    )
     run_training(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0)))
     log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if r["type"] == "train"]
@@ -274,7 +397,8 @@ def test_the_align_objective_trains_a_whisper_asr_projection_toward_the_lm_embed
 
 
 def test_init_procrustes_fits_a_whisper_asr_projection_from_the_encoder_cache_as_from_a_live_search(
-        tiny_data, lm_dir, whisper_dir, tmp_path, monkeypatch):
+    tiny_data, lm_dir, whisper_dir, tmp_path, monkeypatch
+):
     """train.init_procrustes on asr_embed states reads the states training reads: the encoder cache (built before
     the fit), or with data.cache_encoder false a live search; both hand the fit the same pairs (float16's rounding
     of the cached states aside) and the run starts from the fitted projection."""
@@ -289,15 +413,24 @@ def test_init_procrustes_fits_a_whisper_asr_projection_from_the_encoder_cache_as
     monkeypatch.setattr(procrustes, "fit_least_squares", lambda x, y: fitted.append((x, y)) or fit(x, y))
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
-    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen",
-                         "asr_embed": "states", "asr_state": "both"},
-             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"}}
+    model = {
+        "encoder": {
+            "kind": "whisper_asr",
+            "name_or_path": str(whisper_dir),
+            "finetune": "frozen",
+            "asr_embed": "states",
+            "asr_state": "both",
+        },
+        "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"},
+    }
     biases = []
     for cache in (True, False):
-        cfg = lm_config(data, lm_dir, tmp_path / f"exp{cache}", model, max_updates=0, init_procrustes=4,
-                        init_map="least_squares")
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0,
-                                                                cache_encoder=cache, valid_split=""))
+        cfg = lm_config(
+            data, lm_dir, tmp_path / f"exp{cache}", model, max_updates=0, init_procrustes=4, init_map="least_squares"
+        )
+        cfg = dataclasses.replace(
+            cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0, cache_encoder=cache, valid_split="")
+        )
         run_training(cfg)
         biases.append(load_checkpoint(_last(tmp_path / f"exp{cache}"))["model"]["speech_encoder.proj.bias"])
         assert any((data / "encoder_cache").iterdir())  # built by the first run for training, read by its fit
@@ -308,12 +441,12 @@ def test_init_procrustes_fits_a_whisper_asr_projection_from_the_encoder_cache_as
     assert not np.array_equal(cx, x)  # the first fit read the cache's float16 states, not a search of its own
     torch.testing.assert_close(biases[0], biases[1], atol=1e-2, rtol=0)
     m = fit(x, y)
-    torch.testing.assert_close(biases[1], torch.from_numpy(m.y_mean - m.scale * m.x_mean @ m.w).float(), atol=1e-5,
-                               rtol=0)
+    torch.testing.assert_close(
+        biases[1], torch.from_numpy(m.y_mean - m.scale * m.x_mean @ m.w).float(), atol=1e-5, rtol=0
+    )
 
 
-def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path,
-                                                                  monkeypatch):
+def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_dir, whisper_dir, tmp_path, monkeypatch):
     """decoder.examples on the speech path: training reads each utterance's retrieved examples (by its gold
     transcript) as the LM's text before Whisper's vectors; decoding finds them in a translation memory by the
     model's own transcript."""
@@ -330,11 +463,22 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
     retrieve_splits(data, ["train"], ["train"], k=2)
-    model = {"encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
-             "text_encoder": {"embed_only": True, "embeddings": "lm"}, "lora": LORA,
-             "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora", "examples": 1}}
-    cfg = lm_config(data, lm_dir, tmp_path / "exp", model, max_updates=10, save_interval_updates=10,
-                    validate_interval_updates=10, lr=1e-2)
+    model = {
+        "encoder": {"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
+        "text_encoder": {"embed_only": True, "embeddings": "lm"},
+        "lora": LORA,
+        "decoder": {"kind": "lm", "name_or_path": str(lm_dir), "finetune": "lora", "examples": 1},
+    }
+    cfg = lm_config(
+        data,
+        lm_dir,
+        tmp_path / "exp",
+        model,
+        max_updates=10,
+        save_interval_updates=10,
+        validate_interval_updates=10,
+        lr=1e-2,
+    )
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, whisper_pad_seconds=30.0, valid_split=""))
     toks = tokenizers_for(cfg)
     records = read_split(data, "train")
@@ -345,8 +489,11 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     run_training(cfg)
     lm = load_model(_last(tmp_path / "exp"))
     assert lm.examples == 1 and lm.speech_examples and lm.languages() == ("English", "German")
-    with pytest.raises(CheckpointError, match=r"reads 1 retrieved examples before the speech \(decoder.examples\) "
-                                              r"and names no memory; give --memory"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"reads 1 retrieved examples before the speech \(decoder.examples\) "
+        r"and names no memory; give --memory",
+    ):
         with_memory(lm, None)
     with pytest.raises(CheckpointError, match="this one reads none"):
         with_memory(load_model(_last(tmp_path / "exp"), task="asr"), [data / "train.jsonl"])
@@ -372,12 +519,23 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
         p, n = len(want), int(speech.lengths[b])
         assert int(enc.lengths[b]) == p + n
         assert torch.allclose(enc.x[b, :p], lm.model.encode_text(want[None], torch.tensor([p])).x[0])
-        assert torch.allclose(enc.x[b, p:p + n], speech.x[b, :n])
+        assert torch.allclose(enc.x[b, p : p + n], speech.x[b, :n])
     del lm.transcript_text  # Whisper's own transcripts again
-    evaluate = ["evaluate", "--model", str(_last(tmp_path / "exp")), "--data", str(data), "--split", "train",
-                "--out", str(tmp_path / "eval")]
-    for extra, line in (([], "names no memory; give --memory"),
-                        (["--memory", str(data / "none.jsonl")], "none.jsonl: no such manifest for the translation memory")):
+    evaluate = [
+        "evaluate",
+        "--model",
+        str(_last(tmp_path / "exp")),
+        "--data",
+        str(data),
+        "--split",
+        "train",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
+    for extra, line in (
+        ([], "names no memory; give --memory"),
+        (["--memory", str(data / "none.jsonl")], "none.jsonl: no such manifest for the translation memory"),
+    ):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             assert main(evaluate + extra) == 2
@@ -392,8 +550,22 @@ def test_st_with_retrieved_examples_reads_them_before_the_speech(tiny_data, lm_d
     assert named.model.config.decoder.memory == "tm"
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        assert main(["evaluate", "--model", str(exported), "--data", str(data), "--split", "train",
-                     "--out", str(tmp_path / "eval1")]) == 2
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--model",
+                    str(exported),
+                    "--data",
+                    str(data),
+                    "--split",
+                    "train",
+                    "--out",
+                    str(tmp_path / "eval1"),
+                ]
+            )
+            == 2
+        )
     assert err.getvalue().count("\n") == 1 and "tm: no translation memory of that name" in err.getvalue()
     (tmp_path / "home" / "tm").mkdir(parents=True)
     shutil.copy(data / "train.jsonl", tmp_path / "home" / "tm" / "memory.jsonl")

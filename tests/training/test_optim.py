@@ -19,7 +19,7 @@ def _fairseq_factor(num_updates: int, warmup: int, init: float = 0.0) -> float:
     """fairseq's InverseSquareRootSchedule.step_update, as a fraction of the peak lr."""
     if num_updates < warmup:
         return init + num_updates * (1.0 - init) / warmup
-    return math.sqrt(warmup) * num_updates ** -0.5
+    return math.sqrt(warmup) * num_updates**-0.5
 
 
 def test_inverse_sqrt_known_values():
@@ -118,9 +118,13 @@ def test_lr_scale_puts_matched_parameters_in_their_own_groups_with_a_factor_of_l
     opt = build_optimizer(net, lr=0.1, betas=(0.9, 0.98), weight_decay=0.5, lr_scale={"proj.*": 10, "sc*": 50})
     ids = {id(p): n for n, p in net.named_parameters()}
     got = [([ids[id(p)] for p in g["params"]], g["lr"], g["weight_decay"]) for g in opt.param_groups]
-    assert got == [(["emb.weight", "conv.weight"], 0.1, 0.5), (["norm.weight", "norm.bias", "conv.bias"], 0.1, 0.0),
-                   (["scale"], pytest.approx(5.0), 0.0), (["proj.weight"], pytest.approx(1.0), 0.5),
-                   (["proj.bias"], pytest.approx(1.0), 0.0)]
+    assert got == [
+        (["emb.weight", "conv.weight"], 0.1, 0.5),
+        (["norm.weight", "norm.bias", "conv.bias"], 0.1, 0.0),
+        (["scale"], pytest.approx(5.0), 0.0),
+        (["proj.weight"], pytest.approx(1.0), 0.5),
+        (["proj.bias"], pytest.approx(1.0), 0.0),
+    ]
 
 
 def test_lr_scale_moves_a_scalar_by_the_scaled_rate_and_the_schedule_scales_every_group():
@@ -161,8 +165,9 @@ def test_training_with_lr_scale_saves_and_resumes_its_groups(tiny_data, tmp_path
     from speechmt.training.run import run_training
     from tests.helpers import tiny_config
 
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=2, save_interval_updates=2, valid_decode=False,
-                      lr_scale={"decoder.*": 0.5})
+    cfg = tiny_config(
+        tiny_data, tmp_path, max_updates=2, save_interval_updates=2, valid_decode=False, lr_scale={"decoder.*": 0.5}
+    )
     run_training(cfg)
     groups = load_checkpoint(tmp_path / "checkpoint_last.safetensors")["train_state"]["optimizer"]["param_groups"]
     assert [g["initial_lr"] for g in groups] == pytest.approx([2e-3, 2e-3, 1e-3, 1e-3])

@@ -18,10 +18,33 @@ from tests.helpers import tiny_wav2vec2_fields
 
 def _pretrain(tiny_data, out, updates: int, *extra: str) -> int:
     conf = out.parent / f"{out.name}.yaml"
-    conf.write_text(yaml.safe_dump({"hf_config": tiny_wav2vec2_fields(), "max_tokens": 500, "warmup_updates": 2,
-                                    "log_interval": 1, "save_interval_updates": 2, "lr": 1e-3, "seed": 3}))
-    return main(["research", "pretrain-audio", str(tiny_data / "train.jsonl"), str(tiny_data / "dev.jsonl"), "--out", str(out),
-                 "--config", str(conf), f"max_updates={updates}", *extra])
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                "hf_config": tiny_wav2vec2_fields(),
+                "max_tokens": 500,
+                "warmup_updates": 2,
+                "log_interval": 1,
+                "save_interval_updates": 2,
+                "lr": 1e-3,
+                "seed": 3,
+            }
+        )
+    )
+    return main(
+        [
+            "research",
+            "pretrain-audio",
+            str(tiny_data / "train.jsonl"),
+            str(tiny_data / "dev.jsonl"),
+            "--out",
+            str(out),
+            "--config",
+            str(conf),
+            f"max_updates={updates}",
+            *extra,
+        ]
+    )
 
 
 def test_pretrain_audio_runs_and_its_output_loads_as_the_wav2vec2_encoder(tiny_data, tmp_path, monkeypatch, capsys):
@@ -29,27 +52,39 @@ def test_pretrain_audio_runs_and_its_output_loads_as_the_wav2vec2_encoder(tiny_d
     out = tmp_path / "w2v"
     assert _pretrain(tiny_data, out, 4) == 0
     assert f"{out}: wav2vec2 encoder after 4 updates" in capsys.readouterr().out
-    assert {"config.json", "model.safetensors", "preprocessor_config.json", STATE_FILE} <= {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "preprocessor_config.json", STATE_FILE} <= {
+        p.name for p in out.iterdir()
+    }
     assert not (out / ".staging").exists()
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["type"] == "setup" and log[0]["world_size"] == 1
     log = [x for x in log if x["type"] == "train"]
     assert [x["step"] for x in log] == [1, 2, 3, 4]  # run by the trainer: its log lines, objective wav2vec2
-    assert all(np.isfinite(x["loss"]) and x["wav2vec2_masked_frames"] >= 10 and x["wav2vec2_contrastive"] > 0
-               for x in log)
+    assert all(
+        np.isfinite(x["loss"]) and x["wav2vec2_masked_frames"] >= 10 and x["wav2vec2_contrastive"] > 0 for x in log
+    )
     assert all(x["loss"] == x["wav2vec2"] for x in log)
     assert log[-1]["wav2vec2_contrastive"] < log[0]["wav2vec2_contrastive"]
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Wav2Vec2ForPreTraining"]
 
     state = load_checkpoint(out / STATE_FILE)
     assert state["train_state"]["state"]["step"] == 4
-    trained = {k.removeprefix("model.wav2vec2."): v for k, v in state["model"].items()
-               if k.startswith("model.wav2vec2.")}
+    trained = {
+        k.removeprefix("model.wav2vec2."): v for k, v in state["model"].items() if k.startswith("model.wav2vec2.")
+    }
     hf = Wav2Vec2Model.from_pretrained(out)
     assert all(torch.equal(v, trained[k]) for k, v in hf.state_dict().items())
     assert feature_extractor_settings(str(out)) == WaveformConfig(do_normalize=True)
-    model = build_model(ModelConfig(encoder={"kind": "wav2vec2", "name_or_path": str(out)}, d_model=32, n_heads=2,
-                                    ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=20))
+    model = build_model(
+        ModelConfig(
+            encoder={"kind": "wav2vec2", "name_or_path": str(out)},
+            d_model=32,
+            n_heads=2,
+            ffn_dim=64,
+            decoder={"layers": 1},
+            tgt_vocab_size=20,
+        )
+    )
     encoder = model.speech_encoder.model.state_dict()
     assert encoder.keys() == {k for k in trained if k != "masked_spec_embed"}  # masking off in fine-tuning
     assert all(torch.equal(v, trained[k]) for k, v in encoder.items())
@@ -104,7 +139,9 @@ def test_the_state_file_of_an_older_speechmt_is_named_not_resumed(tiny_data, tmp
     out.mkdir()
     (out / "pretrain_state.safetensors").write_bytes(b"")
     assert _pretrain(tiny_data, out, 1) == 2
-    assert capsys.readouterr().err == (f"speechmt: error: {out / 'pretrain_state.safetensors'}: the state of an older "
-                                       "speechmt's pretraining, which this one does not resume; pass --no-resume to "
-                                       "start afresh\n")
+    assert capsys.readouterr().err == (
+        f"speechmt: error: {out / 'pretrain_state.safetensors'}: the state of an older "
+        "speechmt's pretraining, which this one does not resume; pass --no-resume to "
+        "start afresh\n"
+    )
     assert _pretrain(tiny_data, out, 1, "--no-resume") == 0

@@ -81,17 +81,33 @@ def whisper_dir(tmp_path_factory):
 
 def tiny_model(whisper_dir):
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, d_model=48, n_heads=4, ffn_dim=64,
-                      decoder={"layers": 1}, tgt_vocab_size=50, src_vocab_size=20, ctc=True,
-                      text_encoder={"layers": 1}, dropout=0.0)
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
+        d_model=48,
+        n_heads=4,
+        ffn_dim=64,
+        decoder={"layers": 1},
+        tgt_vocab_size=50,
+        src_vocab_size=20,
+        ctc=True,
+        text_encoder={"layers": 1},
+        dropout=0.0,
+    )
     return build_model(cfg)
 
 
 def examples(n: int = 6) -> list[Example]:
     g = torch.Generator().manual_seed(2)
-    return [Example(i, f"u{i}", feats=torch.randn(40 + 4 * i, 80, generator=g),
-                    src_ids=torch.randint(5, 20, (4 + i % 3,), generator=g), tgt_ids=torch.tensor([5, 6, 3]))
-            for i in range(n)]
+    return [
+        Example(
+            i,
+            f"u{i}",
+            feats=torch.randn(40 + 4 * i, 80, generator=g),
+            src_ids=torch.randint(5, 20, (4 + i % 3,), generator=g),
+            tgt_ids=torch.tensor([5, 6, 3]),
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("units", ["ctc", "uniform"])
@@ -109,8 +125,9 @@ def test_the_hook_changes_the_projection_alone(whisper_dir, units):
 def test_the_least_squares_map_fits_the_pairs_closer_than_the_orthogonal_one(whisper_dir):
     def fitted(kind):
         model = tiny_model(whisper_dir)
-        return init_projection(model, first_batches(examples(), 6, 0, torch.device("cpu"), size=4), 5, 4,
-                               units="uniform", kind=kind)
+        return init_projection(
+            model, first_batches(examples(), 6, 0, torch.device("cpu"), size=4), 5, 4, units="uniform", kind=kind
+        )
 
     orthogonal, least_squares = fitted("orthogonal"), fitted("least_squares")
     assert orthogonal["cosine_before"] == least_squares["cosine_before"]
@@ -123,8 +140,14 @@ def test_the_least_squares_map_fits_the_pairs_closer_than_the_orthogonal_one(whi
 
 def test_the_run_hook_reads_the_first_speech_stream(whisper_dir):
     model = tiny_model(whisper_dir)
-    cfg = ExperimentConfig.from_dict({"train": {"init_procrustes": 3, "stages": [
-        {"tasks": [{"task": "mt"}, {"task": "st", "objectives": {"ce": 1.0, "ctc": 0.3}}]}]}})
+    cfg = ExperimentConfig.from_dict(
+        {
+            "train": {
+                "init_procrustes": 3,
+                "stages": [{"tasks": [{"task": "mt"}, {"task": "st", "objectives": {"ce": 1.0, "ctc": 0.3}}]}],
+            }
+        }
+    )
     seen = []
 
     def data(spec, train):
@@ -136,14 +159,23 @@ def test_the_run_hook_reads_the_first_speech_stream(whisper_dir):
 
 
 def test_a_model_without_a_projection_is_one_clear_error(whisper_dir):
-    cfg = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(whisper_dir)}, d_model=32, n_heads=4,
-                      ffn_dim=64, decoder={"layers": 1}, tgt_vocab_size=50, src_vocab_size=20, ctc=True,
-                      text_encoder={"layers": 1})
+    cfg = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(whisper_dir)},
+        d_model=32,
+        n_heads=4,
+        ffn_dim=64,
+        decoder={"layers": 1},
+        tgt_vocab_size=50,
+        src_vocab_size=20,
+        ctc=True,
+        text_encoder={"layers": 1},
+    )
     with pytest.raises(ValueError, match="needs a speech encoder with a projection"):
         init_projection(build_model(cfg), [], 5, 4)
 
 
 # --- a whisper_asr encoder (asr_embed states): exact token pairs from its own search ---
+
 
 @pytest.fixture(scope="module")
 def asr_dirs(tmp_path_factory):
@@ -155,10 +187,17 @@ def asr_dirs(tmp_path_factory):
 
 def asr_model(dirs, embed: str = "states", state: str = "after"):
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder={"kind": "whisper_asr", "name_or_path": str(dirs[0]), "finetune": "frozen",
-                               "asr_embed": embed, "asr_state": state},
-                      decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen", "vocab": [5, 6, 7],
-                               "prompt": [2]}, n_heads=2)
+    cfg = ModelConfig(
+        encoder={
+            "kind": "whisper_asr",
+            "name_or_path": str(dirs[0]),
+            "finetune": "frozen",
+            "asr_embed": embed,
+            "asr_state": state,
+        },
+        decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        n_heads=2,
+    )
     return build_model(cfg).eval()
 
 
@@ -166,10 +205,23 @@ def asr_examples(n: int = 4) -> list[Example]:
     from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 
     rng = np.random.RandomState(3)
-    waves = [(0.3 * np.sin(2 * np.pi * (150 + 90 * i) * np.arange(int((0.6 + 0.4 * i) * 16000)) / 16000)
-              + 0.05 * rng.randn(int((0.6 + 0.4 * i) * 16000))).astype(np.float32) for i in range(n)]
-    return [Example(i, f"u{i}", feats=whisper_log_mel(w, WhisperMelConfig(pad_seconds=10)),
-                    src_ids=torch.tensor([5, 6]), tgt_ids=torch.tensor([5, 6, 3])) for i, w in enumerate(waves)]
+    waves = [
+        (
+            0.3 * np.sin(2 * np.pi * (150 + 90 * i) * np.arange(int((0.6 + 0.4 * i) * 16000)) / 16000)
+            + 0.05 * rng.randn(int((0.6 + 0.4 * i) * 16000))
+        ).astype(np.float32)
+        for i in range(n)
+    ]
+    return [
+        Example(
+            i,
+            f"u{i}",
+            feats=whisper_log_mel(w, WhisperMelConfig(pad_seconds=10)),
+            src_ids=torch.tensor([5, 6]),
+            tgt_ids=torch.tensor([5, 6, 3]),
+        )
+        for i, w in enumerate(waves)
+    ]
 
 
 @torch.no_grad()
@@ -204,8 +256,7 @@ def test_whisper_asr_procrustes_sets_the_projection_alone_to_the_fitted_map(asr_
     model = asr_model(asr_dirs, state=state)
     table = whisper_asr_table(model, str(asr_dirs[0]), str(asr_dirs[1]))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    stats = init_projection(model, first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=3), 5, 4,
-                            table=table)
+    stats = init_projection(model, first_batches(asr_examples(), 4, 0, torch.device("cpu"), size=3), 5, 4, table=table)
     changed = {k for k, v in model.state_dict().items() if not torch.equal(before[k], v)}
     assert changed == {"speech_encoder.proj.weight", "speech_encoder.proj.bias"}
     x, y = asr_pairs(model.speech_encoder, first_batches(asr_examples(), 4, 0, torch.device("cpu")), table)
@@ -240,10 +291,15 @@ def test_whisper_asr_procrustes_reads_the_first_speech_stream_and_refuses_other_
     from speechmt.training.procrustes import whisper_asr_table
 
     model = asr_model(asr_dirs)
-    cfg = ExperimentConfig.from_dict({
-        "model": {"encoder": {"kind": "whisper_asr", "name_or_path": str(asr_dirs[0]), "finetune": "frozen"},
-                  "decoder": {"kind": "lm", "name_or_path": str(asr_dirs[1])}},
-        "train": {"init_procrustes": 2, "stages": [{"tasks": [{"task": "st"}]}]}})
+    cfg = ExperimentConfig.from_dict(
+        {
+            "model": {
+                "encoder": {"kind": "whisper_asr", "name_or_path": str(asr_dirs[0]), "finetune": "frozen"},
+                "decoder": {"kind": "lm", "name_or_path": str(asr_dirs[1])},
+            },
+            "train": {"init_procrustes": 2, "stages": [{"tasks": [{"task": "st"}]}]},
+        }
+    )
     seen = []
 
     def data(spec, train):
@@ -254,23 +310,45 @@ def test_whisper_asr_procrustes_reads_the_first_speech_stream_and_refuses_other_
     assert seen == [("st", True)] and stats["pairs"] > 0  # the first 2 utterances' transcripts
     soft = asr_model(asr_dirs, "lm")
     with pytest.raises(ValueError, match="asr_embed states only"):
-        init_projection(soft, first_batches(asr_examples(), 2, 0, torch.device("cpu")), 5, 4,
-                        table=whisper_asr_table(soft, str(asr_dirs[0]), str(asr_dirs[1])))
+        init_projection(
+            soft,
+            first_batches(asr_examples(), 2, 0, torch.device("cpu")),
+            5,
+            4,
+            table=whisper_asr_table(soft, str(asr_dirs[0]), str(asr_dirs[1])),
+        )
 
 
-@pytest.mark.parametrize("model, message", [
-    ({"asr_embed": "lm"}, "needs model.encoder.asr_embed states"),
-    ({"asr_embed": "states", "decoder": "transformer"}, "needs decoder kind lm"),
-    ({"asr_embed": "states", "asr_beam": 2}, "init_procrustes on encoder whisper_asr reads each token off the state "
-                                             "before it .*asr_beam is 2: set it to 1"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ({"asr_embed": "lm"}, "needs model.encoder.asr_embed states"),
+        ({"asr_embed": "states", "decoder": "transformer"}, "needs decoder kind lm"),
+        (
+            {"asr_embed": "states", "asr_beam": 2},
+            "init_procrustes on encoder whisper_asr reads each token off the state "
+            "before it .*asr_beam is 2: set it to 1",
+        ),
+    ],
+)
 def test_whisper_asr_procrustes_settings_are_checked_with_the_config(model, message):
     from speechmt.config import ConfigError
 
     with pytest.raises(ConfigError, match=message):
-        ExperimentConfig.from_dict({
-            "model": {"encoder": {"kind": "whisper_asr", "name_or_path": "whisper-base", "finetune": "frozen",
-                                  "asr_embed": model["asr_embed"], "asr_beam": model.get("asr_beam", 1)},
-                      "decoder": {"kind": "lm", "name_or_path": "gemma-3-270m"} if model.get("decoder", "lm") == "lm"
-                      else {"kind": model["decoder"]}},
-            "train": {"init_procrustes": 100}})
+        ExperimentConfig.from_dict(
+            {
+                "model": {
+                    "encoder": {
+                        "kind": "whisper_asr",
+                        "name_or_path": "whisper-base",
+                        "finetune": "frozen",
+                        "asr_embed": model["asr_embed"],
+                        "asr_beam": model.get("asr_beam", 1),
+                    },
+                    "decoder": {"kind": "lm", "name_or_path": "gemma-3-270m"}
+                    if model.get("decoder", "lm") == "lm"
+                    else {"kind": model["decoder"]},
+                },
+                "train": {"init_procrustes": 100},
+            }
+        )

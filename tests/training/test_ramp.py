@@ -15,10 +15,19 @@ from tests.helpers import tiny_config
 
 def _ramped(data, save_dir, max_updates):
     """ST with CE for 2 updates, then CE + CTC 0.5 with the CTC weight ramped over 3 updates."""
-    cfg = tiny_config(data, save_dir, max_updates=max_updates, save_interval_updates=100,
-                      validate_interval_updates=100, valid_decode=False, log_interval=1)
-    cfg.train.stages = [Stage("ce", [TaskData("st")], updates=2),
-                        Stage("ramp", [TaskData("st", {"ce": 1.0, "ctc": 0.5}, ramp={"ctc": 3})])]
+    cfg = tiny_config(
+        data,
+        save_dir,
+        max_updates=max_updates,
+        save_interval_updates=100,
+        validate_interval_updates=100,
+        valid_decode=False,
+        log_interval=1,
+    )
+    cfg.train.stages = [
+        Stage("ce", [TaskData("st")], updates=2),
+        Stage("ramp", [TaskData("st", {"ce": 1.0, "ctc": 0.5}, ramp={"ctc": 3})]),
+    ]
     return cfg
 
 

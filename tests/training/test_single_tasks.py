@@ -10,8 +10,18 @@ from tests.helpers import tiny_config
 
 @pytest.mark.parametrize("task, metric, perfect", [("asr", "WER", 0.0), ("mt", "BLEU", 100.0)])
 def test_a_single_task_run_fits_its_training_split_exactly(tiny_data, tmp_path, task, metric, perfect):
-    cfg = tiny_config(tiny_data, tmp_path, task=task, max_updates=150, lr=3e-3, warmup_updates=20,
-                      save_interval_updates=0, validate_interval_updates=0, valid_decode=False, label_smoothing=0.0)
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        task=task,
+        max_updates=150,
+        lr=3e-3,
+        warmup_updates=20,
+        save_interval_updates=0,
+        validate_interval_updates=0,
+        valid_decode=False,
+        label_smoothing=0.0,
+    )
     cfg.data.valid_split = ""
     if task == "mt":
         cfg.model.text_encoder.layers = 2

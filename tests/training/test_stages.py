@@ -27,13 +27,21 @@ def _same(a, b, prefix=""):
 
 def _multi(data, save_dir, max_updates, mix="together", **train):
     """MT (decoder frozen) for 3 updates, then ST + ASR + MT; one joint vocabulary, so one decoder serves all."""
-    cfg = tiny_config(data, save_dir, max_updates=max_updates, save_interval_updates=2, validate_interval_updates=3,
-                      valid_decode=False, **train)
+    cfg = tiny_config(
+        data,
+        save_dir,
+        max_updates=max_updates,
+        save_interval_updates=2,
+        validate_interval_updates=3,
+        valid_decode=False,
+        **train,
+    )
     cfg.model.text_encoder.layers = cfg.model.encoder.layers
     cfg.data.max_tokens = 700  # several batches per epoch
-    cfg.train.stages = [Stage("mt", [TaskData("mt")], updates=3, freeze=["decoder."]),
-                        Stage("all", [TaskData("st", {"ce": 0.7, "ctc": 0.3}), TaskData("asr"), TaskData("mt")],
-                              mix=mix)]
+    cfg.train.stages = [
+        Stage("mt", [TaskData("mt")], updates=3, freeze=["decoder."]),
+        Stage("all", [TaskData("st", {"ce": 0.7, "ctc": 0.3}), TaskData("asr"), TaskData("mt")], mix=mix),
+    ]
     return cfg
 
 
@@ -44,8 +52,10 @@ def test_an_explicit_one_stage_schedule_equals_the_plain_config(tiny_data, tmp_p
     staged.data.max_tokens = 700
     staged.train.stages = [Stage("st", [TaskData("st", {"ce": 0.7, "ctc": 0.3})])]
     run_training(plain), run_training(staged)
-    assert _same(_params(tmp_path / "plain/checkpoint_last.safetensors"),
-                 _params(tmp_path / "staged/checkpoint_last.safetensors"))
+    assert _same(
+        _params(tmp_path / "plain/checkpoint_last.safetensors"),
+        _params(tmp_path / "staged/checkpoint_last.safetensors"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +79,12 @@ def test_stages_run_in_order_with_their_streams_and_freezing(tiny_data, straight
     assert {"st_ce", "st_ctc", "st_ce_nll", "asr_ce", "mt_ce"} <= set(train[-1])  # stage all: prefixed by stream
     valid = [r for r in log if r["type"] == "valid"]
     assert {"valid_st_ce", "valid_asr_ce", "valid_mt_ce", "valid_st_ctc"} <= set(valid[-1])
-    expected = 0.7 * valid[-1]["valid_st_ce"] + 0.3 * valid[-1]["valid_st_ctc"] + valid[-1]["valid_asr_ce"] + \
-        valid[-1]["valid_mt_ce"]
+    expected = (
+        0.7 * valid[-1]["valid_st_ce"]
+        + 0.3 * valid[-1]["valid_st_ctc"]
+        + valid[-1]["valid_asr_ce"]
+        + valid[-1]["valid_mt_ce"]
+    )
     assert valid[-1]["valid_loss"] == pytest.approx(expected)
     # the decoder was frozen through stage mt: at update 2 it is the freshly built one, the text encoder is not
     cfg = _multi(tiny_data, out, 7)
@@ -86,18 +100,23 @@ def test_resume_across_and_within_stages_equals_uninterrupted(tiny_data, tmp_pat
     run_training(_multi(tiny_data, tmp_path, stop))
     resumed = run_training(_multi(tiny_data, tmp_path, 7))
     assert resumed.step == 7 and resumed.positions == straight_7[1].positions != {}
-    assert _same(_params(tmp_path / "checkpoint_last.safetensors"),
-                 _params(straight_7[0] / "checkpoint_last.safetensors"))
+    assert _same(
+        _params(tmp_path / "checkpoint_last.safetensors"), _params(straight_7[0] / "checkpoint_last.safetensors")
+    )
 
 
 def test_mix_sample_draws_by_ratio_and_resumes_exactly(tiny_data, tmp_path):
     picks = [i for step in range(3000) for i in draw_streams(1, step, [1.0, 3.0], 2)]
     counts = Counter(picks)
-    assert abs(counts[1] / len(picks) - 0.75) < 0.02 and draw_streams(1, 17, [1, 3], 4) == draw_streams(1, 17, [1, 3], 4)
+    assert abs(counts[1] / len(picks) - 0.75) < 0.02 and draw_streams(1, 17, [1, 3], 4) == draw_streams(
+        1, 17, [1, 3], 4
+    )
     run_training(_multi(tiny_data, tmp_path / "a", 5, mix="sample"))
     run_training(_multi(tiny_data, tmp_path / "a", 8, mix="sample"))
     run_training(_multi(tiny_data, tmp_path / "b", 8, mix="sample"))
-    assert _same(_params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors"))
+    assert _same(
+        _params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors")
+    )
 
 
 def test_asr_with_st_needs_one_vocabulary(tiny_data, tmp_path):
@@ -124,7 +143,9 @@ def test_resume_right_after_an_epochs_last_batch_goes_on_to_the_next_epoch(tiny_
     resumed = run_training(cfg(tmp_path / "a", n + 2))
     straight = run_training(cfg(tmp_path / "b", n + 2))
     assert (resumed.epoch, resumed.batches_in_epoch) == (straight.epoch, straight.batches_in_epoch) == (1, 2)
-    assert _same(_params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors"))
+    assert _same(
+        _params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors")
+    )
 
 
 def test_a_missing_vocabulary_is_a_one_line_error(tiny_data, tmp_path, capsys):
@@ -136,8 +157,9 @@ def test_a_missing_vocabulary_is_a_one_line_error(tiny_data, tmp_path, capsys):
     save_config(cfg, tmp_path / "c.yaml")
     assert main(["train", "--config", str(tmp_path / "c.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == ("speechmt: error: the decoder needs data.tgt_vocab (a SentencePiece model from "
-                           "`speechmt data vocab`)")
+    assert err.strip() == (
+        "speechmt: error: the decoder needs data.tgt_vocab (a SentencePiece model from `speechmt data vocab`)"
+    )
 
 
 def test_each_stream_batches_by_its_own_size(tiny_data, tmp_path):
@@ -148,8 +170,15 @@ def test_each_stream_batches_by_its_own_size(tiny_data, tmp_path):
     toks = load_tokenizers(cfg.data)
     frontend = frontend_for(cfg)
     model = build_model(model_config_for(cfg, toks))
-    trainer = Trainer(cfg, model, None, lambda spec, train: build_dataset(cfg, "train", toks, frontend, train, spec=spec),
-                      {}, torch.device("cpu"), 0)
+    trainer = Trainer(
+        cfg,
+        model,
+        None,
+        lambda spec, train: build_dataset(cfg, "train", toks, frontend, train, spec=spec),
+        {},
+        torch.device("cpu"),
+        0,
+    )
     trainer._enter_stage()
     st, mt = (s.sampler for s in trainer.streams)
     assert st.max_tokens == cfg.data.max_tokens and st.max_sentences is None
@@ -170,8 +199,10 @@ def test_a_relative_stream_folder_is_inside_data_dir(tiny_data, tmp_path):
     assert stream_dir(cfg, TaskData("mt", data_dir=str(tmp_path))) == str(tmp_path)
     extra = tiny_data / "mt-text"
     extra.mkdir(exist_ok=True)
-    lines = [json.dumps({**json.loads(x), "audio": "", "n_frames": 0, "duration": 0.0})
-             for x in (tiny_data / "train.jsonl").read_text().splitlines()[:5]]
+    lines = [
+        json.dumps({**json.loads(x), "audio": "", "n_frames": 0, "duration": 0.0})
+        for x in (tiny_data / "train.jsonl").read_text().splitlines()[:5]
+    ]
     (extra / "train.jsonl").write_text("\n".join(lines) + "\n")
     toks = load_tokenizers(cfg.data)
     frontend = frontend_for(cfg)

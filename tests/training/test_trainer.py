@@ -31,8 +31,9 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tiny_data, tmp_path):
 
 
 def test_training_lowers_the_loss_and_logs(tiny_data, tmp_path):
-    state = run_training(tiny_config(tiny_data, tmp_path, max_updates=40, log_interval=10,
-                                     validate_interval_updates=20))
+    state = run_training(
+        tiny_config(tiny_data, tmp_path, max_updates=40, log_interval=10, validate_interval_updates=20)
+    )
     lines = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     train = [x for x in lines if x["type"] == "train"]
     assert [x["step"] for x in train] == [10, 20, 30, 40]
@@ -42,16 +43,19 @@ def test_training_lowers_the_loss_and_logs(tiny_data, tmp_path):
     assert 0.0 <= valid[-1]["valid_bleu"] <= 100.0 and 0.0 <= valid[-1]["valid_chrf"] <= 100.0
     assert state.best_loss < float("inf") and (tmp_path / "checkpoint_best.safetensors").exists()
     assert sorted(p.name for p in tmp_path.glob("checkpoint_*.safetensors")) == [
-        f"checkpoint_{n}.safetensors" for n in ("12", "16", "20", "24", "28", "32", "36", "4", "40", "8", "best",
-                                                "last")]
+        f"checkpoint_{n}.safetensors"
+        for n in ("12", "16", "20", "24", "28", "32", "36", "4", "40", "8", "best", "last")
+    ]
     ckpt = load_checkpoint(tmp_path / "checkpoint_last.safetensors")
     assert ckpt["features"]["cmvn"]["kind"] == "global" and ckpt["tokenizers"]["tgt"] is not None
 
 
 def test_keep_last_and_average(tiny_data, tmp_path):
     run_training(tiny_config(tiny_data, tmp_path, max_updates=12, keep_last=2))
-    assert sorted(p.name for p in tmp_path.glob("checkpoint_[0-9]*")) == ["checkpoint_12.safetensors",
-                                                                          "checkpoint_8.safetensors"]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_[0-9]*")) == [
+        "checkpoint_12.safetensors",
+        "checkpoint_8.safetensors",
+    ]
     used = average([str(tmp_path)], 2, str(tmp_path / "avg.safetensors"))
     assert [p.name for p in used] == ["checkpoint_8.safetensors", "checkpoint_12.safetensors"]
     a, b, avg = (_params(tmp_path / f"{n}.safetensors") for n in ("checkpoint_8", "checkpoint_12", "avg"))
@@ -153,14 +157,24 @@ def test_kill_9_mid_run_then_resume_equals_uninterrupted(tiny_data, tmp_path, st
     from speechmt.config import save_config
 
     save_config(tiny_config(tiny_data, tmp_path / "exp", max_updates=12), tmp_path / "conf.yaml")
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "speechmt", "train", "--config", str(tmp_path / "conf.yaml")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "speechmt", "train", "--config", str(tmp_path / "conf.yaml")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 300  # generous: the machine may be busy
-        while (not (tmp_path / "exp/checkpoint_4.safetensors").exists() and proc.poll() is None
-               and time.monotonic() < deadline):
+        while (
+            not (tmp_path / "exp/checkpoint_4.safetensors").exists()
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
     finally:
         os.kill(proc.pid, signal.SIGKILL)  # wherever it is: training, or writing a checkpoint
@@ -180,8 +194,10 @@ def test_unreadable_checkpoint_last_resumes_from_the_newest_readable_one(tiny_da
         assert run_training(tiny_config(tiny_data, tmp_path, max_updates=12)).step == 12
     (warning,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
     assert warning.startswith(f"{last}: not a readable checkpoint, truncated or corrupt (")
-    assert warning.endswith("; resuming from checkpoint_4.safetensors, the newest readable checkpoint beside it; "
-                            "checkpoint_last.safetensors is kept as checkpoint_last.safetensors.unreadable")
+    assert warning.endswith(
+        "; resuming from checkpoint_4.safetensors, the newest readable checkpoint beside it; "
+        "checkpoint_last.safetensors is kept as checkpoint_last.safetensors.unreadable"
+    )
     assert f"resumed from {tmp_path / 'checkpoint_4.safetensors'} at update 4" in capsys.readouterr().out
     assert (tmp_path / "checkpoint_last.safetensors.unreadable").read_bytes() == cut
     assert _same(_params(last), straight_12)
@@ -198,8 +214,9 @@ def test_no_readable_checkpoint_stops_with_one_line(tiny_data, tmp_path, capsys)
     err = capsys.readouterr().err
     last = tmp_path / "exp/checkpoint_last.safetensors"
     assert err.count("\n") == 1 and err.startswith(f"speechmt: error: {last}: not a readable checkpoint")
-    assert err.rstrip().endswith("; no readable checkpoint_<step>.safetensors beside it either; pass --no-resume "
-                                 "to start afresh")
+    assert err.rstrip().endswith(
+        "; no readable checkpoint_<step>.safetensors beside it either; pass --no-resume to start afresh"
+    )
     assert last.exists() and not (tmp_path / "exp/checkpoint_last.safetensors.unreadable").exists()
     assert main(["train", "--config", str(tmp_path / "conf.yaml"), "--no-resume"]) == 0
     assert load_checkpoint(last)["train_state"]["state"]["step"] == 8
@@ -222,8 +239,10 @@ def test_init_from_takes_parts_from_several_checkpoints_in_order(tiny_data, tmp_
     run_training(tiny_config(tiny_data, tmp_path / "a", max_updates=2, task="asr"))
     run_training(tiny_config(tiny_data, tmp_path / "b", max_updates=2, task="asr", seed=7))
     a, b = (_params(tmp_path / f"{x}/checkpoint_last.safetensors") for x in "ab")
-    items = [f"{tmp_path}/a/checkpoint_last.safetensors:speech_encoder.,decoder.",
-             f"{tmp_path}/b/checkpoint_last.safetensors:decoder."]
+    items = [
+        f"{tmp_path}/a/checkpoint_last.safetensors:speech_encoder.,decoder.",
+        f"{tmp_path}/b/checkpoint_last.safetensors:decoder.",
+    ]
     cfg = tiny_config(tiny_data, tmp_path / "c", max_updates=1, task="asr", init_from=items, lr=1e-12)
     assert cfg.train.init_from == tuple(items)
     run_training(cfg)
@@ -246,7 +265,9 @@ def test_max_updates_0_writes_the_initialised_model_untrained(tiny_data, tmp_pat
     """train.max_updates 0 saves the model as built and initialised (e.g. parts composed by init_from)."""
     run_training(tiny_config(tiny_data, tmp_path / "a", max_updates=2))
     source = f"{tmp_path}/a/checkpoint_last.safetensors"
-    state = run_training(tiny_config(tiny_data, tmp_path / "b", max_updates=0, init_from=[f"{source}:speech_encoder.,decoder."]))
+    state = run_training(
+        tiny_config(tiny_data, tmp_path / "b", max_updates=0, init_from=[f"{source}:speech_encoder.,decoder."])
+    )
     assert state.step == 0
     a, b = _params(tmp_path / "a/checkpoint_last.safetensors"), _params(tmp_path / "b/checkpoint_last.safetensors")
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a if k.startswith(("speech_encoder.", "decoder.")))

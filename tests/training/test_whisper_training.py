@@ -20,12 +20,25 @@ def whisper_dir(tmp_path_factory):
 
 
 def whisper_config(data: Path, base: Path, save_dir: Path, **train) -> ExperimentConfig:
-    model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
-                        decoder={"kind": "whisper"}, dropout=0.0)
+    model = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
+        decoder={"kind": "whisper"},
+        dropout=0.0,
+    )
     data_cfg = DataConfig(dir=str(data), spec_augment="", max_tokens=4000, tgt_lang="de")
-    defaults = dict(task="st", lr=3e-3, warmup_updates=5, max_updates=300, save_dir=str(save_dir),
-                    save_interval_updates=100, validate_interval_updates=100, log_interval=50, seed=1,
-                    label_smoothing=0.0, keep_last=2)
+    defaults = dict(
+        task="st",
+        lr=3e-3,
+        warmup_updates=5,
+        max_updates=300,
+        save_dir=str(save_dir),
+        save_interval_updates=100,
+        validate_interval_updates=100,
+        log_interval=50,
+        seed=1,
+        label_smoothing=0.0,
+        keep_last=2,
+    )
     return ExperimentConfig(model=model, data=data_cfg, train=TrainConfig(**{**defaults, **train}))
 
 
@@ -118,10 +131,13 @@ def whisper_mt_config(data: Path, base: Path, save_dir: Path, **train) -> Experi
     """Text MT on the Whisper backbone: source text in Whisper's tokenizer, embedded by frozen copies of
     its decoder's tables, through a 1-layer XSTNet stack (identity start) into its decoder."""
     cfg = whisper_config(data, base, save_dir, **{"task": "mt", **train})
-    cfg.model = ModelConfig(encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
-                            decoder={"kind": "whisper"}, text_encoder={"embed_only": True, "embeddings": "whisper", "freeze_embeddings": True},
-                            semantic={"kind": "xstnet", "options": {"layers": 1, "init": "identity",
-                                                                     "audio_tag": False}}, dropout=0.0)
+    cfg.model = ModelConfig(
+        encoder={"kind": "whisper", "name_or_path": str(base), "finetune": "frozen"},
+        decoder={"kind": "whisper"},
+        text_encoder={"embed_only": True, "embeddings": "whisper", "freeze_embeddings": True},
+        semantic={"kind": "xstnet", "options": {"layers": 1, "init": "identity", "audio_tag": False}},
+        dropout=0.0,
+    )
     return cfg
 
 
@@ -157,7 +173,9 @@ def test_whisper_mt_tokenizes_the_source_with_whisper_and_keeps_its_tables_out_o
     ckpt = load_checkpoint(_last(trained_mt[1]))
     assert ckpt["tokenizers"]["src"]["kind"] == "whisper"
     assert not any(k.startswith("text_encoder.") for k in ckpt["model"])  # frozen copies: rebuilt from the base
-    assert any(k.startswith("decoder.") for k in ckpt["model"]) and any(k.startswith("semantic.") for k in ckpt["model"])
+    assert any(k.startswith("decoder.") for k in ckpt["model"]) and any(
+        k.startswith("semantic.") for k in ckpt["model"]
+    )
 
 
 def test_the_tiny_whisper_mt_model_learns_its_training_translations(trained_mt, tiny_data):
@@ -195,10 +213,15 @@ def top_layer_encoder(base: Path) -> dict:
 def trained_top(tiny_data, whisper_dir, tmp_path_factory):
     """20 ST updates with layer 0 frozen and cached, LoRA (rank 4) in layer 1 and the decoder."""
     save_dir = tmp_path_factory.mktemp("whisper_top")
-    cfg = whisper_config(tiny_data, whisper_dir, save_dir, max_updates=20, save_interval_updates=20,
-                         validate_interval_updates=20)
-    cfg.model = ModelConfig(encoder=top_layer_encoder(whisper_dir), decoder={"kind": "whisper", "finetune": "lora"},
-                            dropout=0.0, lora={"rank": 4})
+    cfg = whisper_config(
+        tiny_data, whisper_dir, save_dir, max_updates=20, save_interval_updates=20, validate_interval_updates=20
+    )
+    cfg.model = ModelConfig(
+        encoder=top_layer_encoder(whisper_dir),
+        decoder={"kind": "whisper", "finetune": "lora"},
+        dropout=0.0,
+        lora={"rank": 4},
+    )
     run_training(cfg)
     return cfg, save_dir
 
@@ -252,8 +275,12 @@ def test_xstnet_started_from_an_st_models_adapters_is_that_model_at_update_0(tra
     _, save_dir = trained_top
     st = load_model(_last(save_dir))
     cfg = whisper_mt_config(tiny_data, whisper_dir, save_dir / "unused")  # a text task: the text path is built
-    cfg.model = dataclasses.replace(cfg.model, encoder=top_layer_encoder(whisper_dir), lora={"rank": 4},
-                                    decoder={"kind": "whisper", "finetune": "lora"})
+    cfg.model = dataclasses.replace(
+        cfg.model,
+        encoder=top_layer_encoder(whisper_dir),
+        lora={"rank": 4},
+        decoder={"kind": "whisper", "finetune": "lora"},
+    )
     xstnet = build_model(model_config_for(cfg, load_tokenizers(cfg.data, cfg.model)))
     copied = init_encoder_from(xstnet, str(_last(save_dir)), ("speech_encoder.", "decoder."))
     assert copied == len(load_checkpoint(_last(save_dir))["model"]) > 0  # every trained adapter, nothing else
@@ -277,7 +304,8 @@ def test_export_pads_whisper_input_to_a_shorter_window_and_keeps_the_weights(tra
     assert main(["export", str(_last(save_dir)), "--out", str(out), "--fp32", "--whisper-pad-seconds", "15"]) == 0
     source, padded = load_checkpoint(_last(save_dir)), load_checkpoint(out)
     assert padded["features"]["whisper_mel"]["pad_seconds"] == 15.0
-    assert {k: v for k, v in padded["features"]["whisper_mel"].items() if k != "pad_seconds"} == \
-        {k: v for k, v in source["features"]["whisper_mel"].items() if k not in ("pad_seconds", "pad_to_30s")}
+    assert {k: v for k, v in padded["features"]["whisper_mel"].items() if k != "pad_seconds"} == {
+        k: v for k, v in source["features"]["whisper_mel"].items() if k not in ("pad_seconds", "pad_to_30s")
+    }
     assert all(torch.equal(padded["model"][k], v) for k, v in source["model"].items())
     assert load_model(out).frontend.config.pad_seconds == 15.0

@@ -7,8 +7,18 @@ from speechmt.models.encoders.base import AcousticEncoder, EncoderOutput, Record
 from speechmt.models.encoders.conv import ConvEncoder, subsampler
 from speechmt.models.encoders.text import TextEncoder
 
-__all__ = ["AcousticEncoder", "ConvEncoder", "EncoderOutput", "Record", "TextEncoder", "note", "Wav2Vec2Encoder", "Wav2Vec2Options",
-           "subsampler", "wav2vec2_encoder"]
+__all__ = [
+    "AcousticEncoder",
+    "ConvEncoder",
+    "EncoderOutput",
+    "Record",
+    "TextEncoder",
+    "note",
+    "Wav2Vec2Encoder",
+    "Wav2Vec2Options",
+    "subsampler",
+    "wav2vec2_encoder",
+]
 
 
 def __getattr__(name: str):

@@ -42,8 +42,9 @@ class EncoderOutput:
 
     def select(self, index: Tensor) -> "EncoderOutput":
         """The batch rows `index` (B',), in that order (repeats allowed, e.g. to expand for beam search)."""
-        ctc, ctc_lengths = (None if t is None else t.index_select(0, index)
-                            for t in (self.ctc_logits, self.ctc_lengths))
+        ctc, ctc_lengths = (
+            None if t is None else t.index_select(0, index) for t in (self.ctc_logits, self.ctc_lengths)
+        )
         return EncoderOutput(self.x.index_select(0, index), self.lengths.index_select(0, index), ctc, ctc_lengths)
 
 

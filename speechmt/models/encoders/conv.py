@@ -36,11 +36,15 @@ class ConvEncoderConfig(EncoderConfig):
 
     def __post_init__(self):
         self.conv_kernels = tuple(self.conv_kernels)
-        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + [
-            self.subsampler not in SUBSAMPLERS and
-            f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
-            not self.conv_kernels and "encoder.conv_kernels is empty",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "encoder.")
+            + [
+                self.subsampler not in SUBSAMPLERS
+                and f"unknown encoder.subsampler {self.subsampler!r}; expected conv1d or conv2d",
+                not self.conv_kernels and "encoder.conv_kernels is empty",
+            ],
+        )
 
 
 def build_conv_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvEncoder, ModelConfig]:
@@ -54,8 +58,14 @@ def build_conv_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvEncoder
 class ConvEncoder(nn.Module):
     """subsampler -> x * sqrt(D) + positions -> dropout -> Transformer encoder (as fairseq)."""
 
-    def __init__(self, subsampler: nn.Module, encoder: TransformerEncoder, dim: int, dropout: float = 0.1,
-                 position_offset: int = 0):
+    def __init__(
+        self,
+        subsampler: nn.Module,
+        encoder: TransformerEncoder,
+        dim: int,
+        dropout: float = 0.1,
+        position_offset: int = 0,
+    ):
         super().__init__()
         self.subsampler, self.encoder = subsampler, encoder
         self.positions, self.scale = SinusoidalPositionalEncoding(dim, position_offset), math.sqrt(dim)

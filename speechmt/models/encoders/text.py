@@ -16,8 +16,15 @@ class TextEncoder(nn.Module):
     """embedding * scale + positions -> dropout -> Transformer encoder (none: a plain embedder). By default
     scale sqrt(D) and sinusoidal positions; a pretrained embedder (Whisper's decoder's) brings its own."""
 
-    def __init__(self, embedding: nn.Embedding, encoder: TransformerEncoder | None, dropout: float = 0.1,
-                 position_offset: int = 0, positions: nn.Module | None = None, scale: float | None = None):
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        encoder: TransformerEncoder | None,
+        dropout: float = 0.1,
+        position_offset: int = 0,
+        positions: nn.Module | None = None,
+        scale: float | None = None,
+    ):
         super().__init__()
         dim = embedding.embedding_dim
         self.embedding, self.encoder = embedding, encoder

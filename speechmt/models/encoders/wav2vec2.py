@@ -60,9 +60,15 @@ def build_wav2vec2_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Wav2Vec
     """The encoder, and `cfg` with the complete HF config in encoder.hf_config (so that a checkpoint
     rebuilds the same architecture without the pretrained model at hand)."""
     e = cfg.encoder
-    options = Wav2Vec2Options(freeze_feature_extractor=e.freeze_feature_extractor, freeze=e.finetune == "frozen",
-                              lna=e.finetune == "lna", layerdrop=e.layerdrop, mask_time_prob=e.mask_time_prob,
-                              mask_time_length=e.mask_time_length, gradient_checkpointing=e.gradient_checkpointing)
+    options = Wav2Vec2Options(
+        freeze_feature_extractor=e.freeze_feature_extractor,
+        freeze=e.finetune == "frozen",
+        lna=e.finetune == "lna",
+        layerdrop=e.layerdrop,
+        mask_time_prob=e.mask_time_prob,
+        mask_time_length=e.mask_time_length,
+        gradient_checkpointing=e.gradient_checkpointing,
+    )
     encoder = wav2vec2_encoder(e.name_or_path, e.hf_config, cfg.d_model, options, parts.pretrained)
     if e.finetune == "lora":  # frozen and lna are the options'
         lora_(encoder.model, cfg.lora)
@@ -130,8 +136,9 @@ class Wav2Vec2Encoder(nn.Module):
         waves = waves.masked_fill(padding, 0.0)
         attention_mask = (~padding).long() if self.use_attention_mask else None
         mask = self._time_mask(lengths, waves.size(1))
-        out = self.model(waves, attention_mask=attention_mask, mask_time_indices=mask,
-                         output_hidden_states=record is not None)
+        out = self.model(
+            waves, attention_mask=attention_mask, mask_time_indices=mask, output_hidden_states=record is not None
+        )
         h = out.last_hidden_state
         frames = self.output_lengths(lengths)
         for i, hidden in enumerate(out.hidden_states or ()):
@@ -154,13 +161,19 @@ class Wav2Vec2Encoder(nn.Module):
         valid = (~lengths_to_padding_mask(frames, width)).long()
         from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices
 
-        spans = _compute_mask_indices((len(frames), width), o.mask_time_prob, o.mask_time_length, valid,
-                                      min_masks=self.model.config.mask_time_min_masks)
+        spans = _compute_mask_indices(
+            (len(frames), width),
+            o.mask_time_prob,
+            o.mask_time_length,
+            valid,
+            min_masks=self.model.config.mask_time_min_masks,
+        )
         return torch.from_numpy(spans).to(lengths.device)
 
 
-def hf_audio_config(name_or_path: str, fields: dict, options: Wav2Vec2Options,
-                    pretrained: bool = True) -> PretrainedConfig:
+def hf_audio_config(
+    name_or_path: str, fields: dict, options: Wav2Vec2Options, pretrained: bool = True
+) -> PretrainedConfig:
     """The HF config: the pretrained model's with `fields` as overrides, or (no name_or_path, or not
     `pretrained`) one built from `fields` alone (its "model_type", default "wav2vec2"); the options'
     layer drop and time masking written in."""
@@ -170,8 +183,9 @@ def hf_audio_config(name_or_path: str, fields: dict, options: Wav2Vec2Options,
         try:
             config = AutoConfig.from_pretrained(name_or_path, **fields)
         except (OSError, ValueError) as e:
-            raise FileNotFoundError(f"{name_or_path}: cannot load a Hugging Face audio model config "
-                                    f"({str(e).splitlines()[0]})") from None
+            raise FileNotFoundError(
+                f"{name_or_path}: cannot load a Hugging Face audio model config ({str(e).splitlines()[0]})"
+            ) from None
     else:
         fields = dict(fields)
         config = AutoConfig.for_model(fields.pop("model_type", "wav2vec2"), **fields)
@@ -190,8 +204,9 @@ def hf_audio_model(config: PretrainedConfig, name_or_path: str = "", pretrained:
         try:
             return AutoModel.from_pretrained(name_or_path, config=config, dtype=torch.float32)
         except (OSError, ValueError) as e:
-            raise FileNotFoundError(f"{name_or_path}: cannot load a Hugging Face audio model "
-                                    f"({str(e).splitlines()[0]})") from None
+            raise FileNotFoundError(
+                f"{name_or_path}: cannot load a Hugging Face audio model ({str(e).splitlines()[0]})"
+            ) from None
     return AutoModel.from_config(config)
 
 
@@ -207,8 +222,9 @@ def apply_finetuning(model: PreTrainedModel, options: Wav2Vec2Options) -> None:
         enable_hf_checkpointing(model)
 
 
-def wav2vec2_encoder(name_or_path: str, fields: dict, dim: int, options: Wav2Vec2Options,
-                     pretrained: bool = True) -> Wav2Vec2Encoder:
+def wav2vec2_encoder(
+    name_or_path: str, fields: dict, dim: int, options: Wav2Vec2Options, pretrained: bool = True
+) -> Wav2Vec2Encoder:
     """Builds the encoder: config, model (pretrained or random), fine-tuning options."""
     config = hf_audio_config(name_or_path, fields, options, pretrained)
     model = hf_audio_model(config, name_or_path, pretrained)
@@ -226,7 +242,10 @@ def feature_extractor_settings(name_or_path: str) -> WaveformConfig:
     try:
         fe = AutoFeatureExtractor.from_pretrained(name_or_path)
     except (OSError, ValueError) as e:
-        warnings.warn(f"{name_or_path}: no feature extractor config ({str(e).splitlines()[0]}); "
-                      "using 16 kHz input normalised per utterance", stacklevel=2)
+        warnings.warn(
+            f"{name_or_path}: no feature extractor config ({str(e).splitlines()[0]}); "
+            "using 16 kHz input normalised per utterance",
+            stacklevel=2,
+        )
         return WaveformConfig()
     return WaveformConfig(int(getattr(fe, "sampling_rate", 16000)), bool(getattr(fe, "do_normalize", True)))

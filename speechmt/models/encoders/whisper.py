@@ -55,11 +55,17 @@ class WhisperEncoderConfig(PretrainedOptions, EncoderConfig):
     frontend: ClassVar[str] = "whisper_mel"
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + self.pretrained_problems("encoder") + [
-            base_dtype_problem("encoder", self.base_dtype, self.finetune != "full" or self.frozen_layers > 0),
-            self.frozen_layers and self.finetune == "frozen" and
-            "encoder.frozen_layers needs encoder.finetune full, lna or lora (frozen freezes every layer)",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "encoder.")
+            + self.pretrained_problems("encoder")
+            + [
+                base_dtype_problem("encoder", self.base_dtype, self.finetune != "full" or self.frozen_layers > 0),
+                self.frozen_layers
+                and self.finetune == "frozen"
+                and "encoder.frozen_layers needs encoder.finetune full, lna or lora (frozen freezes every layer)",
+            ],
+        )
 
     @property
     def cacheable_states(self) -> bool:
@@ -72,11 +78,12 @@ def build_whisper_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperE
     from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
 
     e, lora = cfg.encoder, cfg.lora
-    speech = whisper_encoder_from_hf(parts.hf_encoder, cfg.d_model, e.layerdrop, e.frozen_layers,
-                                     e.gradient_checkpointing)
+    speech = whisper_encoder_from_hf(
+        parts.hf_encoder, cfg.d_model, e.layerdrop, e.frozen_layers, e.gradient_checkpointing
+    )
     if e.frozen_layers:
         speech.model.requires_grad_(False)
-        for layer in speech.model.layers[e.frozen_layers:]:
+        for layer in speech.model.layers[e.frozen_layers :]:
             layer.requires_grad_(True)
             set_finetuning(layer, e.finetune, lora)
         speech.model.layer_norm.requires_grad_(e.finetune in ("full", "lna"))
@@ -102,8 +109,13 @@ class WhisperEncoder(nn.Module):
     widths differ. `states` runs the convolutions and the first `split` layers (None: all of them and the
     final LayerNorm), the part that can be frozen and cached; `project` what follows it."""
 
-    def __init__(self, model: nn.Module, dim: int, options: WhisperEncoderOptions = WhisperEncoderOptions(),
-                 split: int | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        dim: int,
+        options: WhisperEncoderOptions = WhisperEncoderOptions(),
+        split: int | None = None,
+    ):
         super().__init__()
         self.model, self.options = model, options
         hidden, n_layers = model.config.d_model, len(model.layers)
@@ -170,8 +182,10 @@ class WhisperEncoder(nn.Module):
         x = F.gelu(enc.conv2(x.masked_fill(pad[:, None, :], 0.0))).transpose(1, 2)  # -> (B, T', H)
         out_lengths = whisper_output_lengths(lengths)
         if x.size(1) > self.max_frames:
-            raise ValueError(f"{x.size(1) * 0.02:.1f} s of audio is longer than the Whisper encoder's "
-                             f"{self.max_frames * 0.02:.0f} s window; cut it first")
+            raise ValueError(
+                f"{x.size(1) * 0.02:.1f} s of audio is longer than the Whisper encoder's "
+                f"{self.max_frames * 0.02:.0f} s window; cut it first"
+            )
         x = x + enc.embed_positions.weight[: x.size(1)].to(x.dtype)
         x = F.dropout(x, enc.dropout, self.training)
         note(record, "conv", x, out_lengths)

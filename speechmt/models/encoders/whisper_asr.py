@@ -114,17 +114,23 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
 
     def __post_init__(self):
         self.asr_prompt = tuple(int(i) for i in self.asr_prompt)
-        raise_problems("bad ModelConfig", field_problems(self, "encoder.") + self.pretrained_problems("encoder") + [
-            self.finetune != "frozen" and
-            f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
-            self.asr_embed not in ASR_EMBEDS and
-            f"unknown encoder.asr_embed {self.asr_embed!r}; expected {', '.join(ASR_EMBEDS[:-1])} or {ASR_EMBEDS[-1]}",
-            self.asr_state not in ASR_STATES and
-            f"unknown encoder.asr_state {self.asr_state!r}; expected {', '.join(ASR_STATES[:-1])} or {ASR_STATES[-1]}",
-            self.asr_state != "after" and self.asr_embed != "states" and
-            f"encoder.asr_state {self.asr_state} needs encoder.asr_embed states (lm reads the state before each "
-            f"token through Whisper's output layer already; text reads the one completing it)",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            field_problems(self, "encoder.")
+            + self.pretrained_problems("encoder")
+            + [
+                self.finetune != "frozen"
+                and f"encoder whisper_asr needs encoder.finetune frozen (got {self.finetune!r}): its search is not trained",
+                self.asr_embed not in ASR_EMBEDS
+                and f"unknown encoder.asr_embed {self.asr_embed!r}; expected {', '.join(ASR_EMBEDS[:-1])} or {ASR_EMBEDS[-1]}",
+                self.asr_state not in ASR_STATES
+                and f"unknown encoder.asr_state {self.asr_state!r}; expected {', '.join(ASR_STATES[:-1])} or {ASR_STATES[-1]}",
+                self.asr_state != "after"
+                and self.asr_embed != "states"
+                and f"encoder.asr_state {self.asr_state} needs encoder.asr_embed states (lm reads the state before each "
+                f"token through Whisper's output layer already; text reads the one completing it)",
+            ],
+        )
 
     @property
     def cacheable_states(self) -> bool:
@@ -149,8 +155,9 @@ def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Whis
     tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), parts.decoder)
     pieces = whisper_lm_table(*tokenizers) if e.asr_embed == "lm" else None
     text = whisper_lm_text(*tokenizers) if e.asr_embed == "text" else None
-    speech = whisper_asr_encoder_from_hf(hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text,
-                                         state=e.asr_state)
+    speech = whisper_asr_encoder_from_hf(
+        hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text, state=e.asr_state
+    )
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
 
 
@@ -181,8 +188,11 @@ def whisper_lm_pieces(piece_text: Callable[[int], str], lm_text_ids: Callable[[s
 
 def byte_level_bytes() -> dict[str, int]:
     """GPT-2's byte-level alphabet (Whisper's BPE): the printable character standing for each byte -> the byte."""
-    printable = {*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-                 *range(ord("\u00ae"), ord("\u00ff") + 1)}
+    printable = {
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), ord("\u00ff") + 1),
+    }
     table, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -207,8 +217,13 @@ class TranscriptTokens:
     read for a transcript of whitespace alone. `embed(lm_ids)` is the LM decoder's input embedding (held
     outside the encoder's modules, as PieceEmbeddings)."""
 
-    def __init__(self, pieces: list[bytes], text_offsets: Callable[[str], tuple[list[int], list[tuple[int, int]]]],
-                 decoder: nn.Module, fallback: int):
+    def __init__(
+        self,
+        pieces: list[bytes],
+        text_offsets: Callable[[str], tuple[list[int], list[tuple[int, int]]]],
+        decoder: nn.Module,
+        fallback: int,
+    ):
         self.pieces, self.text_offsets, self.decoder, self.fallback = pieces, text_offsets, decoder, int(fallback)
 
     def __call__(self, ids: list[int]) -> tuple[list[int], list[int]]:
@@ -250,9 +265,19 @@ class WhisperAsrEncoder(nn.Module):
     `prompt`: the decoder's first inputs (<|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>);
     `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated."""
 
-    def __init__(self, encoder: WhisperEncoder, decoder: TransformerDecoder, prompt: tuple[int, ...], eos_id: int,
-                 dim: int, max_tokens: int = MAX_TOKENS, pieces: PieceEmbeddings | None = None, beam: int = 1,
-                 text: TranscriptTokens | None = None, state: str = "after"):
+    def __init__(
+        self,
+        encoder: WhisperEncoder,
+        decoder: TransformerDecoder,
+        prompt: tuple[int, ...],
+        eos_id: int,
+        dim: int,
+        max_tokens: int = MAX_TOKENS,
+        pieces: PieceEmbeddings | None = None,
+        beam: int = 1,
+        text: TranscriptTokens | None = None,
+        state: str = "after",
+    ):
         super().__init__()
         if state not in ASR_STATES:
             raise ValueError(f"unknown whisper_asr state {state!r}; expected one of {', '.join(ASR_STATES)}")
@@ -276,8 +301,10 @@ class WhisperAsrEncoder(nn.Module):
         positions = getattr(getattr(decoder, "positions", None), "weight", None)  # Whisper's: learned, 448
         room = positions.size(0) - len(self.prompt) - 1 if positions is not None else max_tokens
         if room < 1:
-            raise ValueError(f"the Whisper decoder's {positions.size(0)} positions leave no room after a prompt of "
-                             f"{len(self.prompt)}")
+            raise ValueError(
+                f"the Whisper decoder's {positions.size(0)} positions leave no room after a prompt of "
+                f"{len(self.prompt)}"
+            )
         self.max_tokens = min(max_tokens, room)
         hidden = decoder.embed.embedding_dim
         self.proj = nn.Linear(hidden * (2 if state == "both" else 1), dim)
@@ -287,7 +314,7 @@ class WhisperAsrEncoder(nn.Module):
 
     @property
     def embed(self) -> str:
-        """"lm" when transcript tokens become the LM's soft piece embeddings, "text" when the transcript is
+        """ "lm" when transcript tokens become the LM's soft piece embeddings, "text" when the transcript is
         re-tokenised as the LM's text, else "states"."""
         return "lm" if self._pieces is not None else "text" if self._text is not None else "states"
 
@@ -307,10 +334,16 @@ class WhisperAsrEncoder(nn.Module):
 
     def states_part(self) -> dict[str, Tensor]:
         """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
-        return ({f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
-                | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
-                | {"prompt": torch.tensor([*self.prompt, self.eos_id, self.max_tokens, EMBED_KEYS.index(self.layout)]
-                                          + ([self.beam] if self.beam > 1 else []))})  # greedy: the keys as before
+        return (
+            {f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
+            | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
+            | {
+                "prompt": torch.tensor(
+                    [*self.prompt, self.eos_id, self.max_tokens, EMBED_KEYS.index(self.layout)]
+                    + ([self.beam] if self.beam > 1 else [])
+                )
+            }
+        )  # greedy: the keys as before
 
     def states_frozen(self) -> bool:
         """True when neither Whisper part trains (always so: `states` searches without gradients)."""
@@ -326,13 +359,15 @@ class WhisperAsrEncoder(nn.Module):
         return self.search(mels, lengths, record)[:2]
 
     @torch.no_grad()
-    def search(self, mels: Tensor, lengths: Tensor,
-               record: Record | None = None) -> tuple[Tensor, Tensor, list[list[int]]]:
+    def search(
+        self, mels: Tensor, lengths: Tensor, record: Record | None = None
+    ) -> tuple[Tensor, Tensor, list[list[int]]]:
         """`states` and the transcripts they are the states of (`transcripts`), from one search."""
         memory, memory_lengths = self._memory(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        ids, x, token_lengths, first = (self.transcribe(memory, memory_lengths) if self.beam == 1
-                                        else self.transcribe_beam(memory, memory_lengths))
+        ids, x, token_lengths, first = (
+            self.transcribe(memory, memory_lengths) if self.beam == 1 else self.transcribe_beam(memory, memory_lengths)
+        )
         if self._text is not None:
             x, token_lengths = self.retokenized(ids, x)
         else:
@@ -358,9 +393,11 @@ class WhisperAsrEncoder(nn.Module):
         input embedding of the token's text (P, D), P the transcripts' tokens in all, in order. The token is the
         search's own (`read_tokens`)."""
         if self.embed != "states":
-            raise ValueError(f"train.init_procrustes fits a whisper_asr projection with asr_embed states only (with "
-                             f"{self.embed} the LM reads the transcript's embeddings already; the projection "
-                             f"starts at zero)")
+            raise ValueError(
+                f"train.init_procrustes fits a whisper_asr projection with asr_embed states only (with "
+                f"{self.embed} the LM reads the transcript's embeddings already; the projection "
+                f"starts at zero)"
+            )
         inputs, _ = self.projected_states(states, lengths)
         tokens, pad = self.read_tokens(states, lengths)
         return inputs[~pad], table(tokens[~pad])
@@ -370,8 +407,10 @@ class WhisperAsrEncoder(nn.Module):
         one Whisper's output layer picks at the state before it: the greedy search's own token (ties that a cache's
         float16 rounding breaks the other way aside), padded positions 0; and the padding mask (B, U)."""
         if self.beam > 1:
-            raise ValueError(f"a whisper_asr encoder's tokens are read off the state before each, which is the greedy "
-                             f"search's token; encoder.asr_beam is {self.beam}: set it to 1")
+            raise ValueError(
+                f"a whisper_asr encoder's tokens are read off the state before each, which is the greedy "
+                f"search's token; encoder.asr_beam is {self.beam}: set it to 1"
+            )
         logits = self._token_logits(states[:, :-1])
         pad = lengths_to_padding_mask(lengths - 1, logits.size(1))
         return logits.argmax(-1).masked_fill(pad, 0), pad
@@ -380,9 +419,11 @@ class WhisperAsrEncoder(nn.Module):
         """Gives embed "states" the LM's embeddings of Whisper's pieces (`table`), which `unit_targets` reads: built
         only for the align objective (4 s of tokenizing), so not when a model is built."""
         if self.embed != "states":
-            raise ValueError(f"train.align pulls a whisper_asr encoder's projected states (asr_embed states) to "
-                             f"the LM's embeddings of their tokens; with asr_embed {self.embed} the LM reads those "
-                             f"embeddings already")
+            raise ValueError(
+                f"train.align pulls a whisper_asr encoder's projected states (asr_embed states) to "
+                f"the LM's embeddings of their tokens; with asr_embed {self.embed} the LM reads those "
+                f"embeddings already"
+            )
         self._targets = (table,)
 
     @torch.no_grad()
@@ -402,9 +443,11 @@ class WhisperAsrEncoder(nn.Module):
         if mels.size(1) > WHISPER_FRAMES:
             raise ValueError(f"{mels.size(1) / 100:.1f} s of audio is longer than Whisper's 30 s window; cut it first")
         if len(lengths) and int(lengths.min()) < MIN_PAD_SECONDS * 100:
-            raise ValueError(f"encoder whisper_asr reads input padded to at least {MIN_PAD_SECONDS} s "
-                             f"({MIN_PAD_SECONDS * 100} mel frames), got {int(lengths.min())}: set "
-                             f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)")
+            raise ValueError(
+                f"encoder whisper_asr reads input padded to at least {MIN_PAD_SECONDS} s "
+                f"({MIN_PAD_SECONDS * 100} mel frames), got {int(lengths.min())}: set "
+                f"data.whisper_pad_seconds from {MIN_PAD_SECONDS} to 30 (30: Whisper's own input)"
+            )
         return self.encoder.states(mels, lengths)
 
     def retokenized(self, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
@@ -509,7 +552,7 @@ class WhisperAsrEncoder(nn.Module):
         """logits (..., V) with what the search never writes banned: ids above <|endoftext|>, and at a first step
         (`first`: bool, or (...,) bool) <|endoftext|> and a lone space."""
         logits = logits.clone()
-        logits[..., self.eos_id + 1:] = float("-inf")
+        logits[..., self.eos_id + 1 :] = float("-inf")
         banned = [self.eos_id, *_space_ids(logits.size(-1), self.eos_id)]
         first = torch.as_tensor(first, device=logits.device)
         logits[..., banned] = logits[..., banned].masked_fill(first[..., None], float("-inf"))

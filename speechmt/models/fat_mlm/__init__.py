@@ -60,13 +60,32 @@ def fat_mlm(cfg, pretrained: bool = True) -> FatMLM:
     weights (else, a checkpoint's follow, built from the stored config)."""
     o = FatMLMOptions(**cfg.semantic.options)  # checked when the config was read (SemanticConfig)
     if cfg.encoder.kind not in ("conv", "whisper"):
-        raise ValueError(f"bad ModelConfig: semantic fat_mlm needs the conv encoder or Whisper's, got "
-                         f"{cfg.encoder.kind!r}")
+        raise ValueError(
+            f"bad ModelConfig: semantic fat_mlm needs the conv encoder or Whisper's, got {cfg.encoder.kind!r}"
+        )
     if cfg.src_vocab_size <= 0 or cfg.tgt_vocab_size <= 0:
         raise ValueError("bad ModelConfig: semantic fat_mlm needs src_vocab_size and tgt_vocab_size > 0")
     return whisper_fat_mlm(cfg, o, pretrained) if cfg.encoder.kind == "whisper" else conv_fat_mlm(cfg, o)
 
 
-__all__ = ["DECODER_FROM_ENCODER", "SEGMENT_OF", "SOURCE", "SPEECH", "TARGET", "FatMLM", "FatMLMOptions", "FatMasks",
-           "FatOutput", "TokenMask", "WhisperFatMLM", "conv_fat_mlm", "fat_mlm", "fat_mlm_loss", "reconstruction_frames",
-           "span_mask", "token_mask", "translator_state", "whisper_fat_mlm"]
+__all__ = [
+    "DECODER_FROM_ENCODER",
+    "SEGMENT_OF",
+    "SOURCE",
+    "SPEECH",
+    "TARGET",
+    "FatMLM",
+    "FatMLMOptions",
+    "FatMasks",
+    "FatOutput",
+    "TokenMask",
+    "WhisperFatMLM",
+    "conv_fat_mlm",
+    "fat_mlm",
+    "fat_mlm_loss",
+    "reconstruction_frames",
+    "span_mask",
+    "token_mask",
+    "translator_state",
+    "whisper_fat_mlm",
+]

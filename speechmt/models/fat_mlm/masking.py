@@ -31,7 +31,6 @@ class FatMasks:
     tgt: TokenMask | None = None
 
 
-
 def span_mask(lengths: Tensor, share: float, span: int, generator: torch.Generator) -> Tensor:
     """(B,) lengths -> (B, max length) bool: per row round(share * length) frames masked, in non-overlapping
     spans of `span` (the last one shorter), placed uniformly among the real frames (CPU)."""
@@ -47,13 +46,14 @@ def span_mask(lengths: Tensor, share: float, span: int, generator: torch.Generat
         done = 0
         for j, (slot, size) in enumerate(zip(slots, sizes)):
             start = slot - j + done  # free frames before span j, plus the spans before it
-            mask[b, start: start + size] = True
+            mask[b, start : start + size] = True
             done += size
     return mask
 
 
-def token_mask(tokens: Tensor, lengths: Tensor, share: float, first_text_id: int, vocab_size: int,
-               generator: torch.Generator) -> TokenMask:
+def token_mask(
+    tokens: Tensor, lengths: Tensor, share: float, first_text_id: int, vocab_size: int, generator: torch.Generator
+) -> TokenMask:
     """BERT masking of tokens (B, S): each real token with an id in [first_text_id, vocab_size) (the text ids)
     is predicted with probability `share`; of those, 80% fed the mask vector, 10% a random text id, 10%
     itself."""
@@ -72,7 +72,6 @@ def reconstruction_frames(speech_mask: Tensor, feat_lengths: Tensor, width: int,
     frames = speech_mask.repeat_interleave(factor, dim=1)[:, :width]
     frames = F.pad(frames, (0, width - frames.size(1)))
     return frames & ~lengths_to_padding_mask(feat_lengths.to(frames.device), width)
-
 
 
 def fit_mask(mask: Tensor, width: int) -> Tensor:

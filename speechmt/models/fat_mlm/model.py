@@ -63,7 +63,6 @@ class FatOutput:
     speech_states: Tensor | None = None
 
 
-
 def pack_parts(parts: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, list[Tensor]]:
     """Parts [(x (B, T_p, D), lengths (B,))] -> each example's parts back to back, x (B, L, D) with L the
     longest sum of lengths, lengths (B,), and each part's offsets (B,)."""
@@ -100,8 +99,17 @@ class FatMLM(nn.Module):
     covers; `tgt_text_ids` (lo, hi): the target ids that are text (masked, predicted, drawn at random), by
     default [first_text_id, V)."""
 
-    def __init__(self, config, speech_encoder: nn.Module, src_embedding: nn.Embedding, tgt_embedding: nn.Embedding,
-                 options: FatMLMOptions, factor: int, frame_dim: int, tgt_text_ids: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        config,
+        speech_encoder: nn.Module,
+        src_embedding: nn.Embedding,
+        tgt_embedding: nn.Embedding,
+        options: FatMLMOptions,
+        factor: int,
+        frame_dim: int,
+        tgt_text_ids: tuple[int, int] | None = None,
+    ):
         super().__init__()
         dim = config.d_model
         self.config, self.options, self.tgt_text_ids = config, options, tgt_text_ids
@@ -123,9 +131,16 @@ class FatMLM(nn.Module):
         """Input lengths (B,) -> lengths of the speech part (B,): the subsampled frames."""
         return self.speech_encoder.subsampler.output_lengths(feat_lengths)
 
-    def draw_masks(self, feat_lengths: Tensor | None, src: Tensor | None, src_lengths: Tensor | None,
-                   tgt: Tensor | None, tgt_lengths: Tensor | None, first_text_id: int = len(SPECIAL_PIECES),
-                   precomputed: bool = False) -> FatMasks:
+    def draw_masks(
+        self,
+        feat_lengths: Tensor | None,
+        src: Tensor | None,
+        src_lengths: Tensor | None,
+        tgt: Tensor | None,
+        tgt_lengths: Tensor | None,
+        first_text_id: int = len(SPECIAL_PIECES),
+        precomputed: bool = False,
+    ) -> FatMasks:
         """Masks for a batch (fbank lengths (B,), or Whisper's mel or `precomputed` state lengths; token ids
         (B, S), (B, U) with lengths), from the model's generator in training, from a fresh one seeded with
         `seed` in eval mode."""
@@ -133,18 +148,21 @@ class FatMLM(nn.Module):
         gen = self.generator if self.training else torch.Generator().manual_seed(o.seed)
         masks = FatMasks()
         if feat_lengths is not None:
-            masks.speech = span_mask(self.speech_lengths(feat_lengths.cpu(), precomputed), o.speech_mask,
-                                     o.speech_span, gen)
+            masks.speech = span_mask(
+                self.speech_lengths(feat_lengths.cpu(), precomputed), o.speech_mask, o.speech_span, gen
+            )
         if src is not None:
-            masks.src = token_mask(src, src_lengths, o.token_mask, first_text_id, self.src_embedding.num_embeddings,
-                                   gen)
+            masks.src = token_mask(
+                src, src_lengths, o.token_mask, first_text_id, self.src_embedding.num_embeddings, gen
+            )
         if tgt is not None:
             lo, hi = self.tgt_text_ids or (first_text_id, self.tgt_embedding.num_embeddings)
             masks.tgt = token_mask(tgt, tgt_lengths, o.token_mask, lo, hi, gen)
         return masks
 
-    def _speech(self, feats: Tensor, lengths: Tensor, mask: Tensor | None,
-                precomputed: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _speech(
+        self, feats: Tensor, lengths: Tensor, mask: Tensor | None, precomputed: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """feats (B, T, F) -> subsampled embeddings (B, T', D) (masked frames: the mask vector) * sqrt(D) +
         positions + the speech segment, their lengths, and no states (the targets are the fbank frames)."""
         x, lengths = self.speech_encoder.subsampler(feats, lengths)
@@ -156,8 +174,9 @@ class FatMLM(nn.Module):
         """Scaled token embeddings (B, S, D) -> + positions + the side's segment."""
         return self.speech_encoder.positions(x) + self.segments.weight[segment]
 
-    def _text(self, tokens: Tensor, lengths: Tensor, table: nn.Embedding, segment: int,
-              mask: TokenMask | None) -> tuple[Tensor, Tensor]:
+    def _text(
+        self, tokens: Tensor, lengths: Tensor, table: nn.Embedding, segment: int, mask: TokenMask | None
+    ) -> tuple[Tensor, Tensor]:
         """tokens (B, S) -> embeddings (B, S, D) (masked ones: the mask vector) * sqrt(D) + positions +
         the side's segment."""
         if mask is not None:
@@ -171,17 +190,27 @@ class FatMLM(nn.Module):
         """The fused stack over the packed parts (B, L, D)."""
         return self.speech_encoder.encoder(self.speech_encoder.dropout(packed), lengths)
 
-    def forward(self, feats: Tensor | None = None, feat_lengths: Tensor | None = None, src: Tensor | None = None,
-                src_lengths: Tensor | None = None, tgt: Tensor | None = None, tgt_lengths: Tensor | None = None,
-                masks: FatMasks | None = None, precomputed: bool = False) -> FatOutput:
+    def forward(
+        self,
+        feats: Tensor | None = None,
+        feat_lengths: Tensor | None = None,
+        src: Tensor | None = None,
+        src_lengths: Tensor | None = None,
+        tgt: Tensor | None = None,
+        tgt_lengths: Tensor | None = None,
+        masks: FatMasks | None = None,
+        precomputed: bool = False,
+    ) -> FatOutput:
         """Any non-empty subset of speech feats (B, T, F) (on Whisper: log-mel, or its cached states when
         `precomputed`), source ids (B, S), target ids (B, U), each with lengths (B,), with `masks` applied
         (None: unmasked) -> FatOutput over their concatenation."""
         masks = masks or FatMasks()
         speech = None if feats is None else self._speech(feats, feat_lengths, masks.speech, precomputed)
-        inputs = {"speech": None if speech is None else speech[:2],
-                  "src": None if src is None else self._text(src, src_lengths, self.src_embedding, SOURCE, masks.src),
-                  "tgt": None if tgt is None else self._text(tgt, tgt_lengths, self.tgt_embedding, TARGET, masks.tgt)}
+        inputs = {
+            "speech": None if speech is None else speech[:2],
+            "src": None if src is None else self._text(src, src_lengths, self.src_embedding, SOURCE, masks.src),
+            "tgt": None if tgt is None else self._text(tgt, tgt_lengths, self.tgt_embedding, TARGET, masks.tgt),
+        }
         present = {k: v for k, v in inputs.items() if v is not None}
         if not present:
             raise ValueError("FAT-MLM needs at least one of speech, source text and target text")
@@ -199,11 +228,12 @@ class FatMLM(nn.Module):
         b, t, _ = speech_states.shape
         return self.reconstruct(speech_states).view(b, t * self.factor, -1)
 
-    def reconstruction_pairs(self, out: FatOutput, speech_mask: Tensor, feats: Tensor,
-                             feat_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def reconstruction_pairs(
+        self, out: FatOutput, speech_mask: Tensor, feats: Tensor, feat_lengths: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """(predicted, target) (N, F) of the N input frames the masked speech states cover: the fbank frames."""
         frames = reconstruction_frames(speech_mask.to(feats.device), feat_lengths, feats.size(1), self.factor)
-        return self.reconstruction(out.parts["speech"][0])[:, :feats.size(1)][frames], feats[frames]
+        return self.reconstruction(out.parts["speech"][0])[:, : feats.size(1)][frames], feats[frames]
 
     def token_logits(self, states: Tensor, side: str) -> Tensor:
         """Text states (B, S, D) -> logits (B, S, V) through the side's ("src" or "tgt") tied embedding."""
@@ -211,11 +241,17 @@ class FatMLM(nn.Module):
         return states @ table.weight.t()
 
 
-
-def fat_mlm_loss(model: FatMLM, feats: Tensor | None, feat_lengths: Tensor | None, src: Tensor | None,
-                 src_lengths: Tensor | None, tgt: Tensor | None, tgt_lengths: Tensor | None,
-                 first_text_id: int = len(SPECIAL_PIECES), precomputed: bool = False
-                 ) -> tuple[Tensor, dict[str, Tensor]]:
+def fat_mlm_loss(
+    model: FatMLM,
+    feats: Tensor | None,
+    feat_lengths: Tensor | None,
+    src: Tensor | None,
+    src_lengths: Tensor | None,
+    tgt: Tensor | None,
+    tgt_lengths: Tensor | None,
+    first_text_id: int = len(SPECIAL_PIECES),
+    precomputed: bool = False,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Draws masks, runs the model and returns speech_weight * the reconstruction loss (mean per masked input
     value: fbank, or Whisper's states, `precomputed` or not) + the token cross entropy (mean per predicted
     token); a part with nothing masked adds 0. Stats: both parts and the masked frame and token counts."""
@@ -239,21 +275,37 @@ def fat_mlm_loss(model: FatMLM, feats: Tensor | None, feat_lengths: Tensor | Non
         n_tokens += int(predicted.sum())
     tokens_loss = nll / max(n_tokens, 1)
     loss = model.options.speech_weight * speech + tokens_loss
-    return loss, {"speech": speech.detach(), "tokens": tokens_loss.detach(),
-                  "masked_frames": torch.tensor(float(n_frames)), "masked_tokens": torch.tensor(float(n_tokens))}
-
+    return loss, {
+        "speech": speech.detach(),
+        "tokens": tokens_loss.detach(),
+        "masked_frames": torch.tensor(float(n_frames)),
+        "masked_tokens": torch.tensor(float(n_tokens)),
+    }
 
 
 def conv_fat_mlm(cfg, o: FatMLMOptions) -> FatMLM:
     """FAT-MLM on the conv encoder of a ModelConfig: its subsampler and `encoder.layers` Transformer layers of
     the shared dimensions as the fused stack; src and tgt vocabularies of the config's sizes."""
     if o.layers is not None or o.init != "random":
-        raise ValueError("bad ModelConfig: semantic fat_mlm options layers and init are the whisper encoder's (the "
-                         "conv variant's stack is its encoder's, encoder.layers)")
+        raise ValueError(
+            "bad ModelConfig: semantic fat_mlm options layers and init are the whisper encoder's (the "
+            "conv variant's stack is its encoder's, encoder.layers)"
+        )
     e = cfg.encoder
     stack = config_stack(cfg, e.layers)
-    speech = ConvEncoder(subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels), stack,
-                         cfg.d_model, cfg.dropout, cfg.position_offset)
-    return FatMLM(cfg, speech, embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id),
-                  embedding(cfg.tgt_vocab_size, cfg.d_model, cfg.pad_id), o,
-                  2 ** len(speech.subsampler.convs), e.input_dim)  # fbank frames per subsampled frame
+    speech = ConvEncoder(
+        subsampler(e.subsampler, e.input_dim, e.conv_channels, cfg.d_model, e.conv_kernels),
+        stack,
+        cfg.d_model,
+        cfg.dropout,
+        cfg.position_offset,
+    )
+    return FatMLM(
+        cfg,
+        speech,
+        embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id),
+        embedding(cfg.tgt_vocab_size, cfg.d_model, cfg.pad_id),
+        o,
+        2 ** len(speech.subsampler.convs),
+        e.input_dim,
+    )  # fbank frames per subsampled frame

@@ -55,10 +55,10 @@ def translator_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
     layers = "speech_encoder.encoder.layers."
     for name, value in state.items():
         if name.startswith(layers):
-            index, rest = name[len(layers):].split(".", 1)
+            index, rest = name[len(layers) :].split(".", 1)
             for old, new in DECODER_FROM_ENCODER.items():
                 if rest.startswith(old):
-                    out[f"decoder.layers.{index}.{new}{rest[len(old):]}"] = value
+                    out[f"decoder.layers.{index}.{new}{rest[len(old) :]}"] = value
         elif name.startswith("speech_encoder.encoder.norm."):
             out["decoder.norm." + name.rsplit(".", 1)[1]] = value
     return out

@@ -22,11 +22,20 @@ class WhisperFatMLM(FatMLM):
     identity-initialised speech path); text parts are embeddings * sqrt(D) + positions + segment, then dropout
     (as the text embedder). A masked state is reconstructed as itself, the frozen Whisper state (factor 1)."""
 
-    def __init__(self, config, speech_encoder: WhisperEncoder, stack: TransformerEncoder, src_embedding: nn.Embedding,
-                 tgt_embedding: nn.Embedding, options: FatMLMOptions, tgt_text_ids: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        config,
+        speech_encoder: WhisperEncoder,
+        stack: TransformerEncoder,
+        src_embedding: nn.Embedding,
+        tgt_embedding: nn.Embedding,
+        options: FatMLMOptions,
+        tgt_text_ids: tuple[int, int] | None = None,
+    ):
         dim = config.d_model
-        super().__init__(config, speech_encoder, src_embedding, tgt_embedding, options, 1, speech_encoder.hidden_size,
-                         tgt_text_ids)
+        super().__init__(
+            config, speech_encoder, src_embedding, tgt_embedding, options, 1, speech_encoder.hidden_size, tgt_text_ids
+        )
         self.stack = stack
         self.positions = SinusoidalPositionalEncoding(dim, config.position_offset)
         self.dropout = nn.Dropout(config.dropout)
@@ -35,8 +44,9 @@ class WhisperFatMLM(FatMLM):
         """Mel frame lengths (B,) -> Whisper's state lengths; `precomputed` (cached states): unchanged."""
         return feat_lengths if precomputed else whisper_output_lengths(feat_lengths)
 
-    def _speech(self, feats: Tensor, lengths: Tensor, mask: Tensor | None,
-                precomputed: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _speech(
+        self, feats: Tensor, lengths: Tensor, mask: Tensor | None, precomputed: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Log-mel (B, T, n_mels), or the cached states (B, T', H) when `precomputed` -> the projected states
         (B, T', D) (masked ones: the mask vector) + the speech segment, lengths, and the states themselves."""
         if precomputed:
@@ -55,13 +65,13 @@ class WhisperFatMLM(FatMLM):
     def _fuse(self, packed: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         return self.stack(packed, lengths)
 
-    def reconstruction_pairs(self, out: FatOutput, speech_mask: Tensor, feats: Tensor,
-                             feat_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def reconstruction_pairs(
+        self, out: FatOutput, speech_mask: Tensor, feats: Tensor, feat_lengths: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """(predicted, target) (N, H) of the N masked speech states: the frozen Whisper states themselves."""
         states = out.speech_states
         masked = fit_mask(speech_mask, states.size(1)).to(states.device)
         return self.reconstruct(out.parts["speech"][0])[masked], states[masked]
-
 
 
 def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
@@ -77,9 +87,12 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
         whisper_models,
     )
 
-    problems = [cfg.encoder.finetune != "frozen" and "reconstructs the frozen Whisper encoder's states: it needs "
-                f"encoder.finetune frozen, got {cfg.encoder.finetune!r}",
-                o.layers is None and "on the whisper encoder needs options.layers (the fused stack's layers)"]
+    problems = [
+        cfg.encoder.finetune != "frozen"
+        and "reconstructs the frozen Whisper encoder's states: it needs "
+        f"encoder.finetune frozen, got {cfg.encoder.finetune!r}",
+        o.layers is None and "on the whisper encoder needs options.layers (the fused stack's layers)",
+    ]
     if any(problems):
         raise ValueError(f"bad ModelConfig: semantic fat_mlm {next(p for p in problems if p)}")
     hf_enc, hf_dec = whisper_models(cfg, pretrained)
@@ -94,5 +107,12 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
     if hf_dec is not None and pretrained:
         with torch.no_grad():
             tgt.weight.copy_(hf_dec.model.decoder.embed_tokens.weight)
-    return WhisperFatMLM(cfg, speech, config_stack(cfg, o.layers, o.init == "identity"),
-                         embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id), tgt, o, tgt_text_ids)
+    return WhisperFatMLM(
+        cfg,
+        speech,
+        config_stack(cfg, o.layers, o.init == "identity"),
+        embedding(cfg.src_vocab_size, cfg.d_model, Tokenizer.pad_id),
+        tgt,
+        o,
+        tgt_text_ids,
+    )

@@ -35,11 +35,19 @@ class SemanticLayer(Protocol):
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput: ...
 
 
-SEMANTICS: dict[str, Callable[..., SemanticLayer]] = {"identity": identity, "lut": lut, "xstnet": xstnet,
-                                                       "chimera": chimera}
+SEMANTICS: dict[str, Callable[..., SemanticLayer]] = {
+    "identity": identity,
+    "lut": lut,
+    "xstnet": xstnet,
+    "chimera": chimera,
+}
 """Each semantic layer's builder `(ModelConfig, **options) -> layer`, by kind."""
-SEMANTIC_OPTIONS: dict[str, type] = {"chimera": ChimeraOptions, "lut": LUTOptions, "xstnet": XSTNetOptions,
-                                     "fat_mlm": FatMLMOptions}
+SEMANTIC_OPTIONS: dict[str, type] = {
+    "chimera": ChimeraOptions,
+    "lut": LUTOptions,
+    "xstnet": XSTNetOptions,
+    "fat_mlm": FatMLMOptions,
+}
 """Each kind's options dataclass, checked when a config is read, so that a bad value is one line naming it
 before anything is built (a kind without an entry is checked by its builder alone)."""
 PRETRAINING_KINDS = ("fat_mlm",)
@@ -58,11 +66,15 @@ class SemanticConfig:
     def __post_init__(self):
         self.options = dict(self.options)
         kinds = (*SEMANTICS, *PRETRAINING_KINDS)
-        raise_problems("bad ModelConfig", [
-            self.kind not in kinds and f"unknown semantic {self.kind!r}; expected one of {', '.join(kinds)}",
-            self.kind == "identity" and self.options and
-            f"semantic 'identity' takes no options, got {', '.join(sorted(self.options))}",
-        ])
+        raise_problems(
+            "bad ModelConfig",
+            [
+                self.kind not in kinds and f"unknown semantic {self.kind!r}; expected one of {', '.join(kinds)}",
+                self.kind == "identity"
+                and self.options
+                and f"semantic 'identity' takes no options, got {', '.join(sorted(self.options))}",
+            ],
+        )
         if self.kind in SEMANTIC_OPTIONS:
             parse_options(self.kind, SEMANTIC_OPTIONS[self.kind], self.options)
 
@@ -76,5 +88,12 @@ class SemanticConfig:
         return replace(self, options=with_lut_teacher(self.options, name, width))
 
 
-__all__ = ["ChimeraMemory", "Identity", "LUTSemanticEncoder", "SEMANTICS", "SemanticConfig", "SemanticLayer",
-           "XSTNetEncoder"]
+__all__ = [
+    "ChimeraMemory",
+    "Identity",
+    "LUTSemanticEncoder",
+    "SEMANTICS",
+    "SemanticConfig",
+    "SemanticLayer",
+    "XSTNetEncoder",
+]

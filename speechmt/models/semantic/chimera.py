@@ -49,8 +49,15 @@ class MemoryLayer(nn.Module):
     each query row is computed independently of the others. queries (B, M, D), states (B, T, D) with
     lengths (B,) -> (B, M, D)."""
 
-    def __init__(self, dim: int, n_heads: int, ffn_dim: int, dropout: float = 0.1, attention_dropout: float = 0.1,
-                 activation_dropout: float = 0.1):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        ffn_dim: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        activation_dropout: float = 0.1,
+    ):
         super().__init__()
         self.attn_norm, self.attn = nn.LayerNorm(dim), MultiHeadAttention(dim, n_heads, attention_dropout)
         self.ffn_norm, self.ffn = nn.LayerNorm(dim), FeedForward(dim, ffn_dim, activation_dropout)
@@ -66,13 +73,21 @@ class ChimeraMemory(nn.Module):
     """The optional `shared` stack, the M learned `queries` and the memory `layers`; speech() and text() share
     all of them. (x (B, T, D), lengths (B,)) in, (x (B, M, D), lengths all M) out."""
 
-    def __init__(self, queries: int, layers: list[MemoryLayer], dim: int, shared: TransformerEncoder | None = None,
-                 dropout: float = 0.1, temperature: float = 0.1, position_offset: int = 0,
-                 text_positions: bool = False):
+    def __init__(
+        self,
+        queries: int,
+        layers: list[MemoryLayer],
+        dim: int,
+        shared: TransformerEncoder | None = None,
+        dropout: float = 0.1,
+        temperature: float = 0.1,
+        position_offset: int = 0,
+        text_positions: bool = False,
+    ):
         super().__init__()
         self.text_positions = text_positions
         self.shared, self.layers = shared, nn.ModuleList(layers)
-        self.queries = nn.Parameter(torch.randn(queries, dim) * dim ** -0.5)
+        self.queries = nn.Parameter(torch.randn(queries, dim) * dim**-0.5)
         self.states_norm, self.norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.dropout, self.temperature = nn.Dropout(dropout), temperature
         self.positions = SinusoidalPositionalEncoding(dim, position_offset)
@@ -108,7 +123,10 @@ def chimera(cfg, **options) -> ChimeraMemory:
     if cfg.d_model % heads:
         raise ValueError(f"bad ModelConfig: semantic chimera heads {heads} do not divide d_model {cfg.d_model}")
     shared = config_stack(cfg, o.shared_layers) if o.shared_layers else None
-    layers = [MemoryLayer(cfg.d_model, heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout)
-              for _ in range(o.layers)]
-    return ChimeraMemory(o.memory, layers, cfg.d_model, shared, cfg.dropout, o.temperature, cfg.position_offset,
-                         text_positions(cfg))
+    layers = [
+        MemoryLayer(cfg.d_model, heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout)
+        for _ in range(o.layers)
+    ]
+    return ChimeraMemory(
+        o.memory, layers, cfg.d_model, shared, cfg.dropout, o.temperature, cfg.position_offset, text_positions(cfg)
+    )

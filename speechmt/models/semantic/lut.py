@@ -54,19 +54,34 @@ class LUTOptions:
     init: str = checked("random", choices=STACK_INITS)
 
     def __post_init__(self):
-        raise_problems("bad ModelConfig", [
-            *field_problems(self),
-            not (isinstance(self.teacher, str) and self.teacher) and f"teacher must be a name or path, got {self.teacher!r}",
-        ], "semantic lut")
+        raise_problems(
+            "bad ModelConfig",
+            [
+                *field_problems(self),
+                not (isinstance(self.teacher, str) and self.teacher)
+                and f"teacher must be a name or path, got {self.teacher!r}",
+            ],
+            "semantic lut",
+        )
 
 
 class LUTSemanticEncoder(nn.Module):
     """The semantic `stack` over shrunk acoustic states (with sinusoidal positions) or text embeddings, and
     the head that reads BERT's states out of it; (x (B, T, D), lengths (B,)) in and out."""
 
-    def __init__(self, stack: TransformerEncoder, dim: int, teacher_dim: int, n_heads: int, dropout: float = 0.1,
-                 distance: str = "mse", position_offset: int = 0, speech_positions: bool = True,
-                 text_positions: bool = False, lm_teacher_layer: int | None = None):
+    def __init__(
+        self,
+        stack: TransformerEncoder,
+        dim: int,
+        teacher_dim: int,
+        n_heads: int,
+        dropout: float = 0.1,
+        distance: str = "mse",
+        position_offset: int = 0,
+        speech_positions: bool = True,
+        text_positions: bool = False,
+        lm_teacher_layer: int | None = None,
+    ):
         super().__init__()
         self.stack, self.distance = stack, distance
         self.text_positions = text_positions and speech_positions
@@ -103,9 +118,18 @@ def lut(cfg, **options) -> LUTSemanticEncoder:
     identity, lm = o.init == "identity", o.teacher == LM_TEACHER
     if lm and cfg.decoder.kind != "lm":
         raise ValueError("bad ModelConfig: semantic lut teacher lm needs decoder 'lm' (the teacher is that LM)")
-    return LUTSemanticEncoder(config_stack(cfg, o.layers, identity), cfg.d_model, cfg.d_model if lm else o.teacher_dim,
-                              cfg.n_heads, cfg.dropout, o.distance, cfg.position_offset, not identity,
-                              text_positions(cfg), o.teacher_layer if lm else None)
+    return LUTSemanticEncoder(
+        config_stack(cfg, o.layers, identity),
+        cfg.d_model,
+        cfg.d_model if lm else o.teacher_dim,
+        cfg.n_heads,
+        cfg.dropout,
+        o.distance,
+        cfg.position_offset,
+        not identity,
+        text_positions(cfg),
+        o.teacher_layer if lm else None,
+    )
 
 
 def lut_teacher(options: dict) -> str:

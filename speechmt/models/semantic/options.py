@@ -16,4 +16,3 @@ def text_positions(cfg) -> bool:
     lm: the LM adds them after the semantic layer): a layer that gives the speech path sinusoidal positions then
     gives the text path the same, so that both reach its stack alike."""
     return cfg.text_encoder.embeddings == "lm"
-

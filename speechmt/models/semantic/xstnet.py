@@ -48,14 +48,22 @@ class XSTNetOptions:
 class XSTNetEncoder(nn.Module):
     """The shared Transformer `stack` over either modality; (x (B, T, D), lengths (B,)) in and out."""
 
-    def __init__(self, stack: TransformerEncoder, dim: int, dropout: float = 0.1, audio_tag: bool = True,
-                 position_offset: int = 0, speech_positions: bool = True, segments: bool = False,
-                 text_positions: bool = False):
+    def __init__(
+        self,
+        stack: TransformerEncoder,
+        dim: int,
+        dropout: float = 0.1,
+        audio_tag: bool = True,
+        position_offset: int = 0,
+        speech_positions: bool = True,
+        segments: bool = False,
+        text_positions: bool = False,
+    ):
         super().__init__()
         self.stack, self.text_positions = stack, text_positions and speech_positions
         self.dropout = nn.Dropout(dropout) if speech_positions else nn.Identity()
         self.positions = SinusoidalPositionalEncoding(dim, position_offset) if speech_positions else None
-        self.audio = nn.Parameter(torch.randn(dim) * dim ** -0.5) if audio_tag else None
+        self.audio = nn.Parameter(torch.randn(dim) * dim**-0.5) if audio_tag else None
         self.segments = nn.Embedding(2, dim) if segments else None  # rows: speech, source text
         if self.segments is not None:
             nn.init.zeros_(self.segments.weight)
@@ -82,8 +90,10 @@ class XSTNetEncoder(nn.Module):
         t = self._segment(self.positions(text.x) if self.text_positions else text.x, 1)
         packed, lengths, offsets = pack_parts([(s, speech.lengths), (t, text.lengths)])
         x, _ = self.stack(self.dropout(packed), lengths)
-        return (unpack_part(x, offsets[0], s.size(1), speech.lengths),
-                unpack_part(x, offsets[1], t.size(1), text.lengths))
+        return (
+            unpack_part(x, offsets[0], s.size(1), speech.lengths),
+            unpack_part(x, offsets[1], t.size(1), text.lengths),
+        )
 
     def text(self, enc: EncoderOutput, record: Record | None = None) -> EncoderOutput:
         """Token embeddings (B, S, D) (with positions, or given the speech path's: text_positions) -> shared states
@@ -98,5 +108,6 @@ def xstnet(cfg, **options) -> XSTNetEncoder:
     o = parse_options("xstnet", XSTNetOptions, options)
     identity = o.init == "identity"
     stack = config_stack(cfg, o.layers, identity)
-    return XSTNetEncoder(stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset, not identity,
-                         o.segments, text_positions(cfg))
+    return XSTNetEncoder(
+        stack, cfg.d_model, cfg.dropout, o.audio_tag, cfg.position_offset, not identity, o.segments, text_positions(cfg)
+    )

@@ -27,10 +27,19 @@ M = 6
 
 
 def _model(**options) -> Translator:
-    return build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tgt_vocab_size=20,
-                              src_vocab_size=12, shrink={"kind": "conv", "channels": 32},
-                              text_encoder={"embed_only": True},
-                              semantic={"kind": "chimera", "options": {"memory": M, "layers": 2, **options}})).eval()
+    return build_model(
+        preset(
+            "tiny",
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            tgt_vocab_size=20,
+            src_vocab_size=12,
+            shrink={"kind": "conv", "channels": 32},
+            text_encoder={"embed_only": True},
+            semantic={"kind": "chimera", "options": {"memory": M, "layers": 2, **options}},
+        )
+    ).eval()
 
 
 def _reference(memory, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -38,7 +47,7 @@ def _reference(memory, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     per layer q += out(softmax_heads(Wq LN(q) . Wk s / sqrt(d)) Wv s); q += ffn(LN(q)); s = LN(states)."""
     out = []
     for b in range(x.size(0)):
-        s = memory.states_norm(x[b, :lengths[b]])  # (T_b, D)
+        s = memory.states_norm(x[b, : lengths[b]])  # (T_b, D)
         q = memory.queries
         for layer in memory.layers:
             a = layer.attn
@@ -78,8 +87,9 @@ def test_queries_do_not_attend_to_each_other():
     torch.manual_seed(0)  # the model and the perturbation: the same in any test order
     model = _model(layers=3)
     calls = []
-    hooks = [layer.attn.register_forward_hook(lambda mod, args, out: calls.append(args))
-             for layer in model.semantic.layers]
+    hooks = [
+        layer.attn.register_forward_hook(lambda mod, args, out: calls.append(args)) for layer in model.semantic.layers
+    ]
     with torch.no_grad():
         shrunk = model.shrink(model.speech_encoder(FEATS, LENGTHS))
         before = model.encode_speech(FEATS, LENGTHS).x, model.encode_text(TOKENS, TOKEN_LENGTHS).x
@@ -125,16 +135,23 @@ def test_shared_layers_run_first_on_both_paths_and_options_are_checked():
         states = model.states(TOKENS, TOKEN_LENGTHS, "text")
         shared, _ = model.semantic.shared(model.text_encoder(TOKENS, TOKEN_LENGTHS).x, TOKEN_LENGTHS)
     assert [n for n in states if n.startswith("text.semantic.")] == [
-        "text.semantic.shared.layer.0", "text.semantic.shared.layer.1", "text.semantic.shared.out",
-        "text.semantic.layer.0", "text.semantic.layer.1", "text.semantic.out"]
+        "text.semantic.shared.layer.0",
+        "text.semantic.shared.layer.1",
+        "text.semantic.shared.out",
+        "text.semantic.layer.0",
+        "text.semantic.layer.1",
+        "text.semantic.out",
+    ]
     assert torch.equal(states["text.semantic.shared.out"][0], shared)
     assert _model().semantic.temperature == 0.1 and _model().semantic.queries.shape == (M, 64)
-    for options, message in [({"memory": 0}, "semantic chimera memory must be an integer >= 1, got 0"),
-                             ({"layers": 0}, "semantic chimera layers must be an integer >= 1, got 0"),
-                             ({"shared_layers": -1}, "semantic chimera shared_layers must be an integer >= 0, got -1"),
-                             ({"temperature": 0}, "semantic chimera temperature must be a finite number > 0, got 0"),
-                             ({"heads": 3}, "semantic chimera heads 3 do not divide d_model 64"),
-                             ({"slots": 3}, "semantic chimera options: .*unexpected keyword argument 'slots'")]:
+    for options, message in [
+        ({"memory": 0}, "semantic chimera memory must be an integer >= 1, got 0"),
+        ({"layers": 0}, "semantic chimera layers must be an integer >= 1, got 0"),
+        ({"shared_layers": -1}, "semantic chimera shared_layers must be an integer >= 0, got -1"),
+        ({"temperature": 0}, "semantic chimera temperature must be a finite number > 0, got 0"),
+        ({"heads": 3}, "semantic chimera heads 3 do not divide d_model 64"),
+        ({"slots": 3}, "semantic chimera options: .*unexpected keyword argument 'slots'"),
+    ]:
         with pytest.raises(ValueError, match=message):
             _model(**options)
 
@@ -142,8 +159,15 @@ def test_shared_layers_run_first_on_both_paths_and_options_are_checked():
 def test_contrastive_objective_reads_the_transcript_through_the_same_memory_and_trains_both_paths():
     model = _model(temperature=0.5).train()
     tgt, tgt_lengths = torch.tensor([[5, 6, 3], [7, 3, 0]]), torch.tensor([3, 2])
-    batch = Batch(ids=["a", "b"], feats=FEATS, feat_lengths=LENGTHS, src=TOKENS, src_lengths=TOKEN_LENGTHS,
-                  tgt=tgt, tgt_lengths=tgt_lengths)
+    batch = Batch(
+        ids=["a", "b"],
+        feats=FEATS,
+        feat_lengths=LENGTHS,
+        src=TOKENS,
+        src_lengths=TOKEN_LENGTHS,
+        tgt=tgt,
+        tgt_lengths=tgt_lengths,
+    )
     objective = OBJECTIVES["contrastive"]
     assert objective.reads_transcript and objective.normaliser(batch) == 5  # target tokens, as CE
     enc = model.encode_speech(FEATS, LENGTHS)
@@ -153,9 +177,13 @@ def test_contrastive_objective_reads_the_transcript_through_the_same_memory_and_
     assert 0 < loss.item() < 2 * M * math.log(M) * 1.5  # 2 examples x M slots, near chance at the start
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
-    for name in ("speech_encoder.encoder.layers.0.ffn.fc1.weight", "shrink.convs.convs.0.weight",  # speech only
-                 "text_encoder.embedding.weight",  # text only
-                 "semantic.queries", "semantic.layers.1.ffn.fc2.weight"):  # shared
+    for name in (
+        "speech_encoder.encoder.layers.0.ffn.fc1.weight",
+        "shrink.convs.convs.0.weight",  # speech only
+        "text_encoder.embedding.weight",  # text only
+        "semantic.queries",
+        "semantic.layers.1.ffn.fc2.weight",
+    ):  # shared
         assert grads[name] is not None and grads[name].abs().sum() > 0, name
     with pytest.raises(ValueError, match="needs a memory semantic layer"):
         objective.loss(build_model(preset("tiny", tgt_vocab_size=20)), batch, enc, ObjectiveSettings())
@@ -167,14 +195,31 @@ def test_contrastive_objective_reads_the_transcript_through_the_same_memory_and_
 def test_tiny_chimera_trains_mt_then_st_mt_contrastive_and_decodes(tiny_data, tmp_path):
     """Chimera's schedule on the tiny corpus: MT first, then ST + MT + contrastive (its weight ramped over 2
     updates); one checkpoint translates audio."""
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=7, valid_decode=False, save_interval_updates=7,
-                      validate_interval_updates=7, log_interval=1)
-    cfg.model = preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                       shrink={"kind": "conv", "channels": 32}, text_encoder={"embed_only": True},
-                       semantic={"kind": "chimera", "options": {"memory": 8, "layers": 2}})
-    cfg.train.stages = [Stage("mt", [TaskData("mt")], updates=3),
-                        Stage("st+mt+contrastive", [TaskData("st", {"ce": 1.0, "contrastive": 1.0},
-                                                             ramp={"contrastive": 2}), TaskData("mt")])]
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        max_updates=7,
+        valid_decode=False,
+        save_interval_updates=7,
+        validate_interval_updates=7,
+        log_interval=1,
+    )
+    cfg.model = preset(
+        "tiny",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        shrink={"kind": "conv", "channels": 32},
+        text_encoder={"embed_only": True},
+        semantic={"kind": "chimera", "options": {"memory": 8, "layers": 2}},
+    )
+    cfg.train.stages = [
+        Stage("mt", [TaskData("mt")], updates=3),
+        Stage(
+            "st+mt+contrastive",
+            [TaskData("st", {"ce": 1.0, "contrastive": 1.0}, ramp={"contrastive": 2}), TaskData("mt")],
+        ),
+    ]
     state = run_training(cfg)
     assert state.step == 7 and state.stage == 1 and math.isfinite(state.best_loss)
     log = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
@@ -184,15 +229,40 @@ def test_tiny_chimera_trains_mt_then_st_mt_contrastive_and_decodes(tiny_data, tm
     for r, w in zip(train[3:], ramp):
         assert r["loss"] == pytest.approx(r["st_ce"] + w * r["st_contrastive"] + r["mt_ce"], rel=1e-6)
     valid = [r for r in log if r["type"] == "valid"][-1]
-    assert valid["valid_loss"] == pytest.approx(valid["valid_st_ce"] + valid["valid_st_contrastive"] +
-                                                valid["valid_mt_ce"], rel=1e-6)
+    assert valid["valid_loss"] == pytest.approx(
+        valid["valid_st_ce"] + valid["valid_st_contrastive"] + valid["valid_mt_ce"], rel=1e-6
+    )
     lm = load_model(tmp_path / "checkpoint_last.safetensors")
     assert lm.model.config.semantic.kind == "chimera" and lm.model.semantic.queries.shape == (8, 64)
     (result,) = translate(lm, [record_audio(read_manifest(tiny_data / "dev.jsonl")[0], tiny_data)], beam=2)
     assert isinstance(result.text, str) and len(result.nbest) == 1
     # recipe stage 12 also scores the checkpoint's text MT, through the same memory
-    assert main(["evaluate", "--model", str(tmp_path / "checkpoint_last.safetensors"), "--task", "mt", "--data",
-                 str(tiny_data), "--split", "dev", "--out", str(tmp_path / "ev"), "--beam", "2", "--max-len-b", "4"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(tmp_path / "checkpoint_last.safetensors"),
+                "--task",
+                "mt",
+                "--data",
+                str(tiny_data),
+                "--split",
+                "dev",
+                "--out",
+                str(tmp_path / "ev"),
+                "--beam",
+                "2",
+                "--max-len-b",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["extra"]["task"] == "mt"
-    print("contrastive per target token:", [round(r["st_contrastive"], 4) for r in train[3:]],
-          "valid:", round(valid["valid_st_contrastive"], 4))
+    print(
+        "contrastive per target token:",
+        [round(r["st_contrastive"], 4) for r in train[3:]],
+        "valid:",
+        round(valid["valid_st_contrastive"], 4),
+    )

@@ -22,9 +22,19 @@ FEATS, LENGTHS = torch.randn(2, 64, 80), torch.tensor([64, 36])
 
 
 def _model(**options) -> Translator:
-    return build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tgt_vocab_size=20,
-                              src_vocab_size=12, ctc=True, shrink={"kind": "ctc"},
-                              semantic={"kind": "lut", "options": {"layers": 2, "teacher_dim": 6, **options}})).eval()
+    return build_model(
+        preset(
+            "tiny",
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            tgt_vocab_size=20,
+            src_vocab_size=12,
+            ctc=True,
+            shrink={"kind": "ctc"},
+            semantic={"kind": "lut", "options": {"layers": 2, "teacher_dim": 6, **options}},
+        )
+    ).eval()
 
 
 def _shrunk(model: Translator):
@@ -40,9 +50,16 @@ def test_speech_path_is_the_stack_over_the_shrunk_states_with_positions():
         expected, _ = model.semantic.stack(model.semantic.positions(shrunk.x), shrunk.lengths)
     assert out.x.shape == shrunk.x.shape and torch.equal(out.lengths, shrunk.lengths)
     assert torch.allclose(out.x, expected, atol=1e-6)
-    names = [n for n in model.states(FEATS, LENGTHS) if n.startswith(("speech.shrink", "speech.semantic", "speech.out"))]
-    assert names == ["speech.shrink", "speech.semantic.layer.0", "speech.semantic.layer.1", "speech.semantic.out",
-                     "speech.out"]
+    names = [
+        n for n in model.states(FEATS, LENGTHS) if n.startswith(("speech.shrink", "speech.semantic", "speech.out"))
+    ]
+    assert names == [
+        "speech.shrink",
+        "speech.semantic.layer.0",
+        "speech.semantic.layer.1",
+        "speech.semantic.out",
+        "speech.out",
+    ]
 
 
 def test_teacher_head_reads_only_real_frames_and_has_the_teacher_width():
@@ -61,15 +78,21 @@ def test_teacher_head_reads_only_real_frames_and_has_the_teacher_width():
 def test_distance_objective_pulls_the_read_states_to_the_teachers_and_trains_the_student():
     model = _model().train()
     teacher = torch.randn(2, 3, 12)  # [embeddings | last layer] of 3 and 2 word pieces
-    batch = Batch(ids=["a", "b"], feats=FEATS, feat_lengths=LENGTHS, teacher=teacher, teacher_lengths=torch.tensor([3, 2]))
+    batch = Batch(
+        ids=["a", "b"], feats=FEATS, feat_lengths=LENGTHS, teacher=teacher, teacher_lengths=torch.tensor([3, 2])
+    )
     enc = model.encode_speech(FEATS, LENGTHS)
     loss, _ = OBJECTIVES["distance"].loss(model, batch, enc, ObjectiveSettings())
     pred = model.semantic.predict_teacher(enc.x, enc.lengths, teacher[..., :6])
     assert loss.item() == pytest.approx(distance_loss(pred, teacher[..., 6:], batch.teacher_lengths).item(), rel=1e-5)
     assert OBJECTIVES["distance"].normaliser(batch) == 5
     loss.backward()
-    for name in ("semantic.query.weight", "semantic.out.weight", "semantic.stack.layers.0.ffn.fc1.weight",
-                 "speech_encoder.encoder.layers.0.ffn.fc1.weight"):
+    for name in (
+        "semantic.query.weight",
+        "semantic.out.weight",
+        "semantic.stack.layers.0.ffn.fc1.weight",
+        "speech_encoder.encoder.layers.0.ffn.fc1.weight",
+    ):
         assert dict(model.named_parameters())[name].grad.abs().sum() > 0, name
     with pytest.raises(ValueError, match="needs a semantic layer that reads teacher states"):
         OBJECTIVES["distance"].loss(build_model(preset("tiny", tgt_vocab_size=20)), batch, enc, ObjectiveSettings())
@@ -101,8 +124,14 @@ def test_tiny_lut_trains_with_a_local_bert_teacher_and_decodes(tiny_data, tiny_b
     """CTC 0.5 + distance 0.05 + CE 0.45 (the paper's weights) on the replica; the teacher's width reaches the
     checkpoint and its states are cached beside the data."""
     cfg = tiny_config(tiny_data, tmp_path / "exp", max_updates=6, valid_decode=False, save_interval_updates=3)
-    cfg.model = preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, shrink={"kind": "ctc"},
-                       semantic={"kind": "lut", "options": {"layers": 1, "teacher": str(tiny_bert)}})
+    cfg.model = preset(
+        "tiny",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        shrink={"kind": "ctc"},
+        semantic={"kind": "lut", "options": {"layers": 1, "teacher": str(tiny_bert)}},
+    )
     cfg.train.stages = [Stage("st", [TaskData("st", {"ce": 0.45, "ctc": 0.5, "distance": 0.05})])]
     state = run_training(cfg)
     assert state.step == 6 and math.isfinite(state.best_loss)

@@ -22,11 +22,17 @@ from tests.lm_helpers import CTC_TRANSCRIPTS, ctc_bridge_model
 LORA = {"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj"]}
 VARIANTS = {  # semantic config, its class, the objectives of its st stream (mt: ce)
     "xstnet": (dict(kind="xstnet", options=dict(layers=1, init="identity")), XSTNetEncoder, ("ce", "ctc")),
-    "lut": (dict(kind="lut", options=dict(layers=1, init="identity", teacher="lm", teacher_layer=1)),
-            LUTSemanticEncoder, ("ce", "ctc", "distance")),
+    "lut": (
+        dict(kind="lut", options=dict(layers=1, init="identity", teacher="lm", teacher_layer=1)),
+        LUTSemanticEncoder,
+        ("ce", "ctc", "distance"),
+    ),
     "chimera": (dict(kind="chimera", options=dict(memory=4, layers=1)), ChimeraMemory, ("ce", "ctc", "contrastive")),
-    "fat-st": (dict(kind="xstnet", options=dict(layers=1, init="identity", audio_tag=False, segments=True)),
-               XSTNetEncoder, ("ce", "ctc", "fat_bridge")),
+    "fat-st": (
+        dict(kind="xstnet", options=dict(layers=1, init="identity", audio_tag=False, segments=True)),
+        XSTNetEncoder,
+        ("ce", "ctc", "fat_bridge"),
+    ),
 }
 SETTINGS = ObjectiveSettings(label_smoothing=0.0, first_text_id=0)
 
@@ -42,9 +48,15 @@ def batch(lm_dir):
     ids = [torch.tensor(src.encode(t)) for t in CTC_TRANSCRIPTS]
     feats = torch.randn(2, 48, 80, generator=torch.Generator().manual_seed(3))
     feats[1, 40:] = 0.0
-    return Batch(ids=["a", "b"], feats=feats, feat_lengths=torch.tensor([48, 40]),
-                 src=torch.nn.utils.rnn.pad_sequence(ids, batch_first=True), src_lengths=torch.tensor([len(x) for x in ids]),
-                 tgt=torch.tensor([[5, 6, 7, 3], [6, 5, 3, 0]]), tgt_lengths=torch.tensor([4, 3]))
+    return Batch(
+        ids=["a", "b"],
+        feats=feats,
+        feat_lengths=torch.tensor([48, 40]),
+        src=torch.nn.utils.rnn.pad_sequence(ids, batch_first=True),
+        src_lengths=torch.tensor([len(x) for x in ids]),
+        tgt=torch.tensor([[5, 6, 7, 3], [6, 5, 3, 0]]),
+        tgt_lengths=torch.tensor([4, 3]),
+    )
 
 
 def loss_of(model, batch, objectives) -> torch.Tensor:
@@ -114,7 +126,9 @@ def test_text_from_the_lm_table_gets_the_speech_paths_positions(lm_dir, batch):
         a = model.encode_text(src, batch.src_lengths[:1]).x
         b = model.encode_text(src.flip(1), batch.src_lengths[:1]).x
     assert a.shape == (1, 4, 32) and (a - b).abs().max() > 1e-3
-    assert model.semantic.text_positions and bridge_with(lm_dir, VARIANTS["xstnet"][0])[0].semantic.text_positions is False
+    assert (
+        model.semantic.text_positions and bridge_with(lm_dir, VARIANTS["xstnet"][0])[0].semantic.text_positions is False
+    )
 
 
 def test_the_lm_teacher_reads_the_lms_own_states(lm_dir, batch):

@@ -41,8 +41,9 @@ def registered():
 
 
 def test_a_semantic_layer_registered_from_a_test_trains_saves_and_translates(registered, tiny_data, tmp_path):
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=3, save_interval_updates=3, validate_interval_updates=0,
-                      valid_decode=False)
+    cfg = tiny_config(
+        tiny_data, tmp_path, max_updates=3, save_interval_updates=3, validate_interval_updates=0, valid_decode=False
+    )
     cfg.model.semantic.kind, cfg.model.semantic.options = "gain", {"start": 0.5}
     run_training(cfg)
     lm = load_model(tmp_path / "checkpoint_last.safetensors")

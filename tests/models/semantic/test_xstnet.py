@@ -20,10 +20,19 @@ TOKENS, TOKEN_LENGTHS = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]]), torch
 
 
 def _model(**options) -> Translator:
-    return build_model(preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, tgt_vocab_size=20,
-                              src_vocab_size=12, shrink={"kind": "conv", "channels": 32},
-                              text_encoder={"embed_only": True},
-                              semantic={"kind": "xstnet", "options": {"layers": 2, **options}})).eval()
+    return build_model(
+        preset(
+            "tiny",
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            tgt_vocab_size=20,
+            src_vocab_size=12,
+            shrink={"kind": "conv", "channels": 32},
+            text_encoder={"embed_only": True},
+            semantic={"kind": "xstnet", "options": {"layers": 2, **options}},
+        )
+    ).eval()
 
 
 def test_both_paths_run_one_shared_stack():
@@ -91,7 +100,11 @@ def test_an_utterance_alone_equals_it_in_a_padded_batch():
 def test_states_name_the_shared_layers_and_options_are_checked():
     states = _model().states(FEATS, LENGTHS)
     assert [n for n in states if n.startswith("speech.semantic.")] == [
-        "speech.semantic.tagged", "speech.semantic.layer.0", "speech.semantic.layer.1", "speech.semantic.out"]
+        "speech.semantic.tagged",
+        "speech.semantic.layer.0",
+        "speech.semantic.layer.1",
+        "speech.semantic.out",
+    ]
     no_tag = _model(audio_tag=False)
     assert no_tag.semantic.audio is None and no_tag.encode_speech(FEATS, LENGTHS).lengths.tolist() == [4, 3]
     with pytest.raises(ValueError, match="semantic xstnet layers must be an integer >= 1, got 0"):
@@ -103,11 +116,19 @@ def test_states_name_the_shared_layers_and_options_are_checked():
 def test_progressive_training_mt_then_st_asr_mt_decodes(tiny_data, tmp_path):
     """XSTNet's schedule on the tiny corpus: MT first, then ST + ASR + MT; one checkpoint translates audio."""
     cfg = tiny_config(tiny_data, tmp_path, max_updates=8, valid_decode=False, save_interval_updates=4)
-    cfg.model = preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                       shrink={"kind": "conv", "channels": 32}, text_encoder={"embed_only": True},
-                       semantic={"kind": "xstnet", "options": {"layers": 1}})
-    cfg.train.stages = [Stage("mt", [TaskData("mt")], updates=4),
-                        Stage("all", [TaskData("st"), TaskData("asr"), TaskData("mt")])]
+    cfg.model = preset(
+        "tiny",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        shrink={"kind": "conv", "channels": 32},
+        text_encoder={"embed_only": True},
+        semantic={"kind": "xstnet", "options": {"layers": 1}},
+    )
+    cfg.train.stages = [
+        Stage("mt", [TaskData("mt")], updates=4),
+        Stage("all", [TaskData("st"), TaskData("asr"), TaskData("mt")]),
+    ]
     state = run_training(cfg)
     assert state.step == 8 and state.stage == 1
     lm = load_model(tmp_path / "checkpoint_last.safetensors")
@@ -119,10 +140,23 @@ def test_progressive_training_mt_then_st_asr_mt_decodes(tiny_data, tmp_path):
 def test_one_update_trains_the_shared_stack_on_both_modalities(tiny_data, tmp_path):
     """mix together: one update holds an ST and an MT batch; the <audio> prefix (speech only) and the token
     embeddings (text only) both move in that update, and so does the shared stack."""
-    cfg = tiny_config(tiny_data, tmp_path, max_updates=1, valid_decode=False, save_interval_updates=1,
-                      validate_interval_updates=100, log_interval=1)
-    cfg.model = preset("tiny", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                       text_encoder={"embed_only": True}, semantic={"kind": "xstnet", "options": {"layers": 1}})
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        max_updates=1,
+        valid_decode=False,
+        save_interval_updates=1,
+        validate_interval_updates=100,
+        log_interval=1,
+    )
+    cfg.model = preset(
+        "tiny",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        text_encoder={"embed_only": True},
+        semantic={"kind": "xstnet", "options": {"layers": 1}},
+    )
     cfg.train.stages = [Stage("st+mt", [TaskData("st"), TaskData("mt")])]
     seed_everything(cfg.train.seed)
     before = build_model(model_config_for(cfg, load_tokenizers(cfg.data))).state_dict()
