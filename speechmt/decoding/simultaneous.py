@@ -274,7 +274,7 @@ class _Greedy:
         self.max_len = max_lengths(lm.model, enc, options)
         self.cache = lm.model.new_cache()
         device = enc.x.device
-        self.step = len(committed)
+        self.step, self.generated = len(committed), list(committed)  # the tokens the named filters read
         inputs = torch.cat(
             [start_tokens(options, 1, device), torch.tensor([committed], device=device, dtype=torch.long)], dim=1
         )
@@ -284,13 +284,15 @@ class _Greedy:
         with self.attention.recording() if self.attention else contextlib.nullcontext():
             logits = self.lm.model.decode(inputs, self.enc, self.cache)
         lprobs = logits[:, -1].float().log_softmax(-1)
-        lprobs = constrain(lprobs, self.step, self.max_len, self.options)
+        tokens = torch.tensor([self.generated], dtype=torch.long, device=lprobs.device).view(1, len(self.generated))
+        lprobs = constrain(lprobs, self.step, self.max_len, self.options, tokens)
         self.token = int(lprobs.argmax(-1))
         self.attention_weights = self.attention.take() if self.attention else None  # (N, S)
 
     def push(self) -> None:
         """Commits the proposed token and proposes the next."""
         self.step += 1
+        self.generated.append(self.token)
         self._advance(torch.tensor([[self.token]], device=self.enc.x.device))
 
     @property

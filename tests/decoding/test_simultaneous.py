@@ -3,6 +3,7 @@ equivalence with offline greedy search when the policy waits to the end, AlignAt
 and the command line (a file, standard input, evaluate --simultaneous with a quality-latency table)."""
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,7 +14,7 @@ import speechmt.decoding.simultaneous as simultaneous
 import speechmt.evaluation.simultaneous_eval as simultaneous_eval
 from speechmt.audio import read_audio
 from speechmt.cli import main
-from speechmt.decoding.search import search, start_tokens
+from speechmt.decoding.search import LOGIT_FILTERS, search, start_tokens
 from speechmt.decoding.simultaneous import (
     EncoderMemo,
     SimultaneousConfig,
@@ -127,6 +128,26 @@ def test_a_policy_that_waits_to_the_end_equals_offline_greedy_search(lm, cfg):
     result = translate_stream(lm, wave, cfg, options)
     assert result.text == offline.strip() and result.source_ms == pytest.approx(len(wave) / 16)
     assert all(c.delay_ms == pytest.approx(len(wave) / 16) for c in result.commits)
+
+
+class _NoRepeat:
+    """A toy filter: never the token just generated (it reads the tokens so far)."""
+
+    def apply(self, lprobs, tokens, max_lens):
+        if tokens.size(1):
+            lprobs.scatter_(1, tokens[:, -1:], float("-inf"))
+        return lprobs
+
+
+def test_a_named_filter_reads_the_tokens_written_so_far_and_equals_offline(lm, monkeypatch):
+    monkeypatch.setitem(LOGIT_FILTERS, "no_repeat", lambda options: _NoRepeat())
+    wave = read_audio(WAV)
+    options = replace(lm.decode_options(1, max_len_b=12), filters=("no_repeat",))
+    with torch.no_grad():
+        offline = search(lm.model, encode_audio(lm, [wave]), options)[0][0]
+    result = translate_stream(lm, wave, SimultaneousConfig("wait-k", k=100, step_ms=200), options)
+    assert result.text == lm.tokenizer.decode(offline).strip() and len(offline) > 1
+    assert all(a != b for a, b in zip(offline, offline[1:]))
 
 
 def test_a_tail_beam_over_the_whole_input_equals_offline_beam_search(lm):
