@@ -203,6 +203,11 @@ def translate(
     errors: Literal["raise", "keep"] = "raise",
     mbr: Literal["chrf", "bleu"] | None = None,
     mbr_samples: int = 0,
+    strategy: str | None = None,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
 ) -> list[Translation]:
     """Translates (or, for an ASR model or task="asr", transcribes) audio files or 16 kHz arrays, in order.
 
@@ -235,6 +240,13 @@ def translate(
             best-scoring hypothesis. Needs beam >= 2 or mbr_samples. A cascade applies it to its MT stage.
         mbr_samples: with mbr, this many epsilon samples (epsilon 0.02) per chunk, 0 to 256, are the
             references the beam's hypotheses are scored against (0: the beam itself).
+        strategy: how each step's token is chosen, a token decoder by name (speechmt.decoding.search.TOKEN_DECODERS:
+            greedy, beam, sample, or one registered there); None: greedy at beam 1, else beam search. Not for a
+            cascade.
+        temperature: strategy "sample" draws from softmax(log-probs / temperature), 0 to 100 (0 is greedy),
+        top_k: among the top_k most probable tokens (0: all),
+        top_p: among the most probable tokens holding top_p of the mass, 0 < top_p <= 1.
+        seed: the random seed of the draws (sampling, mbr_samples), 0 to 2**31 - 1.
 
     Task "asr" of a whisper_asr model (the bundled one) returns Whisper's own transcript, found by the encoder's
     search (encoder.asr_beam): beam, nbest and the length options, which drive the decoder's search, do not
@@ -246,6 +258,7 @@ def translate(
     `error`, `warning` (audio too short to translate: an empty text and a warning, also issued through `warnings`).
     """
     beam, search = search_options(beam, len_penalty, max_len_a, max_len_b, min_len, mbr, mbr_samples)
+    drawing = _strategy_options(strategy, temperature, top_k, top_p, seed)
     nbest = checked("nbest", opt.integer(1, opt.MAX_BEAM), nbest)
     if nbest > beam:
         raise OptionError(f"nbest: invalid value '{nbest}': expected an integer from 1 to beam ({beam})")
@@ -260,6 +273,8 @@ def translate(
 
     items = _audio_items(inputs)
     segment = SegmentConfig(max_seconds=seconds, pause_cut_ms=pause_ms)
+    if isinstance(lm, Cascade) and strategy is not None:
+        raise OptionError("strategy: not with a cascade (its stages decode by beam search)")
     if isinstance(lm, Cascade):
         from speechmt.decoding.cascade import cascade_translate
 
@@ -294,6 +309,23 @@ def translate(
         min_len=search.min_len,
         mbr=search.mbr,
         samples=search.samples,
+        **drawing,
+    )
+
+
+def _strategy_options(strategy: object, temperature: object, top_k: object, top_p: object, seed: object) -> dict:
+    """The token decoder and its sampling settings, checked as the command line checks them (DecodeOptions
+    fields)."""
+    from speechmt.decoding.search import TOKEN_DECODERS
+
+    if strategy is not None and strategy not in TOKEN_DECODERS:
+        raise OptionError(f"strategy: invalid value {str(strategy)!r}: expected one of {', '.join(TOKEN_DECODERS)}")
+    return dict(
+        strategy=strategy,
+        temperature=checked("temperature", opt.number(0, 100), temperature),
+        top_k=checked("top_k", opt.integer(0, 10**6), top_k),
+        top_p=checked("top_p", opt.number(0, 1, lo_open=True), top_p),
+        seed=checked("seed", opt.integer(0, 2**31 - 1), seed),
     )
 
 

@@ -44,6 +44,11 @@ OPTIONS = {
     "errors",
     "mbr",
     "mbr_samples",
+    "strategy",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
 }
 
 
@@ -80,6 +85,11 @@ def test_translate_names_typed_keyword_options_with_the_cli_defaults():
         "task",
         "mbr",
         "mbr_samples",
+        "strategy",
+        "temperature",
+        "top_k",
+        "top_p",
+        "seed",
     ):
         assert params[name].default == getattr(cli, name), name
     doc = inspect.getdoc(speechmt.translate)
@@ -116,6 +126,10 @@ BAD = [
     ({"cut_pauses": -1}, ["--cut-pauses", "-1"]),
     ({"cut_pauses": 2e4}, ["--cut-pauses", "20000.0"]),
     ({"mbr_samples": -1}, ["--mbr-samples", "-1"]),
+    ({"temperature": -1}, ["--temperature", "-1"]),
+    ({"top_k": -1}, ["--top-k", "-1"]),
+    ({"top_p": 0}, ["--top-p", "0"]),
+    ({"seed": -1}, ["--seed", "-1"]),
 ]
 
 
@@ -292,6 +306,38 @@ def test_translate_and_its_subtitles_are_what_the_command_line_prints(st_model, 
     written = speechmt.write_subtitles(result, tmp_path / "subs", "vtt")
     assert written == tmp_path / "subs/ted_3.vtt" and written.read_text().startswith("WEBVTT\n")
     assert written.read_text() == speechmt.subtitles(result, "vtt")
+
+
+def test_sampling_at_temperature_zero_is_greedy_and_seeded_draws_repeat(st_model, capsys):
+    greedy = speechmt.translate(st_model, WAV, beam=1, max_len_b=8)
+    cold = speechmt.translate(st_model, WAV, beam=1, max_len_b=8, strategy="sample", temperature=0)
+    assert cold[0].text == greedy[0].text
+    hot = [
+        speechmt.translate(st_model, WAV, beam=1, max_len_b=8, strategy="sample", temperature=5, seed=s)[0].text
+        for s in (1, 1, 2, 3, 4)
+    ]
+    assert hot[0] == hot[1] and len(set(hot)) > 1  # one seed, one draw; other seeds, other draws
+    argv = [
+        "translate",
+        str(WAV),
+        "--model",
+        st_model,
+        "--beam",
+        "1",
+        "--max-len-b",
+        "8",
+        "--strategy",
+        "sample",
+        "--temperature",
+        "5",
+        "--seed",
+        "1",
+        "--format",
+        "json",
+    ]
+    assert json.loads(_cli(capsys, argv)[0])["text"] == hot[0]
+    with pytest.raises(speechmt.OptionError, match=r"^strategy: invalid value 'nucleus': expected one of greedy, "):
+        speechmt.translate(st_model, WAV, strategy="nucleus")
 
 
 def test_simultaneous_is_what_translate_simultaneous_prints(st_model, capsys):

@@ -108,6 +108,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
         errors="keep",
         mbr=args.mbr,
         mbr_samples=args.mbr_samples,
+        strategy=args.strategy,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
         **_search(args),
     )
     if args.timing:

@@ -56,6 +56,33 @@ def add_decode_options(
     )
 
 
+def add_strategy_options(p: argparse.ArgumentParser) -> None:
+    """The token decoder and its sampling settings (speechmt.decoding.search.TOKEN_DECODERS)."""
+    from speechmt.decoding.search import TOKEN_DECODERS
+
+    p.add_argument(
+        "--strategy",
+        choices=list(TOKEN_DECODERS),
+        help="how each step's token is chosen (default: greedy at --beam 1, else beam search)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=opt.number(0, 100),
+        default=1.0,
+        help="--strategy sample: draw from softmax(log-probs / T); 0 is greedy (default: 1)",
+    )
+    p.add_argument(
+        "--top-k", type=opt.integer(0, 10**6), default=0, help="--strategy sample: among the k most probable (0: all)"
+    )
+    p.add_argument(
+        "--top-p",
+        type=opt.number(0, 1, lo_open=True),
+        default=1.0,
+        help="--strategy sample: among the most probable tokens holding this much of the mass (default: 1)",
+    )
+    p.add_argument("--seed", type=opt.integer(0, 2**31 - 1), default=0, help="the draws' random seed (default: 0)")
+
+
 def add_memory_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--memory",

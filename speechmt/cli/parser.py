@@ -18,6 +18,7 @@ from speechmt.cli.decode_options import (
     add_dtype_option,
     add_memory_option,
     add_simultaneous_options,
+    add_strategy_options,
     check_mbr,
     check_simultaneous,
 )
@@ -146,6 +147,7 @@ def _translate(sub) -> None:
         "16-bit 16 kHz mono PCM from standard input",
     )
     add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
+    add_strategy_options(tr)
     tr.add_argument(
         "--nbest",
         type=opt.integer(1, opt.MAX_BEAM),
