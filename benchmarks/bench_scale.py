@@ -54,7 +54,7 @@ def texts(rng: np.random.Generator, vocab: np.ndarray, counts: np.ndarray) -> li
     """One sentence of counts[i] Zipf-drawn words of `vocab` per utterance, capitalised, with a full stop."""
     ranks = np.minimum(rng.zipf(1.3, int(counts.sum())) - 1, len(vocab) - 1)
     flat, ends = vocab[ranks], np.cumsum(counts)
-    return [" ".join(flat[e - c:e]).capitalize() + "." for c, e in zip(counts.tolist(), ends.tolist())]
+    return [" ".join(flat[e - c : e]).capitalize() + "." for c, e in zip(counts.tolist(), ends.tolist())]
 
 
 def build_split(folder: Path, n: int, seed: int = 0) -> dict:
@@ -70,27 +70,51 @@ def build_split(folder: Path, n: int, seed: int = 0) -> dict:
     talk = np.arange(n) // 100
     offsets = np.concatenate([[0.0], np.cumsum(seconds + 0.5)[:-1]])
     offsets -= offsets[talk * 100]
-    records = (Record(f"ted_{t}_{i % 100}", f"wav/ted_{t}.wav", round(float(o), 2), round(float(s), 2), int(f), a,
-                      b, f"spk.{t}", "en", "de")
-               for i, (t, o, s, f, a, b) in enumerate(zip(talk, offsets, seconds, frames, src, tgt)))
+    records = (
+        Record(
+            f"ted_{t}_{i % 100}",
+            f"wav/ted_{t}.wav",
+            round(float(o), 2),
+            round(float(s), 2),
+            int(f),
+            a,
+            b,
+            f"spk.{t}",
+            "en",
+            "de",
+        )
+        for i, (t, o, s, f, a, b) in enumerate(zip(talk, offsets, seconds, frames, src, tgt))
+    )
     write_manifest(folder / "train.jsonl", records)
     store = folder / "fbank80"
     store.mkdir()
     with open(store / "train.bin", "wb") as f:
         f.truncate(int(frames.sum()) * 80 * 2)  # float16 frames: a hole, no disk
     ids = np.array([f"ted_{t}_{i % 100}" for i, t in enumerate(talk)])
-    np.savez(store / "train.index.npz", ids=ids, offsets=np.concatenate([[0], np.cumsum(frames)[:-1]]),
-             lengths=frames, dim=80, dtype="float16")
+    np.savez(
+        store / "train.index.npz",
+        ids=ids,
+        offsets=np.concatenate([[0], np.cumsum(frames)[:-1]]),
+        lengths=frames,
+        dim=80,
+        dtype="float16",
+    )
     np.savez(folder / "global_cmvn.npz", mean=np.zeros(80), std=np.ones(80))
     sample = rng.choice(n, min(n, 20000), replace=False)
-    train_tokenizer([src[i] for i in sample] + [tgt[i] for i in sample],
-                    TokenizerConfig(vocab_size=2000, lang_tags=("<en>", "<de>"))).save(folder / "spm.model")
-    return {"hours": float(seconds.sum() / 3600), "frames": int(frames.sum()),
-            "src_chars": float(np.mean([len(s) for s in src])), "tgt_chars": float(np.mean([len(t) for t in tgt])),
-            "src_words": float(np.mean([s.count(" ") + 1 for s in src])),
-            "manifest_mb": (folder / "train.jsonl").stat().st_size / 2**20,
-            "store_gb": (store / "train.bin").stat().st_size / 1e9,
-            "store_disk_mb": (store / "train.bin").stat().st_blocks * 512 / 2**20}
+    train_tokenizer(
+        [src[i] for i in sample] + [tgt[i] for i in sample],
+        TokenizerConfig(vocab_size=2000, lang_tags=("<en>", "<de>")),
+    ).save(folder / "spm.model")
+    return {
+        "hours": float(seconds.sum() / 3600),
+        "frames": int(frames.sum()),
+        "src_chars": float(np.mean([len(s) for s in src])),
+        "tgt_chars": float(np.mean([len(t) for t in tgt])),
+        "src_words": float(np.mean([s.count(" ") + 1 for s in src])),
+        "manifest_mb": (folder / "train.jsonl").stat().st_size / 2**20,
+        "store_gb": (store / "train.bin").stat().st_size / 1e9,
+        "store_disk_mb": (store / "train.bin").stat().st_blocks * 512 / 2**20,
+    }
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -138,8 +162,16 @@ def speech_dataset(folder: Path):
 
     records, store = load_split(folder, "train")
     tok = Tokenizer.load(folder / "spm.model")
-    return SpeechDataset(records, StoredFeatures(store, FbankFrontend(cmvn=global_cmvn(folder))), tok, tok,
-                         src_tag="<en>", tgt_tag="<de>", spec_augment=SpecAugmentConfig.policy("lb"), seed=1)
+    return SpeechDataset(
+        records,
+        StoredFeatures(store, FbankFrontend(cmvn=global_cmvn(folder))),
+        tok,
+        tok,
+        src_tag="<en>",
+        tgt_tag="<de>",
+        spec_augment=SpecAugmentConfig.policy("lb"),
+        seed=1,
+    )
 
 
 def child_loader(folder: Path, workers: int, context: str, seconds: float, warmup: int) -> dict:
@@ -152,8 +184,14 @@ def child_loader(folder: Path, workers: int, context: str, seconds: float, warmu
 
     torch.set_num_threads(1)  # as each worker: one core per process
     ds = speech_dataset(folder)
-    loader = make_loader(ds, BucketBatchSampler(ds.sizes, MAX_TOKENS, seed=1), pad_id=1, num_workers=workers,
-                         device=torch.device("cpu"), context=context)
+    loader = make_loader(
+        ds,
+        BucketBatchSampler(ds.sizes, MAX_TOKENS, seed=1),
+        pad_id=1,
+        num_workers=workers,
+        device=torch.device("cpu"),
+        context=context,
+    )
     start = time.perf_counter()
     batches = iter(loader)
     for _ in range(warmup):
@@ -175,8 +213,11 @@ def child_pair(folder: Path, seconds: float, warmup: int) -> dict:
     args = [sys.executable, __file__, "--child", "loader", str(folder), "0", "fork", str(seconds), str(warmup)]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
     results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-    return {"utt_per_s": sum(r["utt_per_s"] for r in results), "first_s": max(r["first_s"] for r in results),
-            "cpu_ms_per_utt": statistics.mean(r["cpu_ms_per_utt"] for r in results)}
+    return {
+        "utt_per_s": sum(r["utt_per_s"] for r in results),
+        "first_s": max(r["first_s"] for r in results),
+        "cpu_ms_per_utt": statistics.mean(r["cpu_ms_per_utt"] for r in results),
+    }
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -192,8 +233,9 @@ def child_prepare(out: Path, passes: int, jobs: int) -> dict:
     from speechmt.data.manifest import Record
     from speechmt.data.prepare import PrepareConfig, _pool, prepare_split
 
-    records = [Record(f"{p}_{f.stem}", str(f), 0.0, 0.0, 0, "", "", "", "en", "de")
-               for p in range(passes) for f in REAL_AUDIO]
+    records = [
+        Record(f"{p}_{f.stem}", str(f), 0.0, 0.0, 0, "", "", "", "en", "de") for p in range(passes) for f in REAL_AUDIO
+    ]
     cfg = PrepareConfig(jobs=jobs)
     start = time.perf_counter()
     with _pool(jobs) as pool:
@@ -205,8 +247,14 @@ def run_child(args: list[str], timeout: float) -> dict:
     """One figure in a fresh interpreter (one thread per process): its JSON line, or {} when it timed out."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     try:
-        res = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True,
-                             timeout=timeout, env=env, cwd=ROOT)
+        res = subprocess.run(
+            [sys.executable, __file__, "--child", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=ROOT,
+        )
     except subprocess.TimeoutExpired:
         return {}
     if res.returncode:
@@ -232,38 +280,64 @@ def batches_per_epoch(folder: Path) -> dict:
     start = time.perf_counter()
     one = len(BucketBatchSampler(sizes, MAX_TOKENS, seed=1))
     eight = len(BucketBatchSampler(sizes, MAX_TOKENS, seed=1, rank=0, world_size=8))
-    return {"one": one, "eight": eight, "seconds": time.perf_counter() - start,
-            "utts": round(len(sizes) / one, 1), "padding": 1 - int(sizes.sum()) / (one * MAX_TOKENS)}
+    return {
+        "one": one,
+        "eight": eight,
+        "seconds": time.perf_counter() - start,
+        "utts": round(len(sizes) / one, 1),
+        "padding": 1 - int(sizes.sum()) / (one * MAX_TOKENS),
+    }
 
 
 def table(split: dict, index: dict, epoch: dict, loader: dict, prepare: dict, args) -> str:
     """The figures as a markdown table."""
-    rows = [("split", f"{args.utterances:,} utterances, {split['hours']:.0f} h, {split['src_words']:.1f} words / "
-                      f"{split['src_chars']:.0f} chars (en), {split['tgt_chars']:.0f} chars (de); manifest "
-                      f"{split['manifest_mb']:.0f} MiB, sparse store {split['store_gb']:.1f} GB "
-                      f"({split['store_disk_mb']:.1f} MiB on disk)")]
+    rows = [
+        (
+            "split",
+            f"{args.utterances:,} utterances, {split['hours']:.0f} h, {split['src_words']:.1f} words / "
+            f"{split['src_chars']:.0f} chars (en), {split['tgt_chars']:.0f} chars (de); manifest "
+            f"{split['manifest_mb']:.0f} MiB, sparse store {split['store_gb']:.1f} GB "
+            f"({split['store_disk_mb']:.1f} MiB on disk)",
+        )
+    ]
     for kind, name in (("table", "compact (RecordTable + FeatureStore)"), ("list", "former (list of Records + dict)")):
         r = index[kind]
         rows.append((f"index, {name}", f"+{r['rss_mb']:.0f} MiB RSS (peak +{r['peak_mb']:.0f}), {r['seconds']:.1f} s"))
     rows.append(("dataset pickled for a spawned worker", f"{index['table']['pickled_mb']:.0f} MiB"))
-    rows.append((f"batches per epoch, max_tokens {MAX_TOKENS}",
-                 f"{epoch['one']:,} on 1 rank ({epoch['utts']} utt/batch, {epoch['padding']:.1%} padding), "
-                 f"{epoch['eight']:,} per rank on 8; {epoch['seconds']:.1f} s"))
+    rows.append(
+        (
+            f"batches per epoch, max_tokens {MAX_TOKENS}",
+            f"{epoch['one']:,} on 1 rank ({epoch['utts']} utt/batch, {epoch['padding']:.1%} padding), "
+            f"{epoch['eight']:,} per rank on 8; {epoch['seconds']:.1f} s",
+        )
+    )
     base = loader.get((0, "fork"), {}).get("utt_per_s")
     for (workers, context), r in loader.items():
         if not r:
             rows.append((f"loader, {workers} workers, {context}", "timed out"))
             continue
         ratio = f", {r['utt_per_s'] / base:.2f}x one process" if base and (workers or context == "pair") else ""
-        name = "two one-process loaders side by side (the ceiling)" if context == "pair" else \
-            f"loader, {workers} workers" + (f", {context}" if workers else "")
-        rows.append((name,
-                     f"{r['utt_per_s']:,.0f} utt/s{ratio}; {r['cpu_ms_per_utt']:.2f} CPU ms/utt; first {args.warmup} "
-                     f"batches {r['first_s']:.1f} s"))
+        name = (
+            "two one-process loaders side by side (the ceiling)"
+            if context == "pair"
+            else f"loader, {workers} workers" + (f", {context}" if workers else "")
+        )
+        rows.append(
+            (
+                name,
+                f"{r['utt_per_s']:,.0f} utt/s{ratio}; {r['cpu_ms_per_utt']:.2f} CPU ms/utt; first {args.warmup} "
+                f"batches {r['first_s']:.1f} s",
+            )
+        )
     for jobs, r in prepare.items():
         per_hour = r["seconds"] / r["hours"]
-        rows.append((f"prepare, {jobs} job{'s' * (jobs > 1)}", f"{per_hour:.0f} s per audio hour (real clips, "
-                     f"{r['hours'] * 60:.1f} min of audio): {MUSTC_HOURS} h in {per_hour * MUSTC_HOURS / 3600:.1f} h"))
+        rows.append(
+            (
+                f"prepare, {jobs} job{'s' * (jobs > 1)}",
+                f"{per_hour:.0f} s per audio hour (real clips, "
+                f"{r['hours'] * 60:.1f} min of audio): {MUSTC_HOURS} h in {per_hour * MUSTC_HOURS / 3600:.1f} h",
+            )
+        )
     return "| figure | value |\n| --- | --- |\n" + "\n".join(f"| {a} | {b} |" for a, b in rows) + "\n"
 
 
@@ -289,12 +363,15 @@ def main() -> None:
         children = {(w, c): ["loader", tmp, str(w), c, str(args.seconds), str(args.warmup)] for w, c in configs}
         children[(0, "pair")] = ["pair", tmp, str(args.seconds), str(args.warmup)]
         loader = medians(children, args.runs, 120 + args.seconds)
-        prepare = medians({jobs: ["prepare", f"{tmp}/prepared{jobs}", str(args.prepare_passes), str(jobs)]
-                           for jobs in (1, 2)}, 1, 300)
+        prepare = medians(
+            {jobs: ["prepare", f"{tmp}/prepared{jobs}", str(args.prepare_passes), str(jobs)] for jobs in (1, 2)}, 1, 300
+        )
     text = table(split, index, epoch, loader, prepare, args)
-    text += (f"\n`python benchmarks/bench_scale.py {' '.join(sys.argv[1:])}`, {time.strftime('%Y-%m-%d')}, "
-             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end, "
-             f"{time.perf_counter() - start:.0f} s in all\n")
+    text += (
+        f"\n`python benchmarks/bench_scale.py {' '.join(sys.argv[1:])}`, {time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end, "
+        f"{time.perf_counter() - start:.0f} s in all\n"
+    )
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -80,8 +80,9 @@ class BucketBatchSampler(Sampler[list[int]]):
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         too_long = int((self.sizes > max_tokens).sum())
         if strict and too_long:
-            raise ValueError(f"{too_long} items are longer than max_tokens={max_tokens} "
-                             f"(longest {int(self.sizes.max())})")
+            raise ValueError(
+                f"{too_long} items are longer than max_tokens={max_tokens} (longest {int(self.sizes.max())})"
+            )
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.shuffle, self.seed, self.chunk_size = shuffle, seed, chunk_size
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last

@@ -45,8 +45,10 @@ def load_split(data_dir: str | os.PathLike, split: str, num_mel_bins: int = 80) 
     prefix = data_dir / f"fbank{num_mel_bins}" / split
     store = FeatureStore(prefix)
     if store.ids != records.ids:
-        raise ManifestError(f"{data_dir / f'{split}.jsonl'} and its feature store {prefix} hold different "
-                            "utterances; prepare the split again with --overwrite")
+        raise ManifestError(
+            f"{data_dir / f'{split}.jsonl'} and its feature store {prefix} hold different "
+            "utterances; prepare the split again with --overwrite"
+        )
     return records, store
 
 
@@ -123,8 +125,10 @@ def encode_ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tenso
 def encode_texts(ds, rec: Record) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """An audio dataset's (src, tgt) ids of a record: the transcript by `ds.src_tokenizer` and the decoder
     target, the record's `ds.tgt_field` (tgt_text, or src_text for ASR), by `ds.tgt_tokenizer`."""
-    return (encode_ids(ds.src_tokenizer, rec.src_text, ds.src_tag),
-            encode_ids(ds.tgt_tokenizer, getattr(rec, ds.tgt_field), ds.tgt_tag))
+    return (
+        encode_ids(ds.src_tokenizer, rec.src_text, ds.src_tag),
+        encode_ids(ds.tgt_tokenizer, getattr(rec, ds.tgt_field), ds.tgt_tag),
+    )
 
 
 class StoredFeatures:
@@ -148,8 +152,12 @@ class AudioInput:
 
     precomputed = False
 
-    def __init__(self, base_dir: str | os.PathLike, frontend: Callable[[np.ndarray], torch.Tensor],
-                 augment: "Augmenter | None" = None):
+    def __init__(
+        self,
+        base_dir: str | os.PathLike,
+        frontend: Callable[[np.ndarray], torch.Tensor],
+        augment: "Augmenter | None" = None,
+    ):
         self.base_dir, self.frontend, self.augment = Path(base_dir), frontend, augment
 
     @property
@@ -181,8 +189,13 @@ class CachedStates:
 InputSource = StoredFeatures | AudioInput | CachedStates
 
 
-def speech_source(data_dir: str | os.PathLike, split: str, frontend: Frontend, encoder: nn.Module | None = None,
-                  augment: "Augmenter | None" = None) -> tuple[RecordTable, InputSource]:
+def speech_source(
+    data_dir: str | os.PathLike,
+    split: str,
+    frontend: Frontend,
+    encoder: nn.Module | None = None,
+    augment: "Augmenter | None" = None,
+) -> tuple[RecordTable, InputSource]:
     """A split's records and where their encoder input comes from: the feature store preparation wrote (a
     front end whose features are `prepared`: fbank), else the audio through the front end, or, when
     `encoder`'s states are frozen (a frozen Whisper encoder, or its frozen bottom layers), its states of that
@@ -196,11 +209,14 @@ def speech_source(data_dir: str | os.PathLike, split: str, frontend: Frontend, e
     if encoder is None or not encoder.states_frozen():
         return records, audio
     if augment is not None:  # frozen by a stage: its states are cached from clean audio
-        raise ConfigError("data.augment_*: this stage's frozen Whisper encoder reads cached states of clean audio "
-                          "(data.cache_encoder); set data.cache_encoder false to augment")
+        raise ConfigError(
+            "data.augment_*: this stage's frozen Whisper encoder reads cached states of clean audio "
+            "(data.cache_encoder); set data.cache_encoder false to augment"
+        )
     audio = AudioInput(data_dir, frontend)
-    return records, CachedStates(cached_split(data_dir, split, encoder, frontend.settings,
-                                              lambda i: audio(i, records[i]), records))
+    return records, CachedStates(
+        cached_split(data_dir, split, encoder, frontend.settings, lambda i: audio(i, records[i]), records)
+    )
 
 
 class SpeechDataset(Dataset):
@@ -215,11 +231,19 @@ class SpeechDataset(Dataset):
     the source ids read before its speech (retrieved examples), or None.
     """
 
-    def __init__(self, records: Sequence[Record], source: InputSource,
-                 src_tokenizer: Tokenizer | None = None, tgt_tokenizer: Tokenizer | None = None,
-                 src_tag: str | None = None, tgt_tag: str | None = None,
-                 spec_augment: SpecAugmentConfig | None = None, seed: int = 0, tgt_field: str = "tgt_text",
-                 prefixes: list[torch.Tensor] | None = None):
+    def __init__(
+        self,
+        records: Sequence[Record],
+        source: InputSource,
+        src_tokenizer: Tokenizer | None = None,
+        tgt_tokenizer: Tokenizer | None = None,
+        src_tag: str | None = None,
+        tgt_tag: str | None = None,
+        spec_augment: SpecAugmentConfig | None = None,
+        seed: int = 0,
+        tgt_field: str = "tgt_text",
+        prefixes: list[torch.Tensor] | None = None,
+    ):
         if prefixes is not None and len(prefixes) != len(records):
             raise ValueError(f"{len(prefixes)} prefixes for {len(records)} records")
         self.records, self.source, self.prefixes = records, source, prefixes
@@ -228,8 +252,9 @@ class SpeechDataset(Dataset):
         self.spec_augment, self.seed, self.epoch = spec_augment, seed, 0
 
     @classmethod
-    def from_audio(cls, data_dir: str | os.PathLike, split: str, frontend: Callable[[np.ndarray], torch.Tensor],
-                   **kwargs) -> "SpeechDataset":
+    def from_audio(
+        cls, data_dir: str | os.PathLike, split: str, frontend: Callable[[np.ndarray], torch.Tensor], **kwargs
+    ) -> "SpeechDataset":
         """The utterances of data_dir/<split>.jsonl through `frontend` (no feature store needed)."""
         return cls(read_split(data_dir, split), AudioInput(data_dir, frontend), **kwargs)
 
@@ -250,25 +275,50 @@ class SpeechDataset(Dataset):
         if self.spec_augment is not None:
             gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + i) % 2**63)
             feats = spec_augment(feats, self.spec_augment, gen)
-        return Example(i, rec.id, feats, *encode_texts(self, rec), precomputed=self.source.precomputed,
-                       prefix=None if self.prefixes is None else self.prefixes[i])
+        return Example(
+            i,
+            rec.id,
+            feats,
+            *encode_texts(self, rec),
+            precomputed=self.source.precomputed,
+            prefix=None if self.prefixes is None else self.prefixes[i],
+        )
 
 
 class TextDataset(Dataset):
     """Text pairs (MT): source ids (S,) and target ids (U,); sizes are source lengths in tokens."""
 
-    def __init__(self, pairs: list[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 src_tag: str | None = None, tgt_tag: str | None = None, ids: list[str] | None = None):
+    def __init__(
+        self,
+        pairs: list[tuple[str, str]],
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        src_tag: str | None = None,
+        tgt_tag: str | None = None,
+        ids: list[str] | None = None,
+    ):
         self.pairs, self.src_tokenizer, self.tgt_tokenizer = pairs, src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag = src_tag, tgt_tag
         self.ids = ids or [str(i) for i in range(len(pairs))]
         self._src = [encode_ids(src_tokenizer, s, src_tag) for s, _ in pairs]
 
     @classmethod
-    def from_records(cls, records: list[Record], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                     src_tag: str | None = None, tgt_tag: str | None = None) -> "TextDataset":
-        return cls([(r.src_text, r.tgt_text) for r in records], src_tokenizer, tgt_tokenizer, src_tag, tgt_tag,
-                   [r.id for r in records])
+    def from_records(
+        cls,
+        records: list[Record],
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        src_tag: str | None = None,
+        tgt_tag: str | None = None,
+    ) -> "TextDataset":
+        return cls(
+            [(r.src_text, r.tgt_text) for r in records],
+            src_tokenizer,
+            tgt_tokenizer,
+            src_tag,
+            tgt_tag,
+            [r.id for r in records],
+        )
 
     @property
     def sizes(self) -> list[int]:
@@ -278,4 +328,6 @@ class TextDataset(Dataset):
         return len(self.pairs)
 
     def __getitem__(self, i: int) -> Example:
-        return Example(i, self.ids[i], None, self._src[i], encode_ids(self.tgt_tokenizer, self.pairs[i][1], self.tgt_tag))
+        return Example(
+            i, self.ids[i], None, self._src[i], encode_ids(self.tgt_tokenizer, self.pairs[i][1], self.tgt_tag)
+        )

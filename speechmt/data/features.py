@@ -40,8 +40,14 @@ class FeatureStoreWriter:
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
         os.replace(self._bin_tmp, f"{self.prefix}.bin")
         index_tmp = Path(f"{self.prefix}.index.tmp.npz")
-        np.savez(index_tmp, ids=np.asarray(self._ids, dtype=str), offsets=offsets, lengths=lengths,
-                 dim=self.dim, dtype=str(self.dtype))
+        np.savez(
+            index_tmp,
+            ids=np.asarray(self._ids, dtype=str),
+            offsets=offsets,
+            lengths=lengths,
+            dim=self.dim,
+            dtype=str(self.dtype),
+        )
         os.replace(index_tmp, f"{self.prefix}.index.npz")
 
     def __enter__(self) -> "FeatureStoreWriter":
@@ -77,8 +83,11 @@ class FeatureStore:
         if not bin_path.exists() or bin_path.stat().st_size != expected:
             size = bin_path.stat().st_size if bin_path.exists() else "missing"
             raise ValueError(f"{bin_path}: feature store is incomplete ({size} bytes, expected {expected})")
-        self._data = np.memmap(bin_path, dtype=dtype, mode="r", shape=(total, self.dim)) if total else \
-            np.zeros((0, self.dim), dtype=dtype)
+        self._data = (
+            np.memmap(bin_path, dtype=dtype, mode="r", shape=(total, self.dim))
+            if total
+            else np.zeros((0, self.dim), dtype=dtype)
+        )
         self._order: np.ndarray | None = None  # argsort of the ids, made at the first look-up by id
 
     def __getstate__(self) -> dict:
@@ -111,7 +120,7 @@ class FeatureStore:
     def get(self, i: int) -> np.ndarray:
         """Features of the i-th utterance, (T, dim) float32."""
         start = int(self.offsets[i])
-        return np.asarray(self._data[start:start + int(self.lengths[i])], dtype=np.float32)
+        return np.asarray(self._data[start : start + int(self.lengths[i])], dtype=np.float32)
 
     def __getitem__(self, utt_id: str) -> np.ndarray:
         i = self.position(utt_id)

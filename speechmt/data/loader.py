@@ -98,8 +98,16 @@ def end_as_forked(worker_id: int) -> None:
     atexit.register(_exit_at_once)
 
 
-def make_loader(dataset: Dataset, batch_sampler: Sampler[list[int]], *, pad_id: int, num_workers: int,
-                device: torch.device, context: str | None = None, seed: int = 0) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_sampler: Sampler[list[int]],
+    *,
+    pad_id: int,
+    num_workers: int,
+    device: torch.device,
+    context: str | None = None,
+    seed: int = 0,
+) -> DataLoader:
     """A DataLoader of `dataset`'s padded Batches in `batch_sampler`'s order, to keep for a whole stage.
 
     `num_workers` (>= 0; resolve_workers turns -1 into a count) workers are persistent and each prefetches
@@ -112,16 +120,23 @@ def make_loader(dataset: Dataset, batch_sampler: Sampler[list[int]], *, pad_id: 
     if (context or "") not in CONTEXTS:
         raise ValueError(f"loader context must be one of {', '.join(map(repr, CONTEXTS))}, got {context!r}")
     workers = num_workers > 0
-    return DataLoader(EpochItems(dataset), batch_sampler=EpochBatches(batch_sampler),
-                      collate_fn=functools.partial(collate, pad_id=pad_id), num_workers=num_workers,
-                      pin_memory=torch.device(device).type == "cuda", persistent_workers=workers,
-                      prefetch_factor=PREFETCH_FACTOR if workers else None,
-                      multiprocessing_context=(context or None) if workers else None, worker_init_fn=end_as_forked,
-                      generator=torch.Generator().manual_seed(seed))
+    return DataLoader(
+        EpochItems(dataset),
+        batch_sampler=EpochBatches(batch_sampler),
+        collate_fn=functools.partial(collate, pad_id=pad_id),
+        num_workers=num_workers,
+        pin_memory=torch.device(device).type == "cuda",
+        persistent_workers=workers,
+        prefetch_factor=PREFETCH_FACTOR if workers else None,
+        multiprocessing_context=(context or None) if workers else None,
+        worker_init_fn=end_as_forked,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
-def in_process_batches(dataset: Dataset, batch_sampler: Sequence[list[int]] | Sampler[list[int]],
-                       pad_id: int) -> Iterator[Batch]:
+def in_process_batches(
+    dataset: Dataset, batch_sampler: Sequence[list[int]] | Sampler[list[int]], pad_id: int
+) -> Iterator[Batch]:
     """The reference make_loader must equal: each batch of the sampler collated in this process."""
     for b in batch_sampler:
         yield collate([dataset[i] for i in b], pad_id)

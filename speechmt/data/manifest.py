@@ -173,7 +173,7 @@ class StringColumn(SequenceABC):
         if isinstance(i, slice):
             return self.take(np.arange(len(self))[i])
         i = _position(i, len(self), "string")
-        return self.blob[self.offsets[i]:self.offsets[i + 1]].tobytes().decode("utf-8")
+        return self.blob[self.offsets[i] : self.offsets[i + 1]].tobytes().decode("utf-8")
 
     def take(self, indices: np.ndarray) -> "StringColumn":
         """The strings at `indices` (K,), in that order."""
@@ -209,8 +209,10 @@ class RecordTable(SequenceABC):
         missing = [f for f in RECORD_FIELDS if f not in columns]
         lengths = {len(c) for c in columns.values()}
         if missing or len(lengths) > 1:
-            raise ValueError(f"a record table needs the columns {RECORD_FIELDS} of one length; missing {missing}, "
-                             f"lengths {sorted(lengths)}")
+            raise ValueError(
+                f"a record table needs the columns {RECORD_FIELDS} of one length; missing {missing}, "
+                f"lengths {sorted(lengths)}"
+            )
         self._columns = {f: columns[f] for f in RECORD_FIELDS}
 
     @classmethod
@@ -232,7 +234,8 @@ class RecordTable(SequenceABC):
         records = list(records)
         columns: dict[str, np.ndarray | StringColumn] = {
             f: np.array([getattr(r, f) for r in records], dtype=np.float64 if code == "d" else np.int64)
-            for f, code in NUMBER_FIELDS.items()}
+            for f, code in NUMBER_FIELDS.items()
+        }
         columns.update({f: StringColumn.from_strings(getattr(r, f) for r in records) for f in STRING_FIELDS})
         return cls(columns)
 
@@ -265,8 +268,9 @@ class RecordTable(SequenceABC):
     def take(self, indices: np.ndarray) -> "RecordTable":
         """The records at `indices` (K,), in that order, as a table."""
         indices = np.asarray(indices, dtype=np.int64)
-        return RecordTable({f: c.take(indices) if isinstance(c, StringColumn) else c[indices]
-                            for f, c in self._columns.items()})
+        return RecordTable(
+            {f: c.take(indices) if isinstance(c, StringColumn) else c[indices] for f, c in self._columns.items()}
+        )
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (RecordTable, list, tuple)):

@@ -24,8 +24,16 @@ def stored_dataset(data) -> SpeechDataset:
     """The replica's training split: global-CMVN fbank with SpecAugment (drawn by seed, epoch, index), both texts."""
     records, store = load_split(data, "train")
     tok = Tokenizer.load(data / "spm.model")
-    return SpeechDataset(records, StoredFeatures(store, FbankFrontend(cmvn=global_cmvn(data))), tok, tok,
-                         src_tag="<en>", tgt_tag="<de>", spec_augment=SpecAugmentConfig.policy("lb"), seed=5)
+    return SpeechDataset(
+        records,
+        StoredFeatures(store, FbankFrontend(cmvn=global_cmvn(data))),
+        tok,
+        tok,
+        src_tag="<en>",
+        tgt_tag="<de>",
+        spec_augment=SpecAugmentConfig.policy("lb"),
+        seed=5,
+    )
 
 
 def noisy_audio_dataset(data) -> SpeechDataset:
@@ -102,8 +110,14 @@ class Frames(Dataset):
 def test_spawned_workers_stopped_midway_end_cleanly():
     """Left with big batches in flight, spawned workers exit with 0 (not aborted while finalizing Python)."""
     ds = Frames()
-    loader = make_loader(ds, BucketBatchSampler([len(ds[i].feats) for i in range(len(ds))], 40000), pad_id=PAD,
-                         num_workers=2, device=CPU, context="spawn")
+    loader = make_loader(
+        ds,
+        BucketBatchSampler([len(ds[i].feats) for i in range(len(ds))], 40000),
+        pad_id=PAD,
+        num_workers=2,
+        device=CPU,
+        context="spawn",
+    )
     batches = iter(loader)
     for _ in range(6):
         next(batches)
@@ -146,8 +160,12 @@ def test_the_loader_leaves_the_global_rng_alone(tiny_data):
 def test_loader_settings(tiny_data):
     ds = stored_dataset(tiny_data)
     loader = make_loader(ds, sampler(ds), pad_id=PAD, num_workers=2, device=torch.device("cuda"), context="spawn")
-    assert (loader.num_workers, loader.persistent_workers, loader.pin_memory, loader.prefetch_factor) == (2, True,
-                                                                                                           True, 2)
+    assert (loader.num_workers, loader.persistent_workers, loader.pin_memory, loader.prefetch_factor) == (
+        2,
+        True,
+        True,
+        2,
+    )
     assert loader.multiprocessing_context.get_start_method() == "spawn"
     assert pickle.loads(pickle.dumps(loader.collate_fn)).keywords == {"pad_id": PAD}
     plain = make_loader(ds, sampler(ds), pad_id=PAD, num_workers=0, device=CPU, context="spawn")
@@ -180,4 +198,3 @@ def test_resolve_workers(monkeypatch):
     assert resolve_workers(-1) == 0
     with pytest.raises(ValueError, match="num_workers must be -1 \\(auto\\) or an integer >= 0, got -2"):
         resolve_workers(-2)
-
