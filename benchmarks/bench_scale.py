@@ -10,23 +10,28 @@ fresh subprocesses (one per run, `--runs` runs, medians):
   one (`load_split`: RecordTable + FeatureStore) against the former list of Records + ids list + id dict;
 - batches per epoch at max_tokens 40000 (one rank, and per rank of 8);
 - loader: utterances/s through `make_loader` with 0, 2 and 4 workers under fork and spawn, reading what
-  training reads (stored fbank, global CMVN, SpecAugment, both texts tokenized), after a warm-up, each run
-  bounded by `--seconds`, with the CPU milliseconds per utterance of all its processes; and, as the ceiling of any
-  two-way parallelism on this machine at that moment (others' programs share its CPUs), two one-process loaders
-  side by side;
+  training reads (stored fbank, global CMVN, SpecAugment, both texts tokenized; the frames it reads put in the
+  page cache first, as after a first epoch), after a warm-up, each run bounded by `--seconds`, with the CPU milliseconds per utterance of all its processes and of the main one, and a
+  spawned worker's heap; the former reads and handoff (frames through a memory map, each tensor of each batch in
+  a new shared-memory file, the manifest table pickled whole into a spawned worker) with 2 workers as the reference of the same run; and, as the ceiling
+  of any two-way parallelism on this machine at that moment (others' programs share its CPUs), two one-process
+  loaders side by side, reading different batches;
 - prepare: speechmt's feature extraction (`prepare_split`: decode, fbank, store, CMVN statistics) on the
   repository's real clips, per audio hour, extrapolated to 400 h.
 
 Prints a markdown table (and writes it to `--out`). One process per figure keeps the RSS and start costs honest.
 
     python benchmarks/bench_scale.py [--utterances 250000] [--runs 3] [--seconds 8] [--out /tmp/scale.md]
+    python benchmarks/bench_scale.py --split /tmp/scale_split --workers 0 2 --prepare-passes 0  # the loader part
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -149,7 +154,12 @@ def child_index(folder: Path, kind: str) -> dict:
     gc.collect()
     out = {"seconds": seconds, "rss_mb": rss_mb() - base, "peak_mb": rss_mb("VmHWM") - base}
     if kind == "table":
+        from multiprocessing.reduction import ForkingPickler
+
+        import speechmt.data.loader  # noqa: F401  (registers the RecordTable reduction for workers)
+
         out["pickled_mb"] = len(pickle.dumps(index)) / 2**20
+        out["worker_kib"] = len(ForkingPickler.dumps(index)) / 2**10
     return out
 
 
@@ -174,9 +184,15 @@ def speech_dataset(folder: Path):
     )
 
 
-def child_loader(folder: Path, workers: int, context: str, seconds: float, warmup: int) -> dict:
+def child_loader(
+    folder: Path, workers: int, context: str, seconds: float, warmup: int, handoff: str = "slots", seed: int = 1
+) -> dict:
     """Utterances per second through make_loader over one window of about `seconds`, after `warmup` batches
-    (which include the workers' start)."""
+    (which include the workers' start); the CPU milliseconds per utterance of all processes and of the main one;
+    the largest anonymous memory (heap) of a worker at the end. `handoff` "former": batches handed over as before
+    the slot pool (each tensor of each batch in a new shared-memory file) and the manifest table pickled whole
+    into each spawned worker, for comparison in the same run. `seed`: the batch order's (warm_store has put the frames
+    of its first batches in the page cache)."""
     import torch
 
     from speechmt.data.batching import BucketBatchSampler
@@ -186,38 +202,145 @@ def child_loader(folder: Path, workers: int, context: str, seconds: float, warmu
     ds = speech_dataset(folder)
     loader = make_loader(
         ds,
-        BucketBatchSampler(ds.sizes, MAX_TOKENS, seed=1),
+        BucketBatchSampler(ds.sizes, MAX_TOKENS, seed=seed),
         pad_id=1,
         num_workers=workers,
         device=torch.device("cpu"),
         context=context,
     )
+    if handoff == "former":
+        from multiprocessing.reduction import ForkingPickler
+
+        from speechmt.data.manifest import RecordTable
+
+        loader.collate_fn = functools.partial(former_collate, pad_id=1)
+        loader.worker_init_fn = former_worker_init
+        ForkingPickler._extra_reducers.pop(RecordTable, None)
     start = time.perf_counter()
     batches = iter(loader)
     for _ in range(warmup):
         next(batches)
     first = time.perf_counter() - start
     pids = [w.pid for w in getattr(batches, "_workers", [])]  # torch's worker processes
-    utts, start, cpu = 0, time.perf_counter(), cpu_seconds(pids)
+    utts, start, cpu, main = 0, time.perf_counter(), cpu_seconds(pids), time.process_time()
     while time.perf_counter() - start < seconds:
         utts += len(next(batches))
-    rate, cpu = utts / (time.perf_counter() - start), cpu_seconds(pids) - cpu
+    rate, cpu, main = utts / (time.perf_counter() - start), cpu_seconds(pids) - cpu, time.process_time() - main
+    anonymous = max((anonymous_mb(pid) for pid in pids), default=0.0)
     del batches, loader  # the workers stop here, not in the interpreter's exit
     gc.collect()
-    return {"utt_per_s": rate, "first_s": first, "cpu_ms_per_utt": 1000 * cpu / utts}
+    return {
+        "utt_per_s": rate,
+        "first_s": first,
+        "cpu_ms_per_utt": 1000 * cpu / utts,
+        "main_ms_per_utt": 1000 * main / utts,
+        "worker_anon_mb": anonymous,
+    }
+
+
+def former_collate(examples: list, pad_id: int):
+    """The collate of the loader before the slot pool: in a worker, each tensor of the batch in a new
+    shared-memory file."""
+    import torch
+    from torch.utils.data import get_worker_info
+
+    from speechmt.data.dataset import collate
+
+    def fresh(specs):
+        return [
+            torch.empty(0, dtype=torch.uint8)
+            .set_(torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize))
+            .view(dtype)
+            .view(shape)
+            for shape, dtype in specs
+        ]
+
+    return collate(examples, pad_id, None if get_worker_info() is None else fresh)
+
+
+def former_worker_init(worker_id: int) -> None:
+    """A worker of the loader before positional reads: the feature store's frames read through a memory map."""
+    from speechmt.data.features import FeatureStore
+    from speechmt.data.loader import end_as_forked
+
+    FeatureStore.get = mapped_get
+    end_as_forked(worker_id)
+
+
+def mapped_get(store, i: int):
+    """FeatureStore.get as it was: frames (T, dim) float32 through a memory map of the store's file."""
+    import numpy as np
+
+    if getattr(store, "_map", None) is None:
+        store._map = np.memmap(store._bin, dtype=store.dtype, mode="r", shape=(int(store.lengths.sum()), store.dim))
+    start = int(store.offsets[i])
+    return np.asarray(store._map[start : start + int(store.lengths[i])], dtype=np.float32)
+
+
+def anonymous_mb(pid: int) -> float:
+    """A process's anonymous memory (its heap: not the pages of mapped files or of shared memory) in MiB."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no Anonymous line in /proc/{pid}/smaps_rollup")
 
 
 def child_pair(folder: Path, seconds: float, warmup: int) -> dict:
     """Two one-process loaders side by side: what any two-way parallelism can get from this machine right now
-    (the ceiling of 2 workers; other programs may be using its CPUs)."""
-    args = [sys.executable, __file__, "--child", "loader", str(folder), "0", "fork", str(seconds), str(warmup)]
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
+    (the ceiling of 2 workers; other programs may be using its CPUs). They read different batches (seeds 1 and
+    2), as two workers do."""
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "loader",
+                str(folder),
+                "0",
+                "fork",
+                str(seconds),
+                str(warmup),
+                "slots",
+                str(seed),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
     results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     return {
         "utt_per_s": sum(r["utt_per_s"] for r in results),
         "first_s": max(r["first_s"] for r in results),
         "cpu_ms_per_utt": statistics.mean(r["cpu_ms_per_utt"] for r in results),
     }
+
+
+def warm_store(folder: Path, utterances: int, seeds: tuple[int, ...] = (1, 2)) -> float:
+    """Reads into the page cache the frames of the first `utterances` utterances of the batch order of each seed
+    (what the loader runs read), as training finds them after its first epoch where the RAM holds the store;
+    returns the seconds it took. Read cold, the sparse file's pages cost ~2 CPU ms per utterance in the kernel
+    and do not get faster with more processes on this machine: that would be the figure, not the loader."""
+    from speechmt.data.batching import BucketBatchSampler
+    from speechmt.data.manifest import read_split
+
+    start = time.perf_counter()
+    sizes = read_split(folder, "train").column("n_frames")
+    with np.load(folder / "fbank80" / "train.index.npz") as idx:
+        offsets, lengths, row = idx["offsets"], idx["lengths"], int(idx["dim"]) * np.dtype(str(idx["dtype"])).itemsize
+    chosen = []
+    for seed in seeds:
+        order = np.concatenate(BucketBatchSampler(sizes, MAX_TOKENS, seed=seed).rank_batches())
+        chosen.append(order[:utterances])
+    chosen = np.unique(np.concatenate(chosen))  # in file order
+    buffer = bytearray(int(lengths[chosen].max()) * row)
+    with open(folder / "fbank80" / "train.bin", "rb", buffering=0) as f:
+        for i in chosen.tolist():
+            f.seek(int(offsets[i]) * row)
+            f.readinto(memoryview(buffer)[: int(lengths[i]) * row])
+    return time.perf_counter() - start
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -303,7 +426,13 @@ def table(split: dict, index: dict, epoch: dict, loader: dict, prepare: dict, ar
     for kind, name in (("table", "compact (RecordTable + FeatureStore)"), ("list", "former (list of Records + dict)")):
         r = index[kind]
         rows.append((f"index, {name}", f"+{r['rss_mb']:.0f} MiB RSS (peak +{r['peak_mb']:.0f}), {r['seconds']:.1f} s"))
-    rows.append(("dataset pickled for a spawned worker", f"{index['table']['pickled_mb']:.0f} MiB"))
+    rows.append(
+        (
+            "manifest + feature index pickled",
+            f"{index['table']['pickled_mb']:.0f} MiB; as a spawned worker "
+            f"receives it (the table's columns in shared memory): {index['table']['worker_kib']:.1f} KiB",
+        )
+    )
     rows.append(
         (
             f"batches per epoch, max_tokens {MAX_TOKENS}",
@@ -311,22 +440,32 @@ def table(split: dict, index: dict, epoch: dict, loader: dict, prepare: dict, ar
             f"{epoch['eight']:,} per rank on 8; {epoch['seconds']:.1f} s",
         )
     )
-    base = loader.get((0, "fork"), {}).get("utt_per_s")
-    for (workers, context), r in loader.items():
-        if not r:
-            rows.append((f"loader, {workers} workers, {context}", "timed out"))
-            continue
-        ratio = f", {r['utt_per_s'] / base:.2f}x one process" if base and (workers or context == "pair") else ""
+    base = loader.get((0, "fork", "slots"), {}).get("utt_per_s")
+    ceiling = loader.get((0, "pair", "slots"), {}).get("utt_per_s")
+    for (workers, context, handoff), r in loader.items():
         name = (
             "two one-process loaders side by side (the ceiling)"
             if context == "pair"
-            else f"loader, {workers} workers" + (f", {context}" if workers else "")
+            else f"loader, {workers} workers"
+            + (f", {context}" if workers else "")
+            + (
+                ", former reads and handoff (frames through a memory map, a new shared-memory file per tensor, the table pickled whole)"
+                * (handoff == "former")
+            )
         )
+        if not r:
+            rows.append((name, "timed out"))
+            continue
+        ratio = f", {r['utt_per_s'] / base:.2f}x one process" if base and (workers or context == "pair") else ""
+        if ceiling and workers:
+            ratio += f" ({r['utt_per_s'] / ceiling:.0%} of the ceiling)"
+        main = f" (main process {r['main_ms_per_utt']:.3f})" if workers else ""
+        heap = f"; a worker's heap {r['worker_anon_mb']:.0f} MiB" if context == "spawn" else ""
         rows.append(
             (
                 name,
-                f"{r['utt_per_s']:,.0f} utt/s{ratio}; {r['cpu_ms_per_utt']:.2f} CPU ms/utt; first {args.warmup} "
-                f"batches {r['first_s']:.1f} s",
+                f"{r['utt_per_s']:,.0f} utt/s{ratio}; {r['cpu_ms_per_utt']:.2f} CPU ms/utt{main}; first "
+                f"{args.warmup} batches {r['first_s']:.1f} s{heap}",
             )
         )
     for jobs, r in prepare.items():
@@ -349,22 +488,61 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=4, help="untimed batches first (workers' start included)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2, 4])
     parser.add_argument("--contexts", nargs="+", default=["fork", "spawn"])
-    parser.add_argument("--prepare-passes", type=int, default=60, help="passes over the real clips to prepare")
+    parser.add_argument(
+        "--former-workers",
+        type=int,
+        nargs="*",
+        default=[2],
+        help="worker counts also run with the former handoff, for comparison (none: leave out)",
+    )
+    parser.add_argument(
+        "--warm-utterances",
+        type=int,
+        default=40000,
+        help="utterances of each batch order whose frames are read into the page cache first",
+    )
+    parser.add_argument(
+        "--split",
+        type=Path,
+        help="the simulated split's folder: built there once, then reused (default: a temporary folder)",
+    )
+    parser.add_argument(
+        "--prepare-passes",
+        type=int,
+        default=60,
+        help="passes over the real clips to prepare (0: leave preparation out)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
-        folder = Path(tmp)
-        split = build_split(folder, args.utterances)
-        print(f"split built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        index = medians({kind: ["index", tmp, kind] for kind in ("table", "list")}, args.runs, 300)
+        folder = args.split or Path(tmp)
+        if args.split and (folder / "train.jsonl").exists():
+            split = json.loads((folder / "split.json").read_text())
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            split = build_split(folder, args.utterances)
+            (folder / "split.json").write_text(json.dumps(split))
+            print(f"split built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        index = medians({kind: ["index", str(folder), kind] for kind in ("table", "list")}, args.runs, 300)
         epoch = batches_per_epoch(folder)
-        configs = [(w, c) for c in args.contexts for w in args.workers if w or c == args.contexts[0]]
-        children = {(w, c): ["loader", tmp, str(w), c, str(args.seconds), str(args.warmup)] for w, c in configs}
-        children[(0, "pair")] = ["pair", tmp, str(args.seconds), str(args.warmup)]
+        configs = [(w, c, "slots") for c in args.contexts for w in args.workers if w or c == args.contexts[0]]
+        configs += [(w, c, "former") for c in args.contexts for w in args.former_workers]
+        children = {
+            (w, c, h): ["loader", str(folder), str(w), c, str(args.seconds), str(args.warmup), h] for w, c, h in configs
+        }
+        children[(0, "pair", "slots")] = ["pair", str(folder), str(args.seconds), str(args.warmup)]
+        warm = warm_store(folder, args.warm_utterances)
+        print(f"page cache warmed in {warm:.0f} s", file=sys.stderr)
         loader = medians(children, args.runs, 120 + args.seconds)
-        prepare = medians(
-            {jobs: ["prepare", f"{tmp}/prepared{jobs}", str(args.prepare_passes), str(jobs)] for jobs in (1, 2)}, 1, 300
+        prepare = (
+            medians(
+                {jobs: ["prepare", f"{tmp}/prepared{jobs}", str(args.prepare_passes), str(jobs)] for jobs in (1, 2)},
+                1,
+                300,
+            )
+            if args.prepare_passes
+            else {}
         )
     text = table(split, index, epoch, loader, prepare, args)
     text += (
@@ -382,7 +560,9 @@ def child(argv: list[str]) -> None:
     if kind == "index":
         result = child_index(folder, argv[2])
     elif kind == "loader":
-        result = child_loader(folder, int(argv[2]), argv[3], float(argv[4]), int(argv[5]))
+        result = child_loader(
+            folder, int(argv[2]), argv[3], float(argv[4]), int(argv[5]), *argv[6:7], *map(int, argv[7:8])
+        )
     elif kind == "pair":
         result = child_pair(folder, float(argv[2]), int(argv[3]))
     else:

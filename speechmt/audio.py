@@ -5,6 +5,7 @@ Units: SAMPLE_RATE samples per second; fbank frames every FRAME_SHIFT_MS with FR
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -349,9 +350,15 @@ def apply_cmvn(feats: torch.Tensor, cfg: CMVNConfig) -> torch.Tensor:
 
 def _global_cmvn(feats: torch.Tensor, cfg: CMVNConfig) -> torch.Tensor:
     """(T, F) -> (T, F) normalised by the corpus statistics cfg.mean and cfg.std."""
-    mean = torch.tensor(cfg.mean, dtype=feats.dtype, device=feats.device)
-    std = torch.tensor(cfg.std, dtype=feats.dtype, device=feats.device)
-    return (feats - mean) / std
+    mean, std = _statistics(cfg.mean, cfg.std, feats.dtype)
+    return (feats - mean.to(feats.device)) / std.to(feats.device)
+
+
+@functools.lru_cache(maxsize=8)
+def _statistics(mean: tuple[float, ...], std: tuple[float, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Global CMVN's (F,) mean and std as CPU tensors, made once per corpus statistics (a loader calls
+    _global_cmvn per utterance; the tensors are read, never written)."""
+    return torch.tensor(mean, dtype=dtype), torch.tensor(std, dtype=dtype)
 
 
 CMVN_KINDS = {

@@ -9,27 +9,31 @@ import torch
 from torch.utils.data import Sampler
 
 
-def collate_sequences(seqs: Sequence[torch.Tensor], pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def collate_sequences(
+    seqs: Sequence[torch.Tensor], pad_value: float = 0.0, out: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pads B tensors of shape (T_i, ...) to one (B, T_max, ...) tensor; also returns lengths (B,) int64.
 
-    Works for features (T_i, F) and for token ids (T_i,) alike; pass the pad id as `pad_value` for ids.
+    Works for features (T_i, F) and for token ids (T_i,) alike; pass the pad id as `pad_value` for ids. `out`:
+    the two tensors to write into (of padded_shape(seqs) and (B,), with the sequences' dtype and int64), as a
+    DataLoader worker's collate does with tensors in shared memory; by default new ones.
     """
     if not seqs:
         raise ValueError("collate_sequences needs at least one sequence")
     lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
-    x = _new_batch_tensor(seqs[0], (len(seqs), int(lengths.max()), *seqs[0].shape[1:])).fill_(pad_value)
+    if out is None:
+        x = seqs[0].new_empty(padded_shape(seqs))
+    else:
+        x, lengths = out[0], out[1].copy_(lengths)
+    x.fill_(pad_value)
     for i, s in enumerate(seqs):
         x[i, : s.shape[0]] = s
     return x, lengths
 
 
-def _new_batch_tensor(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialised tensor of `shape` with `like`'s dtype and device; in a DataLoader worker, in shared memory
-    (as torch's default_collate does), so that handing the batch to the main process copies nothing."""
-    if torch.utils.data.get_worker_info() is None:
-        return like.new_empty(shape)
-    storage = like._typed_storage()._new_shared(int(np.prod(shape)), device=like.device)
-    return like.new(storage).resize_(shape)
+def padded_shape(seqs: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """The shape collate_sequences pads `seqs` (T_i, ...) to: (B, T_max, ...)."""
+    return (len(seqs), max(s.shape[0] for s in seqs), *seqs[0].shape[1:])
 
 
 def padded_size(batch: Sequence[int], sizes: Sequence[int]) -> int:

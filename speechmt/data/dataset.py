@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from speechmt.audio import CMVNConfig, SpecAugmentConfig, spec_augment
 from speechmt.checks import ConfigError
-from speechmt.data.batching import collate_sequences
+from speechmt.data.batching import collate_sequences, padded_shape
 from speechmt.data.encoder_cache import cached_split
 from speechmt.data.features import FeatureStore
 from speechmt.data.manifest import ManifestError, Record, RecordTable, read_split, record_audio, record_column
@@ -100,21 +100,50 @@ class Batch:
         return Batch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in pinned.items()})
 
 
-def collate(examples: list[Example], pad_id: int = 0) -> Batch:
+Allocate = Callable[[list[tuple[tuple[int, ...], torch.dtype]]], list[torch.Tensor]]
+"""Makes a batch's tensors at once: (shape, dtype) each -> uninitialised tensors of those shapes and dtypes."""
+
+
+def collate(examples: list[Example], pad_id: int = 0, allocate: Allocate | None = None) -> Batch:
     """Pads a list of examples into one Batch (features padded with 0, decoder ids with `pad_id`, source ids
-    with the SentencePiece pad id: source tokenizers are speechmt's even when the decoder is Whisper's)."""
+    with the SentencePiece pad id: source tokenizers are speechmt's even when the decoder is Whisper's).
+
+    `allocate` makes all the batch's tensors in one call (a DataLoader worker's, in its reused shared memory:
+    speechmt.data.loader); by default each is a new tensor."""
     batch = Batch(ids=[e.id for e in examples], precomputed=examples[0].precomputed)
-    if examples[0].feats is not None:
-        batch.feats, batch.feat_lengths = collate_sequences([e.feats for e in examples])
-    if examples[0].src_ids is not None:
-        batch.src, batch.src_lengths = collate_sequences([e.src_ids for e in examples], Tokenizer.pad_id)
-    if examples[0].tgt_ids is not None:
-        batch.tgt, batch.tgt_lengths = collate_sequences([e.tgt_ids for e in examples], pad_id)
-    if examples[0].teacher is not None:
-        batch.teacher, batch.teacher_lengths = collate_sequences([e.teacher for e in examples])
-    if examples[0].prefix is not None:
-        batch.prefix, batch.prefix_lengths = collate_sequences([e.prefix for e in examples])
+    pads = {"feats": 0.0, "src_ids": Tokenizer.pad_id, "tgt_ids": pad_id, "teacher": 0.0, "prefix": 0.0}
+    parts = [
+        (name, lengths, [getattr(e, part) for e in examples], pads[part])
+        for name, lengths, part in BATCH_PARTS
+        if getattr(examples[0], part) is not None
+    ]
+    outs: list = [None] * len(parts)
+    if allocate is not None:
+        made = iter(
+            allocate(
+                [
+                    spec
+                    for _, _, seqs, _ in parts
+                    for spec in ((padded_shape(seqs), seqs[0].dtype), ((len(seqs),), torch.int64))
+                ]
+            )
+        )
+        outs = list(zip(made, made))
+    for (name, lengths, seqs, pad), out in zip(parts, outs):
+        x, n = collate_sequences(seqs, pad, out)
+        setattr(batch, name, x)
+        setattr(batch, lengths, n)
     return batch
+
+
+BATCH_PARTS = (
+    ("feats", "feat_lengths", "feats"),
+    ("src", "src_lengths", "src_ids"),
+    ("tgt", "tgt_lengths", "tgt_ids"),
+    ("teacher", "teacher_lengths", "teacher"),
+    ("prefix", "prefix_lengths", "prefix"),
+)
+"""A Batch's padded tensors: (its field, its lengths' field, the Example field it is made of)."""
 
 
 def encode_ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | None:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from speechmt.data.manifest import StringColumn
 
@@ -66,7 +67,12 @@ class FeatureStore:
 
     Compact per process: ids as fixed-width UTF-8 bytes (N,), offsets and lengths as int64 arrays (N,), an id's
     position found by binary search. Pickling keeps only the prefix: a copy (a DataLoader worker under spawn)
-    reopens the index and the memory map instead of carrying the frames."""
+    reopens the index and the file instead of carrying the frames.
+
+    Frames are read with one positional read (`os.pread`) per utterance from a descriptor each process opens for
+    itself, not through a memory map: a map costs every reading process a page fault per 4 KiB page it touches
+    (~25 per MuST-C utterance), and DataLoader workers reading one map fault against each other; a read copies
+    from the page cache in one system call (benchmarks/bench_scale.py measures both)."""
 
     def __init__(self, prefix: str | os.PathLike):
         self.prefix = Path(prefix)
@@ -83,11 +89,8 @@ class FeatureStore:
         if not bin_path.exists() or bin_path.stat().st_size != expected:
             size = bin_path.stat().st_size if bin_path.exists() else "missing"
             raise ValueError(f"{bin_path}: feature store is incomplete ({size} bytes, expected {expected})")
-        self._data = (
-            np.memmap(bin_path, dtype=dtype, mode="r", shape=(total, self.dim))
-            if total
-            else np.zeros((0, self.dim), dtype=dtype)
-        )
+        self.dtype, self._bin = dtype, bin_path
+        self._fd: tuple[int, int] | None = None  # (pid, descriptor): a forked child opens its own
         self._order: np.ndarray | None = None  # argsort of the ids, made at the first look-up by id
 
     def __getstate__(self) -> dict:
@@ -119,11 +122,37 @@ class FeatureStore:
 
     def get(self, i: int) -> np.ndarray:
         """Features of the i-th utterance, (T, dim) float32."""
-        start = int(self.offsets[i])
-        return np.asarray(self._data[start : start + int(self.lengths[i])], dtype=np.float32)
+        frames, row = int(self.lengths[i]), self.dim * self.dtype.itemsize
+        data = np.frombuffer(_read_at(self._descriptor(), frames * row, int(self.offsets[i]) * row), self.dtype)
+        # torch converts float16 about 9x faster than numpy's astype (vectorised); the result is numpy's
+        return torch.from_numpy(data).float().numpy().reshape(frames, self.dim)
+
+    def _descriptor(self) -> int:
+        """This process' read-only descriptor of the frames file (opened at the first read after a fork)."""
+        if self._fd is None or self._fd[0] != os.getpid():
+            self._fd = (os.getpid(), os.open(self._bin, os.O_RDONLY | getattr(os, "O_BINARY", 0)))
+        return self._fd[1]
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None and self._fd[0] == os.getpid():
+            os.close(self._fd[1])
 
     def __getitem__(self, utt_id: str) -> np.ndarray:
         i = self.position(utt_id)
         if i is None:
             raise KeyError(f"{utt_id}: not in this feature store")
         return self.get(i)
+
+
+def _read_at(fd: int, size: int, offset: int) -> bytearray:
+    """`size` bytes of `fd` from `offset`, in a writable buffer (os.preadv; a seek and a read where the platform
+    has no preadv)."""
+    data = bytearray(size)
+    if hasattr(os, "preadv"):
+        got = os.preadv(fd, [data], offset) if size else 0
+    else:  # pragma: no cover - Windows
+        os.lseek(fd, offset, os.SEEK_SET)
+        got = os.readv(fd, [data]) if size else 0
+    if got != size:
+        raise OSError(f"feature store: {size} bytes expected at offset {offset}, the file gave {got}")
+    return data

@@ -214,6 +214,7 @@ class RecordTable(SequenceABC):
                 f"lengths {sorted(lengths)}"
             )
         self._columns = {f: columns[f] for f in RECORD_FIELDS}
+        self.buffer: object = None  # what holds the columns' memory when they lie in one buffer (use_arrays)
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "RecordTable":
@@ -238,6 +239,37 @@ class RecordTable(SequenceABC):
         }
         columns.update({f: StringColumn.from_strings(getattr(r, f) for r in records) for f in STRING_FIELDS})
         return cls(columns)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The table as flat arrays: each number column by its name, each text column as NAME.blob (uint8) and
+        NAME.offsets (int64); from_arrays makes the table again."""
+        out: dict[str, np.ndarray] = {}
+        for f, c in self._columns.items():
+            out.update({f"{f}.blob": c.blob, f"{f}.offsets": c.offsets} if isinstance(c, StringColumn) else {f: c})
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "RecordTable":
+        """The table of `arrays()` (used as they are, not copied)."""
+        return cls(
+            {
+                **{f: arrays[f] for f in NUMBER_FIELDS},
+                **{f: StringColumn(arrays[f"{f}.blob"], arrays[f"{f}.offsets"]) for f in STRING_FIELDS},
+            }
+        )
+
+    def __reduce__(self):
+        return RecordTable.from_arrays, (self.arrays(),)  # the arrays, not the buffer they may lie in
+
+    def use_arrays(self, arrays: dict[str, np.ndarray], buffer: object) -> None:
+        """Holds the columns in `arrays`, equal to arrays() (the same bytes elsewhere: views of `buffer`, a shared
+        memory a DataLoader worker maps instead of receiving a copy), from now on."""
+        mine = self.arrays()
+        if mine.keys() != arrays.keys() or not all(
+            mine[k].dtype == arrays[k].dtype and np.array_equal(mine[k], arrays[k]) for k in mine
+        ):
+            raise ValueError("use_arrays takes the table's own arrays, elsewhere")
+        self._columns, self.buffer = RecordTable.from_arrays(arrays)._columns, buffer
 
     def column(self, name: str) -> np.ndarray | StringColumn:
         """One field for all records: (N,) float64/int64 array for numbers, a StringColumn for text."""

@@ -167,7 +167,7 @@ def test_loader_settings(tiny_data):
         2,
     )
     assert loader.multiprocessing_context.get_start_method() == "spawn"
-    assert pickle.loads(pickle.dumps(loader.collate_fn)).keywords == {"pad_id": PAD}
+    assert pickle.loads(pickle.dumps(loader.collate_fn)).keywords["pad_id"] == PAD
     plain = make_loader(ds, sampler(ds), pad_id=PAD, num_workers=0, device=CPU, context="spawn")
     assert (plain.persistent_workers, plain.pin_memory, plain.multiprocessing_context) == (False, False, None)
     default = make_loader(ds, sampler(ds), pad_id=PAD, num_workers=1, device=CPU)
