@@ -1,5 +1,6 @@
 """The Python API's research tools, what `speechmt research ...` does: `analyze()` measures how far apart speech
 and text are inside a model, layer by layer; `benchmark()` scores and times several systems on one split;
+`report()` puts the benchmark results of several directions in one table;
 `pretrain_audio()` runs wav2vec 2.0 self-supervised pretraining on unlabelled audio.
 """
 
@@ -110,6 +111,22 @@ def benchmark(
     bench, hyps = run_benchmark(cfg)
     written = write_benchmark(bench, out, hyps)
     return BenchmarkRun(bench, hyps, benchmark_markdown(bench), written)
+
+
+def report(
+    benchmarks: Sequence[str | os.PathLike], out: str | os.PathLike, title: str = "", metrics: Sequence[str] = ()
+) -> str:
+    """One table for a benchmark's directions (`speechmt research report`): the `benchmark()` results at
+    `benchmarks` (benchmark.json files or their folders), one per direction, side by side: a row per system (by
+    name), each direction's `metrics` (default BLEU and chrF; WER for ASR results) as a group of columns, the
+    mean over directions for a system scored on all of them, then each direction's split, size and metric
+    signatures. Writes the markdown to `out` and returns it. BenchmarkError (one line) for a result that cannot
+    be read or two results of one direction."""
+    from speechmt.evaluation.direction_table import build_table, table_markdown, write_report
+
+    table = build_table([os.fspath(b) for b in benchmarks], title, tuple(metrics) or None)
+    write_report(table, out)
+    return table_markdown(table)
 
 
 def pretrain_audio(

@@ -1,13 +1,15 @@
 """Peer system: zero-shot cascade, Whisper base ASR (faster-whisper) -> Gemma 3 270M prompted to translate.
 
-No training at all: faster-whisper transcribes each clip (English, beam 5, int8, 30 s input windows; run in
-the peer environment .venv-peers by benchmarks/peers/faster_whisper_peer.py), then Gemma 3 270M, a base
-language model, continues a 3-shot plain-text prompt
+No training at all: faster-whisper transcribes each clip in its source language (beam 5, int8, 30 s input
+windows; run in the peer environment .venv-peers by benchmarks/peers/faster_whisper_peer.py), then Gemma 3 270M,
+a base language model, continues a 3-shot plain-text prompt, e.g. for English -> German
 
     English: <sentence>\\nGerman: <translation>\\n\\n   (three everyday pairs, none from any test set)
     English: <transcript>\\nGerman:
 
-greedily, and its output up to the first newline is the translation. Runs in the project's .venv (torch +
+greedily, and its output up to the first newline is the translation. The direction is the split's (every record
+names its src_lang and tgt_lang) or --src-lang/--tgt-lang; the shots are the same three sentences in each language
+of SHOTS (written for this prompt). Runs in the project's .venv (torch +
 transformers); scores with speechmt's metric code (sacreBLEU BLEU and chrF, as `speechmt evaluate`) and
 writes a peer hypotheses file that `speechmt research benchmark --peer FILE.json` also reads:
 
@@ -33,30 +35,86 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout: speechmt need not be installed
 from speechmt.data.manifest import read_split  # noqa: E402
 from speechmt.evaluation.metrics import bleu, chrf, wer  # noqa: E402
+from speechmt.tokenizers.lm import language_name  # noqa: E402
 
 DEFAULT_LM = Path(os.environ.get("SPEECHMT_HOME", Path.home() / ".cache" / "speechmt")) / "gemma-3-270m"
 DEFAULT_PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 # Whisper base: 74M parameters (Radford et al. 2022, Table 1); the LM's count is taken from the loaded model.
 WHISPER_BASE_PARAMS = 74_000_000
-# Three everyday sentence pairs written for this prompt; none occurs in tst-REAL, tst-COMMON or the examples.
-SHOTS = (
-    ("Where is the nearest train station?", "Wo ist der nächste Bahnhof?"),
-    ("I would like a cup of coffee, please.", "Ich hätte gern eine Tasse Kaffee, bitte."),
-    ("We are going to visit my grandmother tomorrow.", "Wir besuchen morgen meine Großmutter."),
-)
+# Three everyday sentences written for this prompt, in each language it can pair; none occurs in tst-REAL,
+# tst-COMMON, the Asterisk prompts or the examples.
+SHOTS = {
+    "en": (
+        "Where is the nearest train station?",
+        "I would like a cup of coffee, please.",
+        "We are going to visit my grandmother tomorrow.",
+    ),
+    "de": (
+        "Wo ist der nächste Bahnhof?",
+        "Ich hätte gern eine Tasse Kaffee, bitte.",
+        "Wir besuchen morgen meine Großmutter.",
+    ),
+    "fr": (
+        "Où est la gare la plus proche ?",
+        "Je voudrais une tasse de café, s'il vous plaît.",
+        "Nous allons rendre visite à ma grand-mère demain.",
+    ),
+    "es": (
+        "¿Dónde está la estación de tren más cercana?",
+        "Quisiera una taza de café, por favor.",
+        "Mañana vamos a visitar a mi abuela.",
+    ),
+    "it": (
+        "Dov'è la stazione ferroviaria più vicina?",
+        "Vorrei una tazza di caffè, per favore.",
+        "Domani andiamo a trovare mia nonna.",
+    ),
+    "nl": (
+        "Waar is het dichtstbijzijnde treinstation?",
+        "Ik wil graag een kopje koffie, alstublieft.",
+        "We gaan morgen bij mijn oma op bezoek.",
+    ),
+    "pt": (
+        "Onde fica a estação de trem mais próxima?",
+        "Eu gostaria de uma xícara de café, por favor.",
+        "Amanhã vamos visitar minha avó.",
+    ),
+    "ro": (
+        "Unde este cea mai apropiată gară?",
+        "Aș dori o ceașcă de cafea, vă rog.",
+        "Mâine mergem în vizită la bunica mea.",
+    ),
+    "ru": ("Где ближайший вокзал?", "Я бы хотел чашку кофе, пожалуйста.", "Завтра мы навестим мою бабушку."),
+}
 
 
 class CascadeError(Exception):
     """Bad input (data dir, split, ASR file, LM folder) or a failed ASR run; the message says which."""
 
 
-def prompt_for(source: str) -> str:
-    """The 3-shot prompt that asks the LM for the German of one English sentence."""
-    shots = "".join(f"English: {en}\nGerman: {de}\n\n" for en, de in SHOTS)
-    return f"{shots}English: {source}\nGerman:"
+def prompt_for(source: str, src_lang: str = "en", tgt_lang: str = "de") -> str:
+    """The 3-shot prompt that asks the LM for the `tgt_lang` of one `src_lang` sentence (codes of SHOTS)."""
+    src, tgt = language_name(src_lang), language_name(tgt_lang)
+    shots = "".join(f"{src}: {a}\n{tgt}: {b}\n\n" for a, b in zip(SHOTS[src_lang], SHOTS[tgt_lang]))
+    return f"{shots}{src}: {source}\n{tgt}:"
 
 
-def run_asr(data: Path, split: str, peers_python: Path, beam: int, threads: int, out: Path) -> dict:
+def direction(records: list, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+    """The (source, target) language codes: given, else the records' own (one each); CascadeError otherwise."""
+    pair = []
+    for given, field in ((src_lang, "src_lang"), (tgt_lang, "tgt_lang")):
+        found = sorted({getattr(r, field) for r in records} - {""})
+        code = given or (found[0] if len(found) == 1 else None)
+        if code is None:
+            flag = "--" + field.replace("_", "-")
+            raise CascadeError(f"the split's records name {', '.join(found) or 'no'} {field}; pass {flag}")
+        if code not in SHOTS:
+            raise CascadeError(f"{field} {code!r}: no prompt shots in that language (known: {', '.join(SHOTS)})")
+        pair.append(code)
+    return pair[0], pair[1]
+
+
+def run_asr(data: Path, split: str, peers_python: Path, beam: int, threads: int, out: Path, language: str) -> dict:
     """Transcribes the split with faster_whisper_peer.py in the peer environment; returns its JSON."""
     if not peers_python.is_file():
         raise CascadeError(f"{peers_python}: peer environment missing (run `make peers`)")
@@ -70,7 +128,7 @@ def run_asr(data: Path, split: str, peers_python: Path, beam: int, threads: int,
         "--task",
         "transcribe",
         "--language",
-        "en",
+        language,
         "--beam",
         str(beam),
         "--threads",
@@ -91,7 +149,7 @@ def newline_ids(tokenizer) -> list[int]:
 
 
 def translate(
-    sources: list[str], lm_dir: Path, batch_size: int, max_new_tokens: int, threads: int
+    sources: list[str], lm_dir: Path, batch_size: int, max_new_tokens: int, threads: int, pair: tuple[str, str]
 ) -> tuple[list[str], int]:
     """Greedy 3-shot translations, each cut at its first newline (an empty source gives an empty output),
     and the LM's parameter count."""
@@ -116,7 +174,7 @@ def translate(
     todo = [i for i, s in enumerate(sources) if s.strip()]
     for start in range(0, len(todo), batch_size):
         idx = todo[start : start + batch_size]
-        enc = tok([prompt_for(sources[i].strip()) for i in idx], return_tensors="pt", padding=True)
+        enc = tok([prompt_for(sources[i].strip(), *pair) for i in idx], return_tensors="pt", padding=True)
         with torch.inference_mode():
             gen = model.generate(
                 **enc,
@@ -152,11 +210,18 @@ def run(args: argparse.Namespace) -> dict:
     if not manifest.is_file():
         raise CascadeError(f"{manifest}: split '{args.split}' not prepared in {data}")
     records = read_split(data, args.split)
+    pair = direction(records, args.src_lang, args.tgt_lang)
     if args.asr_json:
         asr = json.loads(Path(args.asr_json).read_text(encoding="utf-8"))
     else:  # kept beside the output, so that --asr-json can reuse it
         asr = run_asr(
-            data, args.split, Path(args.peers_python), args.beam, args.threads, Path(args.out).with_suffix(".asr.json")
+            data,
+            args.split,
+            Path(args.peers_python),
+            args.beam,
+            args.threads,
+            Path(args.out).with_suffix(".asr.json"),
+            pair[0],
         )
     by_id = dict(zip(asr["ids"], asr["hypotheses"]))
     missing = [r.id for r in records if r.id not in by_id]
@@ -164,14 +229,15 @@ def run(args: argparse.Namespace) -> dict:
         raise CascadeError(f"ASR output lacks {len(missing)} ids of {args.split} (first: {missing[0]!r})")
     transcripts = [by_id[r.id] for r in records]
     start, cpu_start = time.perf_counter(), time.process_time()
-    hyps, lm_params = translate(transcripts, Path(args.lm), args.batch_size, args.max_new_tokens, args.threads)
+    hyps, lm_params = translate(transcripts, Path(args.lm), args.batch_size, args.max_new_tokens, args.threads, pair)
     mt_seconds, mt_cpu = time.perf_counter() - start, time.process_time() - cpu_start
     refs = [r.tgt_text for r in records]
     scores = {
         s.name: {"score": round(s.score, 2), "signature": s.signature} for s in (bleu(hyps, refs), chrf(hyps, refs))
     }
     asr_wer = wer(transcripts, [r.src_text for r in records])
-    shots = " | ".join(en for en, _ in SHOTS)
+    shots = " | ".join(SHOTS[pair[0]])
+    src, tgt = language_name(pair[0]), language_name(pair[1])
     return {
         "system": "cascade: faster-whisper base (int8) -> Gemma 3 270M (3-shot)",
         "params": WHISPER_BASE_PARAMS + lm_params,
@@ -185,7 +251,7 @@ def run(args: argparse.Namespace) -> dict:
         "device": "cpu",
         "notes": (
             f"ASR: {asr['notes']}. MT: {Path(args.lm).name}, float32, greedy, 3-shot plain-text prompt "
-            f"(English: ...\\nGerman: ...; shots: {shots}), cut at the first newline, batches of "
+            f"({src}: ...\\n{tgt}: ...; shots: {shots}), cut at the first newline, batches of "
             f"{args.batch_size} (left padding), {mt_seconds:.1f} s wall / {mt_cpu:.1f} s CPU; ASR WER "
             f"{asr_wer.score:.2f} ({asr_wer.signature})"
         ),
@@ -203,6 +269,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lm", default=str(DEFAULT_LM), help="Gemma 3 270M Hugging Face folder")
     p.add_argument("--peers-python", default=str(DEFAULT_PEERS_PYTHON), help="python of .venv-peers")
     p.add_argument("--asr-json", default=None, help="reuse this faster_whisper_peer.py transcribe output")
+    p.add_argument("--src-lang", default=None, help="source language code (default: the records')")
+    p.add_argument("--tgt-lang", default=None, help="target language code (default: the records')")
     p.add_argument("--beam", type=int, default=5, help="Whisper beam size")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=8, help="sentences per LM generate call")

@@ -90,6 +90,14 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from speechmt.api_research import report
+
+    print(report(args.benchmarks, args.out, args.title, args.metrics), end="")
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_pretrain_audio(args: argparse.Namespace) -> int:
     from speechmt.api_research import pretrain_audio
     from speechmt.cli.tools_parser import split_inputs

@@ -33,7 +33,7 @@ def add_research_group(sub) -> None:
         description="Research tools: `speechmt research COMMAND --help` for each.",
     )
     commands = res.add_subparsers(dest="research_command", metavar="COMMAND", required=True)
-    for add in (_analyze, _benchmark, _pretrain_audio):
+    for add in (_analyze, _benchmark, _report, _pretrain_audio):
         add(commands)
 
 
@@ -122,6 +122,25 @@ def _analyze(sub) -> None:
     ana.add_argument("--limit", type=opt.integer(4, opt.MAX_TOKENS), help="only the first N (>= 4) utterances")
     ana.add_argument("--device", type=opt.device, default="cpu", help="cpu, cuda, cuda:N or mps")
     ana.set_defaults(func=tools_commands.cmd_analyze)
+
+
+def _report(sub) -> None:
+    rep = sub.add_parser(
+        "report",
+        help="one table for a benchmark's directions, from one `research benchmark` result per direction",
+        description="Puts `speechmt research benchmark` results of several directions (one result per direction: "
+        "tst-COMMON_en-de, tst-COMMON_en-fr, ...) side by side: a row per system, matched by name; each direction's "
+        "metrics as a group of columns; the mean over the directions for a system scored on all of them; then "
+        "each direction's split, size and metric signatures. A result's direction is its records' language "
+        "pair, else its split name's _src-tgt suffix.",
+    )
+    rep.add_argument("benchmarks", nargs="+", metavar="RESULT", help="benchmark.json files or their folders")
+    rep.add_argument("--out", required=True, help="markdown file to write")
+    rep.add_argument("--title", default="", help="the report's heading")
+    rep.add_argument(
+        "--metrics", nargs="+", default=[], help="metric columns per direction (default: BLEU chrF; WER for ASR)"
+    )
+    rep.set_defaults(func=tools_commands.cmd_report)
 
 
 def _benchmark(sub) -> None:

@@ -65,6 +65,7 @@ def test_the_groups_hold_the_other_commands():
             "import convert",
             "research analyze",
             "research benchmark",
+            "research report",
             "research pretrain-audio",
         ]
     )
@@ -288,7 +289,7 @@ def test_every_handler_calls_the_public_api_and_nothing_deeper():
     """Each command's handler imports the API modules only (speechmt.ranks to print once per run); the modules'
     own imports hold nothing of speechmt beyond AudioError."""
     handlers = {leaf.get_default("func") for _, leaf in leaves(build_parser())}
-    assert len(handlers) == 23 and all(inspect.getmodule(h) in HANDLER_MODULES for h in handlers)
+    assert len(handlers) == 24 and all(inspect.getmodule(h) in HANDLER_MODULES for h in handlers)
     for module in HANDLER_MODULES:
         top = {
             n.module
