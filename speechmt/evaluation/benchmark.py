@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
-import json
 import os
 import platform
 import warnings
@@ -44,6 +43,14 @@ from typing import Any
 import torch
 
 from speechmt.data.manifest import Record, read_split
+from speechmt.evaluation.benchmark_inputs import (  # noqa: F401 (ANALYSIS_COLUMNS, BenchmarkError: imported from here too)
+    ANALYSIS_COLUMNS,
+    BenchmarkError,
+    analysis_option,
+    attach_analyses,
+    read_analysis,
+    read_json,
+)
 from speechmt.evaluation.evaluate import decode_split, one_line, references, score
 from speechmt.evaluation.metrics import Score
 from speechmt.evaluation.report import git_commit, utc_now
@@ -62,10 +69,6 @@ PEER_KEYS = (
     "device",
     "notes",
 )
-
-
-class BenchmarkError(ValueError):
-    """Bad benchmark input (split, peer file, earlier result, names); the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -328,18 +331,6 @@ def benchmark_cascade(
     return row, hyps
 
 
-def _read_json(path: str, what: str) -> dict[str, Any]:
-    try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchmarkError(f"{path}: {what} not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BenchmarkError(f"{path}: not a JSON {what} ({e})") from None
-    if not isinstance(d, dict):
-        raise BenchmarkError(f"{path}: a {what} is a JSON object, found {type(d).__name__}")
-    return d
-
-
 def _peer_hypotheses(path: str, d: dict[str, Any], split_ids: list[str], records: list[Record]) -> list[str]:
     """The peer's hypotheses in the order of `records`, after checking its ids against the split."""
     ids, hyps = d["ids"], d["hypotheses"]
@@ -366,7 +357,7 @@ def benchmark_peer(
     path: str, split_ids: list[str], records: list[Record], cfg: BenchmarkConfig
 ) -> tuple[SystemResult, list[str]]:
     """Scores a peer hypotheses file on the benchmarked utterances; (row, hyps)."""
-    d = _read_json(path, "peer hypotheses file")
+    d = read_json(path, "peer hypotheses file")
     absent = [k for k in PEER_KEYS if k not in d]
     if absent:
         raise BenchmarkError(f"{path}: peer hypotheses file lacks {', '.join(absent)}")
@@ -408,7 +399,7 @@ def load_benchmark(path: str | os.PathLike) -> Benchmark:
     path = Path(path)
     if path.is_dir():
         path = path / "benchmark.json"
-    d = _read_json(str(path), "benchmark result")
+    d = read_json(str(path), "benchmark result")
     try:
         d.pop("signatures", None)
         d["systems"] = [SystemResult.from_dict(s) for s in d["systems"]]
@@ -429,77 +420,6 @@ def compared_rows(path: str, ids: list[str], edges: Sequence[float]) -> list[Sys
     if tuple(earlier.edges) != tuple(edges):
         raise BenchmarkError(f"{path}: length buckets {list(earlier.edges)} differ from {list(edges)}")
     return [dataclasses.replace(s, result_file=s.result_file or str(path)) for s in earlier.systems]
-
-
-def analysis_option(value: str) -> tuple[str, str]:
-    """An --analysis value "NAME=DIR" -> (NAME, DIR), split at the first "="."""
-    name, sep, path = value.partition("=")
-    if not sep or not name or not path:
-        raise BenchmarkError(f"--analysis {value!r}: expected NAME=DIR (a system's name and its analyze output)")
-    return name, path
-
-
-# the numbers of an analysis that become report columns: (key in read_analysis' dict, column label)
-ANALYSIS_COLUMNS = (("cka", "CKA top"), ("cosine", "P@1 cos"), ("csls", "P@1 CSLS"), ("word", "word P@1"))
-
-
-def read_analysis(path: str | os.PathLike) -> dict[str, Any]:
-    """The summary numbers of a `speechmt research analyze` output (its folder or analysis.json): the split and number
-    of utterances analysed, the top speech and text layers, their linear CKA, and speech->text sentence
-    retrieval P@1 between them with cosine and CSLS, after the Procrustes map where the analysis has one
-    (`map` "procrustes", else "none"), and speech->text word retrieval P@1 (CSLS) of the model's own states, no
-    map (`word`: None where the analysis has no word units). BenchmarkError naming the file when it is missing
-    or not one."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "analysis.json"
-    d = _read_json(str(path), "analysis result")
-    try:
-        top = d["sentence"]["top"]
-        mapped = top["procrustes"] is not None
-        block = top["procrustes"]["retrieval"] if mapped else top["raw"]
-        if block is None:
-            raise BenchmarkError(f"{path}: no sentence retrieval of the top layers")
-        out = {
-            "file": str(path),
-            "split": d["split"],
-            "n": d["n"],
-            "speech": top["speech"],
-            "text": top["text"],
-            "cka": top["cka"],
-            "map": "procrustes" if mapped else "none",
-            "cosine": block["cosine"]["speech_to_text"],
-            "csls": block["csls"]["speech_to_text"],
-            "word": _word_p1(d.get("word_retrieval")),
-        }
-    except KeyError as e:
-        raise BenchmarkError(f"{path}: not a `speechmt research analyze` result (no {e})") from None
-    except TypeError as e:
-        raise BenchmarkError(f"{path}: not a `speechmt research analyze` result ({e})") from None
-    bad = [k for k, _ in ANALYSIS_COLUMNS if out[k] is not None and type(out[k]) not in (int, float)]
-    if bad:
-        raise BenchmarkError(f"{path}: {', '.join(bad)} of the top layers must be numbers or null")
-    return out
-
-
-def _word_p1(words: dict[str, Any] | None) -> float | None:
-    """Speech->text word retrieval P@1 (CSLS, no map) of an analysis' `word_retrieval` block, None without one."""
-    raw = (words or {}).get("raw")
-    return raw["csls"]["speech_to_text"] if raw else None
-
-
-def _attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[str, Any]]]) -> None:
-    """Puts each analysis on the row of its system name; BenchmarkError for an unknown or repeated name."""
-    by_name = {r.name: r for r in rows}
-    named = [name for name, _ in analyses]
-    for name, numbers in analyses:
-        if name not in by_name:
-            raise BenchmarkError(
-                f"--analysis {name}={numbers['file']}: no system named {name!r} (systems: {', '.join(by_name)})"
-            )
-        if named.count(name) > 1:
-            raise BenchmarkError(f"--analysis: {named.count(name)} analyses for system {name!r}")
-        by_name[name].analysis = numbers
 
 
 def machine_info(commit: str | None) -> dict[str, Any]:
@@ -552,7 +472,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> tuple[Benchmark, dict[str, list[str]]
     models += [benchmark_cascade(asr, mt, records, cfg, commit) for asr, mt in cfg.cascades]
     rows = [r for r, _ in models + peers] + earlier
     _unique_names(rows)
-    _attach_analyses(rows, analyses)
+    attach_analyses(rows, analyses)
     hyps = {row.name: h for row, (_, h) in zip(rows, models + peers)}
     counts = [0] * (len(cfg.edges) + 1)
     for r in records:
