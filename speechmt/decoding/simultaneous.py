@@ -40,31 +40,30 @@ runs' encoder outputs and is charged the seconds they took, its computation-awar
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from speechmt.audio import SAMPLE_RATE
+from speechmt.decoding.alignatt import (  # noqa: F401 (SimultaneousError: imported from here too)
+    PolicyAttention,
+    SimultaneousError,
+    attends_to_last,
+    is_lm_decoder,
+    policy_attention,
+)
 from speechmt.decoding.search import DecodeOptions, beam_search, constrain, max_lengths, start_tokens
 from speechmt.decoding.segment import voiced_span
 from speechmt.decoding.translate import LoadedModel, encode_audio
-from speechmt.hub import resolve_pretrained
 from speechmt.models.encoders import EncoderOutput
-from speechmt.models.lm_decoder import LMDecoder
 
 POLICIES = ("wait-k", "alignatt")
 DEFAULT_K = {"wait-k": 3, "alignatt": 30}  # wait-k: steps; alignatt: encoder frames (Whisper: 600 ms)
 DEFAULT_K_LM = 2  # alignatt on a language-model decoder: source positions (whisper_asr: transcript tokens)
-
-
-class SimultaneousError(ValueError):
-    """A model or setting simultaneous translation cannot use; one line."""
 
 
 @dataclass(frozen=True)
@@ -134,129 +133,9 @@ class SimultaneousResult:
 def default_k(policy: str, lm: LoadedModel) -> int:
     """The policy's k when none is given: wait-k 3 steps; alignatt 30 encoder frames (Whisper: 600 ms), or on a
     language-model decoder 2 source positions."""
-    if policy == "alignatt" and _is_lm_decoder(lm.model.decoder):
+    if policy == "alignatt" and is_lm_decoder(lm.model.decoder):
         return DEFAULT_K_LM
     return DEFAULT_K[policy]
-
-
-def _is_lm_decoder(decoder: torch.nn.Module) -> bool:
-    return isinstance(decoder, LMDecoder)
-
-
-def alignment_heads(config) -> list[tuple[int, int]] | None:
-    """(layer, head) pairs of a Whisper decoder's alignment heads, read from its base model's
-    generation_config.json; None for other decoders or when the base does not list them."""
-    if not config.decoder.whisper_tokens or not config.whisper_decoder_source:
-        return None
-    path = Path(resolve_pretrained(config.whisper_decoder_source)) / "generation_config.json"
-    if not path.is_file():
-        return None
-    heads = json.loads(path.read_text()).get("alignment_heads")
-    return [(int(layer), int(head)) for layer, head in heads] if heads else None
-
-
-def attends_to_last(weights: Tensor, frames: int, f: int) -> bool:
-    """AlignAtt's rule on one next token: weights (N, S), the cross-attention of N heads over S encoder frames
-    (the first `frames` real) -> whether at least half of the heads attend most to one of the last f frames."""
-    peaks = weights[:, :frames].argmax(-1)  # (N,)
-    return 2 * int((peaks >= frames - f).sum()) >= weights.size(0)
-
-
-class _CrossAttention:
-    """Records, while active, the cross-attention weights of the last query position at the chosen heads
-    (`heads`: (layer, head) pairs; None: every head of the top half of the layers); wraps each such layer's
-    `cross_attn.attend` on the instance and restores it after."""
-
-    def __init__(self, decoder: torch.nn.Module, heads: list[tuple[int, int]] | None = None):
-        layers = getattr(decoder, "layers", None)
-        if layers is None or not all(hasattr(layer, "cross_attn") for layer in layers):
-            raise SimultaneousError(
-                "alignatt needs a decoder with cross-attention; this model's decoder "
-                f"({type(decoder).__name__}) has none: use --simultaneous wait-k"
-            )
-        if heads is None:
-            n_heads = layers[0].cross_attn.n_heads
-            heads = [(i, h) for i in range(len(layers) // 2, len(layers)) for h in range(n_heads)]
-        bad = [(i, h) for i, h in heads if not (0 <= i < len(layers) and 0 <= h < layers[i].cross_attn.n_heads)]
-        if bad:
-            raise SimultaneousError(f"alignatt: the decoder has no head {bad[0]} (layer, head)")
-        self.heads: dict[int, list[int]] = {}
-        for i, h in heads:
-            self.heads.setdefault(i, []).append(h)
-        self.modules = {i: layers[i].cross_attn for i in self.heads}
-        self.weights: list[Tensor] = []
-
-    @contextlib.contextmanager
-    def recording(self) -> Iterator["_CrossAttention"]:
-        for i, m in self.modules.items():
-            m.attend = self._recorder(m, self.heads[i])
-        try:
-            yield self
-        finally:
-            for m in self.modules.values():
-                del m.attend  # back to the class's method
-
-    def _recorder(self, module, heads: list[int]):
-        original = type(module).attend.__get__(module)
-
-        def attend(x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int = 1) -> Tensor:
-            q = module._heads(module.q_proj(x[:, -1:]))  # (B, H, 1, D/H): the last position's query
-            scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5  # (B, H, 1, S)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            self.weights.append(scores.softmax(-1)[0, heads, 0])  # (N_layer, S)
-            return original(x, k, v, mask, group)
-
-        return attend
-
-    def take(self) -> Tensor:
-        """The recorded weights of the last step, (N, S) over the chosen heads; clears the record."""
-        weights = torch.cat(self.weights)
-        self.weights.clear()
-        return weights
-
-
-class _SourceAttention:
-    """A language-model decoder's counterpart of `_CrossAttention`: records, while active, the self-attention of
-    the last position over the source (the key positions after the prompt: a single utterance has no padding)
-    at every head of the top half of the LM's layers. While recording, the LM computes attention eagerly (the
-    only implementation that returns its weights) and forward hooks keep them; both are undone after."""
-
-    def __init__(self, decoder: torch.nn.Module):
-        self.lm = decoder.lm
-        layers = self.lm.model.layers
-        self.modules = [layer.self_attn for layer in layers[len(layers) // 2 :]]
-        self.start = decoder.prompt.numel()
-        self.weights: list[Tensor] = []
-
-    @contextlib.contextmanager
-    def recording(self) -> Iterator["_SourceAttention"]:
-        previous = self.lm.config._attn_implementation
-        self.lm.set_attn_implementation("eager")
-        hooks = [m.register_forward_hook(self._keep) for m in self.modules]
-        try:
-            yield self
-        finally:
-            for hook in hooks:
-                hook.remove()
-            self.lm.set_attn_implementation(previous)
-
-    def _keep(self, module, args, output) -> None:
-        self.weights.append(output[1][0, :, -1, self.start :].float())  # (H, K - P): from the source on
-
-    def take(self) -> Tensor:
-        """The recorded weights of the last step, (N, S') over the source and what follows it; clears them."""
-        weights = torch.cat(self.weights)
-        self.weights.clear()
-        return weights
-
-
-def _attention(lm: LoadedModel) -> _CrossAttention | _SourceAttention:
-    """The attention AlignAtt reads on this model's decoder."""
-    decoder = lm.model.decoder
-    if _is_lm_decoder(decoder):
-        return _SourceAttention(decoder)
-    return _CrossAttention(decoder, alignment_heads(lm.model.config))
 
 
 class _Greedy:
@@ -268,7 +147,7 @@ class _Greedy:
         enc: EncoderOutput,
         options: DecodeOptions,
         committed: list[int],
-        attention: _CrossAttention | _SourceAttention | None,
+        attention: PolicyAttention | None,
     ):
         self.lm, self.enc, self.options, self.attention = lm, enc, options, attention
         self.max_len = max_lengths(lm.model, enc, options)
@@ -376,7 +255,7 @@ def _write(
     cfg: SimultaneousConfig,
     options: DecodeOptions,
     ended: bool,
-    attention: _CrossAttention | _SourceAttention | None,
+    attention: PolicyAttention | None,
     read: int,
     memo: EncoderMemo | None,
 ) -> tuple[list[int], float]:
@@ -405,7 +284,7 @@ def _greedy_tokens(
     cfg: SimultaneousConfig,
     options: DecodeOptions,
     ended: bool,
-    attention: _CrossAttention | _SourceAttention | None,
+    attention: PolicyAttention | None,
     allowed: int | None,
 ) -> list[int]:
     """Greedy tokens after the window's committed ones until the policy stops (EOS, AlignAtt's attention on the
@@ -474,7 +353,7 @@ def simultaneous_translate(
             f"{lm.path} takes at most {limit:g} s of audio at once; the window is {cfg.max_seconds:g} s"
         )
     options = options or lm.decode_options(1)
-    attention = _attention(lm) if cfg.policy == "alignatt" else None
+    attention = policy_attention(lm) if cfg.policy == "alignatt" else None
     window, read, spent, written = _Window(), 0, 0.0, False
     window_samples = round(cfg.max_seconds * SAMPLE_RATE)
     for block, last in _blocks_of(blocks, cfg.step_samples):

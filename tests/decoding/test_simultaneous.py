@@ -14,16 +14,13 @@ import speechmt.decoding.simultaneous as simultaneous
 import speechmt.evaluation.simultaneous_eval as simultaneous_eval
 from speechmt.audio import read_audio
 from speechmt.cli import main
+from speechmt.decoding.alignatt import CrossAttention, SourceAttention, alignment_heads, attends_to_last
 from speechmt.decoding.search import LOGIT_FILTERS, search, start_tokens
 from speechmt.decoding.simultaneous import (
     EncoderMemo,
     SimultaneousConfig,
     SimultaneousError,
     _blocks_of,
-    _CrossAttention,
-    _SourceAttention,
-    alignment_heads,
-    attends_to_last,
     default_k,
     simultaneous_translate,
     translate_stream,
@@ -193,9 +190,9 @@ def test_alignatt_waits_when_half_the_heads_look_at_the_last_f_frames():
 def test_alignatt_records_the_chosen_heads(lm):
     decoder = lm.model.decoder
     n_layers, n_heads = len(decoder.layers), decoder.layers[0].cross_attn.n_heads
-    every = _CrossAttention(decoder)  # no heads named: every head of the top half of the layers
+    every = CrossAttention(decoder)  # no heads named: every head of the top half of the layers
     assert sum(len(h) for h in every.heads.values()) == (n_layers - n_layers // 2) * n_heads
-    chosen = _CrossAttention(decoder, [(0, 1), (n_layers - 1, 0)])
+    chosen = CrossAttention(decoder, [(0, 1), (n_layers - 1, 0)])
     enc = encode_audio(lm, [read_audio(WAV)])
     with torch.no_grad(), chosen.recording():
         lm.model.decode(torch.tensor([[lm.tokenizer.bos_id]]), enc, lm.model.new_cache())
@@ -203,7 +200,7 @@ def test_alignatt_records_the_chosen_heads(lm):
     assert weights.shape == (2, int(enc.lengths[0])) and torch.allclose(weights.sum(-1), torch.ones(2))
     assert chosen.weights == [] and all("attend" not in vars(layer.cross_attn) for layer in decoder.layers)
     with pytest.raises(SimultaneousError, match=r"no head \(0, 99\)"):
-        _CrossAttention(decoder, [(0, 99)])
+        CrossAttention(decoder, [(0, 99)])
 
 
 def test_an_lm_decoders_source_attention_is_transformers_own(tmp_path):
@@ -211,7 +208,7 @@ def test_an_lm_decoders_source_attention_is_transformers_own(tmp_path):
     decoder = lm_decoder(lm, list(range(4, 40)), [2, 5, 6])  # a prompt of 3 tokens, then the source
     memory = torch.randn(1, 7, lm.config.hidden_size)
     tokens = torch.tensor([[3, 9, 11]])
-    recorder = _SourceAttention(decoder)
+    recorder = SourceAttention(decoder)
     previous = lm.config._attn_implementation
     with torch.no_grad(), recorder.recording():
         decoder(tokens, memory, torch.tensor([7]), decoder.new_cache())
@@ -304,7 +301,7 @@ def test_alignatt_needs_cross_attention_or_an_lm_decoder_and_settings_are_checke
     with pytest.raises(
         SimultaneousError, match="alignatt needs a decoder with cross-attention.*use --simultaneous wait-k"
     ):
-        _CrossAttention(torch.nn.Linear(2, 2))
+        CrossAttention(torch.nn.Linear(2, 2))
     with pytest.raises(SimultaneousError, match="unknown policy 'wait-x'"):
         SimultaneousConfig("wait-x")
     with pytest.raises(SimultaneousError, match="step_ms must be at least 25 ms"):
