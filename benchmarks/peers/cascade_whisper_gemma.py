@@ -9,7 +9,7 @@ a base language model, continues a 3-shot plain-text prompt, e.g. for English ->
 
 greedily, and its output up to the first newline is the translation. The direction is the split's (every record
 names its src_lang and tgt_lang) or --src-lang/--tgt-lang; the shots are the same three sentences in each language
-of SHOTS (written for this prompt). Runs in the project's .venv (torch +
+of speechmt.decoding.text_generators.SHOTS (written for these prompts). Runs in the project's .venv (torch +
 transformers); scores with speechmt's metric code (sacreBLEU BLEU and chrF, as `speechmt evaluate`) and
 writes a peer hypotheses file that `speechmt research benchmark --peer FILE.json` also reads:
 
@@ -34,58 +34,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout: speechmt need not be installed
 from speechmt.data.manifest import read_split  # noqa: E402
+from speechmt.decoding.text_generators import NAMES, SHOTS, few_shot_prompt  # noqa: E402
 from speechmt.evaluation.metrics import bleu, chrf, wer  # noqa: E402
-from speechmt.tokenizers.lm import language_name  # noqa: E402
 
 DEFAULT_LM = Path(os.environ.get("SPEECHMT_HOME", Path.home() / ".cache" / "speechmt")) / "gemma-3-270m"
 DEFAULT_PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 # Whisper base: 74M parameters (Radford et al. 2022, Table 1); the LM's count is taken from the loaded model.
 WHISPER_BASE_PARAMS = 74_000_000
-# Three everyday sentences written for this prompt, in each language it can pair; none occurs in tst-REAL,
-# tst-COMMON, the Asterisk prompts or the examples.
-SHOTS = {
-    "en": (
-        "Where is the nearest train station?",
-        "I would like a cup of coffee, please.",
-        "We are going to visit my grandmother tomorrow.",
-    ),
-    "de": (
-        "Wo ist der nächste Bahnhof?",
-        "Ich hätte gern eine Tasse Kaffee, bitte.",
-        "Wir besuchen morgen meine Großmutter.",
-    ),
-    "fr": (
-        "Où est la gare la plus proche ?",
-        "Je voudrais une tasse de café, s'il vous plaît.",
-        "Nous allons rendre visite à ma grand-mère demain.",
-    ),
-    "es": (
-        "¿Dónde está la estación de tren más cercana?",
-        "Quisiera una taza de café, por favor.",
-        "Mañana vamos a visitar a mi abuela.",
-    ),
-    "it": (
-        "Dov'è la stazione ferroviaria più vicina?",
-        "Vorrei una tazza di caffè, per favore.",
-        "Domani andiamo a trovare mia nonna.",
-    ),
-    "nl": (
-        "Waar is het dichtstbijzijnde treinstation?",
-        "Ik wil graag een kopje koffie, alstublieft.",
-        "We gaan morgen bij mijn oma op bezoek.",
-    ),
-    "pt": (
-        "Onde fica a estação de trem mais próxima?",
-        "Eu gostaria de uma xícara de café, por favor.",
-        "Amanhã vamos visitar minha avó.",
-    ),
-    "ro": (
-        "Unde este cea mai apropiată gară?",
-        "Aș dori o ceașcă de cafea, vă rog.",
-        "Mâine mergem în vizită la bunica mea.",
-    ),
-    "ru": ("Где ближайший вокзал?", "Я бы хотел чашку кофе, пожалуйста.", "Завтра мы навестим мою бабушку."),
-}
 
 
 class CascadeError(Exception):
@@ -94,9 +49,7 @@ class CascadeError(Exception):
 
 def prompt_for(source: str, src_lang: str = "en", tgt_lang: str = "de") -> str:
     """The 3-shot prompt that asks the LM for the `tgt_lang` of one `src_lang` sentence (codes of SHOTS)."""
-    src, tgt = language_name(src_lang), language_name(tgt_lang)
-    shots = "".join(f"{src}: {a}\n{tgt}: {b}\n\n" for a, b in zip(SHOTS[src_lang], SHOTS[tgt_lang]))
-    return f"{shots}{src}: {source}\n{tgt}:"
+    return few_shot_prompt(source, src_lang, tgt_lang)
 
 
 def direction(records: list, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
@@ -237,7 +190,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     asr_wer = wer(transcripts, [r.src_text for r in records])
     shots = " | ".join(SHOTS[pair[0]])
-    src, tgt = language_name(pair[0]), language_name(pair[1])
+    src, tgt = NAMES[pair[0]], NAMES[pair[1]]
     return {
         "system": "cascade: faster-whisper base (int8) -> Gemma 3 270M (3-shot)",
         "params": WHISPER_BASE_PARAMS + lm_params,

@@ -34,8 +34,48 @@ SHOTS = {
         "Quisiera una taza de café, por favor.",
         "Mañana vamos a visitar a mi abuela.",
     ),
+    "fr": (
+        "Où est la gare la plus proche ?",
+        "Je voudrais une tasse de café, s'il vous plaît.",
+        "Nous allons rendre visite à ma grand-mère demain.",
+    ),
+    "it": (
+        "Dov'è la stazione ferroviaria più vicina?",
+        "Vorrei una tazza di caffè, per favore.",
+        "Domani andiamo a trovare mia nonna.",
+    ),
+    "nl": (
+        "Waar is het dichtstbijzijnde treinstation?",
+        "Ik wil graag een kopje koffie, alstublieft.",
+        "We gaan morgen bij mijn oma op bezoek.",
+    ),
+    "pt": (
+        "Onde fica a estação de trem mais próxima?",
+        "Eu gostaria de uma xícara de café, por favor.",
+        "Amanhã vamos visitar minha avó.",
+    ),
+    "ro": (
+        "Unde este cea mai apropiată gară?",
+        "Aș dori o ceașcă de cafea, vă rog.",
+        "Mâine mergem în vizită la bunica mea.",
+    ),
+    "ru": (
+        "Где ближайший вокзал?",
+        "Я бы хотел чашку кофе, пожалуйста.",
+        "Завтра мы навестим мою бабушку.",
+    ),
 }
-NAMES = {"en": "English", "de": "German", "es": "Spanish"}
+NAMES = {
+    "en": "English",
+    "de": "German",
+    "es": "Spanish",
+    "fr": "French",
+    "it": "Italian",
+    "nl": "Dutch",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+}
 
 
 class GeneratorError(ValueError):
