@@ -84,7 +84,7 @@ def _add_later_items(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         values = [action.type(t) if action.type else t for t in extra]
     except argparse.ArgumentTypeError as e:
         args.parser.error(f"argument {action.dest}: {e}")
-    setattr(args, action.dest, [*getattr(args, action.dest), *values])
+    action(getattr(args, "parser", parser), args, [*(getattr(args, action.dest) or []), *values])
 
 
 def _option_error(args: argparse.Namespace, error: ValueError) -> int:

@@ -100,11 +100,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_pretrain_audio(args: argparse.Namespace) -> int:
     from speechmt.api_research import pretrain_audio
-    from speechmt.cli.tools_parser import split_inputs
 
-    manifests, overrides = split_inputs(args.inputs)
     cfg, state = pretrain_audio(
-        manifests, args.out, config=args.config, overrides=[*overrides, *args.set], resume=not args.no_resume
+        args.manifests,
+        args.out,
+        config=args.config,
+        overrides=[*args.overrides, *args.set],
+        resume=not args.no_resume,
     )
     print(
         f"{cfg.out}: wav2vec2 encoder after {state.step} updates; use it with "

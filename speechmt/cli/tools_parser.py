@@ -242,9 +242,14 @@ def manifest_or_override(item: str) -> str:
     return pretrain_override(item) if OVERRIDE.match(item) else item
 
 
-def split_inputs(items: list[str]) -> tuple[list[str], list[str]]:
-    """pretrain-audio's positional items -> (manifests, key=value overrides)."""
-    return [i for i in items if not OVERRIDE.match(i)], [i for i in items if OVERRIDE.match(i)]
+class SplitInputs(argparse.Action):
+    """pretrain-audio's positional items, stored apart: `manifests` and the key=value `overrides`."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        items = list(values or [])
+        setattr(namespace, self.dest, items)
+        namespace.manifests = [i for i in items if not OVERRIDE.match(i)]
+        namespace.overrides = [i for i in items if OVERRIDE.match(i)]
 
 
 def _pretrain_audio(sub) -> None:
@@ -256,6 +261,7 @@ def _pretrain_audio(sub) -> None:
         "inputs",
         nargs="*",
         type=manifest_or_override,
+        action=SplitInputs,
         help="manifests (.jsonl) whose audio to pretrain on, and key=value options over the config, "
         "e.g. max_updates=2000 hf_config.num_hidden_layers=6",
     )

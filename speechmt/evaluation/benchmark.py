@@ -47,7 +47,6 @@ from speechmt.evaluation.benchmark_inputs import (  # noqa: F401 (ANALYSIS_COLUM
     ANALYSIS_COLUMNS,
     BenchmarkError,
     analysis_option,
-    attach_analyses,
     read_analysis,
     read_json,
 )
@@ -420,6 +419,20 @@ def compared_rows(path: str, ids: list[str], edges: Sequence[float]) -> list[Sys
     if tuple(earlier.edges) != tuple(edges):
         raise BenchmarkError(f"{path}: length buckets {list(earlier.edges)} differ from {list(edges)}")
     return [dataclasses.replace(s, result_file=s.result_file or str(path)) for s in earlier.systems]
+
+
+def attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[str, Any]]]) -> None:
+    """Puts each analysis on the row of its system name; BenchmarkError for an unknown or repeated name."""
+    by_name = {r.name: r for r in rows}
+    named = [name for name, _ in analyses]
+    for name, numbers in analyses:
+        if name not in by_name:
+            raise BenchmarkError(
+                f"--analysis {name}={numbers['file']}: no system named {name!r} (systems: {', '.join(by_name)})"
+            )
+        if named.count(name) > 1:
+            raise BenchmarkError(f"--analysis: {named.count(name)} analyses for system {name!r}")
+        by_name[name].analysis = numbers
 
 
 def machine_info(commit: str | None) -> dict[str, Any]:

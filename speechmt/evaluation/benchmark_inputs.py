@@ -7,10 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from speechmt.evaluation.benchmark import SystemResult
+from typing import Any
 
 
 class BenchmarkError(ValueError):
@@ -85,17 +82,3 @@ def _word_p1(words: dict[str, Any] | None) -> float | None:
     """Speech->text word retrieval P@1 (CSLS, no map) of an analysis' `word_retrieval` block, None without one."""
     raw = (words or {}).get("raw")
     return raw["csls"]["speech_to_text"] if raw else None
-
-
-def attach_analyses(rows: list[SystemResult], analyses: list[tuple[str, dict[str, Any]]]) -> None:
-    """Puts each analysis on the row of its system name; BenchmarkError for an unknown or repeated name."""
-    by_name = {r.name: r for r in rows}
-    named = [name for name, _ in analyses]
-    for name, numbers in analyses:
-        if name not in by_name:
-            raise BenchmarkError(
-                f"--analysis {name}={numbers['file']}: no system named {name!r} (systems: {', '.join(by_name)})"
-            )
-        if named.count(name) > 1:
-            raise BenchmarkError(f"--analysis: {named.count(name)} analyses for system {name!r}")
-        by_name[name].analysis = numbers
