@@ -1,6 +1,6 @@
-"""What Whisper's own search (the whisper_asr encoder) hears, and what it costs, against how much padding its
-input gets: the clip padded to 30 s (Whisper's window, what whisper_asr reads), to 15 s or 10 s (clips longer than
-that keep their length), or not at all. Greedy (or --beam) transcripts scored by WER (jiwer; lower-cased, punctuation dropped)
+"""What Whisper's own search (the whisper_asr cascade's ASR: speechmt.decoding.transcribe) hears, and what it
+costs, against how much padding its input gets: the clip padded to 30 s (Whisper's window, what whisper_asr
+reads), to 15 s or 10 s (clips longer than that keep their length), or not at all. Greedy (or --beam) transcripts scored by WER (jiwer; lower-cased, punctuation dropped)
 against the manifest's transcripts, and the seconds the encoder and search took, in one process.
 
     python benchmarks/whisper_window_wer.py --data /work/rs/DATA --split tst-REAL --windows 30 15 10 0 --out w.json
@@ -19,6 +19,7 @@ import torch
 
 from speechmt.audio import read_audio
 from speechmt.data.manifest import read_split
+from speechmt.decoding.transcribe import SEARCH
 from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.hub import resolve_pretrained
 from speechmt.models.encoders.whisper_asr import WHISPER_FRAMES
@@ -45,7 +46,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     hf = load_hf_whisper(args.whisper, {})
     asr = whisper_asr_encoder_from_hf(
-        hf, hf.config.d_model, whisper_asr_prompt(hf, args.language), beam=args.beam
+        hf, hf.config.d_model, whisper_asr_prompt(hf, args.language), beam=args.beam, transcription=SEARCH
     ).eval()
     tokenizer = WhisperTokenizer.from_pretrained(resolve_pretrained(args.whisper))
     records = read_split(args.data, args.split)[: args.limit or None]
@@ -62,7 +63,7 @@ def main() -> None:
             n = min(n + n % 2, WHISPER_FRAMES)
             with torch.no_grad():
                 memory, lengths = asr.encoder.states(mel[None, :n], torch.tensor([n]))
-                ids = asr.transcribe(memory, lengths)[0] if args.beam == 1 else asr.beam_tokens(memory, lengths)
+                ids = SEARCH.tokens(asr, memory, lengths)
                 hyps.append(normalise(tokenizer.decode(ids[0])))
         seconds = time.perf_counter() - start
         rows.append(

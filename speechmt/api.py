@@ -138,8 +138,8 @@ def load_model(
             needs the Whisper base that `make setup` installs).
         device: cpu, cuda, cuda:N (a CUDA device of this machine) or mps.
         task: what a multi-task model's decoder does: "st" translates, "asr" transcribes, "mt" translates
-            text (evaluate); None: the checkpoint's own task. "asr" of a model whose speech encoder is
-            whisper_asr (the bundled one) is Whisper's own transcript, which the model computes anyway.
+            text (evaluate); None: the checkpoint's own task. "asr" of a cascade with a bridge (the bundled
+            one: its ASR transcribes, the bridge hands that to its LM) is its ASR's transcript, computed anyway.
         dtype: the weights' type while decoding: "bfloat16" runs the matrix products about twice as fast on
             CPUs with AVX512-BF16 or AMX and on GPUs, at a small cost in precision.
         memory: a model that reads retrieved examples before the speech (decoder.examples): the translation
@@ -248,9 +248,9 @@ def translate(
         top_p: among the most probable tokens holding top_p of the mass, 0 < top_p <= 1.
         seed: the random seed of the draws (sampling, mbr_samples), 0 to 2**31 - 1.
 
-    Task "asr" of a whisper_asr model (the bundled one) returns Whisper's own transcript, found by the encoder's
-    search (encoder.asr_beam): beam, nbest and the length options, which drive the decoder's search, do not
-    apply to it (`nbest` holds the one transcript).
+    Task "asr" of a cascade with a bridge (the bundled one) returns its ASR's transcript, found by the ASR's own
+    search: beam, nbest and the length options, which drive the decoder's search, do not apply to it (`nbest`
+    holds the one transcript).
 
     Returns one speechmt.decoding.translate.Translation per input: `source`, `text`, `nbest`, `chunks`
     (start, end seconds) and `chunk_texts`, `voiced` (each chunk less its edge silence; `timed_texts()` pairs

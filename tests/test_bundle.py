@@ -39,7 +39,7 @@ def test_a_bundle_round_trips_through_a_checkpoint(bundle, tmp_path):
         None,
     )
     assert back.tokenizers.state_dict() == bundle.tokenizers.state_dict()
-    assert set(bundle.state_dict()) == set(KEYS) - {"base"} and bundle.state_dict()["decoder_tag"] == "<de>"
+    assert set(bundle.state_dict()) == set(KEYS) - {"base", "resolved"} and bundle.state_dict()["decoder_tag"] == "<de>"
 
 
 def test_the_bundled_model_reads_as_a_bundle():
@@ -47,6 +47,9 @@ def test_the_bundled_model_reads_as_a_bundle():
     assert bundle.frontend.name == bundle.config.encoder.frontend == "whisper_mel"
     assert bundle.tag("st") == "<de>" and bundle.base["sources"] == ["whisper-base", "gemma-3-270m"]
     assert bundle.decoder_tokenizer("st") is bundle.tokenizers.tgt
+    # its config holds the search prompt its build derived (as checkpoints did): the bundle's `resolved` now
+    assert bundle.resolved == {"encoder.asr_prompt": [50258, 50259, 50359, 50363]}
+    assert "asr_prompt" not in asdict(bundle.config.encoder) and bundle.state_dict()["resolved"] == bundle.resolved
 
 
 def test_a_checkpoint_before_decoder_tags_does_its_own_task(bundle):

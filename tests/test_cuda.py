@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from speechmt.decoding.search import DecodeOptions, beam_search
+from speechmt.decoding.transcribe import SEARCH
 from speechmt.decoding.translate import load_model
 from speechmt.evaluation.evaluate import decode_split
 from speechmt.models.build import build_model
@@ -77,8 +78,8 @@ def test_whispers_transcript_as_the_lms_text_on_the_gpu_equals_the_cpus(lm_dir, 
         n_heads=2,
     )
     torch.manual_seed(0)
-    cpu = build_model(cfg).eval().speech_encoder
-    gpu = build_model(cfg).eval().to(GPU).speech_encoder
+    cpu = build_model(cfg, transcription=SEARCH).eval().speech_encoder
+    gpu = build_model(cfg, transcription=SEARCH).eval().to(GPU).speech_encoder
     mels, lengths = _mels()
     states, n = cpu.states(mels, lengths)
     gpu_states, gpu_n = gpu.states(mels.to(GPU), lengths.to(GPU))

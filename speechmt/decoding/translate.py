@@ -29,11 +29,11 @@ from speechmt.data.retrieval import TranslationMemory, example_prefixes, memory_
 from speechmt.decoding.mbr import mbr_order
 from speechmt.decoding.search import DecodeOptions, search
 from speechmt.decoding.segment import SegmentConfig, find_segments, iter_file_segments, voiced_span
+from speechmt.decoding.transcribe import SEARCH
 from speechmt.frontend import Frontend
 from speechmt.models.build import build_model
 from speechmt.models.delta import load_model_state
 from speechmt.models.encoders import EncoderOutput
-from speechmt.models.hf_whisper import whisper_transcript_tokenizer
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.lm import language_name
 from speechmt.tokenizers.sentencepiece import Tokenizer
@@ -52,7 +52,7 @@ class LoadedModel:
     device: torch.device
     source_tokenizer: Tokenizer | None = None  # the text encoder's, for MT
     decoder_start: str = "bos"  # the decoder's first input: "bos", or "eos" (models converted from fairseq)
-    whisper_transcript: bool = False  # task asr of a whisper_asr model: Whisper's own transcript, not the decoder's
+    whisper_transcript: bool = False  # task asr of a cascade's model (its encoder transcribes): its ASR's transcript
     dtype: torch.dtype = torch.float32  # the weights' and the encoder input's (bfloat16: ~2x faster matmuls)
     memory: "TranslationMemory | None" = None  # where a model with decoder.examples finds them for speech
     _transcript_tokenizer: object = None
@@ -70,9 +70,9 @@ class LoadedModel:
         return prompt.strip().rstrip(":"), language_name(self.tag)
 
     def transcript_text(self, ids: list[int]) -> str:
-        """A whisper_asr encoder's transcript ids -> text (Whisper's tokenizer, loaded on first use)."""
+        """The speech encoder's own transcript ids -> text (its transcript_tokenizer, loaded on first use)."""
         if self._transcript_tokenizer is None:
-            self._transcript_tokenizer = whisper_transcript_tokenizer(self.model.config.encoder.name_or_path)
+            self._transcript_tokenizer = self.model.config.encoder.transcript_tokenizer()
         return self._transcript_tokenizer.decode(ids)
 
     @property
@@ -122,9 +122,9 @@ def load_model(
     "bfloat16" halves their memory and runs the matrix products in bfloat16 (on a CPU with AVX512-BF16 or AMX,
     and on GPUs, about twice as fast); scores stay float32 (the search's log-softmax).
 
-    Task asr of a model whose speech encoder is whisper_asr is Whisper's own transcript, whatever the decoder
-    was trained for: the encoder's search (greedy, or encoder.asr_beam) decoded by the Whisper model's
-    tokenizer.json (FileNotFoundError, one line, where its folder lacks one); the decoder does not run."""
+    Task asr of a model whose speech encoder transcribes (a cascade's ASR and bridge: encoder whisper_asr) is that
+    transcript, whatever the decoder was trained for: its ASR's search (speechmt.decoding.transcribe) read by the
+    encoder's transcript_tokenizer; the decoder does not run."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     weights = getattr(torch, dtype)
@@ -133,7 +133,7 @@ def load_model(
     task = task or bundle.task
     tag, tokenizer, whisper = task_output(bundle, task, path)
     try:  # a checkpoint on a pretrained base holds trained parameters only: the rest comes from the base
-        model = build_model(bundle.config, pretrained=bundle.base is not None)
+        model = build_model(bundle.config, bundle.base is not None, SEARCH, bundle.resolved)
         load_model_state(model, ckpt["model"], bundle.base, path)
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(
@@ -180,11 +180,11 @@ def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) 
 
 
 def task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
-    """(the decoder's tag for `task`, the tokenizer its output is decoded with, whether that output is Whisper's
-    own transcript: task asr of a whisper_asr encoder, read with Whisper's tokenizer, no tag)."""
-    encoder = bundle.config.encoder
-    if task == "asr" and encoder.transcribes:
-        return None, whisper_transcript_tokenizer(encoder.name_or_path), True
+    """(the decoder's tag for `task`, the tokenizer its output is decoded with, whether that output is the speech
+    encoder's own transcript: task asr of an encoder that transcribes, read with its transcript_tokenizer, no tag)."""
+    transcripts = bundle.config.encoder.transcript_tokenizer() if task == "asr" else None
+    if transcripts is not None:
+        return None, transcripts, True
     try:
         return bundle.tag(task), bundle.decoder_tokenizer(task), False
     except CheckpointError as e:
@@ -295,8 +295,8 @@ def decode_inputs(
 ) -> tuple[list[list[str]], list[int]]:
     """Front-end outputs of one batch (each (T_i, ...)) -> each one's n-best texts, best first, and the length
     of what the text was read from (the decoder's memory: the encoder output it attends to): the one place
-    translate, evaluate and the cascade decode speech. Task asr of a whisper_asr model (`whisper_transcript`):
-    Whisper's transcript, one text each (`options` do not apply), and its length in Whisper's tokens."""
+    translate, evaluate and the cascade decode speech. Task asr of a cascade's model (`whisper_transcript`): its
+    ASR's transcript, one text each (`options` do not apply), and its length in the ASR's tokens."""
     if lm.whisper_transcript:
         x, lengths = collate_sequences(inputs)
         ids = lm.model.speech_encoder.transcripts(_to_model(lm, x), lengths.to(lm.device))

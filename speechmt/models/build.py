@@ -6,7 +6,7 @@ and a checkpoint of either read on a Translator's names (FAT-ST)."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Any, Callable
 
 from torch import Tensor, nn
 
@@ -38,10 +38,12 @@ PRETRAINING_MODELS: dict[str, Callable[[ModelConfig, bool], nn.Module]] = {"fat_
 """The builders of the models a config names by its semantic kind that are no Translator."""
 
 
-def build(cfg: ModelConfig, pretrained: bool = True) -> nn.Module:
-    """The model `cfg` describes: its pretraining model (PRETRAINING_MODELS), else a Translator; `pretrained`
-    as build_model's."""
-    return PRETRAINING_MODELS.get(cfg.semantic.kind, build_model)(cfg, pretrained)
+def build(cfg: ModelConfig, pretrained: bool = True, transcription: Any = None) -> nn.Module:
+    """The model `cfg` describes: its pretraining model (PRETRAINING_MODELS), else a Translator; `pretrained` and
+    `transcription` as build_model's."""
+    if cfg.semantic.kind in PRETRAINING_MODELS:
+        return PRETRAINING_MODELS[cfg.semantic.kind](cfg, pretrained)
+    return build_model(cfg, pretrained, transcription)
 
 
 def translator_weights(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
@@ -50,11 +52,16 @@ def translator_weights(state: dict[str, Tensor], config: ModelConfig) -> dict[st
     return translator_state(state) if config.semantic.kind in PRETRAINING_MODELS else state
 
 
-def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
+def build_model(
+    cfg: ModelConfig, pretrained: bool = True, transcription: Any = None, resolved: dict[str, Any] | None = None
+) -> Translator:
     """Builds the Translator that `cfg` describes. Pretrained parts (wav2vec2 or Whisper encoder, Whisper
     decoder) load the weights of their name_or_path when `pretrained`; otherwise (a checkpoint's weights
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
-    applied last, so a checkpoint's trained parameters load into the same structure."""
+    applied last, so a checkpoint's trained parameters load into the same structure. `transcription`: the
+    search of a cascade's ASR (encoder whisper_asr), speechmt.decoding.transcribe.SEARCH; without it such a model
+    reads cached states only. `resolved`: what an earlier build derived (a checkpoint bundle's), reused; the
+    model's `resolved` holds it with what this build derived (speechmt.bundle.ModelBundle.resolved)."""
     if cfg.semantic.kind not in SEMANTICS:
         raise ValueError(
             f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
@@ -63,7 +70,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     from speechmt.models.hf_whisper import whisper_models
 
     hf_encoder, hf_decoder = whisper_models(cfg, pretrained)
-    parts = BuildParts(pretrained, hf_encoder, hf_decoder)
+    parts = BuildParts(pretrained, hf_encoder, hf_decoder, transcription=transcription, resolved=dict(resolved or {}))
     # a pretrained decoder (Whisper's, an LM) sets the model's width and vocabulary, which the encoder projects
     # to: it is built first; a trained one takes them from the config, after the encoder (the seeded order)
     if cfg.decoder.one_vocabulary:
@@ -81,6 +88,7 @@ def build_model(cfg: ModelConfig, pretrained: bool = True) -> Translator:
     set_finetuning(decoder, cfg.decoder.finetune, cfg.lora)
     model = Translator(cfg, speech, decoder, _text_encoder(cfg, shared, decoder), ctc_head, shrink, semantic, fusion)
     _memory_options(cfg, speech, decoder)  # after the text encoder's copies of Whisper's tables (they stay float32)
+    model.resolved = parts.resolved
     return model
 
 

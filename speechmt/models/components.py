@@ -94,14 +94,19 @@ def base_dtype_problem(slot: str, base_dtype: str, frozen: bool) -> str | bool:
 class BuildParts:
     """What one component's builder may need beyond the config: whether pretrained weights load (False: a
     checkpoint's weights follow), the Hugging Face Whisper models loaded once for the encoder and decoder that
-    read them, the decoder once built (an encoder whose output is the decoder's own embeddings needs it) and the
-    CTC head (a shrink that merges by its labels needs it)."""
+    read them, the decoder once built (an encoder whose output is the decoder's own embeddings needs it), the
+    CTC head (a shrink that merges by its labels needs it), the search a cascade's ASR runs (`transcription`:
+    speechmt.decoding.transcribe.SEARCH, given by the caller, as models/ cannot reach up to decoding/), and what the
+    builds derive (`resolved`, by name: a checkpoint's, read when its model is rebuilt, else filled in; the model
+    bundle keeps it, speechmt.bundle.ModelBundle.resolved)."""
 
     pretrained: bool = True
     hf_encoder: nn.Module | None = None
     hf_decoder: nn.Module | None = None
     decoder: nn.Module | None = None
     ctc_head: nn.Module | None = None
+    transcription: Any = None
+    resolved: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

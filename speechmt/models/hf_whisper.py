@@ -243,7 +243,7 @@ def whisper_asr_prompt(hf_model: nn.Module, language: str) -> tuple[int, ...]:
 def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     """PieceEmbeddings: each text piece of the Whisper model `whisper` as the LM decoder (of the LM `lm`, each a
     name or folder) embeds that piece's text; both tokenizers are read from their folders."""
-    from speechmt.models.encoders.whisper_asr import PieceEmbeddings, whisper_lm_pieces
+    from speechmt.models.encoders.whisper_handover import PieceEmbeddings, whisper_lm_pieces
     from speechmt.tokenizers.lm import LMTokenizer
 
     whisper_tokenizer = _whisper_tokenizer(whisper, lm, "lm")
@@ -255,7 +255,7 @@ def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
 def whisper_lm_text(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     """TranscriptTokens: the transcripts of the Whisper model `whisper` re-tokenised as the LM `lm` (each a name or
     folder) reads source text (asr_embed text); both tokenizers are read from their folders."""
-    from speechmt.models.encoders.whisper_asr import TranscriptTokens
+    from speechmt.models.encoders.whisper_handover import TranscriptTokens
     from speechmt.tokenizers.lm import LMTokenizer
 
     _need_both(whisper, lm, "text")
@@ -269,7 +269,7 @@ def whisper_pieces(whisper: str, reader: str = "the transcript's words") -> list
     space; the ids below <|endoftext|>); `reader` names what needs them in the error for a missing tokenizer."""
     from tokenizers import Tokenizer
 
-    from speechmt.models.encoders.whisper_asr import piece_bytes
+    from speechmt.models.encoders.whisper_handover import piece_bytes
 
     tokenizer = Tokenizer.from_file(str(_whisper_tokenizer_file(whisper, reader)))
     eos = tokenizer.token_to_id("<|endoftext|>")
@@ -312,11 +312,19 @@ def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:
 
 
 def whisper_asr_encoder_from_hf(
-    hf_model: nn.Module, dim: int, prompt: tuple[int, ...], pieces=None, beam: int = 1, text=None, state: str = "after"
+    hf_model: nn.Module,
+    dim: int,
+    prompt: tuple[int, ...],
+    pieces=None,
+    beam: int = 1,
+    text=None,
+    state: str = "after",
+    transcription=None,
 ) -> nn.Module:
     """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
-    its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`), projected to `dim`;
-    `pieces` (PieceEmbeddings): asr_embed lm; `text` (TranscriptTokens): asr_embed text; `state`: asr_state."""
+    its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`) with `transcription`
+    (speechmt.decoding.transcribe.SEARCH), projected to `dim`; `pieces` (PieceEmbeddings): asr_embed lm; `text`
+    (TranscriptTokens): asr_embed text; `state`: asr_state."""
     from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 
     decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
@@ -331,6 +339,7 @@ def whisper_asr_encoder_from_hf(
         beam=beam,
         text=text,
         state=state,
+        transcription=transcription,
     )
     asr.encoder.requires_grad_(False)
     asr.decoder.requires_grad_(False)

@@ -8,6 +8,10 @@
 (`FINETUNE_FLAGS`) became the one setting `encoder.finetune`. Shared settings (d_model, dropout, vocabulary
 sizes, ...) kept their place. A nested dict passes through unchanged, and a mixed one (a preset's nested
 form with flat overrides) is merged; an option set twice to different values is a ValueError.
+
+What a build derives is no config field: `RESOLVED_FIELDS` names the fields configs once held for it, which
+`migrate_model_config` drops and `resolved_fields` takes out of an old checkpoint's config for the model bundle's
+`resolved` (speechmt.bundle), where a build writes and reads them now.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ __all__ = [
     "FLAT_NAMES",
     "GROUPS",
     "merge_model_configs",
+    "RESOLVED_FIELDS",
     "migrate_model_config",
     "migrate_model_override",
+    "resolved_fields",
 ]
 
 GROUPS = ("encoder", "shrink", "text_encoder", "semantic", "decoder", "lora", "fusion")
@@ -69,10 +75,35 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 FINETUNE_FLAGS: dict[str, str] = {"freeze_encoder": "frozen", "lna_finetune": "lna", "encoder_lora": "lora"}
 """The old encoder fine-tuning flags (at most one true) -> the encoder.finetune mode each meant."""
 
+RESOLVED_FIELDS: dict[tuple[str, str], str] = {("encoder", "asr_prompt"): "encoder.asr_prompt"}
+"""(sub-config, field) a config held for what the build derived, before that moved to the model bundle's `resolved`
+-> its name there (whisper_asr's search prompt, from the Whisper model's generation config)."""
+
 
 def migrate_model_config(d: Mapping[str, Any]) -> dict[str, Any]:
     """`d` in the nested form: old flat names moved into their sub-config, sub-configs given as dataclasses
-    turned into dicts, other keys (shared settings, a YAML file's `preset`, unknown names) kept as they are."""
+    turned into dicts, other keys (shared settings, a YAML file's `preset`, unknown names) kept as they are;
+    RESOLVED_FIELDS dropped (a build derives them: `resolved_fields` keeps an old checkpoint's)."""
+    out = _nested(d)
+    for group, name in RESOLVED_FIELDS:
+        if isinstance(out.get(group), dict):
+            out[group].pop(name, None)
+    return out
+
+
+def resolved_fields(d: Mapping[str, Any]) -> dict[str, Any]:
+    """What an old checkpoint's model config `d` (any form migrate_model_config reads) held of RESOLVED_FIELDS, by
+    their names in the bundle's `resolved` (sequences as lists); empty ones (not filled in yet) left out."""
+    out, nested = {}, _nested(d)
+    for (group, name), key in RESOLVED_FIELDS.items():
+        value = nested.get(group, {}).get(name) if isinstance(nested.get(group), dict) else None
+        if value:
+            out[key] = list(value) if isinstance(value, (list, tuple)) else value
+    return out
+
+
+def _nested(d: Mapping[str, Any]) -> dict[str, Any]:
+    """migrate_model_config's nesting alone (RESOLVED_FIELDS kept)."""
     flags = [k for k in FINETUNE_FLAGS if d.get(k)]
     if len(flags) > 1:
         raise ValueError("bad ModelConfig: freeze_encoder, lna_finetune and encoder_lora exclude each other")

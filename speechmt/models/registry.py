@@ -5,7 +5,9 @@
     encoder   conv         fbank -> subsampler -> Transformer          encoders/conv.py
               wav2vec2     HF wav2vec2 / HuBERT / data2vec audio       encoders/wav2vec2.py
               whisper      HF Whisper's encoder                        encoders/whisper.py
-              whisper_asr  Whisper transcribing (a cascade's ASR)      encoders/whisper_asr.py
+              whisper_asr  a cascade with a bridge: Whisper            encoders/whisper_asr.py,
+                           transcribes (ASR), its decoder states       whisper_handover.py; its search:
+                           handed to the decoder (the LM)              decoding/transcribe.py
     decoder   transformer  trained pre-norm Transformer decoder        decoder.py
               whisper      Whisper's pretrained decoder                hf_whisper.py
               lm           a pretrained causal LM                      lm_decoder.py

@@ -10,6 +10,7 @@ chosen, builds it.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -45,6 +46,7 @@ class Translator(nn.Module):
         self.speech_encoder, self.decoder = speech_encoder, decoder
         self.text_encoder, self.ctc_head, self.shrink = text_encoder, ctc_head, shrink
         self.semantic = semantic if semantic is not None else SEMANTICS["identity"](config)
+        self.resolved: dict[str, Any] = {}  # what its build derived (build_model; speechmt.bundle.ModelBundle.resolved)
 
     def encode_speech(
         self, feats: Tensor, lengths: Tensor, precomputed: bool = False, record: Record | None = None, task: str = ""

@@ -18,6 +18,7 @@ import torch
 from speechmt.bundle import ModelBundle
 from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.config import ExperimentConfig, init_source, save_config
+from speechmt.decoding.transcribe import SEARCH
 from speechmt.frontend import Frontend
 from speechmt.models.build import build, translator_weights
 from speechmt.models.config import ModelConfig
@@ -132,7 +133,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     toks = tokenizers_for(cfg)
     frontend = frontend_for(cfg)
     teacher = teacher_for(cfg)  # None unless an objective needs a text teacher (LUT's distance)
-    model = build(with_teacher(model_config_for(cfg, toks), teacher))
+    model = build(with_teacher(model_config_for(cfg, toks), teacher), transcription=SEARCH)
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
     for item in cfg.train.init_from:
@@ -149,7 +150,14 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
         )
 
     bundle = ModelBundle(
-        model.config, toks, frontend, main_task(cfg), decoder_tags(cfg), decoder_side(cfg), base=base_reference(model)
+        model.config,
+        toks,
+        frontend,
+        main_task(cfg),
+        decoder_tags(cfg),
+        decoder_side(cfg),
+        base=base_reference(model),
+        resolved=getattr(model, "resolved", {}),  # a pretraining model (FAT-MLM) derives nothing
     )  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
     aligns = any("align" in t.objectives for t in all_tasks(stages_of(cfg.train)))

@@ -1,8 +1,9 @@
-"""Task asr of a model whose speech encoder is whisper_asr is Whisper's own transcript: the encoder's search
-decoded by Whisper's tokenizer.json, through load_model + translate, `speechmt evaluate --task asr` and the
-cascade; a model on another encoder still refuses a task it was not trained for. A tiny random Whisper and a
-tiny random Gemma-architecture LM, trained for one update on the committed corpus. The random Whisper writes the
-same transcript for every clip ("i i i ..."): these tests check the known answer and the plumbing, not hearing."""
+"""Task asr of a model whose speech encoder is whisper_asr (a cascade's ASR and bridge) is Whisper's own transcript:
+the ASR's search (speechmt.decoding.transcribe) decoded by Whisper's tokenizer.json, through load_model +
+translate, `speechmt evaluate --task asr` and the cascade; a model on another encoder still refuses a task it was
+not trained for. A tiny random Whisper and a tiny random Gemma-architecture LM, trained for one update on the
+committed corpus. The random Whisper writes the same transcript for every clip ("i i i ..."): these tests check the
+known answer and the plumbing, not hearing."""
 
 import json
 import shutil
@@ -20,9 +21,10 @@ from speechmt.cli import main
 from speechmt.data.batching import collate_sequences
 from speechmt.data.manifest import read_manifest, record_audio
 from speechmt.decoding.cascade import cascade_translate, load_cascade, translate_texts
+from speechmt.decoding.transcribe import beam_tokens, greedy_transcript
 from speechmt.decoding.translate import load_model, translate
 from speechmt.evaluation.metrics import normalize_for_wer
-from speechmt.models.encoders.whisper_asr import piece_bytes
+from speechmt.models.encoders.whisper_handover import piece_bytes
 from tests.conftest import ASSETS
 from tests.lm_helpers import tiny_lm_dir, train_whisper_lm
 from tests.whisper_helpers import tiny_whisper_dir
@@ -47,14 +49,14 @@ def wasr(tiny_data, lm_dir, whisper_dir, tmp_path_factory):
 
 
 def _whisper_texts(lm, whisper_dir, waves):
-    """Each wave's transcript by hand: the encoder's own greedy search (`transcribe`) on the model's front end,
+    """Each wave's transcript by hand: the ASR's greedy search (speechmt.decoding.transcribe) on the model's front end,
     one wave at a time, its ids decoded by Whisper's tokenizer.json (and, the same, by their bytes)."""
     asr, tok = lm.model.speech_encoder, Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
     texts = []
     for wave in waves:
         mels, lengths = collate_sequences([lm.frontend(wave)])
         with torch.no_grad():
-            (ids,), *_ = asr.transcribe(*asr.encoder.states(mels, lengths))
+            (ids,) = greedy_transcript(asr, *asr.encoder.states(mels, lengths)).ids
         text = tok.decode(ids).strip()
         assert (
             text
@@ -94,7 +96,7 @@ def test_the_transcript_follows_the_encoders_beam(wasr, whisper_dir):
     waves = [np.zeros(16000, np.float32), np.sin(np.linspace(0, 900, 24000)).astype(np.float32) * 0.3]
     mels, lengths = collate_sequences([lm.frontend(w) for w in waves])
     with torch.no_grad():
-        ids = asr.beam_tokens(*asr.encoder.states(mels, lengths))
+        ids = beam_tokens(asr, *asr.encoder.states(mels, lengths))
     tok = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
     assert [r.text for r in translate(lm, waves)] == [tok.decode(i).strip() for i in ids]
 

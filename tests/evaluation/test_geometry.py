@@ -399,6 +399,7 @@ def test_word_units_of_whisper_byte_level_pieces():
 
 @torch.no_grad()
 def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
+    from speechmt.decoding.transcribe import SEARCH
     from speechmt.evaluation.representations import TRANSCRIPT, transcript_states, transcript_words
     from speechmt.models.config import ModelConfig
     from speechmt.models.hf_whisper import whisper_pieces
@@ -421,7 +422,8 @@ def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
                     "prompt": [2],
                 },
                 n_heads=2,
-            )
+            ),
+            transcription=SEARCH,
         ).eval()
         feats = [e.feats for e in asr_examples(3)]
         x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)

@@ -1,6 +1,7 @@
 """speechmt.models.migrate: flat model configs (checkpoints and configs from before the nesting) become the
 nested ModelConfig without losing a field, nested ones pass through, and a checkpoint that stores a flat
-config loads and computes exactly what the model it was saved from computes."""
+config loads and computes exactly what the model it was saved from computes; a derived value an old config held
+moves to the model bundle's `resolved`."""
 
 from dataclasses import asdict, replace
 
@@ -15,7 +16,7 @@ from speechmt.models.config import ModelConfig, preset
 from speechmt.models.decoder import TransformerDecoderConfig
 from speechmt.models.encoders.wav2vec2 import Wav2Vec2EncoderConfig
 from speechmt.models.encoders.whisper import WhisperEncoderConfig
-from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config
+from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config, resolved_fields
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from tests.helpers import flat_model_config
@@ -284,7 +285,8 @@ def test_preset_takes_old_flat_and_nested_overrides():
     assert preset("tiny", lora_rank=4, decoder_finetune="lora").lora.rank == 4
 
 
-def _checkpoint(path, cfg_dict: dict, model, tok) -> None:
+def _checkpoint(path, cfg_dict: dict, model, tok, features: dict | None = None, **entries) -> None:
+    """A checkpoint of `model` whose config is `cfg_dict`, with fbank + CMVN features unless `features`, and `entries`."""
     save_checkpoint(
         path,
         {
@@ -293,7 +295,8 @@ def _checkpoint(path, cfg_dict: dict, model, tok) -> None:
             "tokenizers": Tokenizers(tok, tok).state_dict(),
             "task": "st",
             "decoder_tag": "<de>",
-            "features": {"fbank": asdict(FbankConfig()), "cmvn": asdict(CMVNConfig("utterance"))},
+            "features": features or {"fbank": asdict(FbankConfig()), "cmvn": asdict(CMVNConfig("utterance"))},
+            **entries,
         },
     )
 
@@ -329,3 +332,40 @@ def test_a_checkpoint_with_a_flat_config_loads_and_computes_the_same(tiny_data, 
             assert torch.equal(enc.x, ref.x) and torch.equal(enc.ctc_logits, ref.ctc_logits)
             assert torch.equal(lm.model.decode(tokens, enc), ref_logits)
             assert torch.equal(lm.model.encode_text(tokens, text_lengths).x, ref_text)
+
+
+def test_the_search_prompt_an_old_config_held_moves_to_the_bundle_and_the_model_searches_from_it(tiny_data, tmp_path):
+    """encoder.asr_prompt, derived when a whisper_asr model is first built, was a config field; it is the bundle's
+    `resolved` now: an old checkpoint's moves there, a new one stores it there, and both rebuild the same search."""
+    from speechmt.bundle import ModelBundle
+    from speechmt.decoding.transcribe import SEARCH
+    from speechmt.frontend.whisper_mel import WhisperMelConfig
+    from tests.models.test_whisper_asr import _mels
+    from tests.whisper_helpers import tiny_whisper_dir
+
+    tok = Tokenizer.load(tiny_data / "spm.model")
+    whisper = {"kind": "whisper_asr", "name_or_path": str(tiny_whisper_dir(tmp_path / "w", d_model=32))}
+    model = build_model(preset("tiny", tgt_vocab_size=len(tok), encoder=whisper), transcription=SEARCH).eval()
+    start = model.speech_encoder.prompt[0]  # the tiny Whisper has no generation config: the prompt is its start
+    assert model.resolved == {"encoder.asr_prompt": [start]} and "asr_prompt" not in asdict(model.config.encoder)
+    old = asdict(model.config)
+    old["encoder"]["asr_prompt"] = (start, 7)  # as checkpoints stored it (a tuple); another prompt, to tell it apart
+    assert resolved_fields(old) == {"encoder.asr_prompt": [start, 7]}
+    assert "asr_prompt" not in migrate_model_config(old)["encoder"] and ModelConfig.from_dict(old) == model.config
+    assert resolved_fields({"encoder": {"kind": "whisper_asr", "asr_prompt": ()}}) == {}  # not filled in yet
+    features = {"whisper_mel": asdict(WhisperMelConfig(pad_seconds=30))}
+    for name, config, extra in (
+        ("old", old, {}),
+        ("new", asdict(model.config), {"resolved": {"encoder.asr_prompt": [start, 7]}}),
+    ):
+        _checkpoint(tmp_path / f"{name}.safetensors", config, model, tok, features, **extra)
+        bundle = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / f"{name}.safetensors"))
+        assert bundle.resolved == {"encoder.asr_prompt": [start, 7]} and bundle.config == model.config
+        assert bundle.state_dict()["resolved"] == {"encoder.asr_prompt": [start, 7]}
+    mels, lengths = _mels()
+    old_lm, new_lm = load_model(tmp_path / "old.safetensors"), load_model(tmp_path / "new.safetensors")
+    assert old_lm.model.speech_encoder.prompt == new_lm.model.speech_encoder.prompt == (start, 7)
+    assert old_lm.model.resolved == new_lm.model.resolved == {"encoder.asr_prompt": [start, 7]}
+    with torch.no_grad():
+        (a, a_lengths), (b, b_lengths) = (lm.model.speech_encoder.states(mels, lengths) for lm in (old_lm, new_lm))
+    assert torch.equal(a, b) and torch.equal(a_lengths, b_lengths)

@@ -1,10 +1,12 @@
-"""The whisper_asr encoder (searchable hidden intermediates): Whisper's greedy transcript and its decoder's
-states, checked against transformers' WhisperForConditionalGeneration run teacher-forced on that transcript."""
+"""The whisper_asr encoder (a cascade's ASR and bridge: searchable hidden intermediates): Whisper's greedy transcript
+(its search: speechmt.decoding.transcribe) and its decoder's states, checked against transformers'
+WhisperForConditionalGeneration run teacher-forced on that transcript."""
 
 import numpy as np
 import pytest
 import torch
 
+from speechmt.decoding.transcribe import SEARCH, beam_tokens, beam_transcript, greedy_transcript
 from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
@@ -25,7 +27,7 @@ def hf(whisper_dir):
 
 @pytest.fixture(scope="module")
 def asr(hf):
-    return whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en")).eval()
+    return whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), transcription=SEARCH).eval()
 
 
 def _mels(seconds=(1.3, 0.7, 2.05), pad=30):
@@ -46,6 +48,18 @@ def _mels(seconds=(1.3, 0.7, 2.05), pad=30):
     return mels, lengths
 
 
+def _greedy(asr, memory, memory_lengths):
+    """speechmt.decoding.transcribe's greedy search as a tuple: (ids, states (B, U, H), lengths (B,), first (B, H))."""
+    found = greedy_transcript(asr, memory, memory_lengths)
+    return found.ids, found.states, found.lengths, found.first
+
+
+def _beam(asr, memory, memory_lengths):
+    """As `_greedy`, by beam search (asr.beam)."""
+    found = beam_transcript(asr, memory, memory_lengths)
+    return found.ids, found.states, found.lengths, found.first
+
+
 def _banned(logits: torch.Tensor, step: int, eos: int) -> torch.Tensor:
     logits = logits.clone()
     logits[eos + 1 :] = float("-inf")
@@ -59,7 +73,7 @@ def _banned(logits: torch.Tensor, step: int, eos: int) -> torch.Tensor:
 def test_the_search_and_its_states_equal_whisper_run_teacher_forced_on_its_transcript(hf, asr):
     mels, lengths = _mels()
     memory, memory_lengths = asr.encoder.states(mels, lengths)
-    ids, states, token_lengths, first = asr.transcribe(memory, memory_lengths)
+    ids, states, token_lengths, first = _greedy(asr, memory, memory_lengths)
     assert token_lengths.tolist() == [len(i) for i in ids] and min(token_lengths) >= 1
     assert states.shape == (3, int(token_lengths.max()), 32)
     prompt, eos = list(asr.prompt), asr.eos_id
@@ -138,8 +152,8 @@ def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(wh
         decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
         n_heads=2,
     )
-    model = build_model(cfg)
-    assert model.config.encoder.asr_prompt == (model.speech_encoder.prompt) and model.config.d_model == 48
+    model = build_model(cfg, transcription=SEARCH)
+    assert model.resolved == {"encoder.asr_prompt": list(model.speech_encoder.prompt)} and model.config.d_model == 48
     trained = {n.split(".")[1] for n, p in model.named_parameters() if p.requires_grad}
     assert trained == {"proj"}
     assert model.config.encoder.cacheable_states
@@ -182,13 +196,13 @@ def soft(whisper_dir, lm_dir):
         decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
         n_heads=2,
     )
-    return build_model(cfg).eval()
+    return build_model(cfg, transcription=SEARCH).eval()
 
 
 def test_each_whisper_piece_maps_to_the_lm_tokens_of_its_text(whisper_dir, lm_dir):
     from tokenizers import Tokenizer
 
-    from speechmt.models.encoders.whisper_asr import MAX_PIECE_TOKENS, whisper_lm_pieces
+    from speechmt.models.encoders.whisper_handover import MAX_PIECE_TOKENS, whisper_lm_pieces
     from speechmt.tokenizers.lm import LMTokenizer
 
     whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
@@ -209,7 +223,7 @@ def test_soft_tokens_are_whisper_own_distribution_over_each_token_times_the_lm_p
     mels, lengths = _mels()
     states, n = asr.states(mels, lengths)
     memory, memory_lengths = asr.encoder.states(mels, lengths)
-    ids = asr.transcribe(memory, memory_lengths)[0]
+    ids = _greedy(asr, memory, memory_lengths)[0]
     assert (n - 1).tolist() == [len(i) for i in ids]  # the prompt's last state comes first
     before = states[:, :-1]
     out = asr.project(states, n)
@@ -242,10 +256,10 @@ def _score(hf, mels, prompt, tokens, eos, ended):
 def test_a_beam_of_one_is_the_greedy_search_and_its_states_are_the_teacher_forced_ones(asr):
     mels, lengths = _mels()
     memory, memory_lengths = asr.encoder.states(mels, lengths)
-    greedy = asr.transcribe(memory, memory_lengths)
+    greedy = _greedy(asr, memory, memory_lengths)
     asr.beam = 1
-    assert asr.beam_tokens(memory, memory_lengths) == greedy[0]
-    ids, states, token_lengths, first = asr.transcribe_beam(memory, memory_lengths)
+    assert beam_tokens(asr, memory, memory_lengths) == greedy[0]
+    ids, states, token_lengths, first = _beam(asr, memory, memory_lengths)
     assert ids == greedy[0] and token_lengths.tolist() == greedy[2].tolist()
     torch.testing.assert_close(states, greedy[1], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(first, greedy[3], atol=1e-4, rtol=1e-4)
@@ -255,12 +269,12 @@ def test_a_beam_of_one_is_the_greedy_search_and_its_states_are_the_teacher_force
 def test_a_wider_beam_finds_a_transcript_whisper_scores_at_least_as_high_and_batches_as_alone(hf, asr):
     mels, lengths = _mels()
     memory, memory_lengths = asr.encoder.states(mels, lengths)
-    greedy = asr.transcribe(memory, memory_lengths)[0]
+    greedy = _greedy(asr, memory, memory_lengths)[0]
     try:
         asr.beam = 4
-        beam = asr.beam_tokens(memory, memory_lengths)
+        beam = beam_tokens(asr, memory, memory_lengths)
         for row in range(3):
-            assert asr.beam_tokens(memory[row : row + 1], memory_lengths[row : row + 1]) == [beam[row]]
+            assert beam_tokens(asr, memory[row : row + 1], memory_lengths[row : row + 1]) == [beam[row]]
         states, states_lengths = asr.states(mels, lengths)
         assert states_lengths.tolist() == [1 + len(b) for b in beam]  # the prompt's last state first
     finally:
@@ -284,7 +298,7 @@ def test_the_beam_is_a_checked_option():
 def test_byte_level_pieces_give_back_the_bytes_of_the_text_they_encode(whisper_dir):
     from tokenizers import Tokenizer
 
-    from speechmt.models.encoders.whisper_asr import piece_bytes
+    from speechmt.models.encoders.whisper_handover import piece_bytes
 
     whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
     eos = whisper.token_to_id("<|endoftext|>")
@@ -305,7 +319,7 @@ def _words(text):
 
 
 def test_each_lm_token_of_the_retokenised_transcript_reads_the_piece_that_completes_it():
-    from speechmt.models.encoders.whisper_asr import TranscriptTokens
+    from speechmt.models.encoders.whisper_handover import TranscriptTokens
 
     pieces = [b" Gr\xc3", b"\xb6\xc3\x9fe", b" \xc3\xbc", b"ber", b"  ", b"x"]
     text = TranscriptTokens(pieces, _words, decoder=None, fallback=99)
@@ -326,7 +340,7 @@ def retok(whisper_dir, lm_dir):
         text_encoder={"embed_only": True, "embeddings": "lm"},
         src_vocab_size=10,
     )
-    return build_model(cfg).eval()
+    return build_model(cfg, transcription=SEARCH).eval()
 
 
 @torch.no_grad()
@@ -340,7 +354,7 @@ def test_the_text_hand_over_starts_as_the_lm_reading_the_transcript_as_source_te
     mels, lengths = _mels()
     states, n = asr.states(mels, lengths)
     memory, memory_lengths = asr.encoder.states(mels, lengths)
-    ids, whisper_states, _, _ = asr.transcribe(memory, memory_lengths)
+    ids, whisper_states, _, _ = _greedy(asr, memory, memory_lengths)
     whisper = Tokenizer.from_file(str(whisper_dir / "tokenizer.json"))
     lm = LMTokenizer.from_pretrained(str(lm_dir), role="source")
     out = asr.project(states.half().float(), n)  # as read back from the float16 encoder cache
@@ -379,7 +393,7 @@ def test_the_text_hand_over_needs_an_lm_decoder(whisper_dir):
 def test_the_state_before_a_token_is_the_one_whose_output_layer_chose_it(hf):
     mels, lengths = _mels()
     encoders = {
-        s: whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=s).eval()
+        s: whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=s, transcription=SEARCH).eval()
         for s in ("after", "before", "both")
     }
     states, state_lengths, ids = encoders["before"].search(mels, lengths)
@@ -401,7 +415,7 @@ def test_the_state_before_a_token_is_the_one_whose_output_layer_chose_it(hf):
         )
         torch.testing.assert_close(out.x, want)
     with pytest.raises(ValueError, match="unknown whisper_asr state 'middle'"):
-        whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state="middle")
+        whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state="middle", transcription=SEARCH)
 
 
 def test_the_state_choice_is_a_checked_option_of_the_states_hand_over(whisper_dir):
@@ -420,6 +434,16 @@ def test_the_states_and_lm_hand_overs_share_one_cache_key(asr, soft, hf):
     key = soft.speech_encoder.states_part()["prompt"]
     assert key.tolist()[-1] == 1  # the lm layout's code
     for state in ("after", "before", "both"):
-        other = whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=state)
+        other = whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en"), state=state, transcription=SEARCH)
         assert torch.equal(other.states_part()["prompt"], key) and other.layout == "lm"
     assert torch.equal(asr.states_part()["prompt"], key)
+
+
+def test_an_encoder_built_without_its_search_reads_cached_states_and_says_so_in_one_line(hf, asr):
+    bare = whisper_asr_encoder_from_hf(hf, 48, whisper_asr_prompt(hf, "en")).eval()
+    bare.load_state_dict(asr.state_dict())
+    mels, lengths = _mels((1.0,))
+    states, n = asr.states(mels, lengths)
+    assert torch.equal(bare.project(states, n).x, asr.project(states, n).x)
+    with pytest.raises(ValueError, match="built without its search: build the model with transcription="):
+        bare.states(mels, lengths)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from speechmt.data.dataset import Batch
+from speechmt.decoding.transcribe import SEARCH
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig, preset
 from speechmt.models.encoders import EncoderOutput
@@ -198,7 +199,8 @@ def asr_model(tmp_path_factory):
             decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora", "vocab": [5, 6, 7], "prompt": [2]},
             n_heads=2,
             src_vocab_size=64,
-        )
+        ),
+        transcription=SEARCH,
     ).eval()
     table = whisper_lm_table(str(whisper), str(lm), model.speech_encoder.eos_id, model.decoder)
     return model, table

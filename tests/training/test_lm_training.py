@@ -347,7 +347,8 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     keys = set(ckpt["model"])
     assert keys and all(k.startswith("speech_encoder.proj") or ".lora_" in k for k in keys), sorted(keys)[:5]
     encoder = ckpt["model_config"]["encoder"]
-    assert list(encoder["asr_prompt"]) == [encoder["hf_config"]["decoder_start_token_id"]]
+    assert ckpt["resolved"] == {"encoder.asr_prompt": [encoder["hf_config"]["decoder_start_token_id"]]}
+    assert "asr_prompt" not in encoder  # what the build derived is no config field
     metas = [json.loads(p.read_text()) for p in (tiny_data / "encoder_cache").glob("*/meta.json")]
     assert any(m["encoder"] == "WhisperAsrEncoder" and m["frontend"]["pad_seconds"] == 30 for m in metas)
     log = [json.loads(line) for line in (save_dir / "train_log.jsonl").read_text().splitlines()]

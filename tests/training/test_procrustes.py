@@ -8,6 +8,7 @@ import torch
 from speechmt.checks import ConfigError
 from speechmt.config import ExperimentConfig, load_config
 from speechmt.data.dataset import Example
+from speechmt.decoding.transcribe import SEARCH
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
 from speechmt.tasks.objectives import ObjectiveSettings
@@ -93,7 +94,7 @@ def tiny_model(whisper_dir):
         text_encoder={"layers": 1},
         dropout=0.0,
     )
-    return build_model(cfg)
+    return build_model(cfg, transcription=SEARCH)
 
 
 def examples(n: int = 6) -> list[Example]:
@@ -171,7 +172,7 @@ def test_a_model_without_a_projection_is_one_clear_error(whisper_dir):
         text_encoder={"layers": 1},
     )
     with pytest.raises(ValueError, match="needs a speech encoder with a projection"):
-        init_projection(build_model(cfg), [], 5, 4)
+        init_projection(build_model(cfg, transcription=SEARCH), [], 5, 4)
 
 
 # --- a whisper_asr encoder (asr_embed states): exact token pairs from its own search ---
@@ -198,7 +199,7 @@ def asr_model(dirs, embed: str = "states", state: str = "after"):
         decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
         n_heads=2,
     )
-    return build_model(cfg).eval()
+    return build_model(cfg, transcription=SEARCH).eval()
 
 
 def asr_examples(n: int = 4) -> list[Example]:

@@ -86,3 +86,8 @@ class EncoderConfig(KindOptions):
         """True when some of the encoder's states are computed by nothing trained, so data.cache_encoder can
         cache them once per split."""
         return False
+
+    def transcript_tokenizer(self):
+        """The tokenizer that reads the encoder's own transcript ids (an encoder that `transcribes`: task asr of its
+        model is that transcript); None for an encoder that writes none."""
+        return None

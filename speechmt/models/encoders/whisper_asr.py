@@ -1,6 +1,10 @@
-"""The `whisper_asr` acoustic encoder: Whisper's own recognition, searched, and its decoder's hidden states
-as the speech representation (the "searchable hidden intermediates" of Dalmia et al., NAACL 2021, ESPnet's
-multi-decoder ST, here with a pretrained Whisper as the ASR sub-net).
+"""The `whisper_asr` kind: a cascade with a bridge, ASR -> bridge -> LM, in the encoder slot. Whisper (the ASR)
+transcribes the utterance with its own search (speechmt.decoding.transcribe), and its decoder's hidden states at the
+transcript's tokens, handed over (the bridge), are what the model's decoder (the LM) reads: the "searchable hidden
+intermediates" of Dalmia et al., NAACL 2021 (ESPnet's multi-decoder ST), here with a pretrained Whisper as the ASR
+sub-net. This module holds the ASR's parts and the bridge (the projection, the hand-overs, the cache layout); the
+search is given to the encoder when the model is built (speechmt.models.build.build_model's `transcription`); the
+hand-over tables are speechmt.models.encoders.whisper_handover.
 
 Whisper (encoder and decoder, frozen) transcribes the utterance greedily from its own padded input (the wave
 zero-padded to 30 s, 3000 mel frames, Whisper's window, or to at least MIN_PAD_SECONDS: data.whisper_pad_seconds;
@@ -37,9 +41,8 @@ would only write it again. The decoder's search options do not apply to it.
 
 from __future__ import annotations
 
-import codecs
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +53,7 @@ from speechmt.models.components import BuildParts, PretrainedOptions, kind_field
 from speechmt.models.decoder import TransformerDecoder
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.encoders.whisper import WhisperEncoder
+from speechmt.models.encoders.whisper_handover import PieceEmbeddings, TranscriptTokens, pack_ids, unpack_ids
 from speechmt.sequence import lengths_to_padding_mask
 
 if TYPE_CHECKING:
@@ -68,9 +72,6 @@ MAX_TOKENS = 160
 TOP_K = 16
 """Candidates per token in embed "lm"'s soft embeddings."""
 
-MAX_PIECE_TOKENS = 8
-"""LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
-
 EMBED_KEYS = ("states", "lm", "text")
 """Each cache layout's code in the cache key (`states_part`): append, never reorder (older caches keep theirs).
 embed "states" caches what embed "lm" does (the prompt's last state, then one per token), so the two share a
@@ -79,25 +80,21 @@ cache; code "states" is its layout from before asr_state (the states alone), whi
 ASR_STATES = ("after", "before", "both")
 """What embed "states" projects for a token (EncoderConfig.asr_state): the state after it, before it, or both."""
 
-ID_BASE = 2048
-"""embed "text" stores each LM id as two channels (id // ID_BASE, id % ID_BASE) beside the states: the encoder
-cache's float16 holds every integer up to 2048 exactly."""
-
 ASR_EMBEDS = ("states", "lm", "text")
 """What a transcript token becomes (WhisperASRConfig.asr_embed)."""
 
 
 @dataclass
 class WhisperASRConfig(PretrainedOptions, EncoderConfig):
-    """encoder kind "whisper_asr": a whole Whisper model, frozen, transcribing its padded input (the cascade's
-    first half): its decoder's states at the transcript's tokens (module docstring). Needs
+    """encoder kind "whisper_asr", a cascade's ASR and bridge: a whole Whisper model, frozen, transcribing its
+    padded input; its decoder's states at the transcript's tokens, handed to the decoder (module docstring). Needs
     data.whisper_pad_seconds of at least MIN_PAD_SECONDS."""
 
     kind: str = kind_field("whisper_asr")
     finetune: str = "frozen"  # its search is not trained: frozen is the one mode
-    # the decoder prompt's ids (<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>), filled in from the
-    # Whisper model's generation config for `asr_language` when the model is built
-    asr_prompt: tuple[int, ...] = ()
+    # the transcripts' language: the search's prompt (<|startoftranscript|> <|lang|> <|transcribe|>
+    # <|notimestamps|>) comes from the Whisper model's generation config for it when the model is first built, and
+    # is kept in the model bundle's `resolved` ("encoder.asr_prompt")
     asr_language: str = "en"
     asr_beam: int = checked(1, lo=1, hi=16)  # 1: greedy search; more: a beam search of that many
     # what each transcript token becomes: "states" (its decoder state, projected), "lm" (the LM decoder's soft
@@ -113,7 +110,6 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
     transcribes: ClassVar[bool] = True
 
     def __post_init__(self):
-        self.asr_prompt = tuple(int(i) for i in self.asr_prompt)
         raise_problems(
             "bad ModelConfig",
             field_problems(self, "encoder.")
@@ -136,10 +132,18 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
     def cacheable_states(self) -> bool:
         return True
 
+    def transcript_tokenizer(self):
+        """Whisper's own tokenizer (speechmt.tokenizers.whisper, from the model's tokenizer.json): what reads its
+        transcript ids. One-line errors: no name_or_path, no tokenizer.json."""
+        from speechmt.models.hf_whisper import whisper_transcript_tokenizer
+
+        return whisper_transcript_tokenizer(self.name_or_path)
+
 
 def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfig]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm or text: plus
-    the LM decoder's embeddings of its tokens); `cfg` with the complete HF config and the search's prompt filled in."""
+    the LM decoder's embeddings of its tokens); `cfg` with the complete HF config filled in. The search's prompt is
+    `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else made for asr_language and put there."""
     from speechmt.models.hf_whisper import (
         hf_config_dict,
         whisper_asr_encoder_from_hf,
@@ -149,121 +153,57 @@ def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Whis
     )
 
     e, hf_model = cfg.encoder, parts.hf_encoder
-    prompt = e.asr_prompt or whisper_asr_prompt(hf_model, e.asr_language)
+    prompt = tuple(parts.resolved.get("encoder.asr_prompt") or whisper_asr_prompt(hf_model, e.asr_language))
+    parts.resolved["encoder.asr_prompt"] = [int(i) for i in prompt]
     if e.asr_embed != "states" and not cfg.decoder.lm_tokens:
         raise ValueError(f"encoder.asr_embed {e.asr_embed} needs decoder 'lm' (its input embeddings are the table)")
     tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), parts.decoder)
     pieces = whisper_lm_table(*tokenizers) if e.asr_embed == "lm" else None
     text = whisper_lm_text(*tokenizers) if e.asr_embed == "text" else None
     speech = whisper_asr_encoder_from_hf(
-        hf_model, cfg.d_model, prompt, pieces, beam=e.asr_beam, text=text, state=e.asr_state
+        hf_model,
+        cfg.d_model,
+        prompt,
+        pieces,
+        beam=e.asr_beam,
+        text=text,
+        state=e.asr_state,
+        transcription=parts.transcription,
     )
-    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model), asr_prompt=prompt))
+    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model)))
 
 
-class PieceEmbeddings:
-    """Whisper token ids (...,) -> the mean of an LM decoder's input embeddings (scaled as it scales them) of each
-    piece's LM tokens (..., D); `pieces` (V_w, L): those LM ids, -1 padded. Read at each call (they follow the
-    LM's table); held by the encoder outside its modules, as the CTC bridge holds its LabelEmbeddings."""
+@dataclass
+class Transcript:
+    """One batch's transcripts, as the ASR's search finds them: `ids` each row's text token ids (below eos_id, at
+    least one), `states` (B, U, H) Whisper's decoder state after each token, padded positions zero, `lengths` (B,)
+    and `first` (B, H) the prompt's last state (the one that predicted the first token)."""
 
-    def __init__(self, pieces: Tensor, decoder: nn.Module):
-        self.pieces, self.decoder = pieces, decoder
-
-    def __call__(self, ids: Tensor) -> Tensor:
-        lm_ids = self.pieces.to(ids.device)[ids]  # (..., L)
-        valid = (lm_ids >= 0)[..., None]
-        vectors = self.decoder.embed(lm_ids.clamp(min=0)) * valid  # (..., L, D)
-        return vectors.sum(-2) / valid.sum(-2).clamp(min=1)
+    ids: list[list[int]]
+    states: Tensor
+    lengths: Tensor
+    first: Tensor
 
 
-def whisper_lm_pieces(piece_text: Callable[[int], str], lm_text_ids: Callable[[str], list[int]], eos_id: int) -> Tensor:
-    """(eos_id + 1, MAX_PIECE_TOKENS) the LM ids (`lm_text_ids`: text -> ids, no specials) of each Whisper text
-    piece's text (`piece_text`: id -> text), -1 padded; <|endoftext|>'s row is empty."""
-    pieces = torch.full((eos_id + 1, MAX_PIECE_TOKENS), -1, dtype=torch.long)
-    for i in range(eos_id):
-        ids = lm_text_ids(piece_text(i))[:MAX_PIECE_TOKENS]
-        pieces[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return pieces
+class TranscriptionSearch(Protocol):
+    """The ASR's search (speechmt.decoding.transcribe.SEARCH), which the encoder receives when it is built: Whisper's
+    encoder states memory (B, S, H) and their lengths (B,) -> what the encoder's parts transcribe."""
 
+    def transcript(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> Transcript:
+        """The transcripts and their states, by the encoder's configured search (greedy, or a beam of `asr.beam`)."""
 
-def byte_level_bytes() -> dict[str, int]:
-    """GPT-2's byte-level alphabet (Whisper's BPE): the printable character standing for each byte -> the byte."""
-    printable = {
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("\u00a1"), ord("\u00ac") + 1),
-        *range(ord("\u00ae"), ord("\u00ff") + 1),
-    }
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + extra)] = b
-            extra += 1
-    return table
-
-
-def piece_bytes(tokens: list[str]) -> list[bytes]:
-    """Byte-level BPE pieces as the tokenizer stores them ("\u0120Gr\u00c3\u00b6") -> their bytes (b" Gr\xc3\xb6"); a piece
-    may end inside a character."""
-    table = byte_level_bytes()
-    return [b"".join(bytes([table[c]]) if c in table else c.encode("utf-8") for c in t) for t in tokens]
-
-
-class TranscriptTokens:
-    """Whisper ids of one transcript -> (the LM's ids of its text, as the LM encodes source text: " " + the
-    stripped text; for each, the index of the Whisper piece whose bytes complete it). `pieces`: each Whisper
-    text piece's bytes; `text_offsets`: text -> (LM ids, (start, end) character offsets); `fallback`: the LM id
-    read for a transcript of whitespace alone. `embed(lm_ids)` is the LM decoder's input embedding (held
-    outside the encoder's modules, as PieceEmbeddings)."""
-
-    def __init__(
-        self,
-        pieces: list[bytes],
-        text_offsets: Callable[[str], tuple[list[int], list[tuple[int, int]]]],
-        decoder: nn.Module,
-        fallback: int,
-    ):
-        self.pieces, self.text_offsets, self.decoder, self.fallback = pieces, text_offsets, decoder, int(fallback)
-
-    def __call__(self, ids: list[int]) -> tuple[list[int], list[int]]:
-        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        chars, owner = [], []
-        for k, i in enumerate(ids):
-            chunk = utf8.decode(self.pieces[i])
-            chars.append(chunk)
-            owner += [k] * len(chunk)
-        tail = utf8.decode(b"", final=True)  # a transcript ending inside a character
-        chars.append(tail)
-        owner += [len(ids) - 1] * len(tail)
-        text = "".join(chars)
-        body, lead = text.strip(), len(text) - len(text.lstrip())
-        lm_ids, offsets = self.text_offsets(" " + body) if body else ([], [])
-        if not lm_ids:
-            return [self.fallback], [0]
-        # LM character j >= 1 is text character lead + j - 1; a token of the added space alone reads the first piece
-        return list(lm_ids), [owner[lead + max(end - 1, 1) - 1] for _, end in offsets]
-
-    def embed(self, lm_ids: Tensor) -> Tensor:
-        return self.decoder.embed(lm_ids)
-
-
-def pack_ids(ids: Tensor) -> Tensor:
-    """LM ids (...,) -> (..., 2) float channels (id // ID_BASE, id % ID_BASE)."""
-    return torch.stack([ids // ID_BASE, ids % ID_BASE], -1).float()
-
-
-def unpack_ids(channels: Tensor) -> Tensor:
-    """pack_ids' channels (..., 2), in any float dtype -> the ids (...,)."""
-    hi, lo = channels.float().round().long().unbind(-1)
-    return hi * ID_BASE + lo
+    def tokens(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
+        """The transcripts' ids alone (a beam's states are not computed)."""
 
 
 class WhisperAsrEncoder(nn.Module):
-    """mels (B, 3000, n_mels) -> Whisper's greedy transcript -> its decoder states (B, U, H) -> Linear to `dim`.
+    """The ASR and the bridge of the whisper_asr cascade: mels (B, 3000, n_mels) -> Whisper's transcript, found by
+    `transcription` (speechmt.decoding.transcribe) -> its decoder states (B, U, H) -> the hand-over to the decoder,
+    Linear to `dim`.
 
     `prompt`: the decoder's first inputs (<|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>);
-    `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated."""
+    `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated;
+    `transcription`: the search (None: a model that only reads cached states, or is saved, averaged, exported)."""
 
     def __init__(
         self,
@@ -277,8 +217,10 @@ class WhisperAsrEncoder(nn.Module):
         beam: int = 1,
         text: TranscriptTokens | None = None,
         state: str = "after",
+        transcription: TranscriptionSearch | None = None,
     ):
         super().__init__()
+        self.transcription = transcription
         if state not in ASR_STATES:
             raise ValueError(f"unknown whisper_asr state {state!r}; expected one of {', '.join(ASR_STATES)}")
         if state != "after" and (pieces is not None or text is not None):
@@ -365,25 +307,29 @@ class WhisperAsrEncoder(nn.Module):
         """`states` and the transcripts they are the states of (`transcripts`), from one search."""
         memory, memory_lengths = self._memory(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        ids, x, token_lengths, first = (
-            self.transcribe(memory, memory_lengths) if self.beam == 1 else self.transcribe_beam(memory, memory_lengths)
-        )
+        found = self._search().transcript(self, memory, memory_lengths)
         if self._text is not None:
-            x, token_lengths = self.retokenized(ids, x)
+            x, token_lengths = self.retokenized(found.ids, found.states)
         else:
-            x, token_lengths = torch.cat([first[:, None], x], dim=1), token_lengths + 1
+            x, token_lengths = torch.cat([found.first[:, None], found.states], dim=1), found.lengths + 1
         note(record, "asr", x, token_lengths)
-        return x, token_lengths, ids
+        return x, token_lengths, found.ids
 
     @torch.no_grad()
     def transcripts(self, mels: Tensor, lengths: Tensor) -> list[list[int]]:
         """mels (B, T, n_mels) padded as `states` reads them, lengths (B,) -> Whisper's transcript of each row: its
         text token ids (each below eos_id; at least one), found by the configured search (greedy, or a beam of
         `beam`): the transcript whose states `states` hands on, and the model's output for task asr."""
-        memory, memory_lengths = self._memory(mels, lengths)
-        if self.beam == 1:
-            return self.transcribe(memory, memory_lengths)[0]
-        return self.beam_tokens(memory, memory_lengths)
+        return self._search().tokens(self, *self._memory(mels, lengths))
+
+    def _search(self) -> TranscriptionSearch:
+        """The search this encoder was built with; a one-line ValueError for one built without."""
+        if self.transcription is None:
+            raise ValueError(
+                "this whisper_asr encoder was built without its search: build the model with "
+                "transcription=speechmt.decoding.transcribe.SEARCH (load_model and training do)"
+            )
+        return self.transcription
 
     @torch.no_grad()
     def token_pairs(self, states: Tensor, lengths: Tensor, table: "PieceEmbeddings") -> tuple[Tensor, Tensor]:
@@ -462,98 +408,17 @@ class WhisperAsrEncoder(nn.Module):
             out[row, : len(pos), -2:] = pack_ids(torch.tensor(lm_ids, device=states.device))
         return out, lengths
 
-    def transcribe(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor, Tensor]:
-        """Greedy search over Whisper's text tokens: memory (B, S, H) -> (token ids per row, states (B, U, H),
-        lengths (B,), the prompt's last state (B, H)). The first token is never <|endoftext|> (nor a lone space, as Whisper's own first-step
-        suppression), so every row has at least one token; a row stops at <|endoftext|> or max_tokens."""
-        rows = memory.size(0)
-        cache = self.decoder.new_cache()
-        inputs = torch.tensor(self.prompt, device=memory.device).expand(rows, -1)
-        h = first = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]  # (B, H)
-        done = torch.zeros(rows, dtype=torch.bool, device=memory.device)
-        steps, states = [], []
-        for step in range(self.max_tokens + 1):
-            logits = self._allowed(self.decoder.output(h).float(), step == 0)
-            if step == self.max_tokens:
-                break
-            token = logits.argmax(-1).masked_fill(done, self.eos_id)  # (B,)
-            done |= token == self.eos_id
-            if done.all():
-                break
-            h = self.decoder.hidden(token[:, None], memory, memory_lengths, cache)[:, -1]
-            steps.append(token)
-            states.append(h.masked_fill(done[:, None], 0.0))
-        tokens = torch.stack(steps, 1)  # (B, U)
-        lengths = (tokens != self.eos_id).sum(1)
-        ids = [row[: int(n)] for row, n in zip(tokens.tolist(), lengths)]
-        return ids, torch.stack(states, 1), lengths, first
+    def begin_suppressed(self, vocab: int) -> list[int]:
+        """What Whisper never writes first, over a vocabulary of `vocab`: <|endoftext|> and a lone space (whisper's
+        SuppressBlank; every id above <|endoftext|> is never written at all)."""
+        return [self.eos_id, *_space_ids(vocab, self.eos_id)]
 
-    def transcribe_beam(self, memory: Tensor, memory_lengths: Tensor) -> tuple[list[list[int]], Tensor, Tensor, Tensor]:
-        """As `transcribe`, the transcript found by beam search (`beam_tokens`); its states from one teacher-forced
-        pass of Whisper's decoder over the prompt and the transcript."""
-        ids = self.beam_tokens(memory, memory_lengths)
-        lengths = torch.tensor([len(i) for i in ids], device=memory.device)
-        tokens = torch.full((len(ids), int(lengths.max())), self.eos_id, dtype=torch.long, device=memory.device)
-        for row, i in enumerate(ids):
-            tokens[row, : len(i)] = torch.tensor(i, dtype=torch.long)
-        prompt = torch.tensor(self.prompt, device=memory.device).expand(len(ids), -1)
-        h = self.decoder.hidden(torch.cat([prompt, tokens], 1), memory, memory_lengths)  # (B, P + U, H)
-        p = len(self.prompt)
-        states = h[:, p:].masked_fill(lengths_to_padding_mask(lengths, tokens.size(1))[..., None], 0.0)
-        return ids, states, lengths, h[:, p - 1]
-
-    def beam_tokens(self, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
-        """Whisper's transcript of each row by beam search (`beam` hypotheses; the same bans as the greedy search;
-        a hypothesis scores its summed log-probability, <|endoftext|>'s included, over its length with it; a row
-        ends with `beam` finished hypotheses, or at max_tokens, where the live ones count as finished). The
-        algorithm of speechmt.decoding.search.BeamSearch, which searches a Translator from the floor above models/
-        (an encoder cannot call up to it), here over Whisper's decoder alone."""
-        rows, k = memory.size(0), self.beam
-        cache = self.decoder.new_cache()
-        inputs = torch.tensor(self.prompt, device=memory.device).expand(rows, -1)
-        h = self.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1].repeat_interleave(k, 0)  # (B K, H)
-        # the beams of a row share its memory and its cross-attention keys/values: only self-attention is reordered
-        cache.regroup(torch.arange(rows, device=memory.device).repeat_interleave(k), None, k)
-        scores = torch.full((rows, k), float("-inf"), device=memory.device)
-        scores[:, 0] = 0.0  # one live hypothesis per row at first
-        hyps: list[list[int]] = [[] for _ in range(rows * k)]
-        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(rows)]
-        for step in range(self.max_tokens + 1):
-            logp = self._allowed(self.decoder.output(h).float(), step == 0).log_softmax(-1)  # (B K, V)
-            if step == self.max_tokens:  # the live hypotheses end here (a done row has none: its scores are -inf)
-                for r, j in (scores > float("-inf")).nonzero().tolist():
-                    finished[r].append((float(scores[r, j]) / step, hyps[r * k + j]))
-                break
-            vocab = logp.size(-1)
-            top, index = (scores.view(-1, 1) + logp).view(rows, -1).topk(2 * k, dim=-1)  # (B, 2K)
-            keep = (torch.arange(rows, device=memory.device) * k)[:, None].repeat(1, k)  # a done row keeps its own
-            token = torch.full((rows, k), self.eos_id, dtype=torch.long, device=memory.device)
-            new = torch.full((rows, k), float("-inf"), device=memory.device)
-            for r in range(rows):
-                slot = 0
-                for score, i in zip(top[r].tolist(), index[r].tolist()):
-                    if slot == k or len(finished[r]) >= k or score == float("-inf"):
-                        break
-                    source, t = r * k + i // vocab, i % vocab
-                    if t == self.eos_id:
-                        finished[r].append((score / (step + 1), hyps[source]))
-                        continue
-                    keep[r, slot], token[r, slot], new[r, slot] = source, t, score
-                    slot += 1
-            if all(len(f) >= k for f in finished):
-                break
-            scores, index = new, keep.view(-1)
-            hyps = [hyps[i] + [t] for i, t in zip(index.tolist(), token.view(-1).tolist())]
-            cache.reorder(index, cross=False)
-            h = self.decoder.hidden(token.view(-1, 1), memory, memory_lengths, cache)[:, -1]
-        return [max(f, key=lambda s: s[0])[1] for f in finished]
-
-    def _allowed(self, logits: Tensor, first: Tensor | bool) -> Tensor:
-        """logits (..., V) with what the search never writes banned: ids above <|endoftext|>, and at a first step
-        (`first`: bool, or (...,) bool) <|endoftext|> and a lone space."""
+    def allowed(self, logits: Tensor, first: Tensor | bool) -> Tensor:
+        """logits (..., V) with what the search never writes banned (speechmt.decoding.transcribe.logit_filters):
+        ids above <|endoftext|>, and at a first step (`first`: bool, or (...,) bool) `begin_suppressed`."""
         logits = logits.clone()
         logits[..., self.eos_id + 1 :] = float("-inf")
-        banned = [self.eos_id, *_space_ids(logits.size(-1), self.eos_id)]
+        banned = self.begin_suppressed(logits.size(-1))
         first = torch.as_tensor(first, device=logits.device)
         logits[..., banned] = logits[..., banned].masked_fill(first[..., None], float("-inf"))
         return logits
@@ -564,7 +429,7 @@ class WhisperAsrEncoder(nn.Module):
         first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
         first[:, 0] = True
         # contiguous: a sliced 3-D input makes nn.Linear expand the (V, H) weight to every row instead of folding
-        logits = self._allowed(self.decoder.output(before.contiguous()).float(), first)
+        logits = self.allowed(self.decoder.output(before.contiguous()).float(), first)
         logits[..., self.eos_id] = float("-inf")
         return logits
 
