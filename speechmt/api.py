@@ -117,6 +117,15 @@ def search_options(
     return beam, SearchOptions(penalty, len_a, len_b, least, mbr, samples)
 
 
+def _in_direction(lm: "LoadedModel | Cascade", src_lang: str | None, tgt_lang: str | None) -> "LoadedModel | Cascade":
+    """The model writing the direction asked (a cascade's MT stage does)."""
+    from speechmt.decoding.translate import in_direction
+
+    if isinstance(lm, Cascade):
+        return Cascade(lm.asr, in_direction(lm.mt, src_lang, tgt_lang))
+    return in_direction(lm, src_lang, tgt_lang)
+
+
 def _checked_dtype(dtype: object) -> str:
     if dtype not in opt.DTYPES:
         raise OptionError(f"dtype: invalid value {str(dtype)!r}: expected {' or '.join(opt.DTYPES)}")
@@ -129,6 +138,8 @@ def load_model(
     task: Task | None = None,
     dtype: Dtype = "float32",
     memory: Sequence[str | os.PathLike] | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> LoadedModel:
     """Loads a model from one checkpoint file, ready for `translate`, `simultaneous` and `evaluate`.
 
@@ -146,9 +157,12 @@ def load_model(
             memories it searches by its own transcript (manifests, memory folders or names built under
             $SPEECHMT_HOME, e.g. `ding-en-de`, which `speechmt data synth-memory` builds); None: the one the
             model names (decoder.memory), loaded on first use.
+        src_lang, tgt_lang: the direction a model of several writes ("en", "fr"; None: its first, or the one
+            the other names); `evaluate` decodes each utterance in its own record's direction.
 
-    Raises OptionError for a bad device, task or dtype, and speechmt.checkpoint.CheckpointError (one line naming the
-    file) for a missing, unsafe (pickled) or unusable checkpoint, or a task it was not trained for, or `memory`
+    Raises OptionError for a bad device, task, dtype or language code, and speechmt.checkpoint.CheckpointError (one line naming the
+    file) for a missing, unsafe (pickled) or unusable checkpoint, a task or direction it was not trained for (naming
+    the directions it knows), or `memory`
     for a model that reads no examples; speechmt.data.manifest.ManifestError (one line) for a memory not there.
     """
     from speechmt.decoding.translate import load_model as _load
@@ -156,8 +170,16 @@ def load_model(
     from speechmt.pretrained import default_model_path
 
     device, task = checked_device(device), checked_task(task, TASKS)
-    lm = _load(default_model_path() if path is None else path, device, task, _checked_dtype(dtype))
+    src, tgt = checked_language("src_lang", src_lang), checked_language("tgt_lang", tgt_lang)
+    lm = _load(default_model_path() if path is None else path, device, task, _checked_dtype(dtype), src, tgt)
     return with_memory(lm, memory) if memory else lm
+
+
+def checked_language(name: str, code: object) -> str | None:
+    """A language code option (en, fr, zh-CN) as given, None as None; OptionError naming `name` otherwise."""
+    if code is not None and not (isinstance(code, str) and opt.LANGUAGE_CODE.fullmatch(code)):
+        raise OptionError(f"{name}: invalid value {str(code)!r}: expected a language code such as en, fr or zh-CN")
+    return code
 
 
 @dataclass
@@ -175,14 +197,24 @@ class Cascade:
 
 
 def load_cascade(
-    asr: str | os.PathLike, mt: str | os.PathLike, device: str = "cpu", dtype: Dtype = "float32"
+    asr: str | os.PathLike,
+    mt: str | os.PathLike,
+    device: str = "cpu",
+    dtype: Dtype = "float32",
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> Cascade:
     """Loads the cascade baseline: `asr` (a checkpoint that transcribes) and `mt` (one that translates text; one
-    multi-task checkpoint can be both). OptionError for a bad device or dtype; CheckpointError (one line naming the
+    multi-task checkpoint can be both), the MT stage writing the direction `src_lang`, `tgt_lang` names (as
+    load_model's). OptionError for a bad device, dtype or language code; CheckpointError (one line naming the
     file) for a model not trained so."""
     from speechmt.decoding.cascade import load_cascade as _load
 
-    return Cascade(*_load(asr, mt, checked_device(device), _checked_dtype(dtype)))
+    from speechmt.decoding.translate import in_direction
+
+    src, tgt = checked_language("src_lang", src_lang), checked_language("tgt_lang", tgt_lang)
+    asr_model, mt_model = _load(asr, mt, checked_device(device), _checked_dtype(dtype))
+    return Cascade(asr_model, in_direction(mt_model, src, tgt))
 
 
 def translate(
@@ -208,6 +240,8 @@ def translate(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int = 0,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> list[Translation]:
     """Translates (or, for an ASR model or task="asr", transcribes) audio files or 16 kHz arrays, in order.
 
@@ -247,6 +281,8 @@ def translate(
         top_k: among the top_k most probable tokens (0: all),
         top_p: among the most probable tokens holding top_p of the mass, 0 < top_p <= 1.
         seed: the random seed of the draws (sampling, mbr_samples), 0 to 2**31 - 1.
+        src_lang, tgt_lang: the direction a model of several languages writes ("en", "fr"); None: the one
+            it was loaded for (`load_model`'s), its first. CheckpointError naming those it knows for another.
 
     Task "asr" of a cascade with a bridge (the bundled one) returns its ASR's transcript, found by the ASR's own
     search: beam, nbest and the length options, which drive the decoder's search, do not apply to it (`nbest`
@@ -268,6 +304,7 @@ def translate(
     if errors not in ("raise", "keep"):
         raise OptionError(f"errors: invalid value {str(errors)!r}: expected raise or keep")
     lm = _model(model, checked_task(task, TRANSLATE_TASKS), None if device is None else checked_device(device))
+    lm = _in_direction(lm, checked_language("src_lang", src_lang), checked_language("tgt_lang", tgt_lang))
     _check_chunk_seconds(lm.asr if isinstance(lm, Cascade) else lm, seconds)
     from speechmt.decoding.segment import SegmentConfig
 

@@ -13,10 +13,12 @@ whose model config held a derived value has it moved to `resolved`: speechmt.mod
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from speechmt.checkpoint import CheckpointError
+from speechmt.data.manifest import split_direction
 from speechmt.frontend import Frontend, frontend_from_state
 from speechmt.models.config import ModelConfig
 from speechmt.models.migrate import resolved_fields
@@ -33,6 +35,7 @@ KEYS = (
     "decoder_start",
     "base",
     "resolved",
+    "directions",
 )
 """A checkpoint's keys that the bundle writes and reads; with "model" (the weights) what inference needs."""
 DECODER_STARTS = ("bos", "eos")  # the decoder's first input: <s>, or </s> (models converted from fairseq)
@@ -45,7 +48,9 @@ class ModelBundle:
     it decodes to the tag that starts the output (the main `task` first), `decoder_side` says which tokenizer
     the decoder writes with (None: "src" for asr, else "tgt", as checkpoints before it), `decoder_start` its
     first input; `base` names the pretrained weights a checkpoint of trained parameters sits on; `resolved` holds
-    what the model's build derived, by name (speechmt.models.build.build_model's, e.g. "encoder.asr_prompt")."""
+    what the model's build derived, by name (speechmt.models.build.build_model's, e.g. "encoder.asr_prompt");
+    `directions` the languages it was trained in: {task: {"en-fr": the tag that starts that direction's output}}
+    (empty for a checkpoint from before they were recorded: its one direction, decoder_tags')."""
 
     config: ModelConfig
     tokenizers: Tokenizers
@@ -56,6 +61,7 @@ class ModelBundle:
     decoder_start: str = "bos"
     base: dict | None = None
     resolved: dict[str, Any] = field(default_factory=dict)
+    directions: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def tag(self, task: str) -> str | None:
         """The tag that starts the decoder's output for `task`; CheckpointError for a task it does not do."""
@@ -63,6 +69,11 @@ class ModelBundle:
         if task not in tags:
             raise CheckpointError(f"not trained for task {task!r}; it does {', '.join(tags)}")
         return tags[task]
+
+    def direction_tag(self, task: str, src_lang: str | None = None, tgt_lang: str | None = None) -> str | None:
+        """The tag that starts `task`'s output in the direction (src_lang, tgt_lang) (None: any the model knows;
+        its main tag when both are None): pick_tag over the directions it was trained in."""
+        return pick_tag(self.directions.get(task) or {}, self.tag(task), src_lang, tgt_lang)
 
     def decoder_tokenizer(self, task: str) -> AnyTokenizer:
         """The tokenizer the decoder writes `task`'s output with."""
@@ -83,6 +94,7 @@ class ModelBundle:
             "decoder_start": self.decoder_start,
         }
         state |= {"base": self.base} if self.base is not None else {}
+        state |= {"directions": {t: dict(d) for t, d in self.directions.items()}} if self.directions else {}
         return state | ({"resolved": dict(self.resolved)} if self.resolved else {})
 
     @classmethod
@@ -104,7 +116,7 @@ class ModelBundle:
                 f"has no such front-end settings (features.{config.encoder.frontend})"
             )
         task, start, side = ckpt.get("task", "st"), ckpt.get("decoder_start", "bos"), ckpt.get("decoder_side")
-        tags = ckpt.get("decoder_tags") or {}
+        tags, directions = ckpt.get("decoder_tags") or {}, ckpt.get("directions") or {}
         problem = (
             start not in DECODER_STARTS
             and f"unknown decoder_start {start!r}; expected 'bos' or 'eos'"
@@ -112,6 +124,8 @@ class ModelBundle:
             and f"unknown decoder_side {side!r}; expected 'src' or 'tgt'"
             or not isinstance(tags, dict)
             and f"decoder_tags must map tasks to tags, got {type(tags).__name__}"
+            or not (isinstance(directions, dict) and all(isinstance(d, dict) for d in directions.values()))
+            and "directions must map tasks to {direction: tag}"
         )
         if problem:
             raise CheckpointError(f"{path}: {problem}")
@@ -125,4 +139,35 @@ class ModelBundle:
             start,
             ckpt.get("base"),
             resolved,
+            directions,
         )
+
+
+def pick_tag(
+    known: dict[str, str | None], main: str | None, src_lang: str | None = None, tgt_lang: str | None = None
+) -> str | None:
+    """The tag of the one direction of `known` ({"en-fr": tag}) with the languages asked (None: any), `main` when
+    neither is asked; CheckpointError, one line naming the directions known, for none or several. A model of
+    one direction from before directions were recorded (`known` empty) knows its tag's language alone."""
+    if src_lang is None and tgt_lang is None:
+        return main
+    if not known:
+        code = TAG_LANGUAGE.fullmatch(main or "")
+        if tgt_lang is None or code is None or code.group(1) == tgt_lang:
+            return main
+        raise CheckpointError(f"{tgt_lang}: the model writes {code.group(1)} only")
+    fits = [d for d in known if _fits(d, src_lang, tgt_lang)]
+    if len(fits) != 1:
+        what = "knows several such directions" if fits else "was not trained in that direction"
+        wanted = f"{src_lang or '*'}-{tgt_lang or '*'}"
+        raise CheckpointError(f"{wanted}: the model {what}; it knows {', '.join(known)} (name --src-lang / --tgt-lang)")
+    return known[fits[0]]
+
+
+TAG_LANGUAGE = re.compile(r"<\|?([a-z]{2,3}(?:-[A-Z]{2})?)\|?>")  # <de>, Whisper's <|de|>
+
+
+def _fits(name: str, src_lang: str | None, tgt_lang: str | None) -> bool:
+    """Whether direction `name` ("en-fr") has the source and target asked for (None: any)."""
+    src, tgt = split_direction(name)
+    return src_lang in (None, src) and tgt_lang in (None, tgt)

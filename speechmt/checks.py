@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import types
 import typing
 from argparse import ArgumentTypeError
@@ -301,6 +302,16 @@ def option_type(check: Check, kind: type) -> Callable[[str], Any]:
 
     parse.__name__ = "integer" if kind is int else "number"
     return parse
+
+
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(-[A-Z]{2})?")
+
+
+def language(text: str) -> str:
+    """A command-line option's type: a language code (en, fr, zh-CN)."""
+    if not LANGUAGE_CODE.fullmatch(text):
+        raise ArgumentTypeError(f"invalid value {text!r}: expected a language code such as en, fr or zh-CN")
+    return text
 
 
 def device(text: str) -> str:

@@ -29,6 +29,7 @@ from speechmt.checks import (
     raise_problems,
     read_yaml_mapping,
 )
+from speechmt.data.manifest import is_direction
 from speechmt.models.config import SLOTS, ModelConfig, preset
 from speechmt.models.migrate import migrate_model_config, migrate_model_override
 from speechmt.tasks.align import AlignConfig
@@ -47,6 +48,12 @@ class DataConfig:
     src_lang: str = "en"
     tgt_lang: str = "de"
     lang_tag: bool = True  # targets start with the target language tag, e.g. <de> (Whisper decoder: <|de|>)
+    # one model for several directions ("en-de", "en-fr", ...: every record of the data in one of them), each
+    # target started by its own direction's tag; [] : the one direction src_lang-tgt_lang
+    directions: list[str] = field(default_factory=list)
+    # sampling across directions by their utterance counts n_d, p_d ~ n_d ** (1 / T), drawn anew every epoch:
+    # 1 keeps the data as it is, 5 is the multilingual baselines' usual setting, a large T makes directions equal
+    sampling_temperature: float = checked(1.0, lo=0, lo_in=False)
     whisper_task: str = "transcribe"  # Whisper decoder: the task token after the language token
     # Whisper encoder input: each clip zero-padded to this many seconds (30: Whisper's own input; 0: the clip's length)
     whisper_pad_seconds: float = checked(0.0, lo=0, hi=30)
@@ -88,6 +95,12 @@ class DataConfig:
                 and f"augment_rt60 must be [low, high] seconds with 0 < low <= high <= 2, got {list(self.augment_rt60)}",
                 not (len(self.augment_noise_snr) == 2 and self.augment_noise_snr[0] <= self.augment_noise_snr[1])
                 and f"augment_noise_snr must be [low, high] dB with low <= high, got {list(self.augment_noise_snr)}",
+                *(
+                    f"directions: {d!r} is no direction (en-de, zh-CN-en)"
+                    for d in self.directions
+                    if not is_direction(d)
+                ),
+                len(set(self.directions)) != len(self.directions) and f"directions repeat: {self.directions}",
             ],
         )
 

@@ -1,5 +1,6 @@
 """The model bundle: what a checkpoint carries beside its weights, written and read in one place."""
 
+import dataclasses
 from dataclasses import asdict
 
 import pytest
@@ -39,7 +40,22 @@ def test_a_bundle_round_trips_through_a_checkpoint(bundle, tmp_path):
         None,
     )
     assert back.tokenizers.state_dict() == bundle.tokenizers.state_dict()
-    assert set(bundle.state_dict()) == set(KEYS) - {"base", "resolved"} and bundle.state_dict()["decoder_tag"] == "<de>"
+    assert set(bundle.state_dict()) == set(KEYS) - {"base", "resolved", "directions"}
+    assert bundle.state_dict()["decoder_tag"] == "<de>"
+
+
+def test_a_bundle_keeps_the_directions_it_knows(bundle, tmp_path):
+    """A multilingual model's directions and their tags round-trip; an older bundle knows its tag's language."""
+    many = dataclasses.replace(bundle, directions={"st": {"en-de": "<de>", "en-fr": "<fr>"}})
+    save_checkpoint(tmp_path / "m.safetensors", many.state_dict())
+    back = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / "m.safetensors"))
+    assert back.directions == {"st": {"en-de": "<de>", "en-fr": "<fr>"}}
+    assert back.direction_tag("st", tgt_lang="fr") == "<fr>" and back.direction_tag("st") == "<de>"
+    assert bundle.direction_tag("st", tgt_lang="de") == "<de>"
+    with pytest.raises(CheckpointError, match="fr: the model writes de only"):
+        bundle.direction_tag("st", tgt_lang="fr")
+    with pytest.raises(CheckpointError, match="directions must map tasks"):
+        ModelBundle.from_checkpoint({**many.state_dict(), "directions": {"st": "<fr>"}})
 
 
 def test_the_bundled_model_reads_as_a_bundle():

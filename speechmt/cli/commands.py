@@ -85,9 +85,10 @@ def _model(args: argparse.Namespace):
     """The --model (default: the bundled one), or the --cascade, loaded as the options say."""
     from speechmt.api import load_cascade, load_model
 
+    langs = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
     if args.cascade:
-        return load_cascade(*args.cascade, device=args.device, dtype=args.dtype)
-    return load_model(args.model, args.device, args.task, args.dtype, getattr(args, "memory", None))
+        return load_cascade(*args.cascade, device=args.device, dtype=args.dtype, **langs)
+    return load_model(args.model, args.device, args.task, args.dtype, getattr(args, "memory", None), **langs)
 
 
 def cmd_translate(args: argparse.Namespace) -> int:

@@ -54,6 +54,12 @@ def add_decode_options(
         + (", mt translates the transcripts (text input)" if "mt" in tasks else "")
         + " (default: the model's own task)",
     )
+    p.add_argument(
+        "--tgt-lang",
+        type=opt.language,
+        help="the language a model of several writes (fr); default: its first, or what --src-lang leaves",
+    )
+    p.add_argument("--src-lang", type=opt.language, help="the source language, where a model knows several (en)")
 
 
 def add_strategy_options(p: argparse.ArgumentParser) -> None:

@@ -57,6 +57,12 @@ class BucketBatchSampler(Sampler[list[int]]):
     items are then seen twice in the epoch) or, with `drop_last`, the last len % world_size batches are
     dropped (their items are not seen this epoch).
 
+    Several directions (`groups`: each item's direction index, with a `temperature` T != 1): each epoch draws
+    round(N * p_d) items of direction d, p_d = n_d ** (1/T) / sum_e n_e ** (1/T) (fairseq's and the multilingual
+    baselines' temperature sampling; T = 1 keeps the data as it is, a large T makes directions equal): a
+    direction drawn more than it holds repeats all its items and draws the rest without replacement, one drawn
+    less gives a sample without replacement; the epoch keeps about N items, a function of (seed, epoch) as above.
+
     Resume: `state_dict()` is {"epoch", "position"}, position being how many of this rank's batches
     this sampler has handed out in the epoch; after `load_state_dict`, iteration continues at the next
     batch. A DataLoader with workers draws batches ahead of training, so a trainer wanting exact resume
@@ -75,9 +81,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         world_size: int = 1,
         drop_last: bool = False,
         strict: bool = False,
+        groups: Sequence[int] | None = None,
+        temperature: float = 1.0,
     ):
         super().__init__()
         self.sizes = np.maximum(np.asarray(sizes, dtype=np.int64), 1)
+        if temperature <= 0 or (groups is not None and len(groups) != len(self.sizes)):
+            raise ValueError(f"temperature must be > 0 ({temperature}) and groups one per item")
+        self.groups = None if groups is None else np.asarray(groups, dtype=np.int64)
+        self.temperature = temperature
         if max_tokens < 1 or (max_sentences is not None and max_sentences < 1):
             raise ValueError(f"max_tokens ({max_tokens}) and max_sentences ({max_sentences}) must be positive")
         if not 0 <= rank < world_size:
@@ -130,7 +142,10 @@ class BucketBatchSampler(Sampler[list[int]]):
     def epoch_batches(self) -> list[list[int]]:
         """All ranks' batches for the current epoch, before sharding."""
         rng = np.random.default_rng((self.seed, self.epoch))
-        order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
+        if self.resamples:
+            order = rng.permutation(self._resampled(np.random.default_rng((self.seed, self.epoch, 1))))
+        else:
+            order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
         step = self.chunk_size or max(len(order), 1)
         chunks = [order[i : i + step] for i in range(0, len(order), step)]
         order = np.concatenate([c[np.argsort(self.sizes[c], kind="stable")] for c in chunks] or [order])
@@ -138,6 +153,29 @@ class BucketBatchSampler(Sampler[list[int]]):
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
+
+    @property
+    def resamples(self) -> bool:
+        """Whether epochs are drawn by direction (groups with a temperature other than 1, and shuffling)."""
+        return self.groups is not None and self.temperature != 1.0 and self.shuffle
+
+    def direction_shares(self) -> np.ndarray:
+        """p_d (D,) of each direction index: n_d ** (1/T), normalised (0 for an index with no items)."""
+        counts = np.bincount(self.groups, minlength=int(self.groups.max()) + 1).astype(np.float64)
+        weights = np.where(counts > 0, counts ** (1.0 / self.temperature), 0.0)
+        return weights / weights.sum()
+
+    def _resampled(self, rng: np.random.Generator) -> np.ndarray:
+        """One epoch's items under temperature sampling, grouped by direction (the caller shuffles)."""
+        total, drawn = len(self.sizes), []
+        for d, share in enumerate(self.direction_shares()):
+            items = np.flatnonzero(self.groups == d)
+            if not len(items):
+                continue
+            want = max(1, int(round(total * share)))
+            whole, rest = divmod(want, len(items))
+            drawn += [np.tile(items, whole), rng.choice(items, size=rest, replace=False)]
+        return np.concatenate(drawn)
 
     def _cut(self, order: np.ndarray) -> list[list[int]]:
         """Greedy batches along `order`, each within max_tokens and max_sentences."""

@@ -21,7 +21,16 @@ from speechmt.checks import ConfigError
 from speechmt.data.batching import collate_sequences, padded_shape
 from speechmt.data.encoder_cache import cached_split
 from speechmt.data.features import FeatureStore
-from speechmt.data.manifest import ManifestError, Record, RecordTable, read_split, record_audio, record_column
+from speechmt.data.manifest import (
+    ManifestError,
+    Record,
+    RecordTable,
+    direction,
+    read_split,
+    record_audio,
+    record_column,
+    record_directions,
+)
 from speechmt.frontend import FbankFrontend, Frontend
 from speechmt.tokenizers.sentencepiece import Tokenizer
 
@@ -146,6 +155,30 @@ BATCH_PARTS = (
 """A Batch's padded tensors: (its field, its lengths' field, the Example field it is made of)."""
 
 
+@dataclass(frozen=True)
+class DirectionTags:
+    """The tag that starts a decoder target in each direction of a multilingual run ("en-fr" -> "<fr>", Whisper's
+    "<|fr|>", an LM's "<fr>" read as "French:"), picked by each record's languages; a record without languages
+    (text from elsewhere) counts as direction `default`."""
+
+    tags: dict[str, str | None]
+    default: str
+
+    def __call__(self, src_lang: str, tgt_lang: str) -> str | None:
+        key = direction(src_lang, tgt_lang) if src_lang and tgt_lang else self.default
+        if key not in self.tags:
+            raise ConfigError(f"a record in direction {key}, which data.directions ({', '.join(self.tags)}) lacks")
+        return self.tags[key]
+
+
+Tags = str | DirectionTags | None  # one tag for every target, one per direction, or none
+
+
+def record_tag(tags: Tags, src_lang: str, tgt_lang: str) -> str | None:
+    """The tag of a target in (src_lang, tgt_lang): `tags` itself, or its direction's."""
+    return tags(src_lang, tgt_lang) if isinstance(tags, DirectionTags) else tags
+
+
 def encode_ids(tok: Tokenizer | None, text: str, tag: str | None) -> torch.Tensor | None:
     """`text` as a LongTensor of ids (tag first, eos last), or None without a tokenizer."""
     return None if tok is None else torch.tensor(tok.encode(text, lang_tag=tag), dtype=torch.long)
@@ -156,7 +189,7 @@ def encode_texts(ds, rec: Record) -> tuple[torch.Tensor | None, torch.Tensor | N
     target, the record's `ds.tgt_field` (tgt_text, or src_text for ASR), by `ds.tgt_tokenizer`."""
     return (
         encode_ids(ds.src_tokenizer, rec.src_text, ds.src_tag),
-        encode_ids(ds.tgt_tokenizer, getattr(rec, ds.tgt_field), ds.tgt_tag),
+        encode_ids(ds.tgt_tokenizer, getattr(rec, ds.tgt_field), record_tag(ds.tgt_tag, rec.src_lang, rec.tgt_lang)),
     )
 
 
@@ -267,7 +300,7 @@ class SpeechDataset(Dataset):
         src_tokenizer: Tokenizer | None = None,
         tgt_tokenizer: Tokenizer | None = None,
         src_tag: str | None = None,
-        tgt_tag: str | None = None,
+        tgt_tag: Tags = None,
         spec_augment: SpecAugmentConfig | None = None,
         seed: int = 0,
         tgt_field: str = "tgt_text",
@@ -298,6 +331,11 @@ class SpeechDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
+    def directions(self, default: tuple[str, str] = ("", "")) -> tuple[np.ndarray, list[str]]:
+        """Each record's direction as an index (N,) int64 into the names ("en-fr", ...; `default` for a record
+        without languages): for sampling by direction and for keeping some."""
+        return record_directions(self.records, default)
+
     def __getitem__(self, i: int) -> Example:
         rec = self.records[i]
         feats = self.source(i, rec, np.random.default_rng([self.seed, self.epoch, i]) if self.source.draws else None)
@@ -323,12 +361,14 @@ class TextDataset(Dataset):
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer,
         src_tag: str | None = None,
-        tgt_tag: str | None = None,
+        tgt_tag: Tags = None,
         ids: list[str] | None = None,
+        langs: list[tuple[str, str]] | None = None,
     ):
         self.pairs, self.src_tokenizer, self.tgt_tokenizer = pairs, src_tokenizer, tgt_tokenizer
         self.src_tag, self.tgt_tag = src_tag, tgt_tag
         self.ids = ids or [str(i) for i in range(len(pairs))]
+        self.langs = langs or [("", "")] * len(pairs)  # each pair's (src_lang, tgt_lang), for per-direction tags
         self._src = [encode_ids(src_tokenizer, s, src_tag) for s, _ in pairs]
 
     @classmethod
@@ -338,7 +378,7 @@ class TextDataset(Dataset):
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer,
         src_tag: str | None = None,
-        tgt_tag: str | None = None,
+        tgt_tag: Tags = None,
     ) -> "TextDataset":
         return cls(
             [(r.src_text, r.tgt_text) for r in records],
@@ -347,16 +387,48 @@ class TextDataset(Dataset):
             src_tag,
             tgt_tag,
             [r.id for r in records],
+            [(r.src_lang, r.tgt_lang) for r in records],
         )
 
     @property
     def sizes(self) -> list[int]:
         return [len(s) for s in self._src]
 
+    def directions(self, default: tuple[str, str] = ("", "")) -> tuple[np.ndarray, list[str]]:
+        """Each pair's direction as an index (N,) int64 into the names, as SpeechDataset.directions."""
+        names: dict[str, int] = {}
+        index = [names.setdefault(direction(s or default[0], t or default[1]), len(names)) for s, t in self.langs]
+        return np.asarray(index, dtype=np.int64), list(names)
+
     def __len__(self) -> int:
         return len(self.pairs)
 
     def __getitem__(self, i: int) -> Example:
-        return Example(
-            i, self.ids[i], None, self._src[i], encode_ids(self.tgt_tokenizer, self.pairs[i][1], self.tgt_tag)
-        )
+        tag = record_tag(self.tgt_tag, *self.langs[i])
+        return Example(i, self.ids[i], None, self._src[i], encode_ids(self.tgt_tokenizer, self.pairs[i][1], tag))
+
+
+class Subset(Dataset):
+    """Items `keep` (K,) of a dataset, with their sizes and directions (a run's data.directions of a folder that
+    holds more); epochs pass through."""
+
+    def __init__(self, dataset: Dataset, keep: np.ndarray):
+        self.dataset, self.keep = dataset, np.asarray(keep, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.asarray(self.dataset.sizes)[self.keep]
+
+    def directions(self, default: tuple[str, str] = ("", "")) -> tuple[np.ndarray, list[str]]:
+        index, names = self.dataset.directions(default)
+        return index[self.keep], names
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+    def __getitem__(self, j: int) -> Example:
+        return self.dataset[int(self.keep[j])]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import json
 import os
+import re
 from collections.abc import Sequence as SequenceABC
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -341,6 +342,39 @@ def _append_line(path, lineno: int, line: str, numbers: dict, blobs: dict, lengt
 def _number(value, column: array.array) -> float | int:
     """A manifest number of another JSON type (1 for 1.0, 150.0 for 150) as the column's type; else ValueError."""
     return float(value) if column.typecode == "d" else int(value)
+
+
+def direction(src_lang: str, tgt_lang: str) -> str:
+    """A translation direction's name: "en-de" (CoVoST 2's regional codes kept: "zh-CN-en")."""
+    return f"{src_lang}-{tgt_lang}"
+
+
+DIRECTION = re.compile(r"([a-z]{2,3}(?:-[A-Z]{2})?)-([a-z]{2,3}(?:-[A-Z]{2})?)")
+
+
+def is_direction(name: str) -> bool:
+    """Whether `name` names a direction as `direction` writes one."""
+    return DIRECTION.fullmatch(str(name)) is not None
+
+
+def split_direction(name: str) -> tuple[str, str]:
+    """ "en-de" -> ("en", "de"), "zh-CN-en" -> ("zh-CN", "en"); ValueError for what names no direction."""
+    m = DIRECTION.fullmatch(str(name))
+    if m is None:
+        raise ValueError(f"{name!r} is no direction (a source and a target language code: en-de, zh-CN-en)")
+    return m.group(1), m.group(2)
+
+
+def record_directions(records: Sequence[Record], default: tuple[str, str] = ("", "")) -> tuple[np.ndarray, list[str]]:
+    """Each record's direction as (N,) int64 indices into the names, in order of first appearance ("en-de", ...);
+    a record without languages (text from elsewhere) counts as `default` (src_lang, tgt_lang)."""
+    if isinstance(records, RecordTable):
+        pairs = zip(records.column("src_lang"), records.column("tgt_lang"))
+    else:
+        pairs = ((r.src_lang, r.tgt_lang) for r in records)
+    names: dict[str, int] = {}
+    index = [names.setdefault(direction(s or default[0], t or default[1]), len(names)) for s, t in pairs]
+    return np.asarray(index, dtype=np.int64), list(names)
 
 
 def record_column(records: Sequence[Record], name: str) -> np.ndarray:

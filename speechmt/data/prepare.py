@@ -36,7 +36,7 @@ import numpy as np
 
 from speechmt.audio import SAMPLE_RATE, AudioError, CMVNStats, FbankConfig, fbank, read_audio
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
-from speechmt.data.manifest import Record, iter_manifest, write_manifest
+from speechmt.data.manifest import Record, direction, iter_manifest, write_manifest
 from speechmt.progress import progress
 
 
@@ -267,11 +267,6 @@ def _summary_line(name: str, s: dict, width: int) -> str:
 DIRECTION_MARK = "@"
 MERGED_SPLITS = ("train",)  # prepared once over every direction
 UNION_SPLITS = ("dev",)  # prepared per direction, then copied together
-
-
-def direction(src_lang: str, tgt_lang: str) -> str:
-    """The name of a translation direction: en-de."""
-    return f"{src_lang}-{tgt_lang}"
 
 
 def direction_split(split: str, name: str) -> str:

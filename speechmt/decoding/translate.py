@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resample
-from speechmt.bundle import ModelBundle
+from speechmt.bundle import ModelBundle, pick_tag
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.checks import DTYPES
 from speechmt.data.batching import collate_sequences
@@ -55,6 +55,7 @@ class LoadedModel:
     whisper_transcript: bool = False  # task asr of a cascade's model (its encoder transcribes): its ASR's transcript
     dtype: torch.dtype = torch.float32  # the weights' and the encoder input's (bfloat16: ~2x faster matmuls)
     memory: "TranslationMemory | None" = None  # where a model with decoder.examples finds them for speech
+    directions: dict[str, str | None] = field(default_factory=dict)  # a model of several: {"en-fr": its tag}
     _transcript_tokenizer: object = None
 
     @property
@@ -113,14 +114,21 @@ class LoadedModel:
 
 
 def load_model(
-    path: str | os.PathLike, device: str | torch.device = "cpu", task: str | None = None, dtype: str = "float32"
+    path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    task: str | None = None,
+    dtype: str = "float32",
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> LoadedModel:
     """Rebuilds a model from one checkpoint file (its bundle and weights). `task` (None: the checkpoint's own)
     is what a multi-task model's decoder writes: "st" translates, "asr" transcribes, each started by its tag
     (speechmt.bundle.ModelBundle). CheckpointError (one line) for a task the checkpoint was not trained for.
     `dtype` (one of speechmt.checks.DTYPES, torch's names) is what the weights are cast to for inference:
     "bfloat16" halves their memory and runs the matrix products in bfloat16 (on a CPU with AVX512-BF16 or AMX,
-    and on GPUs, about twice as fast); scores stay float32 (the search's log-softmax).
+    and on GPUs, about twice as fast); scores stay float32 (the search's log-softmax). `src_lang`, `tgt_lang`:
+    the direction a model of several writes (None: its first, or the one the other names); CheckpointError,
+    one line naming the directions it knows, for another.
 
     Task asr of a model whose speech encoder transcribes (a cascade's ASR and bridge: encoder whisper_asr) is that
     transcript, whatever the decoder was trained for: its ASR's search (speechmt.decoding.transcribe) read by the
@@ -131,7 +139,7 @@ def load_model(
     ckpt = load_checkpoint(path, map_location="cpu")
     bundle = ModelBundle.from_checkpoint(ckpt, path)
     task = task or bundle.task
-    tag, tokenizer, whisper = task_output(bundle, task, path)
+    tag, tokenizer, whisper = task_output(bundle, task, path, src_lang, tgt_lang)
     try:  # a checkpoint on a pretrained base holds trained parameters only: the rest comes from the base
         model = build_model(bundle.config, bundle.base is not None, SEARCH, bundle.resolved)
         load_model_state(model, ckpt["model"], bundle.base, path)
@@ -152,7 +160,20 @@ def load_model(
         bundle.decoder_start,
         whisper,
         weights,
+        directions={} if whisper else dict(bundle.directions.get(task) or {}),
     )
+
+
+def in_direction(lm: LoadedModel, src_lang: str | None = None, tgt_lang: str | None = None) -> LoadedModel:
+    """`lm` writing the direction asked (None: any it knows; both None: `lm` as it is), its tag picked from the
+    directions it was trained in (speechmt.bundle.pick_tag); CheckpointError, one line naming the file and the
+    directions it knows, for one it was not trained in."""
+    if src_lang is None and tgt_lang is None:
+        return lm
+    try:
+        return replace(lm, tag=pick_tag(lm.directions, lm.tag, src_lang, tgt_lang))
+    except CheckpointError as e:
+        raise CheckpointError(f"{lm.path}: {e}") from None
 
 
 def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) -> LoadedModel:
@@ -179,14 +200,16 @@ def with_memory(lm: LoadedModel, manifests: Sequence[str | os.PathLike] | None) 
     return lm
 
 
-def task_output(bundle: ModelBundle, task: str, path: str | os.PathLike) -> tuple[str | None, Tokenizer, bool]:
-    """(the decoder's tag for `task`, the tokenizer its output is decoded with, whether that output is the speech
+def task_output(
+    bundle: ModelBundle, task: str, path: str | os.PathLike, src_lang: str | None = None, tgt_lang: str | None = None
+) -> tuple[str | None, Tokenizer, bool]:
+    """(the decoder's tag for `task` in the direction asked (ModelBundle.direction_tag), the tokenizer its output is decoded with, whether that output is the speech
     encoder's own transcript: task asr of an encoder that transcribes, read with its transcript_tokenizer, no tag)."""
     transcripts = bundle.config.encoder.transcript_tokenizer() if task == "asr" else None
     if transcripts is not None:
         return None, transcripts, True
     try:
-        return bundle.tag(task), bundle.decoder_tokenizer(task), False
+        return bundle.direction_tag(task, src_lang, tgt_lang), bundle.decoder_tokenizer(task), False
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
 

@@ -17,17 +17,26 @@ import os
 import time
 import warnings
 from collections.abc import Collection
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from speechmt.audio import AudioError, FbankConfig
 from speechmt.checkpoint import CheckpointError
 from speechmt.data.batching import BucketBatchSampler
 from speechmt.data.dataset import load_split
-from speechmt.data.manifest import ManifestError, Record, read_manifest, read_split, record_audio, split_manifest
+from speechmt.data.manifest import (
+    ManifestError,
+    Record,
+    read_manifest,
+    read_split,
+    record_audio,
+    record_directions,
+    split_manifest,
+)
 from speechmt.data.retrieval import with_examples
 from speechmt.decoding.cascade import asr_stage_options, check_cascade, translate_texts
 from speechmt.decoding.search import DecodeOptions
@@ -122,12 +131,34 @@ def decode_split(
     hyps, memory = [""] * len(records), [0] * len(records)
     start = time.perf_counter()
     with Progress(len(records), f"decode {split} with {Path(lm.path).name}", "utt") as bar:
-        for idx in BucketBatchSampler([r.n_frames for r in records], max_tokens, shuffle=False):
-            texts, lengths = _decode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir, options)
-            for j, text, length in zip(idx, texts, lengths):
-                hyps[j], memory[j] = one_line(text), length
-            bar.update(len(idx))
+        for opts, members in direction_groups(lm, records, options, split):
+            for batch in BucketBatchSampler([records[j].n_frames for j in members], max_tokens, shuffle=False):
+                idx = [members[j] for j in batch]
+                texts, lengths = _decode_batch(lm, all_records, store, [keep[j] for j in idx], data_dir, opts)
+                for j, text, length in zip(idx, texts, lengths):
+                    hyps[j], memory[j] = one_line(text), length
+                bar.update(len(idx))
     return DecodedSplit(records, hyps, time.perf_counter() - start, memory)
+
+
+def direction_groups(
+    lm: LoadedModel, records: list[Record], options: DecodeOptions, split: str
+) -> list[tuple[DecodeOptions, list[int]]]:
+    """The records (positions) to decode with each set of options: all with `options` for a model of one
+    direction, else each direction's with its own tag as the forced prefix (CheckpointError, one line, for a
+    direction the model does not know)."""
+    if len(lm.directions) <= 1:
+        return [(options, list(range(len(records))))]
+    index, names = record_directions(records)
+    unknown = [n for n in names if n not in lm.directions]
+    if unknown:
+        raise CheckpointError(
+            f"{split}: utterances in {', '.join(unknown)}; the model knows {', '.join(lm.directions)}"
+        )
+    return [
+        (replace(options, prefix=lm.tokenizer.prefix_ids(lm.directions[name])), np.flatnonzero(index == d).tolist())
+        for d, name in enumerate(names)
+    ]
 
 
 def unreadable_audio(

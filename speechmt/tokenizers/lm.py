@@ -216,9 +216,10 @@ class LMTokenizer:
         return tuple(self._map(self.text_ids(language_name(tag) + ":"))) if tag else ()
 
     def prompt_ids(self, src_lang: str) -> tuple[int, ...]:
-        """The LM's own ids of the prompt before the source: its start-of-text token and "English:"."""
+        """The LM's own ids of the prompt before the source: its start-of-text token and "English:" (the start
+        token alone for `src_lang` "": a model of several sources names none)."""
         bos = () if self.lm.bos is None else (self.lm.bos,)
-        return bos + tuple(self.text_ids(language_name(src_lang) + ":"))
+        return bos + (tuple(self.text_ids(language_name(src_lang) + ":")) if src_lang else ())
 
     def encode(self, text: str, add_eos: bool = True, lang_tag: str | None = None) -> list[int]:
         """Target: prefix of lang_tag + tokens of " " + text (+ eos). Source: the tokens of " " + text only."""

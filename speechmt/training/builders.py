@@ -7,12 +7,22 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import numpy as np
 import torch
 
 from speechmt.audio import CMVNConfig, FbankConfig, SpecAugmentConfig
 from speechmt.config import ConfigError, DataConfig, ExperimentConfig
-from speechmt.data.dataset import SpeechDataset, StoredFeatures, TextDataset, global_cmvn, speech_source
-from speechmt.data.manifest import read_split
+from speechmt.data.dataset import (
+    DirectionTags,
+    SpeechDataset,
+    StoredFeatures,
+    Subset,
+    Tags,
+    TextDataset,
+    global_cmvn,
+    speech_source,
+)
+from speechmt.data.manifest import direction, read_split, split_direction
 from speechmt.data.retrieval import example_prefixes, read_examples, with_examples
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.config import ModelConfig
@@ -90,7 +100,7 @@ def tokenizers_for(cfg: ExperimentConfig) -> Tokenizers:
     if not cfg.model.decoder.lm_tokens:
         return load_tokenizers(cfg.data, cfg.model, decoder_side(cfg))
     name = cfg.model.decoder.name_or_path
-    tags = [t for t in decoder_tags(cfg).values() if t]
+    tags = list(dict.fromkeys(t for per in direction_tags(cfg).values() for t in per.values() if t))
     if not tags:
         raise ConfigError("an LM decoder needs data.lang_tag: true (the target language's name starts each target)")
     tgt = LMTokenizer.trimmed(name, lm_target_texts(cfg), tags)
@@ -122,13 +132,61 @@ def decoder_tokenizer(side: str, toks: Tokenizers) -> AnyTokenizer:
     return tok
 
 
-def decoder_tag(cfg: ExperimentConfig, task: str | None = None) -> str | None:
-    """The language tag that starts every decoder target of `task` (default: the run's main task); None
-    when data.lang_tag is off."""
+def run_directions(cfg: ExperimentConfig) -> list[tuple[str, str]]:
+    """The (source, target) languages of each direction the run's model learns: data.directions, else the one
+    data.src_lang-data.tgt_lang."""
+    return [split_direction(d) for d in cfg.data.directions] or [(cfg.data.src_lang, cfg.data.tgt_lang)]
+
+
+def direction_tag(cfg: ExperimentConfig, task: str, src_lang: str, tgt_lang: str) -> str | None:
+    """The language tag that starts the decoder targets of `task` in one direction: the target's (the
+    source's for asr: the transcript's language); None when data.lang_tag is off."""
     if not cfg.data.lang_tag:
         return None
-    lang = cfg.data.src_lang if (task or main_task(cfg)) == "asr" else cfg.data.tgt_lang
-    return cfg.model.decoder.language_tag(lang, cfg.data.src_lang, cfg.data.whisper_task)
+    lang = src_lang if task == "asr" else tgt_lang
+    return cfg.model.decoder.language_tag(lang, src_lang, cfg.data.whisper_task)
+
+
+def decoder_tag(cfg: ExperimentConfig, task: str | None = None) -> str | None:
+    """The language tag that starts every decoder target of `task` (default: the run's main task) in the run's
+    first direction; None when data.lang_tag is off."""
+    return direction_tag(cfg, task or main_task(cfg), *run_directions(cfg)[0])
+
+
+def stream_tags(cfg: ExperimentConfig, task: str) -> Tags:
+    """What a stream's dataset starts `task`'s targets with: decoder_tag for one direction, each record's own
+    direction's tag (DirectionTags) for several."""
+    directions = run_directions(cfg)
+    if len(directions) == 1:
+        return decoder_tag(cfg, task)
+    tags = {direction(s, t): direction_tag(cfg, task, s, t) for s, t in directions}
+    return DirectionTags(tags, direction(cfg.data.src_lang, cfg.data.tgt_lang))
+
+
+def direction_tags(cfg: ExperimentConfig) -> dict[str, dict[str, str | None]]:
+    """{task: {direction: its tag}} for every task a checkpoint of the run decodes (decoder_tags' tasks), so a
+    model of several directions can be told which one to write (speechmt.bundle.ModelBundle.directions)."""
+    return {
+        task: {direction(s, t): direction_tag(cfg, task, s, t) for s, t in run_directions(cfg)}
+        for task in decoder_tags(cfg)
+    }
+
+
+def kept_directions(cfg: ExperimentConfig, ds, where: str):
+    """`ds` less the records of directions data.directions does not name (a folder of more directions than the
+    run learns); `ds` itself when it keeps all, or when the run names no directions. ConfigError when it keeps
+    none."""
+    if not cfg.data.directions:
+        return ds
+    index, names = ds.directions((cfg.data.src_lang, cfg.data.tgt_lang))
+    wanted = [d for d, name in enumerate(names) if name in cfg.data.directions]
+    if len(wanted) == len(names):
+        return ds
+    if not wanted:
+        raise ConfigError(
+            f"{where}: no records in data.directions ({', '.join(cfg.data.directions)}); it holds {', '.join(names)}"
+        )
+    return Subset(ds, np.flatnonzero(np.isin(index, wanted)))
 
 
 DECODING_TASKS = ("st", "asr", "mt")  # tasks whose output is the decoder's text
@@ -196,7 +254,8 @@ def build_dataset(
     `teacher`'s states of the transcripts (cached once per split) when one of its objectives needs them;
     see _dataset."""
     spec = spec or run_tasks(cfg)[0]
-    ds = _dataset(cfg, split, toks, frontend or frontend_for(cfg), train, encoder, spec)
+    where = f"{stream_dir(cfg, spec)}/{split}"
+    ds = kept_directions(cfg, _dataset(cfg, split, toks, frontend or frontend_for(cfg), train, encoder, spec), where)
     if not any(OBJECTIVES[n].needs_teacher for n in spec.weights) or cfg.model.semantic.teacher() == LM_TEACHER:
         return ds  # no states to cache: a language-model teacher is the model's own decoder
     if teacher is None:
@@ -258,7 +317,7 @@ def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
     return dict(
         src_tokenizer=toks.src if transcript else None,
         tgt_tokenizer=decoder_tokenizer(decoder_side(cfg), toks),
-        tgt_tag=decoder_tag(cfg, spec.task),
+        tgt_tag=stream_tags(cfg, spec.task),
         tgt_field="src_text" if spec.task == "asr" else "tgt_text",
     )
 
@@ -296,9 +355,18 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
         ctc_vocab=ctc_vocab,
     )
     if model.decoder.lm_tokens:  # its trimmed output vocabulary and the prompt before the source, in LM ids
-        decoder = dataclasses.replace(model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(cfg.data.src_lang))
+        decoder = dataclasses.replace(
+            model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(prompt_language(cfg))
+        )
         model = dataclasses.replace(model, decoder=decoder)
     return model
+
+
+def prompt_language(cfg: ExperimentConfig) -> str:
+    """The source language an LM decoder's prompt names ("English:"): the runs' one source, "" (none named) for
+    a model of several."""
+    sources = {s for s, _ in run_directions(cfg)}
+    return sources.pop() if len(sources) == 1 else ""
 
 
 def lm_ctc_vocab(cfg: ExperimentConfig, src: AnyTokenizer) -> tuple[int, ...]:

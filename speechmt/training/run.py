@@ -18,6 +18,7 @@ import torch
 from speechmt.bundle import ModelBundle
 from speechmt.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from speechmt.config import ExperimentConfig, init_source, save_config
+from speechmt.data.manifest import record_directions
 from speechmt.decoding.transcribe import SEARCH
 from speechmt.frontend import Frontend
 from speechmt.models.build import build, translator_weights
@@ -33,6 +34,7 @@ from speechmt.training.builders import (
     decoder_tag,
     decoder_tags,
     decoder_tokenizer,
+    direction_tags,
     frontend_for,
     main_task,
     model_config_for,
@@ -106,12 +108,27 @@ def dev_decoder(
             return {}
         tokenizer, task = decoder_tokenizer(decoder_side(cfg), toks), spec.task
         lm = LoadedModel(model, tokenizer, decoder_tag(cfg, task), frontend, task, "(training)", device, toks.src)
+        lm.directions = direction_tags(cfg).get(task, {})
         records, hyps, _, _ = decode_split(
             lm, stream_dir(cfg, spec), split, lm.decode_options(beam=1), cfg.data.max_tokens
         )
-        return {f"valid_{k.lower()}": s.score for k, s in score(task, hyps, references(task, records)).items()}
+        scores = {f"valid_{k.lower()}": s.score for k, s in score(task, hyps, references(task, records)).items()}
+        return scores | per_direction_scores(task, records, hyps) if len(lm.directions) > 1 else scores
 
     return decode
+
+
+def per_direction_scores(task: str, records, hyps: list[str]) -> dict[str, float]:
+    """{"valid_bleu_en-fr": ..., ...}: a multilingual model's dev scores in each direction."""
+    from speechmt.evaluation.evaluate import references, score
+
+    index, names = record_directions(records)
+    out = {}
+    for d, name in enumerate(names):
+        mine = np.flatnonzero(index == d).tolist()
+        scored = score(task, [hyps[i] for i in mine], references(task, [records[i] for i in mine]))
+        out |= {f"valid_{k.lower()}_{name}": s.score for k, s in scored.items()}
+    return out
 
 
 def _valid_split(cfg: ExperimentConfig, spec: TaskData) -> str:
@@ -158,6 +175,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
         decoder_side(cfg),
         base=base_reference(model),
         resolved=getattr(model, "resolved", {}),  # a pretraining model (FAT-MLM) derives nothing
+        directions=direction_tags(cfg),
     )  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id
     aligns = any("align" in t.objectives for t in all_tasks(stages_of(cfg.train)))

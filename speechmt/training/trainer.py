@@ -145,8 +145,21 @@ class Trainer:
             seed=t.seed + 7919 * i,
             rank=dist.rank(),
             world_size=dist.world_size(),
+            groups=self._direction_groups(train),
+            temperature=d.sampling_temperature,
         )
         return Stream(spec, train, self.data(spec, False), sampler, self._loader(train, sampler, t.seed + 7919 * i))
+
+    def _direction_groups(self, train: Dataset):
+        """Each training item's direction index (N,), for sampling by direction (data.sampling_temperature != 1
+        over several data.directions); None otherwise or for a dataset of no directions (pretraining's)."""
+        d = self.cfg.data
+        directions = getattr(train, "directions", None)
+        return (
+            directions()[0]
+            if directions is not None and d.sampling_temperature != 1 and len(d.directions) > 1
+            else None
+        )
 
     def _position(self, i: int) -> tuple[int, int]:
         if i == 0:
