@@ -2,13 +2,15 @@
 
     POST /v1/audio/translations     multipart: file, model, response_format, ... (speechmt.serve.options)
     POST /v1/audio/transcriptions   the same, task asr (a model trained for it)
-    GET  /v1/models, /v1/models/{id}, /health
+    GET  /v1/models, /v1/models/{id}   the model: its tasks, languages and the directions it knows
+    GET  /health
     WS   /v1/audio/stream               simultaneous translation of live audio (speechmt.serve.stream)
     GET  /                              a web page: upload or record, see and download (speechmt.serve.page)
 
 Each request: 503 with Retry-After when `max_queue` requests are pending (before its upload is read), 413 for an
 upload over `max_upload_mb`, 400 (one JSON line naming the field) for a bad field, a file that is not audio or has
-nothing to translate; its chunks go to the batcher, and it waits for its own texts at most `request_timeout_s`
+nothing to translate, a direction the model does not know (`language`, `target_language`); its chunks go to
+the batcher, keyed by (task, beam, direction), and it waits for its own texts at most `request_timeout_s`
 (504), or until its client leaves, which drops its chunks not yet decoded.
 """
 
@@ -51,7 +53,7 @@ class UploadTooLarge(Exception):
 
 class ServerState:
     """What the routes share: the served model, the settings, the batcher (made at startup) and the decode
-    options of each (task, beam)."""
+    options of each kind of batch: (task, beam, direction), the direction None for a model of one."""
 
     def __init__(self, served: ServedModel, config: ServeConfig):
         self.served, self.config = served, config
@@ -63,12 +65,13 @@ class ServerState:
         self._options: dict[Hashable, Any] = {}
 
     def decode(self, kind: Hashable, waves: list[np.ndarray]) -> list[list[str]]:
-        """One batch of 16 kHz waves (each (n,)) of one (task, beam) -> each one's n-best texts (the worker
-        thread's call: speechmt.decoding.translate.decode_inputs under the model's front end)."""
+        """One batch of 16 kHz waves (each (n,)) of one (task, beam, direction) -> each one's n-best texts (the
+        worker thread's call: speechmt.decoding.translate.decode_inputs under the model's front end; the
+        direction's tag is the forced prefix of its decode options)."""
         from speechmt.decoding.translate import decode_inputs
 
-        task, beam = kind  # type: ignore[misc]
-        lm = self.served.tasks[task]
+        task, beam, direction = kind  # type: ignore[misc]
+        lm = self.served.model(task, direction)
         if kind not in self._options:
             self._options[kind] = lm.decode_options(beam, max_len_b=self.config.max_len_b)
         with self.model_lock:
@@ -110,7 +113,8 @@ def create_app(served: ServedModel, config: ServeConfig) -> Starlette:
 
 
 def model_list(state: ServerState) -> dict:
-    """GET /v1/models: the one model, in OpenAI's list shape."""
+    """GET /v1/models: the one model, in OpenAI's list shape, with its tasks, its default direction's languages
+    and the directions it knows ("directions": ["en-de", "en-fr"])."""
     return {"object": "list", "data": [model_card(state)]}
 
 
@@ -124,6 +128,7 @@ def model_card(state: ServerState) -> dict:
         "tasks": [TASK_NAMES[t] for t in served.tasks],
         "source_language": served.source_language,
         "target_language": served.target_language,
+        "directions": served.directions,
     }
 
 
@@ -201,13 +206,13 @@ async def _answer(state: ServerState, request: Request, task: str) -> Response:
             await form.close()
         upload = await asyncio.to_thread(_prepare, state, data, name, options)
         try:
-            job = batcher.submit((task, options.beam), [c.wave for c in upload.chunks])
+            job = batcher.submit((task, options.beam, options.direction), [c.wave for c in upload.chunks])
         except QueueFull:
             raise overloaded(state, f"the queue is full ({state.config.max_queue} requests); retry later") from None
         except ShuttingDown:
             raise overloaded(state, "the server is shutting down") from None
     texts = await _wait(state, request, job)
-    language = state.served.target_language if task == "st" else state.served.source_language
+    language = state.served.output_language(task, options.direction)
     body, media = render(assemble(upload, texts), options.response_format, task, language)
     return Response(body, media_type=media, headers={"X-Request-Id": str(job.id)})
 

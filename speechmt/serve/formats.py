@@ -51,7 +51,8 @@ def verbose_json(result: Translation, task: str, language: str | None) -> dict:
         }
         for i, c in enumerate(subtitle_cues(result))
     ]
-    name = LANGUAGE_NAMES.get(language or "", language or "")
+    code = language or ""
+    name = LANGUAGE_NAMES.get(code) or LANGUAGE_NAMES.get(code.split("-")[0].lower(), code)  # zh-CN: chinese
     return {
         "task": TASK_NAMES[task],
         "language": name.lower(),

@@ -1,6 +1,7 @@
 """A request's form fields checked into RequestOptions: OpenAI's (`model`, `response_format`, `language`,
 `prompt`, `temperature`, `timestamp_granularities[]`) and speechmt's extra ones (`target_language`, `beam`,
-`cut_pauses`). A bad one is a 400 that names it, in the command line's words."""
+`cut_pauses`). A bad one is a 400 that names it, in the command line's words. `language` (the source) and
+`target_language` pick the direction of a model of several (speechmt.serve.models.ServedModel.direction)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from speechmt.serve.errors import bad_request
-from speechmt.serve.models import ServedModel
+from speechmt.serve.models import DirectionError, ServedModel
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 OPENAI_FIELDS = ("file", "model", "response_format", "language", "prompt", "temperature", "timestamp_granularities[]")
@@ -19,12 +20,14 @@ SUBTITLE_PAUSE_MS = 300.0  # `translate --format srt|vtt` also cuts at every pau
 @dataclass(frozen=True)
 class RequestOptions:
     """What one request asks for: the task (st: /translations, asr: /transcriptions), the response format, the
-    beam, the pause length that also cuts the audio (ms; 0: only where a chunk would be too long)."""
+    beam, the pause length that also cuts the audio (ms; 0: only where a chunk would be too long), the direction
+    ("en-de"; None for a model of one)."""
 
     task: str
     response_format: str
     beam: int
     cut_pauses: float
+    direction: str | None = None
 
 
 def request_options(
@@ -38,8 +41,7 @@ def request_options(
     fmt = _text(form, "response_format") or "json"
     if fmt not in FORMATS:
         raise bad_request("response_format", f"invalid value {fmt!r}: expected {', '.join(FORMATS)}")
-    _check_language(form, "language", served.source_language, "reads")
-    _check_language(form, "target_language", served.target_language, "writes")
+    direction = request_direction(form, task, served)
     if _text(form, "prompt"):
         raise bad_request("prompt", "not supported: the model takes no text prompt (leave it empty)")
     temperature = _number(form, "temperature", 0.0, 0.0, 1.0)
@@ -53,7 +55,23 @@ def request_options(
         raise bad_request("timestamp_granularities[]", f"invalid value {granularity!r}: only segment")
     beam = int(_number(form, "beam", default_beam, 1, max_beam, integer=True))
     pauses = _number(form, "cut_pauses", SUBTITLE_PAUSE_MS if fmt in ("srt", "vtt") else 0.0, 0, 10000)
-    return RequestOptions(task, fmt, beam, pauses)
+    return RequestOptions(task, fmt, beam, pauses, direction)
+
+
+def request_direction(form: Mapping[str, object], task: str, served: ServedModel) -> str | None:
+    """The direction `language` and `target_language` (st only) pick from those the model of `task` knows (None:
+    a model of one, whose languages are checked as before); 400 naming the field and listing the directions for
+    one it was not trained in."""
+    if not served.multilingual(task):
+        _check_language(form, "language", served.source_language, "reads")
+        _check_language(form, "target_language", served.target_language, "writes")
+        return None
+    source = _text(form, "language") or None
+    target = (_text(form, "target_language") or None) if task == "st" else None
+    try:
+        return served.direction(task, source, target)
+    except DirectionError as e:
+        raise bad_request(e.param, str(e)) from None
 
 
 def _text(form: Mapping[str, object], name: str) -> str | None:

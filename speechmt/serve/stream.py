@@ -2,7 +2,8 @@
 AlignAtt), partial hypotheses out as they are committed, the final one with its latency at the end.
 
 Protocol (JSON text messages, binary audio):
-    client -> {"policy": "wait-k", "k": 3, "step_ms": 400}     optional, first; the policy's defaults otherwise
+    client -> {"policy": "wait-k", "k": 3, "step_ms": 400}     optional, first; the policy's defaults otherwise;
+              also "language", "target_language": the direction of a model of several (as the HTTP fields)
     client -> binary frames: 16-bit little-endian 16 kHz mono PCM, any sizes
     client -> {"type": "end"}                                    the audio is over
     server <- {"type": "partial", "text": " Das", "delay_ms": 800.0, "elapsed_ms": 912.4}   per commit (text to append)
@@ -25,7 +26,8 @@ import numpy as np
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-STREAM_OPTIONS = ("policy", "k", "step_ms")
+STREAM_OPTIONS = ("policy", "k", "step_ms", "language", "target_language")
+LANGUAGE_OPTIONS = ("language", "target_language")
 END = object()  # the audio is over
 GONE = object()  # the client left: stop decoding
 
@@ -46,7 +48,6 @@ def stream_routes(state) -> list[WebSocketRoute]:
 async def stream(state, ws: WebSocket) -> None:
     """One client's stream (module docstring)."""
     await ws.accept()
-    lm = state.served.tasks.get("st") or state.served.any
     if not state.streams.acquire(blocking=False):
         await _fail(ws, f"busy: {state.config.max_streams} streams are running; retry later", 1013)
         return
@@ -54,6 +55,7 @@ async def stream(state, ws: WebSocket) -> None:
     reader = None
     try:
         options, pending = _options(await asyncio.wait_for(ws.receive(), state.config.request_timeout_s))
+        lm = _model(state.served, options)
         if pending is not None:
             audio.put(pending)
         loop = asyncio.get_running_loop()
@@ -86,6 +88,24 @@ def _options(message: dict) -> tuple[dict, np.ndarray | None]:
     if not isinstance(options, dict) or set(options) - set(STREAM_OPTIONS):
         raise ValueError(f"options: expected a JSON object with {', '.join(STREAM_OPTIONS)}")
     return options, None
+
+
+def _model(served, options: dict):
+    """The model a stream decodes with: task st's (else the one task's) in the direction its `language` and
+    `target_language` options pick (speechmt.serve.options.request_direction); ValueError (one line naming the
+    option and the directions the model knows) for one it was not trained in."""
+    from speechmt.serve.errors import ApiError
+    from speechmt.serve.options import request_direction
+
+    lm = served.tasks.get("st") or served.any
+    asked = {name: options[name] for name in LANGUAGE_OPTIONS if options.get(name) is not None}
+    for name, code in asked.items():
+        if not isinstance(code, str):
+            raise ValueError(f"{name}: expected a language code such as de, got {json.dumps(code)}")
+    try:
+        return served.model(lm.task, request_direction(asked, lm.task, served))
+    except ApiError as e:
+        raise ValueError(e.message) from None
 
 
 def _pcm(data: bytes) -> np.ndarray:

@@ -236,7 +236,7 @@ def test_the_recipe_config_and_its_ctc_requirement(tiny_data):
     from speechmt.training.builders import model_config_for
     from tests.conftest import ASSETS
 
-    path = ASSETS.parents[1] / "recipes/mustc/conf/st_conv_ctcshrink_mini.yaml"
+    path = ASSETS.parents[1] / "research/mustc/conf/st_conv_ctcshrink_mini.yaml"
     cfg = load_config(path)
     assert (cfg.model.shrink.kind, cfg.model.shrink.mode, cfg.train.ctc_weight) == ("ctc", "mean", 0.3)
     tok = Tokenizer.load(tiny_data / "spm.model")
