@@ -66,6 +66,7 @@ def build(name: str, whisper: str, lm: str, texts: list[str], transcripts: list[
     if name == "lm-fullhead":  # the same model with every row of the LM's output layer
         full = LMTokenizer.from_pretrained(lm, role="source")
         vocab = vocab + tuple(i for i in range(len(full)) if i not in set(vocab))
+    resolved = {"decoder.vocab": list(vocab), "decoder.prompt": list(tok.prompt_ids("en"))}  # what a run derives
     if name == "lm-ctc":  # conf/st_lm_gemma_ctc.yaml
         src = LMTokenizer.from_pretrained(lm, role="source")
         ctc_vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
@@ -74,28 +75,21 @@ def build(name: str, whisper: str, lm: str, texts: list[str], transcripts: list[
             shrink={"kind": "ctc", "embed": "lm"},
             ctc=True,
             src_vocab_size=FIRST_LABEL + len(ctc_vocab),
-            ctc_vocab=ctc_vocab,
-            decoder={
-                "kind": "lm",
-                "name_or_path": lm,
-                "finetune": "lora",
-                "vocab": vocab,
-                "prompt": tok.prompt_ids("en"),
-            },
+            decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora"},
             lora={**LM_LORA, "targets": LM_LORA["targets"] + ["out_proj", "fc1", "fc2"]},
             dropout=0.1,
             pad_id=tok.pad_id,
         )
-        return build_model(cfg), (tok, src), "<de>", 3
+        return build_model(cfg, resolved={**resolved, "ctc_vocab": list(ctc_vocab)}), (tok, src), "<de>", 3
     cfg = ModelConfig(
         encoder={"kind": "whisper", "name_or_path": whisper, "finetune": "frozen"},
         shrink={"kind": "conv", "layers": 2, "channels": 1024},
-        decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora", "vocab": vocab, "prompt": tok.prompt_ids("en")},
+        decoder={"kind": "lm", "name_or_path": lm, "finetune": "lora"},
         lora=LM_LORA,
         dropout=0.1,
         pad_id=tok.pad_id,
     )
-    return build_model(cfg), tok, "<de>", None
+    return build_model(cfg, resolved=resolved), tok, "<de>", None
 
 
 def inputs(model, batch, frozen: int | None) -> tuple[torch.Tensor, torch.Tensor]:

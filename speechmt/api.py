@@ -209,7 +209,6 @@ def load_cascade(
     load_model's). OptionError for a bad device, dtype or language code; CheckpointError (one line naming the
     file) for a model not trained so."""
     from speechmt.decoding.cascade import load_cascade as _load
-
     from speechmt.decoding.translate import in_direction
 
     src, tgt = checked_language("src_lang", src_lang), checked_language("tgt_lang", tgt_lang)

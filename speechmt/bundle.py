@@ -2,7 +2,7 @@
 read here alone (as torchaudio's pipeline bundles carry a model with its sample rate and labels): the model
 config, the tokenizers, the front end, the tasks the decoder does with the tag that starts each one's output,
 the decoder's side and first input, the pretrained base a checkpoint of trained parameters sits on, and what
-the model's build derived (`resolved`: values no config field holds, which the builders read back).
+the model's build and run derived (`resolved`: values no config field holds, which the builders read back).
 
 Its checkpoint form is the one speechmt has always written: "model_config", "tokenizers", "features",
 "task", "decoder_tag", "decoder_tags", "decoder_side", "decoder_start", "base" and "resolved" (KEYS); checkpoints
@@ -21,7 +21,7 @@ from speechmt.checkpoint import CheckpointError
 from speechmt.data.manifest import split_direction
 from speechmt.frontend import Frontend, frontend_from_state
 from speechmt.models.config import ModelConfig
-from speechmt.models.migrate import resolved_fields
+from speechmt.models.migrate import checkpoint_resolved
 from speechmt.tokenizers.pair import AnyTokenizer, Tokenizers
 
 KEYS = (
@@ -48,7 +48,8 @@ class ModelBundle:
     it decodes to the tag that starts the output (the main `task` first), `decoder_side` says which tokenizer
     the decoder writes with (None: "src" for asr, else "tgt", as checkpoints before it), `decoder_start` its
     first input; `base` names the pretrained weights a checkpoint of trained parameters sits on; `resolved` holds
-    what the model's build derived, by name (speechmt.models.build.build_model's, e.g. "encoder.asr_prompt");
+    what the model's build and run derived, by name (speechmt.models.build.build_model's: "encoder.asr_prompt",
+    "decoder.vocab", "decoder.prompt", "ctc_vocab");
     `directions` the languages it was trained in: {task: {"en-fr": the tag that starts that direction's output}}
     (empty for a checkpoint from before they were recorded: its one direction, decoder_tags')."""
 
@@ -103,7 +104,7 @@ class ModelBundle:
         needs is missing or does not fit."""
         try:
             config = ModelConfig.from_dict(ckpt["model_config"])
-            resolved = {**resolved_fields(ckpt["model_config"]), **dict(ckpt.get("resolved") or {})}
+            resolved = checkpoint_resolved(ckpt)
             tokenizers = Tokenizers.from_state_dict(ckpt["tokenizers"])
             frontend = frontend_from_state(ckpt["features"])
         except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as e:

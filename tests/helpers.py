@@ -44,7 +44,8 @@ def two_update_st(data: Path, exp: Path) -> str:
     return str(exp / "checkpoint_last.safetensors")
 
 
-AFTER_NESTING = ("ctc_vocab",)  # shared fields added after the nesting: no flat checkpoint has them
+# shared fields added after the nesting: no flat checkpoint has them (ctc_vocab was one until it moved to the bundle)
+AFTER_NESTING: tuple[str, ...] = ()
 # the encoder's and decoder's fields when one dataclass held every kind's (before each kind had options of its own)
 LEGACY_DEFAULTS = {
     "encoder": dict(

@@ -9,6 +9,9 @@ import torch
 
 ASSETS = Path(__file__).parent / "assets" / "mustc" / "en-de" / "data"
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # ids 0-3, Gemma's order
+LM_RESOLVED = {"decoder.vocab": [5, 6, 7], "decoder.prompt": [2]}
+"""What a run derives for an LM decoder (build_model's `resolved`): an output vocabulary of three LM ids and a
+prompt of <bos> alone, for models whose decoder's outputs the test does not read."""
 
 
 def corpus_texts() -> list[str]:
@@ -87,21 +90,20 @@ def ctc_bridge_model(lm_dir: Path, transcripts: list[str] = CTC_TRANSCRIPTS, **o
         dropout=0.0,
         ctc=True,
         src_vocab_size=FIRST_LABEL + len(vocab),
-        ctc_vocab=vocab,
         shrink=dict(kind="ctc", embed="lm"),
         text_encoder=dict(embed_only=True, embeddings="lm"),
         **{
             **overrides,
-            "decoder": dict(
-                kind="lm",
-                name_or_path=str(lm_dir),
-                vocab=tgt.config.vocab,
-                prompt=tgt.prompt_ids("en"),
-                **overrides.get("decoder", {}),
-            ),
+            "decoder": dict(kind="lm", name_or_path=str(lm_dir), **overrides.get("decoder", {})),
         },
     )
-    return build_model(cfg).eval(), src
+    return build_model(cfg, resolved={**lm_resolved(tgt), "ctc_vocab": list(vocab)}).eval(), src
+
+
+def lm_resolved(tgt, language: str = "en") -> dict:
+    """What a run derives for an LM decoder from its target tokenizer `tgt` (LMTokenizer.trimmed): build_model's
+    `resolved`, its output vocabulary and its prompt naming `language`."""
+    return {"decoder.vocab": list(tgt.config.vocab), "decoder.prompt": list(tgt.prompt_ids(language))}
 
 
 def spelled_logits(labels: list[int], size: int, margin: float = 40.0) -> torch.Tensor:

@@ -63,9 +63,23 @@ def test_the_bundled_model_reads_as_a_bundle():
     assert bundle.frontend.name == bundle.config.encoder.frontend == "whisper_mel"
     assert bundle.tag("st") == "<de>" and bundle.base["sources"] == ["whisper-base", "gemma-3-270m"]
     assert bundle.decoder_tokenizer("st") is bundle.tokenizers.tgt
-    # its config holds the search prompt its build derived (as checkpoints did): the bundle's `resolved` now
-    assert bundle.resolved == {"encoder.asr_prompt": [50258, 50259, 50359, 50363]}
-    assert "asr_prompt" not in asdict(bundle.config.encoder) and bundle.state_dict()["resolved"] == bundle.resolved
+    # its config holds the search prompt its build derived and the LM decoder's vocabulary and prompt its run
+    # derived (as checkpoints did): the bundle's `resolved` now
+    resolved = bundle.resolved
+    assert set(resolved) == {"encoder.asr_prompt", "decoder.vocab", "decoder.prompt"}
+    assert resolved["encoder.asr_prompt"] == [50258, 50259, 50359, 50363] and resolved["decoder.prompt"] == [
+        2,
+        27832,
+        236787,
+    ]
+    assert (
+        resolved["decoder.vocab"] == list(bundle.tokenizers.tgt.config.vocab)
+        and len(resolved["decoder.vocab"]) == 18306
+    )
+    assert "asr_prompt" not in asdict(bundle.config.encoder) and not {"vocab", "prompt"} & set(
+        asdict(bundle.config.decoder)
+    )
+    assert bundle.state_dict()["resolved"] == resolved
 
 
 def test_a_checkpoint_before_decoder_tags_does_its_own_task(bundle):

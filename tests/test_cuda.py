@@ -16,7 +16,7 @@ from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
 from speechmt.tasks.objectives import shift_right
 from speechmt.training.run import run_training
-from tests.lm_helpers import tiny_lm_dir
+from tests.lm_helpers import LM_RESOLVED, tiny_lm_dir
 from tests.models.test_lm_decoder import TARGETS, batch_targets, lm_model, memory
 from tests.models.test_whisper_asr import _mels
 from tests.training.test_lm_training import lm_config
@@ -74,12 +74,12 @@ def test_whispers_transcript_as_the_lms_text_on_the_gpu_equals_the_cpus(lm_dir, 
             "asr_embed": "text",
             "asr_beam": 3,
         },
-        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"},
         n_heads=2,
     )
     torch.manual_seed(0)
-    cpu = build_model(cfg, transcription=SEARCH).eval().speech_encoder
-    gpu = build_model(cfg, transcription=SEARCH).eval().to(GPU).speech_encoder
+    cpu = build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED).eval().speech_encoder
+    gpu = build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED).eval().to(GPU).speech_encoder
     mels, lengths = _mels()
     states, n = cpu.states(mels, lengths)
     gpu_states, gpu_n = gpu.states(mels.to(GPU), lengths.to(GPU))

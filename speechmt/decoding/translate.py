@@ -67,7 +67,7 @@ class LoadedModel:
     def languages(self) -> tuple[str, str]:
         """(source, target) language names of an LM decoder's few-shot form: its prompt's ("<bos>English:") and
         its target tag's."""
-        prompt = self.source_tokenizer.decode(self.model.config.decoder.prompt, strip_tags=False)
+        prompt = self.source_tokenizer.decode(self.model.decoder.prompt.tolist(), strip_tags=False)
         return prompt.strip().rstrip(":"), language_name(self.tag)
 
     def transcript_text(self, ids: list[int]) -> str:

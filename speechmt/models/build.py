@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from speechmt.models.components import BuildParts
 from speechmt.models.config import ModelConfig
+from speechmt.models.ctc_head import RESOLVED as CTC_RESOLVED
 from speechmt.models.ctc_head import CTCHead
 from speechmt.models.decoder import TransformerDecoder
 from speechmt.models.encoders import ConvEncoder, TextEncoder
@@ -38,12 +39,14 @@ PRETRAINING_MODELS: dict[str, Callable[[ModelConfig, bool], nn.Module]] = {"fat_
 """The builders of the models a config names by its semantic kind that are no Translator."""
 
 
-def build(cfg: ModelConfig, pretrained: bool = True, transcription: Any = None) -> nn.Module:
-    """The model `cfg` describes: its pretraining model (PRETRAINING_MODELS), else a Translator; `pretrained` and
-    `transcription` as build_model's."""
+def build(
+    cfg: ModelConfig, pretrained: bool = True, transcription: Any = None, resolved: dict[str, Any] | None = None
+) -> nn.Module:
+    """The model `cfg` describes: its pretraining model (PRETRAINING_MODELS, which derives nothing), else a
+    Translator; `pretrained`, `transcription` and `resolved` as build_model's."""
     if cfg.semantic.kind in PRETRAINING_MODELS:
         return PRETRAINING_MODELS[cfg.semantic.kind](cfg, pretrained)
-    return build_model(cfg, pretrained, transcription)
+    return build_model(cfg, pretrained, transcription, resolved)
 
 
 def translator_weights(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
@@ -60,8 +63,10 @@ def build_model(
     follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure. `transcription`: the
     search of a cascade's ASR (encoder whisper_asr), speechmt.decoding.transcribe.SEARCH; without it such a model
-    reads cached states only. `resolved`: what an earlier build derived (a checkpoint bundle's), reused; the
-    model's `resolved` holds it with what this build derived (speechmt.bundle.ModelBundle.resolved)."""
+    reads cached states only. `resolved`: what an earlier build or the run derived (a checkpoint bundle's; a
+    run's from its tokenizers and transcripts, speechmt.training.builders.resolved_for: an LM decoder's
+    "decoder.vocab" and "decoder.prompt", a CTC head's "ctc_vocab"), reused; the model's `resolved` holds it with
+    what this build derived (speechmt.bundle.ModelBundle.resolved)."""
     if cfg.semantic.kind not in SEMANTICS:
         raise ValueError(
             f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
@@ -81,7 +86,7 @@ def build_model(
     if parts.decoder is None:
         parts.decoder, cfg = DECODERS.builder(cfg.decoder.kind)(cfg, parts)
     decoder = parts.decoder
-    ctc_head = parts.ctc_head = CTCHead(cfg.d_model, cfg.src_vocab_size, cfg.ctc_vocab) if cfg.ctc else None
+    ctc_head = parts.ctc_head = _ctc_head(cfg, parts)
     shrink, cfg = SHRINKS.builder(cfg.shrink.kind)(cfg, parts)
     semantic = SEMANTICS[cfg.semantic.kind](cfg, **cfg.semantic.options)
     fusion = build_fusion(cfg.fusion, cfg.encoder.kind, speech, cfg.encoder.frozen_layers)
@@ -90,6 +95,14 @@ def build_model(
     _memory_options(cfg, speech, decoder)  # after the text encoder's copies of Whisper's tables (they stay float32)
     model.resolved = parts.resolved
     return model
+
+
+def _ctc_head(cfg: ModelConfig, parts: BuildParts) -> CTCHead | None:
+    """The CTC head over src_vocab_size labels (None without cfg.ctc); its text labels are an LM decoder's tokens
+    when `parts.resolved` holds their LM ids (speechmt.models.ctc_head.RESOLVED)."""
+    if not cfg.ctc:
+        return None
+    return CTCHead(cfg.d_model, cfg.src_vocab_size, tuple(int(i) for i in parts.resolved.get(CTC_RESOLVED) or ()))
 
 
 def _memory_options(cfg: ModelConfig, speech: nn.Module, decoder: nn.Module) -> None:

@@ -111,10 +111,10 @@ class ModelConfig:
     dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
     attention_dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
     activation_dropout: float = checked(0.1, lo=0, hi=1, hi_in=False)
-    ctc: bool = False  # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout)
-    # the LM ids of the CTC head's text labels 5.. when it writes a language-model decoder's tokens
-    # (speechmt.models.ctc_head; filled in from the training transcripts when a run starts), else empty
-    ctc_vocab: tuple[int, ...] = ()
+    # CTC head over src_vocab_size (the blank is id 4 of the tokenizer layout); the LM ids of its text labels 5..
+    # when it writes a language-model decoder's tokens, derived from the training transcripts when a run starts,
+    # are the model bundle's `resolved` "ctc_vocab" (speechmt.models.ctc_head.RESOLVED)
+    ctc: bool = False
     pad_id: int = checked(0, lo=0)
     # number of the first position (fairseq / HF Speech2Text: padding_idx + 1 = 2)
     position_offset: int = checked(0, lo=0)
@@ -154,7 +154,6 @@ class ModelConfig:
                     f"fields, got {value!r} (a flat config: ModelConfig.from_dict)"
                 )
         enc, dec, text = self.encoder, self.decoder, self.text_encoder
-        self.ctc_vocab = tuple(int(i) for i in self.ctc_vocab)
         raise_problems(
             "bad ModelConfig",
             field_problems(self)

@@ -15,6 +15,9 @@ from speechmt.tokenizers.sentencepiece import SPECIAL_PIECES, Tokenizer
 
 FIRST_LABEL = len(SPECIAL_PIECES)  # the first text label
 CTC_BLANK_ID = Tokenizer.blank_id  # the CTC blank of every SentencePiece tokenizer
+RESOLVED = "ctc_vocab"
+"""The name in the model bundle's `resolved` (speechmt.bundle.ModelBundle.resolved) of a CTC head's LM ids (a list):
+its `vocab`, which a run derives from its training transcripts (speechmt.training.builders.resolved_for)."""
 
 
 class CTCHead(nn.Linear):

@@ -41,8 +41,6 @@ class DecoderConfig(KindOptions):
     name_or_path: ClassVar[str] = ""  # the pretrained model it starts from
     hf_config: ClassVar[dict] = {}
     base_dtype: ClassVar[str] = "float32"
-    vocab: ClassVar[tuple[int, ...]] = ()
-    prompt: ClassVar[tuple[int, ...]] = ()
     examples: ClassVar[int] = 0  # retrieved translation pairs read before each source
     memory: ClassVar[str] = ""  # the translation memory the examples come from
     whisper_tokens: ClassVar[bool] = False

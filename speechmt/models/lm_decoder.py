@@ -37,6 +37,10 @@ from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
 if TYPE_CHECKING:
     from speechmt.models.config import ModelConfig
 
+RESOLVED = ("decoder.vocab", "decoder.prompt")
+"""What an LM decoder's build reads from the model bundle's `resolved` (speechmt.bundle.ModelBundle.resolved), each
+a list of LM ids: the trimmed output vocabulary (speechmt.tokenizers.lm) and the prompt before the source
+("<bos>English:"), which a run derives from the LM's tokenizer (speechmt.training.builders.resolved_for)."""
 _META_KEYS = ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "quantization_config")
 # a multimodal checkpoint's text tensors -> a causal LM's names (Gemma 3, Mistral 3, LLaVA-style models)
 _TEXT_KEYS = {
@@ -49,12 +53,11 @@ _TEXT_KEYS = {
 @dataclass
 class LMDecoderConfig(PretrainedOptions, DecoderConfig):
     """decoder kind "lm": a pretrained causal language model from name_or_path, reading [prompt | source |
-    target]; d_model is its width. `vocab` (the LM ids of its trimmed output vocabulary) and `prompt` (the LM ids
-    read before the source) are filled in from the LM's tokenizer and the training targets when a run starts."""
+    target]; d_model is its width. Its trimmed output vocabulary and the prompt before the source, derived from
+    the LM's tokenizer and the training targets when a run starts, are no options: the model bundle's `resolved`
+    keeps them ("decoder.vocab", "decoder.prompt": RESOLVED)."""
 
     kind: str = kind_field("lm")
-    vocab: tuple[int, ...] = ()  # the LM ids of the output vocabulary (speechmt.tokenizers.lm)
-    prompt: tuple[int, ...] = ()  # the LM ids before the source ("<bos>English:")
     # up to this many retrieved translation pairs read before each source (text, or the speech bridge's vectors),
     # as few-shot examples (`speechmt data retrieve` writes them beside a split for training; decoding speech
     # retrieves them by the model's own transcript: speechmt.data.retrieval); 0: none
@@ -71,7 +74,6 @@ class LMDecoderConfig(PretrainedOptions, DecoderConfig):
     lm_tokens: ClassVar[bool] = True
 
     def __post_init__(self):
-        self.vocab, self.prompt = tuple(self.vocab), tuple(self.prompt)
         raise_problems(
             "bad ModelConfig",
             field_problems(self, "decoder.")
@@ -86,16 +88,18 @@ class LMDecoderConfig(PretrainedOptions, DecoderConfig):
 
 
 def build_lm_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[LMDecoder, ModelConfig]:
-    """A causal LM as the decoder, and `cfg` with its width as d_model, its trimmed vocabulary's size and its
+    """A causal LM as the decoder, over the output vocabulary and prompt of `parts.resolved` (RESOLVED: what the run
+    derived from the LM's tokenizer), and `cfg` with its width as d_model, its trimmed vocabulary's size and its
     complete HF config filled in."""
     d = cfg.decoder
+    vocab, prompt = (tuple(parts.resolved.get(key) or ()) for key in RESOLVED)
     decoder = lm_decoder(
-        load_causal_lm(d.name_or_path, d.hf_config, parts.pretrained, torch_dtype(d.base_dtype)), d.vocab, d.prompt
+        load_causal_lm(d.name_or_path, d.hf_config, parts.pretrained, torch_dtype(d.base_dtype)), vocab, prompt
     )
     if d.gradient_checkpointing:
         enable_hf_checkpointing(decoder.lm)
     return decoder, replace(
-        cfg, d_model=decoder.dim, tgt_vocab_size=len(d.vocab), decoder=replace(d, hf_config=lm_config_dict(decoder.lm))
+        cfg, d_model=decoder.dim, tgt_vocab_size=len(vocab), decoder=replace(d, hf_config=lm_config_dict(decoder.lm))
     )
 
 
@@ -288,7 +292,10 @@ def lm_config_dict(lm: nn.Module) -> dict:
 def lm_decoder(lm: nn.Module, vocab: list[int] | tuple[int, ...], prompt: list[int] | tuple[int, ...]) -> LMDecoder:
     """An LMDecoder over a loaded causal LM, with output vocabulary `vocab` (LM ids) and `prompt` (LM ids)."""
     if not vocab:
-        raise ValueError("decoder 'lm' needs its output vocabulary (decoder.vocab: the LM ids the targets use)")
+        raise ValueError(
+            "decoder 'lm' needs its output vocabulary (resolved decoder.vocab: the LM ids the targets use, which a "
+            "run derives from the LM's tokenizer and a checkpoint's bundle keeps)"
+        )
     size = lm.config.vocab_size
     bad = [i for i in (*vocab, *prompt) if not 0 <= int(i) < size]
     if bad:

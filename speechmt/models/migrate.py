@@ -24,6 +24,7 @@ __all__ = [
     "FINETUNE_FLAGS",
     "FLAT_NAMES",
     "GROUPS",
+    "checkpoint_resolved",
     "merge_model_configs",
     "RESOLVED_FIELDS",
     "migrate_model_config",
@@ -75,9 +76,16 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 FINETUNE_FLAGS: dict[str, str] = {"freeze_encoder": "frozen", "lna_finetune": "lna", "encoder_lora": "lora"}
 """The old encoder fine-tuning flags (at most one true) -> the encoder.finetune mode each meant."""
 
-RESOLVED_FIELDS: dict[tuple[str, str], str] = {("encoder", "asr_prompt"): "encoder.asr_prompt"}
-"""(sub-config, field) a config held for what the build derived, before that moved to the model bundle's `resolved`
--> its name there (whisper_asr's search prompt, from the Whisper model's generation config)."""
+RESOLVED_FIELDS: dict[tuple[str, ...], str] = {
+    ("encoder", "asr_prompt"): "encoder.asr_prompt",
+    ("decoder", "vocab"): "decoder.vocab",
+    ("decoder", "prompt"): "decoder.prompt",
+    ("ctc_vocab",): "ctc_vocab",
+}
+"""The path of a field (sub-config and field, or a shared field) a config held for what the build or the run
+derived, before that moved to the model bundle's `resolved` -> its name there: whisper_asr's search prompt (from the
+Whisper model's generation config), an LM decoder's trimmed output vocabulary and its prompt before the source, and
+the LM tokens a CTC head writes (LM ids, from the LM's tokenizer and the training transcripts)."""
 
 
 def migrate_model_config(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,9 +93,10 @@ def migrate_model_config(d: Mapping[str, Any]) -> dict[str, Any]:
     turned into dicts, other keys (shared settings, a YAML file's `preset`, unknown names) kept as they are;
     RESOLVED_FIELDS dropped (a build derives them: `resolved_fields` keeps an old checkpoint's)."""
     out = _nested(d)
-    for group, name in RESOLVED_FIELDS:
-        if isinstance(out.get(group), dict):
-            out[group].pop(name, None)
+    for *groups, name in RESOLVED_FIELDS:
+        parent = _parent(out, groups)
+        if parent is not None:
+            parent.pop(name, None)
     return out
 
 
@@ -95,11 +104,25 @@ def resolved_fields(d: Mapping[str, Any]) -> dict[str, Any]:
     """What an old checkpoint's model config `d` (any form migrate_model_config reads) held of RESOLVED_FIELDS, by
     their names in the bundle's `resolved` (sequences as lists); empty ones (not filled in yet) left out."""
     out, nested = {}, _nested(d)
-    for (group, name), key in RESOLVED_FIELDS.items():
-        value = nested.get(group, {}).get(name) if isinstance(nested.get(group), dict) else None
+    for (*groups, name), key in RESOLVED_FIELDS.items():
+        value = (_parent(nested, groups) or {}).get(name)
         if value:
             out[key] = list(value) if isinstance(value, (list, tuple)) else value
     return out
+
+
+def checkpoint_resolved(ckpt: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's `resolved` (speechmt.bundle.ModelBundle.resolved): its own entry, over what its model config
+    held of RESOLVED_FIELDS when it was written before they moved (resolved_fields)."""
+    return {**resolved_fields(ckpt.get("model_config") or {}), **dict(ckpt.get("resolved") or {})}
+
+
+def _parent(d: dict[str, Any], groups: list[str]) -> dict[str, Any] | None:
+    """The dict at path `groups` inside `d` (`d` itself for no groups); None where the path holds none."""
+    node: Any = d
+    for group in groups:
+        node = node.get(group) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
 
 
 def _nested(d: Mapping[str, Any]) -> dict[str, Any]:

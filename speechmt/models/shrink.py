@@ -112,14 +112,14 @@ def build_conv_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvShrink, 
 
 def build_ctc_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[CTCShrink, ModelConfig]:
     """CTC-guided merging over the CTC head's labels (parts.ctc_head); with embed lm, of the soft embeddings of the
-    LM decoder's tokens that the head writes (model.ctc_vocab)."""
+    LM decoder's tokens that the head writes (its `vocab`: the bundle's resolved "ctc_vocab")."""
     if parts.ctc_head is None:
         raise ValueError("shrink 'ctc' needs the CTC head: ctc=True with src_vocab_size > 0 (train.ctc_weight > 0)")
     table = None
     if cfg.shrink.embed == "lm":
-        if not cfg.ctc_vocab:
+        if not parts.ctc_head.vocab.numel():
             raise ValueError(
-                "shrink.embed lm needs a CTC head over the LM's tokens (model.ctc_vocab, filled in from "
+                "shrink.embed lm needs a CTC head over the LM's tokens (resolved ctc_vocab, derived from "
                 "the transcripts when a run starts; train a ctc objective)"
             )
         table = LabelEmbeddings(parts.ctc_head, parts.decoder)

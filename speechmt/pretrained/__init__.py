@@ -15,7 +15,7 @@ import torch
 
 from speechmt.bundle import KEYS as BUNDLE_KEYS
 from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from speechmt.models.migrate import resolved_fields
+from speechmt.models.migrate import checkpoint_resolved
 
 DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.safetensors")
 INFERENCE_KEYS = ("model", *BUNDLE_KEYS)  # the weights and the model bundle: what load_model reads
@@ -55,7 +55,7 @@ def export_model(
     missing = [k for k in ("model_config", "model", "tokenizers", "features") if k not in state]
     if missing:
         raise CheckpointError(f"{checkpoint}: cannot export, the checkpoint lacks {', '.join(missing)}")
-    resolved = {**resolved_fields(state["model_config"]), **(state.get("resolved") or {})}  # an old config's too
+    resolved = checkpoint_resolved(state)  # an old config's too
     if merge and state.get("base") is not None:
         state = _merged(checkpoint, state)
     slim = {k: state[k] for k in INFERENCE_KEYS if k in state} | ({"resolved": resolved} if resolved else {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from speechmt.data.retrieval import example_prefixes, read_examples, with_exampl
 from speechmt.frontend import FbankFrontend, Frontend, WaveformFrontend, WhisperMelConfig, WhisperMelFrontend
 from speechmt.models.config import ModelConfig
 from speechmt.models.ctc_head import FIRST_LABEL
+from speechmt.models.ctc_head import RESOLVED as CTC_RESOLVED
 from speechmt.models.semantic.lut import LM_TEACHER
 from speechmt.tasks import OBJECTIVES, TASK_INPUTS, ObjectiveSettings, TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
@@ -322,18 +323,19 @@ def _sides(cfg: ExperimentConfig, toks: Tokenizers, spec: TaskData) -> dict:
     )
 
 
-def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
+def model_config_for(cfg: ExperimentConfig, toks: Tokenizers, resolved: dict[str, Any] | None = None) -> ModelConfig:
     """The model config with vocabulary sizes taken from the tokenizers, a CTC head when an objective needs
     one and a source vocabulary when a task reads text or an objective reads transcripts (CTC writes them,
-    the contrastive objective encodes them)."""
+    the contrastive objective encodes them); a CTC head over an LM's tokens has a label for each of `resolved`'s
+    (resolved_for's, derived when not given)."""
     dec = decoder_tokenizer(decoder_side(cfg), toks)
     specs = run_tasks(cfg)
-    ctc = any(OBJECTIVES[n].needs_ctc_head for t in specs for n in t.weights)
+    ctc = needs_ctc_head(cfg)
     text = bool(cfg.model.decoder.examples) or any(
         TASK_INPUTS[t.task] == "text" or any(OBJECTIVES[n].reads_transcript for n in t.weights) for t in specs
     )
     src_size = len(toks.src) if toks.src is not None and (ctc or text) else 0
-    ctc_vocab = lm_ctc_vocab(cfg, toks.src) if ctc and cfg.model.shrink.embed == "lm" else ()
+    ctc_vocab = (resolved_for(cfg, toks) if resolved is None else resolved).get(CTC_RESOLVED)
     if ctc_vocab:
         src_size = FIRST_LABEL + len(ctc_vocab)
     elif ctc and toks.src is not None and toks.src.blank_id is None:
@@ -346,20 +348,33 @@ def model_config_for(cfg: ExperimentConfig, toks: Tokenizers) -> ModelConfig:
             "model.shrink.kind ctc merges frames by the CTC head's labels: it needs train.ctc_weight > 0 "
             "(or a ctc objective) and data.src_vocab to train that head"
         )
-    model = dataclasses.replace(
+    return dataclasses.replace(
         cfg.model,
         tgt_vocab_size=len(dec),
         src_vocab_size=src_size,
         ctc=ctc or cfg.model.ctc,
         pad_id=dec.pad_id,
-        ctc_vocab=ctc_vocab,
     )
-    if model.decoder.lm_tokens:  # its trimmed output vocabulary and the prompt before the source, in LM ids
-        decoder = dataclasses.replace(
-            model.decoder, vocab=dec.config.vocab, prompt=dec.prompt_ids(prompt_language(cfg))
-        )
-        model = dataclasses.replace(model, decoder=decoder)
-    return model
+
+
+def needs_ctc_head(cfg: ExperimentConfig) -> bool:
+    """Whether an objective of the run's tasks trains a CTC head."""
+    return any(OBJECTIVES[n].needs_ctc_head for t in run_tasks(cfg) for n in t.weights)
+
+
+def resolved_for(cfg: ExperimentConfig, toks: Tokenizers) -> dict[str, Any]:
+    """What the run derives for its model's build beside the config (build_model's `resolved`, kept in the model
+    bundle, speechmt.bundle.ModelBundle.resolved), each a list of LM ids: an LM decoder's trimmed output
+    vocabulary and the prompt before the source ("decoder.vocab", "decoder.prompt":
+    speechmt.models.lm_decoder.RESOLVED), and the LM tokens a CTC head writes with shrink.embed lm ("ctc_vocab":
+    lm_ctc_vocab)."""
+    out: dict[str, Any] = {}
+    if cfg.model.decoder.lm_tokens:
+        dec = decoder_tokenizer(decoder_side(cfg), toks)
+        out |= {"decoder.vocab": list(dec.config.vocab), "decoder.prompt": list(dec.prompt_ids(prompt_language(cfg)))}
+    if cfg.model.shrink.embed == "lm" and needs_ctc_head(cfg):
+        out[CTC_RESOLVED] = list(lm_ctc_vocab(cfg, toks.src))
+    return out
 
 
 def prompt_language(cfg: ExperimentConfig) -> str:

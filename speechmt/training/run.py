@@ -23,7 +23,9 @@ from speechmt.decoding.transcribe import SEARCH
 from speechmt.frontend import Frontend
 from speechmt.models.build import build, translator_weights
 from speechmt.models.config import ModelConfig
+from speechmt.models.ctc_head import RESOLVED as CTC_RESOLVED
 from speechmt.models.delta import base_reference
+from speechmt.models.migrate import checkpoint_resolved
 from speechmt.tasks import TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
 from speechmt.tokenizers.pair import Tokenizers
@@ -39,6 +41,7 @@ from speechmt.training.builders import (
     main_task,
     model_config_for,
     objective_settings_for,
+    resolved_for,
     stream_dir,
     teacher_for,
     tokenizers_for,
@@ -83,7 +86,10 @@ def init_encoder_from(
     source = translator_weights(checkpoint["model"], theirs)
     own = model.state_dict()
     copied = {k: v for k, v in source.items() if k.startswith(prefixes) and k in own and own[k].shape == v.shape}
-    if "ctc_head.weight" in copied and theirs.ctc_vocab != model.config.ctc_vocab:
+    ctc_vocabs = [
+        list(r.get(CTC_RESOLVED) or ()) for r in (checkpoint_resolved(checkpoint), getattr(model, "resolved", {}))
+    ]
+    if "ctc_head.weight" in copied and ctc_vocabs[0] != ctc_vocabs[1]:  # the LM tokens each CTC head writes
         raise CheckpointError(
             f"{path}: its CTC head writes other LM tokens (ctc_vocab) than this model's; "
             "train both on the same transcripts, or leave ctc_head. out of the prefixes"
@@ -150,7 +156,8 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     toks = tokenizers_for(cfg)
     frontend = frontend_for(cfg)
     teacher = teacher_for(cfg)  # None unless an objective needs a text teacher (LUT's distance)
-    model = build(with_teacher(model_config_for(cfg, toks), teacher), transcription=SEARCH)
+    resolved = resolved_for(cfg, toks)  # what the run derives beside the config: the model bundle keeps it
+    model = build(with_teacher(model_config_for(cfg, toks, resolved), teacher), transcription=SEARCH, resolved=resolved)
     if cfg.train.init_encoder_from:
         init_encoder_from(model, cfg.train.init_encoder_from, tuple(cfg.train.init_prefixes))
     for item in cfg.train.init_from:

@@ -403,7 +403,7 @@ def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
     from speechmt.evaluation.representations import TRANSCRIPT, transcript_states, transcript_words
     from speechmt.models.config import ModelConfig
     from speechmt.models.hf_whisper import whisper_pieces
-    from tests.lm_helpers import tiny_lm_dir
+    from tests.lm_helpers import LM_RESOLVED, tiny_lm_dir
     from tests.training.test_procrustes import asr_examples
     from tests.whisper_helpers import tiny_whisper_dir
 
@@ -414,16 +414,11 @@ def test_whisper_asr_states_and_words_come_from_one_search(tmp_path):
         model = build_model(
             ModelConfig(
                 encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_embed": embed},
-                decoder={
-                    "kind": "lm",
-                    "name_or_path": str(lm),
-                    "finetune": "frozen",
-                    "vocab": [5, 6, 7],
-                    "prompt": [2],
-                },
+                decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen"},
                 n_heads=2,
             ),
             transcription=SEARCH,
+            resolved=LM_RESOLVED,
         ).eval()
         feats = [e.feats for e in asr_examples(3)]
         x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)

@@ -94,7 +94,7 @@ def test_building_without_the_lm_token_list_is_one_clear_error(lm_dir):
         ctc=True,
         src_vocab_size=10,
         shrink=CTCShrinkConfig(embed="lm"),
-        decoder=dict(kind="lm", name_or_path=str(lm_dir), vocab=(0, 1, 2, 3), prompt=(2,)),
+        decoder=dict(kind="lm", name_or_path=str(lm_dir)),
     )
     with pytest.raises(ValueError, match="needs a CTC head over the LM's tokens"):
-        build_model(cfg)
+        build_model(cfg, resolved={"decoder.vocab": [0, 1, 2, 3], "decoder.prompt": [2]})

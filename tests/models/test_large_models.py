@@ -20,6 +20,7 @@ from tests.whisper_helpers import tiny_whisper_dir
 
 VOCAB = tuple(range(4, 40))  # the LM ids of the trimmed output vocabulary
 PROMPT = (2, 10, 11)
+RESOLVED = {"decoder.vocab": list(VOCAB), "decoder.prompt": list(PROMPT)}  # what a run derives for the LM decoder
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 COMMON = dict(
     vocab_size=64,
@@ -99,8 +100,9 @@ def lm_translator(lm_path, **decoder):
             "tiny",
             n_heads=2,
             **NO_DROPOUT,
-            decoder=dict(kind="lm", name_or_path=str(lm_path), vocab=VOCAB, prompt=PROMPT, **decoder),
-        )
+            decoder=dict(kind="lm", name_or_path=str(lm_path), **decoder),
+        ),
+        resolved=RESOLVED,
     )
 
 
@@ -111,13 +113,12 @@ def whisper_lm(whisper_dir, lm_dir, base_dtype: str = "bfloat16", lora: str = "l
     return build_model(
         ModelConfig(
             encoder=dict(kind="whisper", name_or_path=str(whisper_dir), finetune="frozen", base_dtype=base_dtype),
-            decoder=dict(
-                kind="lm", name_or_path=str(lm_dir), vocab=VOCAB, prompt=PROMPT, finetune=lora, base_dtype=base_dtype
-            ),
+            decoder=dict(kind="lm", name_or_path=str(lm_dir), finetune=lora, base_dtype=base_dtype),
             n_heads=2,
             lora=dict(rank=4, targets=("q_proj", "v_proj")),
             **NO_DROPOUT,
-        )
+        ),
+        resolved=RESOLVED,
     )
 
 
@@ -183,10 +184,11 @@ def test_a_delta_checkpoint_on_a_bf16_base_reloads_exactly_and_knows_its_base(wh
     base = base_reference(model)
     assert base["sources"] == [str(whisper_dir), str(lm_dir)]
     path = tmp_path / "delta.safetensors"
-    save_checkpoint(path, {"model": model_state(model, base), "model_config": asdict(model.config), "base": base})
+    state = {"model": model_state(model, base), "model_config": asdict(model.config), "base": base}
+    save_checkpoint(path, {**state, "resolved": model.resolved})  # the LM decoder's vocabulary and prompt
     ckpt = load_checkpoint(path)
     assert {v.dtype for v in ckpt["model"].values()} == {torch.float32}  # the trained tensors only
-    again = build_model(ModelConfig.from_dict(ckpt["model_config"]))
+    again = build_model(ModelConfig.from_dict(ckpt["model_config"]), resolved=ckpt["resolved"])
     assert base_reference(again)["sha256"] == base["sha256"]  # the base rebuilds to the same bytes
     load_model_state(again, ckpt["model"], ckpt["base"], path)
     feats, lengths, inputs, _ = speech_batch()

@@ -13,6 +13,7 @@ from speechmt.models.encoders import EncoderOutput
 from speechmt.tasks.objectives import shift_right
 from speechmt.tokenizers.lm import LMTokenizer, language_name
 from speechmt.tokenizers.sentencepiece import UnknownTagError
+from tests.lm_helpers import lm_resolved
 
 TARGETS = ["Das Wetter ist heute schön.", "Bitte öffne das Fenster.", "Der Zug fährt um neun Uhr ab."]
 
@@ -27,13 +28,11 @@ def lm_model(lm_dir, tok, finetune="full", **kw):
     cfg = preset(
         "tiny",
         n_heads=2,
-        decoder=dict(
-            kind="lm", name_or_path=str(lm_dir), vocab=tok.config.vocab, prompt=tok.prompt_ids("en"), finetune=finetune
-        ),
+        decoder=dict(kind="lm", name_or_path=str(lm_dir), finetune=finetune),
         dropout=0.0,
         **kw,
     )
-    return build_model(cfg).eval()
+    return build_model(cfg, resolved=lm_resolved(tok)).eval()
 
 
 def batch_targets(tok, texts, tag="<de>"):
@@ -203,7 +202,10 @@ def test_config_errors_name_the_lm_options(lm_dir, tok):
     with pytest.raises(ValueError, match=r"decoder.memory \('ding-en-de'\) needs decoder.examples > 0"):
         preset("tiny", decoder=dict(kind="lm", name_or_path=str(lm_dir), memory="ding-en-de"))
     with pytest.raises(ValueError, match="decoder.vocab"):
-        build_model(preset("tiny", n_heads=2, decoder=dict(kind="lm", name_or_path=str(lm_dir), prompt=(2,))))
+        build_model(
+            preset("tiny", n_heads=2, decoder=dict(kind="lm", name_or_path=str(lm_dir))),
+            resolved={"decoder.prompt": [2]},
+        )
 
 
 def test_lna_trains_the_lms_norms_and_attention_projections(lm_dir, tok):

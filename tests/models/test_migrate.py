@@ -219,7 +219,6 @@ def test_a_nested_config_passes_through_and_round_trips():
         "attention_dropout",
         "activation_dropout",
         "ctc",
-        "ctc_vocab",
         "pad_id",
         "position_offset",
         "encoder",
@@ -369,3 +368,79 @@ def test_the_search_prompt_an_old_config_held_moves_to_the_bundle_and_the_model_
     with torch.no_grad():
         (a, a_lengths), (b, b_lengths) = (lm.model.speech_encoder.states(mels, lengths) for lm in (old_lm, new_lm))
     assert torch.equal(a, b) and torch.equal(a_lengths, b_lengths)
+
+
+def test_the_lm_decoders_vocabulary_and_prompt_an_old_config_held_move_to_the_bundle(tmp_path):
+    """decoder.vocab and decoder.prompt (LM ids), derived from the LM's tokenizer when a run starts, were config
+    fields; they are the bundle's `resolved` now: an old checkpoint's move there, an old YAML model section drops
+    them, a new checkpoint stores them there, export and average carry them, and the model rebuilt from any of
+    these computes the same."""
+    from speechmt.bundle import ModelBundle
+    from speechmt.config import ExperimentConfig
+    from speechmt.pretrained import export_model
+    from speechmt.tokenizers.lm import LMTokenizer
+    from speechmt.training.run import average
+    from tests.lm_helpers import lm_resolved, tiny_lm_dir
+
+    lm_dir = tiny_lm_dir(tmp_path / "lm")
+    tok = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön.", "Bitte öffne das Fenster."], ["<de>"])
+    resolved = lm_resolved(tok)
+    torch.manual_seed(0)
+    decoder = {"kind": "lm", "name_or_path": str(lm_dir)}
+    model = build_model(preset("tiny", n_heads=2, dropout=0.0, decoder=decoder), resolved=resolved).eval()
+    assert model.resolved == resolved and not {"vocab", "prompt"} & set(asdict(model.config.decoder))
+    assert model.decoder.prompt.tolist() == resolved["decoder.prompt"] and len(tok) == model.config.tgt_vocab_size
+    old = asdict(model.config)
+    old["decoder"] |= {"vocab": tuple(resolved["decoder.vocab"]), "prompt": tuple(resolved["decoder.prompt"])}
+    assert resolved_fields(old) == resolved and ModelConfig.from_dict(old) == model.config
+    section = {"decoder": {**decoder, "vocab": [5, 6], "prompt": [2]}}  # an old YAML's model section
+    assert ExperimentConfig.from_dict({"model": section}).model.decoder == preset("tiny", decoder=decoder).decoder
+    for name, config, extra in (("old", old, {}), ("new", asdict(model.config), {"resolved": resolved})):
+        _checkpoint(tmp_path / f"{name}.safetensors", config, model, tok, **extra)
+        bundle = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / f"{name}.safetensors"))
+        assert bundle.resolved == resolved and bundle.config == model.config
+        assert bundle.state_dict()["resolved"] == resolved
+    # what writes checkpoints carries it: export writes it out of an old config, average keeps it
+    export_model(tmp_path / "old.safetensors", tmp_path / "exported.safetensors", half=False)
+    assert load_checkpoint(tmp_path / "exported.safetensors")["resolved"] == resolved
+    average([str(tmp_path / "new.safetensors")] * 2, 1, str(tmp_path / "averaged.safetensors"))
+    assert load_checkpoint(tmp_path / "averaged.safetensors")["resolved"] == resolved
+    feats, lengths = torch.randn(2, 40, 80), torch.tensor([40, 31])
+    tokens = torch.tensor([[2, 5, 6], [2, 7, 5]])
+    with torch.no_grad():
+        ref = model.decode(tokens, model.encode_speech(feats, lengths))
+        for name in ("old", "new", "exported", "averaged"):
+            lm = load_model(tmp_path / f"{name}.safetensors")
+            assert lm.model.resolved == resolved and lm.model.decoder.prompt.tolist() == resolved["decoder.prompt"]
+            assert torch.equal(lm.model.decode(tokens, lm.model.encode_speech(feats, lengths)), ref)
+
+
+def test_the_lm_tokens_of_a_ctc_head_an_old_config_held_move_to_the_bundle(tmp_path):
+    """ctc_vocab (the LM ids of a CTC head's text labels), derived from the training transcripts when a run starts,
+    was a shared config field; it is the bundle's `resolved` now: an old checkpoint's moves there and its model,
+    rebuilt, has the same head and bridge."""
+    from speechmt.bundle import ModelBundle
+    from speechmt.tokenizers.lm import LMTokenizer
+    from tests.lm_helpers import ctc_bridge_model, lm_resolved, tiny_lm_dir
+
+    lm_dir = tiny_lm_dir(tmp_path / "lm")
+    model, src = ctc_bridge_model(lm_dir)
+    tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
+    resolved = model.resolved
+    vocab = resolved["ctc_vocab"]
+    assert vocab and model.ctc_head.vocab.tolist() == vocab and resolved == {**lm_resolved(tgt), "ctc_vocab": vocab}
+    assert "ctc_vocab" not in asdict(model.config)
+    old = asdict(model.config)
+    old["ctc_vocab"] = tuple(vocab)
+    old["decoder"] |= {"vocab": tuple(resolved["decoder.vocab"]), "prompt": tuple(resolved["decoder.prompt"])}
+    assert resolved_fields(old) == resolved and ModelConfig.from_dict(old) == model.config
+    assert "ctc_vocab" not in migrate_model_config({"ctc_vocab": [5, 6], "ctc": True})  # an old YAML's
+    _checkpoint(tmp_path / "old.safetensors", old, model, tgt)
+    bundle = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / "old.safetensors"))
+    assert bundle.resolved == resolved and bundle.config == model.config
+    again = load_model(tmp_path / "old.safetensors").model
+    assert again.resolved == resolved and torch.equal(again.ctc_head.vocab, model.ctc_head.vocab)
+    feats, lengths = torch.randn(2, 40, 80), torch.tensor([40, 31])
+    with torch.no_grad():
+        a, b = (m.encode_speech(feats, lengths) for m in (model, again))
+    assert torch.equal(a.x, b.x) and torch.equal(a.lengths, b.lengths)

@@ -11,7 +11,7 @@ from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
 from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_encoder_from_hf, whisper_asr_prompt
-from tests.lm_helpers import tiny_lm_dir
+from tests.lm_helpers import LM_RESOLVED, tiny_lm_dir
 from tests.whisper_helpers import tiny_whisper_dir
 
 
@@ -149,11 +149,12 @@ def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(wh
     lm = tiny_lm_dir(tmp_path / "lm", hidden=48)
     cfg = ModelConfig(
         encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen"},
-        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "frozen"},
         n_heads=2,
     )
-    model = build_model(cfg, transcription=SEARCH)
-    assert model.resolved == {"encoder.asr_prompt": list(model.speech_encoder.prompt)} and model.config.d_model == 48
+    model = build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED)
+    assert model.resolved == {**LM_RESOLVED, "encoder.asr_prompt": list(model.speech_encoder.prompt)}
+    assert model.config.d_model == 48
     trained = {n.split(".")[1] for n, p in model.named_parameters() if p.requires_grad}
     assert trained == {"proj"}
     assert model.config.encoder.cacheable_states
@@ -193,10 +194,10 @@ def soft(whisper_dir, lm_dir):
     """A Translator whose whisper_asr encoder hands the LM soft embeddings of Whisper's tokens (asr_embed lm)."""
     cfg = ModelConfig(
         encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen", "asr_embed": "lm"},
-        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"},
         n_heads=2,
     )
-    return build_model(cfg, transcription=SEARCH).eval()
+    return build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED).eval()
 
 
 def test_each_whisper_piece_maps_to_the_lm_tokens_of_its_text(whisper_dir, lm_dir):
@@ -335,12 +336,12 @@ def retok(whisper_dir, lm_dir):
     """A Translator whose whisper_asr encoder hands the LM its transcript as the LM's own text (asr_embed text)."""
     cfg = ModelConfig(
         encoder={"kind": "whisper_asr", "name_or_path": str(whisper_dir), "finetune": "frozen", "asr_embed": "text"},
-        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        decoder={"kind": "lm", "name_or_path": str(lm_dir), "finetune": "frozen"},
         n_heads=2,
         text_encoder={"embed_only": True, "embeddings": "lm"},
         src_vocab_size=10,
     )
-    return build_model(cfg, transcription=SEARCH).eval()
+    return build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED).eval()
 
 
 @torch.no_grad()

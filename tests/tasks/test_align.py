@@ -22,7 +22,7 @@ from speechmt.tasks.align import (
 )
 from speechmt.tasks.objectives import OBJECTIVES, ObjectiveSettings
 from tests.lm_helpers import CTC_TRANSCRIPTS as TRANSCRIPTS
-from tests.lm_helpers import certain_ctc
+from tests.lm_helpers import LM_RESOLVED, certain_ctc
 from tests.models.test_whisper_asr import _mels
 
 
@@ -196,11 +196,12 @@ def asr_model(tmp_path_factory):
         ModelConfig(
             encoder={"kind": "whisper_asr", "name_or_path": str(whisper), "finetune": "frozen", "asr_state": "both"},
             text_encoder={"embed_only": True, "embeddings": "lm"},
-            decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora", "vocab": [5, 6, 7], "prompt": [2]},
+            decoder={"kind": "lm", "name_or_path": str(lm), "finetune": "lora"},
             n_heads=2,
             src_vocab_size=64,
         ),
         transcription=SEARCH,
+        resolved=LM_RESOLVED,
     ).eval()
     table = whisper_lm_table(str(whisper), str(lm), model.speech_encoder.eos_id, model.decoder)
     return model, table
@@ -257,7 +258,8 @@ def test_whisper_asr_alignment_is_one_clear_error_where_it_does_not_apply(asr_mo
     soft = build_model(
         dataclasses.replace(
             model.config, encoder=dataclasses.replace(model.config.encoder, asr_embed="lm", asr_state="after")
-        )
+        ),
+        resolved=model.resolved,
     )
     with pytest.raises(ValueError, match="with asr_embed lm the LM reads those embeddings already"):
         soft.speech_encoder.set_targets(table)

@@ -222,10 +222,9 @@ def test_lm_st_delta_checkpoint_holds_the_bridge_and_adapters_and_reloads_exactl
         :5
     ]
     assert any(".lora_" in k for k in keys) and any(k.startswith("shrink.") for k in keys)
-    assert (
-        ckpt["model_config"]["d_model"] == 64
-        and len(ckpt["model_config"]["decoder"]["vocab"]) == ckpt["model_config"]["tgt_vocab_size"]
-    )
+    assert ckpt["model_config"]["d_model"] == 64
+    assert len(ckpt["resolved"]["decoder.vocab"]) == ckpt["model_config"]["tgt_vocab_size"]  # derived: the bundle's
+    assert not {"vocab", "prompt"} & set(ckpt["model_config"]["decoder"])
     a, b = load_model(_last(save_dir)), load_model(_last(save_dir))
     options = a.decode_options(beam=2)
     assert decode_split(a, tiny_data, "dev", options).hyps == decode_split(b, tiny_data, "dev", options).hyps
@@ -293,7 +292,8 @@ def test_the_ctc_bridge_learns_the_transcripts_in_lm_tokens_and_reloads_exactly(
     transcripts = [r.src_text for r in read_split(str(tiny_data), "train")]
     vocab = tuple(dict.fromkeys(i for t in transcripts for i in src.encode(t)))
     config = ckpt["model_config"]
-    assert tuple(config["ctc_vocab"]) == vocab and config["src_vocab_size"] == 5 + len(vocab)
+    assert ckpt["resolved"]["ctc_vocab"] == list(vocab) and "ctc_vocab" not in config  # derived: the bundle's
+    assert config["src_vocab_size"] == 5 + len(vocab)
     assert ckpt["model"]["ctc_head.weight"].shape[0] == 5 + len(vocab)
     log = [json.loads(line) for line in (save_dir / "train_log.jsonl").read_text().splitlines()]
     ctc = [(r["step"], r["ctc"]) for r in log if r["type"] == "train" and r["step"] <= 40]
@@ -347,7 +347,8 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     keys = set(ckpt["model"])
     assert keys and all(k.startswith("speech_encoder.proj") or ".lora_" in k for k in keys), sorted(keys)[:5]
     encoder = ckpt["model_config"]["encoder"]
-    assert ckpt["resolved"] == {"encoder.asr_prompt": [encoder["hf_config"]["decoder_start_token_id"]]}
+    assert ckpt["resolved"]["encoder.asr_prompt"] == [encoder["hf_config"]["decoder_start_token_id"]]
+    assert set(ckpt["resolved"]) == {"encoder.asr_prompt", "decoder.vocab", "decoder.prompt"}
     assert "asr_prompt" not in encoder  # what the build derived is no config field
     metas = [json.loads(p.read_text()) for p in (tiny_data / "encoder_cache").glob("*/meta.json")]
     assert any(m["encoder"] == "WhisperAsrEncoder" and m["frontend"]["pad_seconds"] == 30 for m in metas)

@@ -14,6 +14,7 @@ from speechmt.models.config import ModelConfig
 from speechmt.tasks.objectives import ObjectiveSettings
 from speechmt.training.procrustes import first_batches, fit_least_squares, fit_map, init_projection, set_linear
 from speechmt.training.run import procrustes_at_start
+from tests.lm_helpers import LM_RESOLVED
 from tests.whisper_helpers import tiny_whisper_dir
 
 
@@ -196,10 +197,10 @@ def asr_model(dirs, embed: str = "states", state: str = "after"):
             "asr_embed": embed,
             "asr_state": state,
         },
-        decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen", "vocab": [5, 6, 7], "prompt": [2]},
+        decoder={"kind": "lm", "name_or_path": str(dirs[1]), "finetune": "frozen"},
         n_heads=2,
     )
-    return build_model(cfg, transcription=SEARCH).eval()
+    return build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED).eval()
 
 
 def asr_examples(n: int = 4) -> list[Example]:

@@ -95,9 +95,10 @@ def test_each_layer_builds_learns_and_reloads_exactly_in_front_of_the_lm(lm_dir,
     base = base_reference(model)
     assert base is not None and any(k.startswith("semantic.") for k in model_state(model, base))
     path = tmp_path / "c.safetensors"
-    save_checkpoint(path, {"model": model_state(model, base), "model_config": asdict(model.config), "base": base})
+    state = {"model": model_state(model, base), "model_config": asdict(model.config), "base": base}
+    save_checkpoint(path, {**state, "resolved": model.resolved})  # the LM decoder's vocabulary and prompt
     ckpt = load_checkpoint(path)
-    again = build_model(ModelConfig.from_dict(ckpt["model_config"]))
+    again = build_model(ModelConfig.from_dict(ckpt["model_config"]), resolved=ckpt["resolved"])
     load_model_state(again, ckpt["model"], ckpt["base"], path)
     again.eval()
     assert torch.equal(st_logits(model, batch), st_logits(again, batch))
