@@ -19,13 +19,15 @@ parse_options() {
 }
 
 # `speechmt train` on this machine's GPUs: under torchrun with $gpus ranks when a recipe sets gpus > 1 (the global
-# batch stays the config's: train.update_freq_world_size), else the plain command.
+# batch stays the config's: train.update_freq_world_size), else the plain command. When a recipe sets
+# train_directions (en-de,en-es,en-fr: a run of several directions, train_stages.sh's use_directions), the override
+# data.directions=[en-de,en-es,en-fr] comes last: one model learns them all.
 speechmt_train() {
     if [ "${gpus:-1}" -gt 1 ]; then
         "$(dirname "$(command -v "$SPEECHMT")")/torchrun" --standalone --nproc-per-node "$gpus" \
-            --module speechmt train "$@"
+            --module speechmt train "$@" ${train_directions:+"data.directions=[$train_directions]"}
     else
-        "$SPEECHMT" train "$@"
+        "$SPEECHMT" train "$@" ${train_directions:+"data.directions=[$train_directions]"}
     fi
 }
 

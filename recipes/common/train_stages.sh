@@ -7,16 +7,84 @@
 # from it; scored as ST), with a voiced-text config stage 14 (MuST-C layout only: the extra MT text's whole
 # sentences voiced into the corpus' split train-tts-sent and prepared, then ST on the corpus and it), with LM
 # configs stage 15 (a pretrained language model as the decoder: text MT into it, then ST from its adapters).
+# Several directions (use_directions): stages 2-9 and 11 train one model on all of them (data.directions) and
+# score each direction's own test splits; stages 10 and 12-15 read one pair's extras (synth-mt's extra MT text, a
+# voiced split) and are skipped with one line (exit 2 when run alone).
 # Reads: stage stop_stage corpus root src_lang tgt_lang data exp asr_vocab st_vocab asr_spm st_spm asr_conf
 # st_conf mt_conf whisper_conf xstnet_conf lut_conf chimera_conf fat_conf fat_st_conf tts_conf lm_mt_conf lm_st_conf
 # lm_ctc_conf
 # jobs avg beam
-# test_sets name.
+# test_sets name; train_directions direction_names direction_srcs direction_tgts st_tags asr_tags (use_directions).
+
+# One model for several directions (run.sh --tgt-langs "de es fr" or --src-langs "de es fr"): `use_directions
+# "SOURCES" "TARGETS"` makes every source into every other target a direction of the run and sets
+#   train_directions  en-de,en-es,en-fr: env.sh's speechmt_train appends data.directions=[en-de,en-es,en-fr]
+#   direction_names, direction_srcs, direction_tgts  (arrays) each direction, its source and its target
+#   src_lang, tgt_lang  the first direction's (data.src_lang, data.tgt_lang: the run's first direction)
+#   st_tags, asr_tags  (arrays) stage 2's language tags: every language ("<en>" "<de>" "<es>" ...), every source
+#   test_sets  each name as every direction's split (tst-COMMON -> tst-COMMON_en-de tst-COMMON_en-es ...: the
+#              folder's names, docs/data.md); a name that already ends in a direction (tst-HE_en-fr) stays
+# A run of one pair never calls it: its commands are those of one pair.
+use_directions() {
+    local s t d name out=""
+    local -a srcs tgts
+    read -r -a srcs <<< "$1"
+    read -r -a tgts <<< "$2"
+    direction_names=() direction_srcs=() direction_tgts=() st_tags=() asr_tags=()
+    for s in "${srcs[@]}"; do
+        for t in "${tgts[@]}"; do
+            if [ "$s" != "$t" ]; then direction_names+=("$s-$t") direction_srcs+=("$s") direction_tgts+=("$t"); fi
+        done
+        asr_tags+=("<$s>")
+    done
+    for s in "${srcs[@]}" "${tgts[@]}"; do
+        if [[ " ${st_tags[*]} " != *" <$s> "* ]]; then st_tags+=("<$s>"); fi
+    done
+    train_directions=$(IFS=,; echo "${direction_names[*]}")
+    src_lang=${direction_srcs[0]} tgt_lang=${direction_tgts[0]}
+    for name in $test_sets; do
+        for d in "${direction_names[@]}"; do
+            if [[ "$name" == *"_$d" ]]; then out+=" $name"; continue 2; fi
+        done
+        for d in "${direction_names[@]}"; do out+=" ${name}_$d"; done
+    done
+    test_sets=${out# }
+}
+
+# Whether stage $1 ($2: what it reads) runs: always for one pair; with several directions it needs one pair, so a
+# run of that stage alone (--stage N --stop-stage N) stops (exit 2) and a longer one skips it, one line each.
+one_pair_stage() {
+    if [ -z "${train_directions:-}" ]; then return 0; fi
+    if [ "$stage" -eq "$1" ] && [ "$stop_stage" -eq "$1" ]; then
+        echo "stage $1: $2 needs one pair, not several directions ($train_directions); run it with one" \
+            "--tgt-lang / --src-lang" >&2
+        exit 2
+    fi
+    log "stage $1: $2 needs one pair, not several directions ($train_directions); skipped"
+    return 1
+}
+
+# `speechmt evaluate --cascade`'s --src-lang and --tgt-lang for split $1 of one of several directions
+# (tst-COMMON_en-fr -> --src-lang en --tgt-lang fr: the MT model of several directions writes that one); nothing
+# for one pair.
+cascade_direction() {
+    local i
+    if [ -z "${train_directions:-}" ]; then return 0; fi
+    for i in "${!direction_names[@]}"; do
+        if [[ "$1" == *"_${direction_names[$i]}" ]]; then
+            echo "--src-lang ${direction_srcs[$i]} --tgt-lang ${direction_tgts[$i]}"
+            return 0
+        fi
+    done
+}
+
 vocab_stage() {
     if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
         log "stage 2: vocabularies in $data"
+        local tags=("<$src_lang>" "<$tgt_lang>")
+        if [ -n "${train_directions:-}" ]; then tags=("${st_tags[@]}"); fi  # every language's tag
         "$SPEECHMT" data vocab "$data/train.jsonl" --field tgt --vocab-size "$st_vocab" \
-            --lang-tags "<$src_lang>" "<$tgt_lang>" --out "$st_spm"
+            --lang-tags "${tags[@]}" --out "$st_spm"
         "$SPEECHMT" data vocab "$data/train.jsonl" --field src --vocab-size "$asr_vocab" \
             --lang-tags "<$src_lang>" --out "$asr_spm"
     fi
@@ -76,9 +144,10 @@ train_stages() {
     if [ -n "$mt_conf" ] && [ "$stage" -le 8 ] && [ "$stop_stage" -ge 8 ]; then
         log "stage 8: cascade (averaged ASR -> averaged MT), BLEU on $test_sets"
         for split in $test_sets; do
+            # shellcheck disable=SC2046  # several directions: --src-lang X --tgt-lang Y, the split's direction
             "$SPEECHMT" evaluate --cascade "$exp/asr/checkpoint_avg.safetensors" "$exp/mt/checkpoint_avg.safetensors" \
                 --data "$data" --split "$split" --beam "$beam" --out "$exp/cascade/eval_$split" --results RESULTS.md \
-                --name "Cascade $name (avg $avg)"
+                --name "Cascade $name (avg $avg)" $(cascade_direction "$split")
         done
     fi
 
@@ -89,7 +158,8 @@ train_stages() {
         average_and_score st_whisper "ST Whisper"
     fi
 
-    if [ -n "$xstnet_conf" ] && [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
+    if [ -n "$xstnet_conf" ] && [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ] &&
+        one_pair_stage 10 "XSTNet (synth-mt's extra MT text of one pair)"; then
         log "stage 10: XSTNet ($xstnet_conf): extra MT text -> $data/mt-text, training -> $exp/xstnet"
         # text-only pairs from the Ding dictionary, every corpus sentence excluded (the conf reads mt-text)
         extra_mt_text always
@@ -113,7 +183,8 @@ train_stages() {
         average_and_score lut "LUT"
     fi
 
-    if [ -n "$chimera_conf" ] && [ "$stage" -le 12 ] && [ "$stop_stage" -ge 12 ]; then
+    if [ -n "$chimera_conf" ] && [ "$stage" -le 12 ] && [ "$stop_stage" -ge 12 ] &&
+        one_pair_stage 12 "Chimera (synth-mt's extra MT text of one pair)"; then
         log "stage 12: Chimera ($chimera_conf): extra MT text in $data/mt-text, training -> $exp/chimera"
         extra_mt_text
         speechmt_train --config "$chimera_conf" data.dir="$data" data.src_vocab="$asr_spm" \
@@ -126,7 +197,8 @@ train_stages() {
         done
     fi
 
-    if [ -n "$fat_conf" ] && [ -n "$fat_st_conf" ] && [ "$stage" -le 13 ] && [ "$stop_stage" -ge 13 ]; then
+    if [ -n "$fat_conf" ] && [ -n "$fat_st_conf" ] && [ "$stage" -le 13 ] && [ "$stop_stage" -ge 13 ] &&
+        one_pair_stage 13 "FAT-MLM/FAT-ST (synth-mt's extra MT text of one pair)"; then
         # folders named after the configs, so that the conv and the Whisper variants can share one $exp
         local mlm st
         mlm=$(basename "$fat_conf" .yaml) st=$(basename "$fat_st_conf" .yaml)
@@ -140,7 +212,8 @@ train_stages() {
         average_and_score "$st" "FAT-ST ($st)"
     fi
 
-    if [ -n "${tts_conf:-}" ] && [ "$stage" -le 14 ] && [ "$stop_stage" -ge 14 ]; then
+    if [ -n "${tts_conf:-}" ] && [ "$stage" -le 14 ] && [ "$stop_stage" -ge 14 ] &&
+        one_pair_stage 14 "voiced text (one pair's extra MT text and corpus folder)"; then
         log "stage 14: the extra MT text's sentences voiced into $root's split train-tts-sent, prepared;" \
             "ST ($tts_conf) -> $exp/st_tts"
         if [ "$corpus" != mustc ]; then
@@ -157,7 +230,8 @@ train_stages() {
         average_and_score st_tts "ST + voiced text"
     fi
 
-    if [ -n "${lm_st_conf:-}" ] && [ "$stage" -le 15 ] && [ "$stop_stage" -ge 15 ]; then
+    if [ -n "${lm_st_conf:-}" ] && [ "$stage" -le 15 ] && [ "$stop_stage" -ge 15 ] &&
+        one_pair_stage 15 "the LM decoder (synth-mt's extra MT text of one pair)"; then
         log "stage 15: a language model as the decoder: MT ($lm_mt_conf) -> $exp/lm_mt, then ST ($lm_st_conf)" \
             "from its adapters -> $exp/lm_st; scored as MT, ST and its own ASR -> MT cascade"
         extra_mt_text

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # CoVoST 2 <src_lang>-><tgt_lang> recipe, staged: run.sh --stage N --stop-stage M.
+# With --src-langs "de es fr" (or --tgt-langs "de ca" from --src-lang en) the run is one model for several
+# directions: stage 1 prepares every direction into one folder ($data default data/de+es+fr-en: train holds them
+# all, dev_de-en, test_es-en, ... each direction's own splits, dev their union; docs/data.md), stage 2 puts every
+# language's tag in the target vocabulary (<de> <es> <fr> <en>) and every source's in the ASR one, every training
+# stage trains one model on all directions (data.directions=[de-en,es-en,fr-en], each target started by its
+# direction's tag; the ASR model transcribes every source, or English alone with --asr-src-lang en), and each test
+# set is scored per direction (test -> test_de-en test_es-en ...; the cascade's MT writes each split's direction).
+# Stages 10 and 12-15 read one pair's extras and are skipped with a line (exit 2 when run alone: --stage N
+# --stop-stage N).
 #   0  build CoVoST-mini (synthetic, same layout; de->en and es->en) at $root when --mini is given
 #   1  prepare train (train + train_covost), dev, test: manifests, fbank80, global CMVN, summary; with
 #      --asr-src-lang en also CoVoST 2's English clips (the en-><asr_tgt_lang> splits) into $asr_data; with
-#      --src-langs "de es fr" (or --tgt-langs "de ca" from English) every direction into one folder ($data default
-#      data/de+es+fr-en): train holds them all, dev_de-en, test_es-en, ... each direction's own splits, dev their
-#      union (docs/data.md); the training stages are for one direction, so such a run stops after stage 1
+#      --src-langs / --tgt-langs every direction into one folder
 #   2  SentencePiece vocabularies ($vocab_type: unigram, or char as fairseq's CoVoST 2 recipe): $st_vocab on the
 #      target side (ST), $asr_vocab on the ASR transcripts
 #   3  ASR pretraining ($asr_conf) on $asr_data: the source language, or English with --asr-src-lang en (fairseq's
@@ -43,7 +50,7 @@ corpus=covost2
 root=corpora/covost2        # holds <src_lang>/clips, <src_lang>/validated.tsv, <src_lang>/covost_v2.*.tsv
 src_lang=de
 tgt_lang=en
-src_langs=""                # several sources ("de es fr"): stages 0-1 for every direction into one data folder
+src_langs=""                # several sources ("de es fr"): one folder and one model for every direction
 tgt_langs=""                # several targets ("de ca", from --src-lang en): the same
 mini=""                     # tiny, small or full: build CoVoST-mini at $root in stage 0
 seed=0
@@ -86,15 +93,25 @@ usage() {
     echo "          [--lm-st-conf conf/st_lm_gemma.yaml [--lm-mt-conf conf/mt_lm_gemma.yaml]]"
     echo "          [--lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml]"
     echo "          [--avg 10] [--beam 5] [--test-sets test] [--name LABEL]"
+    echo "--src-langs \"de es fr\": one model for every direction (data.directions=[de-en,es-en,fr-en]), each test"
+    echo "set scored per direction (test_de-en ...); stages 10 and 12-15 need one direction"
 }
 parse_options "$@"
+src_langs=${src_langs//,/ } tgt_langs=${tgt_langs//,/ }     # "de es fr" or "de,es,fr"
 read -r -a sources <<< "${src_langs:-$src_lang}"
 read -r -a targets <<< "${tgt_langs:-$tgt_lang}"
 if [ "${#sources[@]}" -eq 1 ]; then src_lang=${sources[0]}; fi
 if [ "${#targets[@]}" -eq 1 ]; then tgt_lang=${targets[0]}; fi
 several=$(( ${#sources[@]} * ${#targets[@]} > 1 ))
-data=${data:-data/$(IFS=+; echo "${sources[*]}")-$(IFS=+; echo "${targets[*]}")}
-exp=${exp:-exp/$(IFS=+; echo "${sources[*]}")-$(IFS=+; echo "${targets[*]}")}
+pairs=$(IFS=+; echo "${sources[*]}")-$(IFS=+; echo "${targets[*]}")    # de+es+fr-en
+data=${data:-data/$pairs}
+exp=${exp:-exp/$pairs}
+train_directions=""         # several directions: de-en,es-en,fr-en (use_directions), else one pair
+asr_test_sets=$test_sets    # the ASR data's own test sets (one direction's names) when it is another folder
+if [ "$several" = 1 ]; then
+    use_directions "${sources[*]}" "${targets[*]}"
+    name=${name:-$(basename "$root") $pairs $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
+fi
 name=${name:-$(basename "$root") $src_lang-$tgt_lang $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
 asr_src_lang=${asr_src_lang:-$src_lang}
 if [ "$asr_src_lang" = "$src_lang" ]; then
@@ -116,10 +133,6 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "stage 1: prepare $root (${sources[*]} -> ${targets[*]}) -> $data"
     "$SPEECHMT" data prepare covost2 --root "$root" --src-langs "${sources[@]}" --tgt-langs "${targets[@]}" \
         --out "$data" --jobs "$jobs"
-    if [ "$several" = 1 ]; then
-        log "done (stages $stage..1: the training stages train one direction; run them with --src-lang)"
-        exit 0
-    fi
     if [ "$asr_data" != "$data" ]; then
         log "stage 1: prepare $root ($asr_src_lang -> $asr_tgt_lang: the ASR pretraining's speech) -> $asr_data"
         "$SPEECHMT" data prepare covost2 --root "$root" --src-lang "$asr_src_lang" --tgt-lang "$asr_tgt_lang" \
@@ -129,16 +142,22 @@ fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
     log "stage 2: vocabularies ($vocab_type) -> $st_spm, $asr_spm"
+    st_lang_tags=("<$src_lang>" "<$tgt_lang>") asr_lang_tags=("<$asr_src_lang>")
+    if [ "$several" = 1 ]; then  # every language's tag; the ASR model of this folder transcribes every source
+        st_lang_tags=("${st_tags[@]}")
+        if [ "$asr_data" = "$data" ]; then asr_lang_tags=("${asr_tags[@]}"); fi
+    fi
     "$SPEECHMT" data vocab "$data/train.jsonl" --field tgt --model-type "$vocab_type" --vocab-size "$st_vocab" \
-        --lang-tags "<$src_lang>" "<$tgt_lang>" --out "$st_spm"
+        --lang-tags "${st_lang_tags[@]}" --out "$st_spm"
     "$SPEECHMT" data vocab "$asr_data/train.jsonl" --field src --model-type "$vocab_type" --vocab-size "$asr_vocab" \
-        --lang-tags "<$asr_src_lang>" --out "$asr_spm"
+        --lang-tags "${asr_lang_tags[@]}" --out "$asr_spm"
 fi
 
 if [ "$asr_data" != "$data" ]; then
-    # stages 3-4 on the ASR pretraining's data, the others on this pair's (train_stages reads data, src_lang and
-    # tgt_lang: each set in a subshell)
+    # stages 3-4 on the ASR pretraining's data (one direction, its own test set names), the others on this pair's
+    # or these directions' (train_stages reads data, src_lang and tgt_lang: each set in a subshell)
     (data=$asr_data; src_lang=$asr_src_lang; tgt_lang=$asr_tgt_lang; name="$name (ASR on $asr_src_lang)"
+     train_directions=""; test_sets=$asr_test_sets
      stop_stage=$((stop_stage < 4 ? stop_stage : 4)); train_stages)
     (stage=$((stage > 5 ? stage : 5)); train_stages)
 else

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # MuST-C en-<tgt_lang> recipe, staged as icefall/ESPnet recipes: run.sh --stage N --stop-stage M.
+# With --tgt-langs "de es fr" the run is one model for several pairs: stage 1 prepares every pair into one folder
+# ($data default data/en-de+es+fr: train holds them all, dev_en-de, tst-COMMON_en-fr, ... each pair's own splits,
+# dev their union; docs/data.md), stage 2 puts every language's tag (<en> <de> <es> <fr>) in the target vocabulary,
+# every training stage trains one model on all pairs (data.directions=[en-de,en-es,en-fr], each target started by
+# its pair's tag), and each test set is scored per pair (tst-COMMON -> tst-COMMON_en-de tst-COMMON_en-es ...; the
+# cascade's MT writes each split's pair). Stages 10 and 12-15 read one pair's extras and are skipped with a line
+# (exit 2 when run alone: --stage N --stop-stage N). Stage 9 with --whisper-conf
+# conf/st_whisper_base_multilingual.yaml is the multilingual Whisper model (pairs drawn by size, temperature 5).
 #   0  build MuST-C-mini (synthetic, same layout) at $root when --mini tiny|small|full is given
 #   1  prepare every split: manifests, fbank80 features, global CMVN, summary (skips counted with reasons); with
-#      --tgt-langs "de es fr" every pair into one folder ($data default data/en-de+es+fr): train holds them all,
-#      dev_en-de, tst-COMMON_en-fr, ... each pair's own splits, dev their union (docs/data.md); the training stages
-#      are for one pair, so such a run stops after stage 1
+#      --tgt-langs every pair into one folder
 #   2  SentencePiece vocabularies: unigram $st_vocab on the target side (ST), $asr_vocab on the source (ASR)
 #   3  ASR pretraining ($asr_conf)
 #   4  average the last $avg ASR checkpoints (epoch checkpoints when the run wrote them); WER on $test_sets
@@ -13,7 +19,8 @@
 #      per result in RESULTS.md
 #   7  with --mt-conf: MT on the same pairs (transcript -> translation), averaged, BLEU on $test_sets
 #   8  with --mt-conf: the cascade, averaged ASR -> averaged MT, BLEU on $test_sets
-#   9  with --whisper-conf: ST fine-tuned from Whisper base (set-up converts it), averaged, BLEU on $test_sets
+#   9  with --whisper-conf: ST fine-tuned from Whisper base (set-up converts it), averaged, BLEU on $test_sets;
+#      with --tgt-langs, conf/st_whisper_base_multilingual.yaml is its multilingual setting
 #  10  with --xstnet-conf: XSTNet (conf/st_xstnet_whisper_base.yaml): extra MT text, MT -> ST+ASR+MT, scored
 #      as ST, MT and its own ASR -> MT cascade
 #  11  with --lut-conf: LUT (conf/st_lut_whisper_base.yaml), averaged, BLEU on $test_sets
@@ -41,7 +48,7 @@ stop_stage=15
 corpus=mustc
 root=corpora/mustc          # holds en-<tgt_lang>/data/{train,dev,tst-COMMON,...}
 tgt_lang=de
-tgt_langs=""                # several targets ("de es fr"): stages 0-1 for every pair into one data folder
+tgt_langs=""                # several targets ("de es fr"): one folder and one model for every pair
 mini=""                     # tiny, small or full: build MuST-C-mini at $root in stage 0
 seed=0
 jobs=2
@@ -81,15 +88,25 @@ usage() {
     echo "          [--lm-ctc-conf conf/ctc_lm_gemma.yaml --lm-st-conf conf/st_lm_gemma_ctc.yaml]"
     echo "          [--lm-st-conf conf/st_lm_gemma_whisper_asr.yaml]   # Whisper's own search as the bridge"
     echo "          [--avg 10] [--beam 5] [--test-sets tst-COMMON] [--name LABEL]"
+    echo "--tgt-langs \"de es fr\": one model for every pair (data.directions=[en-de,en-es,en-fr]), each test set"
+    echo "scored per pair (tst-COMMON_en-de ...); stages 10 and 12-15 need one pair; the multilingual Whisper model:"
+    echo "stage 9 with --whisper-conf conf/st_whisper_base_multilingual.yaml"
 }
 parse_options "$@"
+tgt_langs=${tgt_langs//,/ }     # "de es fr" or "de,es,fr"
 read -r -a targets <<< "${tgt_langs:-$tgt_lang}"
 if [ "${#targets[@]}" -eq 1 ]; then tgt_lang=${targets[0]}; fi
 pairs=$(IFS=+; echo "${targets[*]}")    # de+es+fr
 data=${data:-data/en-$pairs}
 exp=${exp:-exp/en-$pairs}
-name=${name:-$(basename "$root") $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
+if [ "${#targets[@]}" -gt 1 ]; then
+    name=${name:-$(basename "$root") en-$pairs $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
+else
+    name=${name:-$(basename "$root") $(basename "$asr_conf" .yaml)+$(basename "$st_conf" .yaml)}
+fi
 src_lang=en
+train_directions=""         # several targets: en-de,en-es,en-fr (use_directions), else one pair
+if [ "${#targets[@]}" -gt 1 ]; then use_directions en "${targets[*]}"; fi
 asr_spm=$data/spm_asr_$asr_vocab.model
 st_spm=$data/spm_st_$st_vocab.model
 
@@ -102,11 +119,6 @@ fi
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "stage 1: prepare $root (en -> ${targets[*]}) -> $data"
     "$SPEECHMT" data prepare mustc --root "$root" --tgt-langs "${targets[@]}" --out "$data" --jobs "$jobs"
-fi
-
-if [ "${#targets[@]}" -gt 1 ]; then
-    log "done (stages $stage..1: the training stages train one pair; run them with --tgt-lang)"
-    exit 0
 fi
 
 vocab_stage
