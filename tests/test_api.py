@@ -49,6 +49,8 @@ OPTIONS = {
     "top_k",
     "top_p",
     "seed",
+    "src_lang",
+    "tgt_lang",
 }
 
 
@@ -90,11 +92,21 @@ def test_translate_names_typed_keyword_options_with_the_cli_defaults():
         "top_k",
         "top_p",
         "seed",
+        "src_lang",
+        "tgt_lang",
     ):
         assert params[name].default == getattr(cli, name), name
     doc = inspect.getdoc(speechmt.translate)
     assert all(f"    {name}" in doc or f", {name}:" in doc for name in [*OPTIONS, "model", "inputs"])
-    assert list(inspect.signature(speechmt.load_model).parameters) == ["path", "device", "task", "dtype", "memory"]
+    assert list(inspect.signature(speechmt.load_model).parameters) == [
+        "path",
+        "device",
+        "task",
+        "dtype",
+        "memory",
+        "src_lang",
+        "tgt_lang",
+    ]
     assert inspect.signature(speechmt.load_model).parameters["path"].default is None
     assert (
         inspect.signature(speechmt.load_model).parameters["dtype"].default == parse_args(["translate", "a.wav"]).dtype
@@ -538,3 +550,15 @@ def test_the_python_api_page_shows_every_function():
     assert all(f"speechmt.{n}(" in page for n in names), [n for n in names if f"speechmt.{n}(" not in page]
     for module in ("api_data", "api_interop", "api_research"):
         assert f"speechmt.{module}" in page
+
+
+def test_language_options_are_language_codes():
+    from speechmt.api import OptionError
+    from speechmt.checkpoint import CheckpointError
+
+    with pytest.raises(OptionError, match=r"tgt_lang: invalid value 'French': expected a language code"):
+        speechmt.load_model(None, tgt_lang="French")
+    with pytest.raises(OptionError, match=r"src_lang: invalid value '3'"):
+        speechmt.load_cascade("a", "b", src_lang=3)
+    with pytest.raises(CheckpointError, match=r"fr: the model writes de only"):
+        speechmt.load_model(None, tgt_lang="fr")

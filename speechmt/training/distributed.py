@@ -4,9 +4,12 @@ needs, always on the device the backend serves. Outside torchrun every function 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
+import gc
 import os
+import time
 from typing import Any
 
 import torch
@@ -30,6 +33,7 @@ __all__ = [
     "all_gather_object",
     "collective_device",
     "is_sharded",
+    "destroy",
 ]
 
 _DEVICE: torch.device | None = None  # the device collectives run on (the training device), set by init()
@@ -54,7 +58,8 @@ def backend_for(device: torch.device) -> str:
 
 def init(device: torch.device, timeout_minutes: float = 30.0) -> None:
     """Joins the process group torchrun describes in the environment (once); on CUDA, binds this rank to its GPU
-    first (NCCL's object collectives and barriers use the current device)."""
+    first (NCCL's object collectives and barriers use the current device). The group is left at exit (`destroy`,
+    an atexit handler) while the interpreter is still whole."""
     global _DEVICE
     _DEVICE = device
     if not launched() or tdist.is_initialized():
@@ -66,6 +71,58 @@ def init(device: torch.device, timeout_minutes: float = 30.0) -> None:
         timeout=datetime.timedelta(minutes=timeout_minutes),
         device_id=device if device.type == "cuda" else None,
     )
+    atexit.register(destroy, os.getpid())
+
+
+def destroy(pid: int | None = None) -> None:
+    """Leaves the process group, then waits until its backend's threads are idle. Registered by init to run at
+    exit, while the interpreter is still whole: a gloo worker thread frees a finished collective's tensors a
+    moment after the rank has moved on (on a busy machine, much later), and when that happens during interpreter
+    finalization the thread cannot take the GIL to free their Python objects; Python (< 3.14) then ends it with
+    pthread_exit, whose unwinding through torch's noexcept destructors aborts the rank ("terminate called
+    without an active exception"). Freeing the group joins those threads; when something still holds it (DDP
+    and FSDP keep a reference inside torch), `settle` waits for them instead. Nothing to do outside a group, or
+    in a process forked from the one that joined it (`pid`)."""
+    if not tdist.is_initialized() or (pid is not None and pid != os.getpid()):
+        return
+    gc.collect()  # a model no longer used lets go of the group while it is still registered
+    tdist.destroy_process_group()
+    gc.collect()
+    settle()
+
+
+SETTLE_STEP_S = 0.01
+SETTLE_MAX_S = 10.0
+
+
+def settle(threads: tuple[str, ...] = ("pt_gloo_runloop",)) -> bool:
+    """Releases the GIL until this process's `threads` (by name) sleep at two checks in a row, SETTLE_STEP_S
+    apart, at most SETTLE_MAX_S: a thread that waits for the GIL is woken while this one sleeps, so a sleeping
+    worker is one waiting for work. Linux (/proc/self/task); elsewhere one step's sleep. Whether they settled."""
+    tasks = "/proc/self/task"
+    if not os.path.isdir(tasks):
+        time.sleep(SETTLE_STEP_S)
+        return True
+    calm, deadline = 0, time.monotonic() + SETTLE_MAX_S
+    while calm < 2 and time.monotonic() < deadline:
+        time.sleep(SETTLE_STEP_S)
+        calm = calm + 1 if all(state == "S" for state in _thread_states(tasks, threads)) else 0
+    return calm >= 2
+
+
+def _thread_states(tasks: str, names: tuple[str, ...]) -> list[str]:
+    """The scheduler states (R, S, D, ...) of this process's threads named one of `names`."""
+    states = []
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name in names:
+            states.append(rest.split()[0])
+    return states
 
 
 def collective_device() -> torch.device:
