@@ -294,7 +294,7 @@ def evaluate_cascade(
     **decode,
 ) -> EvalReport:
     """Scores the cascade on a split (its first `limit` utterances): `asr` transcribes the stored features, `mt`
-    translates the transcripts.
+    translates the transcripts, each record's into its own direction where `mt` knows several.
 
     BLEU and chrF against the translations; the transcripts' WER is kept in `extra` beside the timing of
     both stages (RTF counts both). In results.tsv the src column holds the ASR transcripts. COMET (against the
@@ -306,7 +306,10 @@ def evaluate_cascade(
         asr, data_dir, split, asr_options, max_tokens, limit, exclude={r.id for r in bad}
     )
     start = time.perf_counter()
-    hyps = [one_line(h) for h in translate_texts(mt, transcripts, mt_options)]
+    hyps = [""] * len(records)
+    for opts, members in direction_groups(mt, records, mt_options, split):  # each direction with its own tag
+        for i, h in zip(members, translate_texts(mt, [transcripts[i] for i in members], opts)):
+            hyps[i] = one_line(h)
     mt_seconds = time.perf_counter() - start
     refs = references("st", records)
     audio = sum(r.duration for r in records)

@@ -239,3 +239,41 @@ def test_an_lm_prompt_of_several_sources_is_its_start_token(lm_dir):
     tok = LMTokenizer.from_pretrained(str(lm_dir), role="source")
     assert tok.prompt_ids("") == (tok.lm.bos,)
     assert tok.prompt_ids("en") == (tok.lm.bos, *tok.text_ids("English:"))
+
+
+@pytest.fixture(scope="module")
+def cascade_of_two(two_directions, tmp_path_factory):
+    """(ASR checkpoint, en-de + en-fr text MT checkpoint) trained on the two-direction replica until each
+    reproduces its training targets."""
+    from speechmt.cli import main
+    from speechmt.config import save_config
+
+    common = dict(
+        max_updates=250, save_interval_updates=250, validate_interval_updates=250, lr=3e-3, valid_decode=False
+    )
+    paths = []
+    for task in ("asr", "mt"):
+        exp = tmp_path_factory.mktemp(f"cascade_{task}")
+        cfg = tiny_config(two_directions, exp, task=task, **common)
+        if task == "mt":
+            cfg.model.text_encoder.layers = cfg.model.encoder.layers
+            cfg.model.text_encoder.shared = True
+            cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, directions=["en-de", "en-fr"]))
+        save_config(cfg, exp / "conf.yaml")
+        assert main(["train", "--config", str(exp / "conf.yaml")]) == 0
+        paths.append(exp / "checkpoint_last.safetensors")
+    return paths
+
+
+@pytest.mark.slow
+def test_a_cascade_translates_each_record_into_its_own_direction(cascade_of_two, two_directions, tmp_path):
+    from speechmt.decoding.cascade import load_cascade
+    from speechmt.evaluation.evaluate import evaluate_cascade
+
+    asr, mt = load_cascade(*cascade_of_two)
+    assert mt.directions == {"en-de": "<de>", "en-fr": "<fr>"}
+    report = evaluate_cascade(asr, mt, two_directions, "train", beam=2, out_dir=tmp_path)
+    records = read_manifest(two_directions / "train.jsonl")
+    hyps = (tmp_path / "hyps.txt").read_text().splitlines()
+    assert hyps == [r.tgt_text for r in records]  # German for en-de records, the English transcript for en-fr ones
+    assert report.n == 12 and report.metrics["bleu"].score == pytest.approx(100.0)
