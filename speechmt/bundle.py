@@ -73,8 +73,20 @@ class ModelBundle:
 
     def direction_tag(self, task: str, src_lang: str | None = None, tgt_lang: str | None = None) -> str | None:
         """The tag that starts `task`'s output in the direction (src_lang, tgt_lang) (None: any the model knows;
-        its main tag when both are None): pick_tag over the directions it was trained in."""
-        return pick_tag(self.directions.get(task) or {}, self.tag(task), src_lang, tgt_lang)
+        its main tag when both are None): pick_tag over the directions it was trained in (a model that hears its
+        source, `hears_source`, needs no src_lang)."""
+        return pick_tag(self.directions.get(task) or {}, self.tag(task), src_lang, tgt_lang, self.hears_source)
+
+    def sources(self) -> list[str]:
+        """The source languages of the directions it was trained in (any task), in order ([] before they were
+        recorded)."""
+        return list(dict.fromkeys(split_direction(d)[0] for known in self.directions.values() for d in known))
+
+    @property
+    def hears_source(self) -> bool:
+        """Whether each utterance's source language, when not given, is heard: a speech encoder that transcribes
+        (whisper_asr) in a model of several sources, which Whisper tells apart (its detected language)."""
+        return bool(self.config.encoder.transcribes) and len(self.sources()) > 1
 
     def decoder_tokenizer(self, task: str) -> AnyTokenizer:
         """The tokenizer the decoder writes `task`'s output with."""
@@ -145,11 +157,17 @@ class ModelBundle:
 
 
 def pick_tag(
-    known: dict[str, str | None], main: str | None, src_lang: str | None = None, tgt_lang: str | None = None
+    known: dict[str, str | None],
+    main: str | None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    hears_source: bool = False,
 ) -> str | None:
     """The tag of the one direction of `known` ({"en-fr": tag}) with the languages asked (None: any), `main` when
     neither is asked; CheckpointError, one line naming the directions known, for none or several. A model of
-    one direction from before directions were recorded (`known` empty) knows its tag's language alone."""
+    one direction from before directions were recorded (`known` empty) knows its tag's language alone. A model
+    that `hears_source` (Whisper tells its sources apart) needs no src_lang: directions that differ in their
+    source alone, with one tag, are that tag."""
     if src_lang is None and tgt_lang is None:
         return main
     if not known:
@@ -158,11 +176,22 @@ def pick_tag(
             return main
         raise CheckpointError(f"{tgt_lang}: the model writes {code.group(1)} only")
     fits = [d for d in known if _fits(d, src_lang, tgt_lang)]
+    if hears_source and src_lang is None and fits and len({known[d] for d in fits}) == 1:
+        return known[fits[0]]
     if len(fits) != 1:
         what = "knows several such directions" if fits else "was not trained in that direction"
         wanted = f"{src_lang or '*'}-{tgt_lang or '*'}"
         raise CheckpointError(f"{wanted}: the model {what}; it knows {', '.join(known)} (name --src-lang / --tgt-lang)")
     return known[fits[0]]
+
+
+def direction_source(known: dict[str, str | None], src_lang: str | None, tgt_lang: str | None) -> str | None:
+    """The source language of the direction asked: `src_lang`, else the one source of the directions of `known`
+    with target `tgt_lang` (None: several, or none asked)."""
+    if src_lang is not None or tgt_lang is None:
+        return src_lang
+    sources = {split_direction(d)[0] for d in known if _fits(d, None, tgt_lang)}
+    return sources.pop() if len(sources) == 1 else None
 
 
 TAG_LANGUAGE = re.compile(r"<\|?([a-z]{2,3}(?:-[A-Z]{2})?)\|?>")  # <de>, Whisper's <|de|>

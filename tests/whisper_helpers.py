@@ -48,9 +48,13 @@ def tiny_whisper_tokenizer_json() -> str:
     return tok.to_str()
 
 
-def tiny_whisper_dir(folder: Path, d_model: int = 32, layers: int = 2, seed: int = 0) -> Path:
+def tiny_whisper_dir(
+    folder: Path, d_model: int = 32, layers: int = 2, seed: int = 0, multilingual: bool = False
+) -> Path:
     """Writes a random tiny WhisperForConditionalGeneration with its tokenizer and feature extractor config
-    into `folder` (save_pretrained layout) and returns it."""
+    into `folder` (save_pretrained layout) and returns it. `multilingual`: its generation config names the
+    language and task tokens as a multilingual Whisper's does (lang_to_id, task_to_id, no_timestamps_token_id),
+    so that its transcription prompt is <|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>."""
     from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -78,6 +82,13 @@ def tiny_whisper_dir(folder: Path, d_model: int = 32, layers: int = 2, seed: int
         decoder_start_token_id=tok.token_to_id("<|startoftranscript|>"),
     )
     torch.manual_seed(seed)
-    WhisperForConditionalGeneration(config).save_pretrained(folder)
+    model = WhisperForConditionalGeneration(config)
+    if multilingual:
+        g = model.generation_config
+        g.lang_to_id = {f"<|{lang}|>": tok.token_to_id(f"<|{lang}|>") for lang in LANGUAGES}
+        g.task_to_id = {task: tok.token_to_id(f"<|{task}|>") for task in ("transcribe", "translate")}
+        g.no_timestamps_token_id = tok.token_to_id("<|notimestamps|>")
+        g._from_model_config = False  # else from_pretrained makes it again from the model config, without them
+    model.save_pretrained(folder)
     WhisperFeatureExtractor(feature_size=80).save_pretrained(folder)
     return folder

@@ -135,7 +135,7 @@ def _json_result(r) -> dict:
     """One file's translation as `--format json` prints it, subtitle cues in "segments"."""
     from speechmt.api import subtitle_cues
 
-    notes = {k: v for k, v in (("error", r.error), ("warning", r.warning)) if v}
+    notes = {k: v for k, v in (("src_lang", r.src_lang), ("error", r.error), ("warning", r.warning)) if v}
     cues = [{"start": c.start, "end": c.end, "text": c.text, "lines": list(c.lines)} for c in subtitle_cues(r)]
     return {
         "file": r.source,

@@ -8,6 +8,11 @@ config (less the generation settings, which do not touch the states), and the fr
 changed encoder or front end gives another key, so a stale cache is never read. The cache is exact up to float16 rounding as long as the encoder's input is not augmented
 (speechmt applies no SpecAugment to Whisper features) and the encoder runs in eval mode (no dropout or
 layer drop), which is how it is computed.
+
+A transcribing encoder of several source languages (whisper_asr) searches each utterance in its record's own
+src_lang: its states then depend on that language as well, which the records fix (the key holds the languages it
+may transcribe: WhisperAsrEncoder.states_part); an utterance whose record names none is searched in the language
+Whisper detects, a function of its audio alone.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from torch import nn
 from speechmt.checkpoint import state_checksum
 from speechmt.data.batching import BucketBatchSampler, collate_sequences
 from speechmt.data.features import FeatureStore, FeatureStoreWriter
-from speechmt.data.manifest import Record, read_manifest
+from speechmt.data.manifest import Record, RecordTable, read_manifest
 from speechmt.ranks import build_once
 
 GENERATION_FIELDS = frozenset(
@@ -75,13 +80,15 @@ def build_encoder_cache(
     max_frames: int = 6000,
     progress: bool = True,
     device: torch.device | str = "cpu",
+    languages: list[str] | None = None,
 ) -> FeatureStore:
     """Writes states_fn's output for every utterance (in batch order; read them by id) to the store `prefix`
     and opens it.
 
     `inputs(i)` gives utterance i's encoder input (T, F); `sizes` their lengths for batching (by length,
     `max_frames` padded frames per batch); states_fn (B, T, F), (B,) -> (B, T', dim), (B,), run on `device`
-    (the encoder's: a model on a GPU gets its inputs there)."""
+    (the encoder's: a model on a GPU gets its inputs there). `languages`: each utterance's source language, given
+    to states_fn as `languages` (a batch's, in order) where the states depend on it."""
     from speechmt.progress import Progress
 
     with (
@@ -90,7 +97,8 @@ def build_encoder_cache(
     ):
         for batch in BucketBatchSampler(sizes, max_frames, shuffle=False):
             x, lengths = collate_sequences([inputs(i) for i in batch])
-            states, out_lengths = states_fn(x.to(device), lengths.to(device))
+            spoken = {} if languages is None else {"languages": [languages[i] for i in batch]}
+            states, out_lengths = states_fn(x.to(device), lengths.to(device), **spoken)
             states, out_lengths = states.float().cpu(), out_lengths.cpu()
             for row, i in enumerate(batch):
                 writer.add(ids[i], states[row, : int(out_lengths[row])].numpy())
@@ -123,11 +131,22 @@ def cached_split(
                 prefix,
                 encoder.hidden_size,
                 device=next(encoder.parameters()).device,
+                languages=record_languages(encoder, records),
             )
         finally:
             encoder.train(was_training)
 
     return cached_store(data_dir / "encoder_cache" / key, split, description, records, build)
+
+
+def record_languages(encoder: nn.Module, records) -> list[str] | None:
+    """Each record's src_lang where `encoder`'s states depend on the utterance's language (a transcribing encoder
+    of several sources, `languages`), else None."""
+    if not getattr(encoder, "languages", None):
+        return None
+    if isinstance(records, RecordTable):
+        return list(records.column("src_lang"))
+    return [r.src_lang for r in records]
 
 
 def cached_store(

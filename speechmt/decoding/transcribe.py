@@ -10,7 +10,10 @@ normalised over the tokens it may write. The loops are their own, not speechmt.d
 keeps the state after each token as it searches, and the beam ends as Whisper's recorded transcripts were found
 (an <|endoftext|> anywhere among a row's 2K candidates before its K-th live one finishes a hypothesis; a hypothesis
 scores its summed log-probability, <|endoftext|>'s included, over its length with it; at `max_tokens` the live ones
-finish as they are). The model receives the search when it is built (`SEARCH`: speechmt.decoding.translate.load_model
+finish as they are). A model of several source languages searches each row from its own prompt (its language's
+token in the prompt's second place); where a row's language is not given, Whisper detects it as openai/whisper's
+detect_language does: one decoder step from <|startoftranscript|>, the argmax over the language tokens it may hear
+(`detect_language`). The model receives the search when it is built (`SEARCH`: speechmt.decoding.translate.load_model
 and training pass it to speechmt.models.build), as a model cannot call up to decoding/.
 """
 
@@ -25,23 +28,42 @@ from speechmt.models.decoder import DecoderCache
 from speechmt.models.encoders.whisper_asr import Transcript, WhisperAsrEncoder
 from speechmt.sequence import lengths_to_padding_mask
 
-__all__ = ["SEARCH", "WhisperSearch", "beam_tokens", "beam_transcript", "greedy_transcript", "logit_filters"]
+__all__ = [
+    "SEARCH",
+    "WhisperSearch",
+    "beam_tokens",
+    "beam_transcript",
+    "detect_language",
+    "greedy_transcript",
+    "language_logits",
+    "logit_filters",
+]
 
 
 class WhisperSearch:
     """The whisper_asr encoder's search (its TranscriptionSearch): greedy at `asr.beam` 1, else a beam of that many."""
 
-    def transcript(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> Transcript:
-        """memory (B, S, H), memory_lengths (B,) -> the transcripts and their states (Transcript)."""
+    def transcript(
+        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+    ) -> Transcript:
+        """memory (B, S, H), memory_lengths (B,) -> the transcripts and their states (Transcript); `prompts` (B, P):
+        each row's own prompt (None: `asr.prompt` for every row)."""
         if asr.beam == 1:
-            return greedy_transcript(asr, memory, memory_lengths)
-        return beam_transcript(asr, memory, memory_lengths)
+            return greedy_transcript(asr, memory, memory_lengths, prompts)
+        return beam_transcript(asr, memory, memory_lengths, prompts)
 
-    def tokens(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
+    def tokens(
+        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+    ) -> list[list[int]]:
         """memory (B, S, H), memory_lengths (B,) -> each row's transcript ids (no states computed for a beam)."""
         if asr.beam == 1:
-            return greedy_transcript(asr, memory, memory_lengths).ids
-        return beam_tokens(asr, memory, memory_lengths)
+            return greedy_transcript(asr, memory, memory_lengths, prompts).ids
+        return beam_tokens(asr, memory, memory_lengths, prompts)
+
+    def detect(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
+        """memory (B, S, H), memory_lengths (B,), the language tokens to choose among (L,) -> each row's choice,
+        an index into `languages` (B,) (`detect_language`)."""
+        return detect_language(asr, memory, memory_lengths, languages)
 
 
 SEARCH = WhisperSearch()
@@ -64,20 +86,49 @@ def _logits(asr: WhisperAsrEncoder, h: Tensor, tokens: Tensor) -> Tensor:
     return logits
 
 
-def _prompted(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> tuple[DecoderCache, Tensor]:
-    """A fresh decoder cache after reading the prompt, and the prompt's last state (B, H)."""
+def _prompt_rows(asr: WhisperAsrEncoder, memory: Tensor, prompts: Tensor | None) -> Tensor:
+    """Each row's prompt (B, P): `prompts`, or `asr.prompt` for every row."""
+    if prompts is not None:
+        return prompts.to(memory.device)
+    return torch.tensor(asr.prompt, device=memory.device).expand(memory.size(0), -1)
+
+
+def _prompted(
+    asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+) -> tuple[DecoderCache, Tensor]:
+    """A fresh decoder cache after reading the prompt (each row's own `prompts` (B, P), or `asr.prompt`), and the
+    prompt's last state (B, H)."""
     cache = asr.decoder.new_cache()
-    inputs = torch.tensor(asr.prompt, device=memory.device).expand(memory.size(0), -1)
+    inputs = _prompt_rows(asr, memory, prompts)
     return cache, asr.decoder.hidden(inputs, memory, memory_lengths, cache)[:, -1]
 
 
 @torch.no_grad()
-def greedy_transcript(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> Transcript:
+def language_logits(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
+    """Whisper's float32 logits of the language tokens `languages` (L,) after <|startoftranscript|> alone (B, L):
+    the one decoder step openai/whisper's detect_language takes."""
+    start = torch.full((memory.size(0), 1), asr.prompt[0], dtype=torch.long, device=memory.device)
+    h = asr.decoder.hidden(start, memory, memory_lengths)[:, -1]
+    return asr.decoder.output(h).float()[:, languages.to(memory.device)]
+
+
+@torch.no_grad()
+def detect_language(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
+    """The language Whisper hears in each row, as openai/whisper's detect_language finds it: one decoder step from
+    <|startoftranscript|>, the argmax over the language tokens `languages` (L,) (all of Whisper's, or the ones a
+    model may hear): memory (B, S, H), memory_lengths (B,) -> an index into `languages` per row (B,)."""
+    return language_logits(asr, memory, memory_lengths, languages).argmax(-1)
+
+
+@torch.no_grad()
+def greedy_transcript(
+    asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+) -> Transcript:
     """Greedy search over Whisper's text tokens: memory (B, S, H), memory_lengths (B,) -> Transcript: ids per row,
     the state after each token (B, U, H), lengths (B,), the prompt's last state (B, H). A row stops at
-    <|endoftext|> or after `asr.max_tokens` tokens."""
+    <|endoftext|> or after `asr.max_tokens` tokens. `prompts` (B, P): each row's prompt (None: `asr.prompt`)."""
     rows = memory.size(0)
-    cache, h = _prompted(asr, memory, memory_lengths)
+    cache, h = _prompted(asr, memory, memory_lengths, prompts)
     first = h
     done = torch.zeros(rows, dtype=torch.bool, device=memory.device)
     tokens = torch.zeros(rows, 0, dtype=torch.long, device=memory.device)  # (B, t)
@@ -96,27 +147,31 @@ def greedy_transcript(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Te
 
 
 @torch.no_grad()
-def beam_transcript(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> Transcript:
+def beam_transcript(
+    asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+) -> Transcript:
     """As `greedy_transcript`, the transcript found by beam search (`beam_tokens`); its states from one
     teacher-forced pass of Whisper's decoder over the prompt and the transcript."""
-    ids = beam_tokens(asr, memory, memory_lengths)
+    ids = beam_tokens(asr, memory, memory_lengths, prompts)
     lengths = torch.tensor([len(i) for i in ids], device=memory.device)
     tokens = torch.full((len(ids), int(lengths.max())), asr.eos_id, dtype=torch.long, device=memory.device)
     for row, i in enumerate(ids):
         tokens[row, : len(i)] = torch.tensor(i, dtype=torch.long)
-    prompt = torch.tensor(asr.prompt, device=memory.device).expand(len(ids), -1)
+    prompt = _prompt_rows(asr, memory, prompts)
     h = asr.decoder.hidden(torch.cat([prompt, tokens], 1), memory, memory_lengths)  # (B, P + U, H)
-    p = len(asr.prompt)
+    p = prompt.size(1)
     states = h[:, p:].masked_fill(lengths_to_padding_mask(lengths, tokens.size(1))[..., None], 0.0)
     return Transcript(ids, states, lengths, h[:, p - 1])
 
 
 @torch.no_grad()
-def beam_tokens(asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
+def beam_tokens(
+    asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+) -> list[list[int]]:
     """Whisper's transcript of each row by beam search (`asr.beam` hypotheses; the module docstring's rules): memory
-    (B, S, H), memory_lengths (B,) -> the best finished hypothesis' ids per row."""
+    (B, S, H), memory_lengths (B,) -> the best finished hypothesis' ids per row (`prompts` as greedy_transcript's)."""
     rows, k = memory.size(0), asr.beam
-    cache, h = _prompted(asr, memory, memory_lengths)
+    cache, h = _prompted(asr, memory, memory_lengths, prompts)
     h = h.repeat_interleave(k, 0)  # (B K, H)
     # the beams of a row share its memory and its cross-attention keys/values: only self-attention is reordered
     cache.regroup(torch.arange(rows, device=memory.device).repeat_interleave(k), None, k)

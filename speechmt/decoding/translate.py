@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from speechmt.audio import SAMPLE_RATE, AudioError, audio_info, read_audio, resample
-from speechmt.bundle import ModelBundle, pick_tag
+from speechmt.bundle import ModelBundle, direction_source, pick_tag
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.checks import DTYPES
 from speechmt.data.batching import collate_sequences
@@ -34,6 +34,7 @@ from speechmt.frontend import Frontend
 from speechmt.models.build import build_model
 from speechmt.models.delta import load_model_state
 from speechmt.models.encoders import EncoderOutput
+from speechmt.models.encoders.whisper_asr import LANGUAGES_RESOLVED, Languages
 from speechmt.models.translator import Translator
 from speechmt.tokenizers.lm import language_name
 from speechmt.tokenizers.sentencepiece import Tokenizer
@@ -56,6 +57,10 @@ class LoadedModel:
     dtype: torch.dtype = torch.float32  # the weights' and the encoder input's (bfloat16: ~2x faster matmuls)
     memory: "TranslationMemory | None" = None  # where a model with decoder.examples finds them for speech
     directions: dict[str, str | None] = field(default_factory=dict)  # a model of several: {"en-fr": its tag}
+    # the source language of the speech (given, or the one source of the direction asked); None: not known, heard
+    # where the model `hears_source` (a whisper_asr model of several sources: Whisper detects it per clip)
+    src_lang: str | None = None
+    hears_source: bool = False
     _transcript_tokenizer: object = None
 
     @property
@@ -132,7 +137,10 @@ def load_model(
 
     Task asr of a model whose speech encoder transcribes (a cascade's ASR and bridge: encoder whisper_asr) is that
     transcript, whatever the decoder was trained for: its ASR's search (speechmt.decoding.transcribe) read by the
-    encoder's transcript_tokenizer; the decoder does not run."""
+    encoder's transcript_tokenizer; the decoder does not run. Such a model of several sources transcribes in
+    `src_lang` (or the one source of the direction `tgt_lang` names), else in the language Whisper detects in
+    each clip among its sources; a model whose bundle does not yet hold those sources' tokens ("encoder.asr_languages")
+    takes them from its directions."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     weights = getattr(torch, dtype)
@@ -140,8 +148,11 @@ def load_model(
     bundle = ModelBundle.from_checkpoint(ckpt, path)
     task = task or bundle.task
     tag, tokenizer, whisper = task_output(bundle, task, path, src_lang, tgt_lang)
+    resolved = dict(bundle.resolved)
+    if bundle.hears_source and not resolved.get(LANGUAGES_RESOLVED):  # trained before the sources were resolved
+        resolved[LANGUAGES_RESOLVED] = bundle.sources()
     try:  # a checkpoint on a pretrained base holds trained parameters only: the rest comes from the base
-        model = build_model(bundle.config, bundle.base is not None, SEARCH, bundle.resolved)
+        model = build_model(bundle.config, bundle.base is not None, SEARCH, resolved)
         load_model_state(model, ckpt["model"], bundle.base, path)
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(
@@ -161,17 +172,21 @@ def load_model(
         whisper,
         weights,
         directions={} if whisper else dict(bundle.directions.get(task) or {}),
+        src_lang=direction_source(bundle.directions.get(task) or {}, src_lang, tgt_lang),
+        hears_source=bundle.hears_source,
     )
 
 
 def in_direction(lm: LoadedModel, src_lang: str | None = None, tgt_lang: str | None = None) -> LoadedModel:
     """`lm` writing the direction asked (None: any it knows; both None: `lm` as it is), its tag picked from the
-    directions it was trained in (speechmt.bundle.pick_tag); CheckpointError, one line naming the file and the
-    directions it knows, for one it was not trained in."""
+    directions it was trained in (speechmt.bundle.pick_tag), its speech heard in `src_lang` (or the one source of
+    the directions into `tgt_lang`; else, where it `hears_source`, the language Whisper detects); CheckpointError,
+    one line naming the file and the directions it knows, for one it was not trained in."""
     if src_lang is None and tgt_lang is None:
         return lm
     try:
-        return replace(lm, tag=pick_tag(lm.directions, lm.tag, src_lang, tgt_lang))
+        tag = pick_tag(lm.directions, lm.tag, src_lang, tgt_lang, lm.hears_source)
+        return replace(lm, tag=tag, src_lang=direction_source(lm.directions, src_lang, tgt_lang))
     except CheckpointError as e:
         raise CheckpointError(f"{lm.path}: {e}") from None
 
@@ -225,6 +240,9 @@ class Translation:
     nbest: list[str] = field(default_factory=list)
     chunk_texts: list[str] = field(default_factory=list)  # the text of each chunk, in order
     transcript: str = ""  # the cascade's ASR output (empty for end-to-end models)
+    # the source language the speech was transcribed in by a whisper_asr model of several sources (given, or
+    # detected by Whisper: its chunks' most frequent); "" for other models
+    src_lang: str = ""
     error: str | None = None  # why the input could not be read (translate(errors="keep")); text is then empty
     warning: str | None = None  # why the text is empty though the input was read: too short to translate
     voiced: list[tuple[float, float]] = field(default_factory=list)  # each chunk less its edge silence (s)
@@ -259,23 +277,51 @@ def _duration(path: str) -> float:
     return frames / sample_rate
 
 
-def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor]) -> EncoderOutput:
+def encode_inputs(lm: LoadedModel, inputs: list[torch.Tensor], languages: Languages = None) -> EncoderOutput:
     """Front-end outputs of one batch (each (T_i, ...)) -> the model's speech encoder output: the one place
     translate, evaluate and the cascade encode audio. A model with decoder.examples reads them first
-    (encode_with_examples)."""
+    (encode_with_examples). `languages`: see `encode_heard`."""
+    return encode_heard(lm, inputs, languages)[0]
+
+
+def encode_heard(
+    lm: LoadedModel, inputs: list[torch.Tensor], languages: Languages = None
+) -> tuple[EncoderOutput, list[str]]:
+    """`encode_inputs`' output and the source language each row was transcribed in: a whisper_asr encoder of several
+    sources transcribes each in its `languages` code (None, or a row's None or "": `lm.src_lang`, else the one
+    Whisper detects); "" each for other encoders."""
     x, lengths = collate_sequences(inputs)
     x, lengths = _to_model(lm, x), lengths.to(lm.device)
     if lm.speech_examples:
-        return encode_with_examples(lm, x, lengths)
-    return lm.model.encode_speech(x, lengths)
+        return heard_with_examples(lm, x, lengths, _languages(lm, languages, len(inputs)))
+    encoder = lm.model.speech_encoder
+    if getattr(encoder, "languages", None):  # its search's prompt is each row's language: the states first
+        states, state_lengths, _, spoken = encoder.heard(x, lengths, languages=_languages(lm, languages, len(inputs)))
+        return lm.model.encode_speech(states, state_lengths, precomputed=True), spoken
+    return lm.model.encode_speech(x, lengths), [""] * len(inputs)
 
 
-def encode_with_examples(lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
+def _languages(lm: LoadedModel, languages: Languages, rows: int) -> list[str | None]:
+    """Each row's source language: its own in `languages`, else `lm.src_lang` (None: heard)."""
+    given = list(languages) if languages is not None else [None] * rows
+    return [g or lm.src_lang for g in given]
+
+
+def encode_with_examples(
+    lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor, languages: Languages = None
+) -> EncoderOutput:
     """Speech read after retrieved examples: Whisper's search (a whisper_asr encoder) gives each utterance's
     states and transcript; the transcript finds the `lm.examples` nearest pairs of `lm.memory` (BM25), whose
     few-shot text the decoder reads before the speech's vectors; without `lm.memory`, the memory the model names
     (decoder.memory) is loaded on first use. CheckpointError or ManifestError (one line) without a memory or
-    without a transcript to search by."""
+    without a transcript to search by. `languages`: each row's source language (`encode_heard`)."""
+    return heard_with_examples(lm, x, lengths, languages)[0]
+
+
+def heard_with_examples(
+    lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor, languages: Languages = None
+) -> tuple[EncoderOutput, list[str]]:
+    """`encode_with_examples`' output and the language each row was transcribed in (`encode_heard`)."""
     encoder = lm.model.speech_encoder
     if not hasattr(encoder, "search"):
         raise CheckpointError(
@@ -284,14 +330,14 @@ def encode_with_examples(lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor
         )
     if lm.memory is None:
         with_memory(lm, None)  # the memory the model names, or one line asking for one
-    states, state_lengths, ids = encoder.search(x, lengths)
+    states, state_lengths, ids, spoken = encoder.heard(x, lengths, languages=languages)
     out = lm.model.encode_speech(states, state_lengths, precomputed=True)
     found = lm.memory.search([lm.transcript_text(i) for i in ids], lm.examples)
     prefixes = example_prefixes(
         [[(e.src, e.tgt) for e in ex] for ex in found], lm.examples, lm.source_tokenizer, *lm.languages()
     )
     prefix, prefix_lengths = collate_sequences(prefixes, lm.source_tokenizer.pad_id)
-    return lm.model.prefixed(out, prefix.to(lm.device), prefix_lengths.to(lm.device))
+    return lm.model.prefixed(out, prefix.to(lm.device), prefix_lengths.to(lm.device)), spoken
 
 
 def _to_model(lm: LoadedModel, x: torch.Tensor) -> torch.Tensor:
@@ -314,17 +360,28 @@ def encode_texts(lm: LoadedModel, texts: Sequence[str]) -> EncoderOutput:
 
 @torch.no_grad()
 def decode_inputs(
-    lm: LoadedModel, inputs: list[torch.Tensor], options: DecodeOptions
+    lm: LoadedModel, inputs: list[torch.Tensor], options: DecodeOptions, languages: Languages = None
 ) -> tuple[list[list[str]], list[int]]:
     """Front-end outputs of one batch (each (T_i, ...)) -> each one's n-best texts, best first, and the length
     of what the text was read from (the decoder's memory: the encoder output it attends to): the one place
     translate, evaluate and the cascade decode speech. Task asr of a cascade's model (`whisper_transcript`): its
-    ASR's transcript, one text each (`options` do not apply), and its length in the ASR's tokens."""
+    ASR's transcript, one text each (`options` do not apply), and its length in the ASR's tokens. `languages`:
+    each row's source language (`encode_heard`)."""
+    return decode_heard(lm, inputs, options, languages)[:2]
+
+
+@torch.no_grad()
+def decode_heard(
+    lm: LoadedModel, inputs: list[torch.Tensor], options: DecodeOptions, languages: Languages = None
+) -> tuple[list[list[str]], list[int], list[str]]:
+    """`decode_inputs`' texts and lengths, and the source language each row was transcribed in (`encode_heard`)."""
     if lm.whisper_transcript:
         x, lengths = collate_sequences(inputs)
-        ids = lm.model.speech_encoder.transcripts(_to_model(lm, x), lengths.to(lm.device))
-        return [[lm.tokenizer.decode(i)] for i in ids], [len(i) for i in ids]
-    return decode_encoded(lm, encode_inputs(lm, inputs), options)
+        encoder, given = lm.model.speech_encoder, _languages(lm, languages, len(inputs))
+        ids, spoken = encoder.heard_transcripts(_to_model(lm, x), lengths.to(lm.device), given)
+        return [[lm.tokenizer.decode(i)] for i in ids], [len(i) for i in ids], spoken
+    enc, spoken = encode_heard(lm, inputs, languages)
+    return (*decode_encoded(lm, enc, options), spoken)
 
 
 @torch.no_grad()
@@ -345,9 +402,12 @@ def hypothesis_texts(lm: LoadedModel, nbest: list[list[list[int]]], options: Dec
     return [t[: options.nbest] for t in texts]
 
 
-def _decode_batch(lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions) -> list[list[str]]:
-    """n-best texts for a batch of 16 kHz waves."""
-    return decode_inputs(lm, [lm.frontend(w) for w in waves], options)[0]
+def _decode_batch(
+    lm: LoadedModel, waves: list[np.ndarray], options: DecodeOptions
+) -> tuple[list[list[str]], list[str]]:
+    """n-best texts for a batch of 16 kHz waves, and the language each was transcribed in (`decode_heard`)."""
+    texts, _, spoken = decode_heard(lm, [lm.frontend(w) for w in waves], options)
+    return texts, spoken
 
 
 def _pieces(
@@ -397,15 +457,16 @@ def translate(
         )
     opts = lm.decode_options(beam, **options)
     results = [Translation(f"array[{n}]" if isinstance(i, np.ndarray) else str(i)) for n, i in enumerate(inputs)]
-    done: dict[tuple[int, int], tuple[float, float, list[str]]] = {}
+    done: dict[tuple[int, int], tuple[float, float, list[str], str]] = {}
     window: list[tuple[int, int, float, float, np.ndarray]] = []
 
     def flush() -> None:
         window.sort(key=lambda p: len(p[4]))
         for b in range(0, len(window), batch_size):
             batch = window[b : b + batch_size]
-            for (n, k, start, end, _), nbest in zip(batch, _decode_batch(lm, [p[4] for p in batch], opts)):
-                done[(n, k)] = (start, end, nbest)
+            texts, spoken = _decode_batch(lm, [p[4] for p in batch], opts)
+            for (n, k, start, end, _), nbest, lang in zip(batch, texts, spoken):
+                done[(n, k)] = (start, end, nbest, lang)
         window.clear()
 
     min_samples = lm.min_input_samples
@@ -414,14 +475,18 @@ def translate(
         if len(window) >= 4 * batch_size:
             flush()
     flush()
-    for (n, _), (start, end, nbest) in sorted(done.items()):
+    heard: dict[int, list[str]] = {}
+    for (n, _), (start, end, nbest, lang) in sorted(done.items()):
         if results[n].error:  # chunks read before the file turned out unreadable further on
             results[n].voiced = []
             continue
+        heard.setdefault(n, []).append(lang)
         results[n].chunks.append((start, end))
         results[n].chunk_texts.append(nbest[0])
         results[n].text = f"{results[n].text} {nbest[0]}".strip()
         results[n].nbest = nbest if len(results[n].chunks) == 1 else []
+    for n, langs in heard.items():  # the chunks' most frequent (the first of equals)
+        results[n].src_lang = max(dict.fromkeys(langs), key=langs.count)
     for r in results:
         if r.error is None and not r.chunks:
             length = f"{r.audio_seconds * 1000:.4g} ms of audio" + (" (no samples)" if not r.audio_seconds else "")

@@ -62,7 +62,8 @@ def _check_features(lm: LoadedModel, data_dir: Path) -> None:
 def _decode_batch(
     lm: LoadedModel, records, store, idx: list[int], data_dir: Path, options: DecodeOptions
 ) -> tuple[list[str], list[int]]:
-    """The best text of each utterance `idx` and the length of what it was read from (decode_inputs)."""
+    """The best text of each utterance `idx` and the length of what it was read from (decode_inputs); a whisper_asr
+    model of several sources transcribes each in its record's src_lang (detected where the record names none)."""
     if lm.task == "mt":
         nbest, lengths = decode_encoded(lm, encode_texts(lm, [records[i].src_text for i in idx]), options)
         return [n[0] for n in nbest], lengths
@@ -70,7 +71,7 @@ def _decode_batch(
         inputs = [lm.frontend(record_audio(records[i], data_dir)) for i in idx]
     else:
         inputs = [lm.frontend.normalise(store.get(i)) for i in idx]  # prepared fbank
-    nbest, lengths = decode_inputs(lm, inputs, options)
+    nbest, lengths = decode_inputs(lm, inputs, options, [records[i].src_lang for i in idx])
     return [n[0] for n in nbest], lengths
 
 

@@ -240,6 +240,27 @@ def whisper_asr_prompt(hf_model: nn.Module, language: str) -> tuple[int, ...]:
     return (start, int(langs[tag]), int(tasks["transcribe"])) + ((int(notimestamps),) if notimestamps else ())
 
 
+def whisper_language_ids(hf_model: nn.Module, name_or_path: str, languages) -> dict[str, int]:
+    """{code: Whisper's language token id} of each source language code (a corpus code: "de", "zh-CN" -> <|zh|>):
+    from its generation config's lang_to_id, else (a model built from its config alone) from its tokenizer.json.
+    A one-line ValueError for a language this Whisper model has no token of."""
+    from speechmt.tokenizers.whisper import language_token
+
+    known = dict(getattr(getattr(hf_model, "generation_config", None), "lang_to_id", None) or {})
+    if not known and name_or_path:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(_whisper_tokenizer_file(name_or_path, "encoder.asr_languages")))
+        known = {t: i for t, i in tok.get_vocab(with_added_tokens=True).items() if t.startswith("<|")}
+    out = {}
+    for code in languages:
+        tag = language_token(code)
+        if tag not in known:
+            raise ValueError(f"source language {code!r}: not a language of this Whisper model ({tag})")
+        out[str(code)] = int(known[tag])
+    return out
+
+
 def whisper_lm_table(whisper: str, lm: str, eos_id: int, decoder: nn.Module):
     """PieceEmbeddings: each text piece of the Whisper model `whisper` as the LM decoder (of the LM `lm`, each a
     name or folder) embeds that piece's text; both tokenizers are read from their folders."""
@@ -320,11 +341,13 @@ def whisper_asr_encoder_from_hf(
     text=None,
     state: str = "after",
     transcription=None,
+    languages: dict[str, int] | None = None,
 ) -> nn.Module:
     """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
     its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`) with `transcription`
     (speechmt.decoding.transcribe.SEARCH), projected to `dim`; `pieces` (PieceEmbeddings): asr_embed lm; `text`
-    (TranscriptTokens): asr_embed text; `state`: asr_state."""
+    (TranscriptTokens): asr_embed text; `state`: asr_state; `languages`: {code: language token} of a model of
+    several sources (each utterance transcribed in its own)."""
     from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
 
     decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
@@ -340,6 +363,7 @@ def whisper_asr_encoder_from_hf(
         text=text,
         state=state,
         transcription=transcription,
+        languages=languages,
     )
     asr.encoder.requires_grad_(False)
     asr.decoder.requires_grad_(False)

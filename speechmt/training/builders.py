@@ -367,8 +367,17 @@ def resolved_for(cfg: ExperimentConfig, toks: Tokenizers) -> dict[str, Any]:
     bundle, speechmt.bundle.ModelBundle.resolved), each a list of LM ids: an LM decoder's trimmed output
     vocabulary and the prompt before the source ("decoder.vocab", "decoder.prompt":
     speechmt.models.lm_decoder.RESOLVED), and the LM tokens a CTC head writes with shrink.embed lm ("ctc_vocab":
-    lm_ctc_vocab)."""
+    lm_ctc_vocab), and the source languages a transcribing encoder hears when the run has several
+    ("encoder.asr_languages": their codes, which the build turns into Whisper's language tokens)."""
     out: dict[str, Any] = {}
+    sources = list(dict.fromkeys(s for s, _ in run_directions(cfg)))
+    if cfg.model.encoder.transcribes and len(sources) > 1:
+        if not cfg.data.cache_encoder:
+            raise ConfigError(
+                f"encoder {cfg.model.encoder.kind} of several sources ({', '.join(sources)}) is given each "
+                f"utterance's language where its search is cached: set data.cache_encoder true"
+            )
+        out["encoder.asr_languages"] = sources
     if cfg.model.decoder.lm_tokens:
         dec = decoder_tokenizer(decoder_side(cfg), toks)
         out |= {"decoder.vocab": list(dec.config.vocab), "decoder.prompt": list(dec.prompt_ids(prompt_language(cfg)))}

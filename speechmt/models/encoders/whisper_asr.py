@@ -42,7 +42,7 @@ would only write it again. The decoder's search options do not apply to it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,9 @@ from speechmt.sequence import lengths_to_padding_mask
 
 if TYPE_CHECKING:
     from speechmt.models.config import ModelConfig
+
+Languages = Sequence[str | None] | None
+"""Each row's source language code ("de"), None or "" where not given: Whisper detects it."""
 
 WHISPER_FRAMES = 3000
 """Mel frames of Whisper's 30 s input window."""
@@ -79,6 +82,10 @@ cache; code "states" is its layout from before asr_state (the states alone), whi
 
 ASR_STATES = ("after", "before", "both")
 """What embed "states" projects for a token (EncoderConfig.asr_state): the state after it, before it, or both."""
+
+LANGUAGES_RESOLVED = "encoder.asr_languages"
+"""The model bundle's `resolved` entry of a model of several source languages: {code: Whisper's language token} of
+each (a run's start puts the codes of its directions' sources there, a build their tokens); absent for one source."""
 
 ASR_EMBEDS = ("states", "lm", "text")
 """What a transcript token becomes (WhisperASRConfig.asr_embed)."""
@@ -143,11 +150,14 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
 def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfig]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm or text: plus
     the LM decoder's embeddings of its tokens); `cfg` with the complete HF config filled in. The search's prompt is
-    `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else made for asr_language and put there."""
+    `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else made for asr_language and put there. A model of
+    several sources (`parts.resolved`'s "encoder.asr_languages": their codes, or a checkpoint's {code: token})
+    transcribes each utterance in its own language (WhisperAsrEncoder's `languages`)."""
     from speechmt.models.hf_whisper import (
         hf_config_dict,
         whisper_asr_encoder_from_hf,
         whisper_asr_prompt,
+        whisper_language_ids,
         whisper_lm_table,
         whisper_lm_text,
     )
@@ -155,6 +165,11 @@ def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Whis
     e, hf_model = cfg.encoder, parts.hf_encoder
     prompt = tuple(parts.resolved.get("encoder.asr_prompt") or whisper_asr_prompt(hf_model, e.asr_language))
     parts.resolved["encoder.asr_prompt"] = [int(i) for i in prompt]
+    languages = parts.resolved.get(LANGUAGES_RESOLVED) or {}
+    if languages and not isinstance(languages, dict):  # the run's source codes: their tokens, resolved here
+        languages = whisper_language_ids(hf_model, e.name_or_path, languages)
+    if languages:
+        parts.resolved[LANGUAGES_RESOLVED] = {str(k): int(v) for k, v in languages.items()}
     if e.asr_embed != "states" and not cfg.decoder.lm_tokens:
         raise ValueError(f"encoder.asr_embed {e.asr_embed} needs decoder 'lm' (its input embeddings are the table)")
     tokenizers = (e.name_or_path, cfg.decoder.name_or_path, int(hf_model.config.eos_token_id), parts.decoder)
@@ -169,6 +184,7 @@ def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Whis
         text=text,
         state=e.asr_state,
         transcription=parts.transcription,
+        languages=languages or None,
     )
     return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model)))
 
@@ -189,11 +205,19 @@ class TranscriptionSearch(Protocol):
     """The ASR's search (speechmt.decoding.transcribe.SEARCH), which the encoder receives when it is built: Whisper's
     encoder states memory (B, S, H) and their lengths (B,) -> what the encoder's parts transcribe."""
 
-    def transcript(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> Transcript:
-        """The transcripts and their states, by the encoder's configured search (greedy, or a beam of `asr.beam`)."""
+    def transcript(
+        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+    ) -> Transcript:
+        """The transcripts and their states, by the encoder's configured search (greedy, or a beam of `asr.beam`),
+        each row from its own prompt `prompts` (B, P) (None: `asr.prompt`)."""
 
-    def tokens(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor) -> list[list[int]]:
+    def tokens(
+        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+    ) -> list[list[int]]:
         """The transcripts' ids alone (a beam's states are not computed)."""
+
+    def detect(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
+        """The language each row is heard in: an index (B,) into the language tokens `languages` (L,)."""
 
 
 class WhisperAsrEncoder(nn.Module):
@@ -203,7 +227,10 @@ class WhisperAsrEncoder(nn.Module):
 
     `prompt`: the decoder's first inputs (<|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>);
     `eos_id`: <|endoftext|>; every id above it is a special token (timestamps, tags) and never generated;
-    `transcription`: the search (None: a model that only reads cached states, or is saved, averaged, exported)."""
+    `transcription`: the search (None: a model that only reads cached states, or is saved, averaged, exported);
+    `languages`: a model of several source languages, {code: Whisper's language token} of each ("de": <|de|>'s id),
+    transcribes each utterance in its own (given, else detected among them: `heard`), the prompt's language token
+    (its second) replaced; empty: one source, every utterance from `prompt`."""
 
     def __init__(
         self,
@@ -218,9 +245,16 @@ class WhisperAsrEncoder(nn.Module):
         text: TranscriptTokens | None = None,
         state: str = "after",
         transcription: TranscriptionSearch | None = None,
+        languages: dict[str, int] | None = None,
     ):
         super().__init__()
         self.transcription = transcription
+        self.languages = {str(k): int(v) for k, v in sorted((languages or {}).items())}
+        if self.languages and len(prompt) < 2:
+            raise ValueError(
+                "a whisper_asr encoder of several source languages needs a prompt with a language token "
+                "(<|startoftranscript|> <|lang|> ...): a multilingual Whisper's"
+            )
         if state not in ASR_STATES:
             raise ValueError(f"unknown whisper_asr state {state!r}; expected one of {', '.join(ASR_STATES)}")
         if state != "after" and (pieces is not None or text is not None):
@@ -275,7 +309,9 @@ class WhisperAsrEncoder(nn.Module):
     states_name = "asr"
 
     def states_part(self) -> dict[str, Tensor]:
-        """What `states` computes with (the cache key's weights): both Whisper parts and the prompt."""
+        """What `states` computes with (the cache key's weights): both Whisper parts and the prompt; with several
+        source languages their tokens too (an utterance's entry is then its own language's: the cache is built
+        with each record's src_lang, speechmt.data.encoder_cache)."""
         return (
             {f"encoder.{k}": v for k, v in self.encoder.model.state_dict().items()}
             | {f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}
@@ -285,42 +321,98 @@ class WhisperAsrEncoder(nn.Module):
                     + ([self.beam] if self.beam > 1 else [])
                 )
             }
-        )  # greedy: the keys as before
+            | ({"languages": torch.tensor(list(self.languages.values()))} if self.languages else {})
+        )  # greedy, one source: the keys as before
 
     def states_frozen(self) -> bool:
         """True when neither Whisper part trains (always so: `states` searches without gradients)."""
         return not any(p.requires_grad for m in (self.encoder, self.decoder) for p in m.parameters())
 
     @torch.no_grad()
-    def states(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> tuple[Tensor, Tensor]:
+    def states(
+        self, mels: Tensor, lengths: Tensor, record: Record | None = None, languages: Languages = None
+    ) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> Whisper's decoder
         states at its transcript's tokens (B, U, H), padded positions zero, and the transcripts' lengths (B,) (at
         least 1 token each), after the prompt's last state: (B, 1 + U, H), lengths 1 + U (embed "states", "lm"); with
         embed "text" one row per LM token of the re-tokenised transcript: the state of the piece completing it and
-        its packed id (B, U', H + 2) (`retokenized`)."""
-        return self.search(mels, lengths, record)[:2]
+        its packed id (B, U', H + 2) (`retokenized`). `languages`: see `heard`."""
+        return self.search(mels, lengths, record, languages)[:2]
 
     @torch.no_grad()
     def search(
-        self, mels: Tensor, lengths: Tensor, record: Record | None = None
+        self, mels: Tensor, lengths: Tensor, record: Record | None = None, languages: Languages = None
     ) -> tuple[Tensor, Tensor, list[list[int]]]:
         """`states` and the transcripts they are the states of (`transcripts`), from one search."""
+        return self.heard(mels, lengths, record, languages)[:3]
+
+    @torch.no_grad()
+    def heard(
+        self, mels: Tensor, lengths: Tensor, record: Record | None = None, languages: Languages = None
+    ) -> tuple[Tensor, Tensor, list[list[int]], list[str]]:
+        """`search`'s states, their lengths and the transcripts, and the language each row was transcribed in. With
+        several source languages (`languages` of the encoder) each row's own: `languages`' code for it, or where that
+        is None or "" (or `languages` is None) the one Whisper detects among the encoder's (`language_prompts`); with
+        one source every row is transcribed from `prompt` and its language is "" (the given ones are not read)."""
         memory, memory_lengths = self._memory(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        found = self._search().transcript(self, memory, memory_lengths)
+        prompts, spoken = self.language_prompts(memory, memory_lengths, languages)
+        found = self._search().transcript(self, memory, memory_lengths, prompts)
         if self._text is not None:
             x, token_lengths = self.retokenized(found.ids, found.states)
         else:
             x, token_lengths = torch.cat([found.first[:, None], found.states], dim=1), found.lengths + 1
         note(record, "asr", x, token_lengths)
-        return x, token_lengths, found.ids
+        return x, token_lengths, found.ids, spoken
 
     @torch.no_grad()
-    def transcripts(self, mels: Tensor, lengths: Tensor) -> list[list[int]]:
+    def transcripts(self, mels: Tensor, lengths: Tensor, languages: Languages = None) -> list[list[int]]:
         """mels (B, T, n_mels) padded as `states` reads them, lengths (B,) -> Whisper's transcript of each row: its
         text token ids (each below eos_id; at least one), found by the configured search (greedy, or a beam of
-        `beam`): the transcript whose states `states` hands on, and the model's output for task asr."""
-        return self._search().tokens(self, *self._memory(mels, lengths))
+        `beam`): the transcript whose states `states` hands on, and the model's output for task asr. `languages`:
+        see `heard`."""
+        return self.heard_transcripts(mels, lengths, languages)[0]
+
+    @torch.no_grad()
+    def heard_transcripts(
+        self, mels: Tensor, lengths: Tensor, languages: Languages = None
+    ) -> tuple[list[list[int]], list[str]]:
+        """`transcripts` and the language each row was transcribed in (as `heard`'s)."""
+        memory, memory_lengths = self._memory(mels, lengths)
+        prompts, spoken = self.language_prompts(memory, memory_lengths, languages)
+        return self._search().tokens(self, memory, memory_lengths, prompts), spoken
+
+    def language_prompts(
+        self, memory: Tensor, memory_lengths: Tensor, languages: Languages = None
+    ) -> tuple[Tensor | None, list[str]]:
+        """Whisper's encoder states (B, S, H), their lengths (B,) and each row's source language (None, or a row's
+        None or "": not given) -> each row's prompt (B, P), `prompt` with its language token (the second) that of
+        the row's language, and those languages; a row not given one is heard in the language Whisper detects
+        among the encoder's `languages` (openai/whisper's detect_language: speechmt.decoding.transcribe). With one
+        source: (None, "" per row), every row transcribed from `prompt`. A one-line ValueError for a language the
+        encoder does not transcribe."""
+        rows = memory.size(0)
+        if not self.languages:
+            return None, [""] * rows
+        given = list(languages) if languages is not None else [None] * rows
+        if len(given) != rows:
+            raise ValueError(f"{len(given)} source languages for a batch of {rows}")
+        unknown = sorted({g for g in given if g and g not in self.languages})
+        if unknown:
+            raise ValueError(
+                f"source language {', '.join(unknown)}: this model transcribes {', '.join(self.languages)} only"
+            )
+        missing = [row for row, g in enumerate(given) if not g]
+        if missing:
+            codes = list(self.languages)
+            tokens = torch.tensor(list(self.languages.values()), device=memory.device)
+            index = self._search().detect(self, memory[missing], memory_lengths[missing], tokens).tolist()
+            for row, i in zip(missing, index):
+                given[row] = codes[i]
+        spoken = [str(g) for g in given]
+        prompts = torch.tensor(self.prompt, device=memory.device).repeat(rows, 1)
+        prompts[:, 1] = torch.tensor([self.languages[g] for g in spoken], device=memory.device)
+        return prompts, spoken
 
     def _search(self) -> TranscriptionSearch:
         """The search this encoder was built with; a one-line ValueError for one built without."""
