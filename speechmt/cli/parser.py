@@ -146,7 +146,11 @@ def _translate(sub) -> None:
         help="audio files (wav, flac, ogg, mp3); with --simultaneous, - reads raw "
         "16-bit 16 kHz mono PCM from standard input",
     )
-    add_decode_options(tr, "checkpoint file (default: the bundled English->German model, speechmt/pretrained)")
+    add_decode_options(
+        tr,
+        "checkpoint file, or `multilingual` (the bundled model of eight directions; default: the bundled "
+        "English->German model, speechmt/pretrained)",
+    )
     add_strategy_options(tr)
     tr.add_argument(
         "--nbest",
@@ -199,7 +203,9 @@ def _translate(sub) -> None:
 
 def _evaluate(sub) -> None:
     ev = sub.add_parser("evaluate", help="decode a prepared split and score it (BLEU/chrF or WER/CER)")
-    add_decode_options(ev, "checkpoint file (default: the bundled English->German model)", ("st", "asr", "mt"))
+    add_decode_options(
+        ev, "checkpoint file, or `multilingual` (default: the bundled English->German model)", ("st", "asr", "mt")
+    )
     ev.add_argument("--data", required=True, help="prepared data folder")
     ev.add_argument("--split", required=True)
     ev.add_argument("--out", help="report folder (default: eval/<model>_<split> in the current directory)")
@@ -274,7 +280,7 @@ def _serve(sub) -> None:
         "/v1/audio/transcriptions, GET /v1/models and /health; concurrent requests are decoded "
         "together. Needs the serve extra: pip install 'speechmt[serve]'.",
     )
-    srv.add_argument("--model", help="checkpoint file (default: the bundled English->German model)")
+    srv.add_argument("--model", help="checkpoint file, or `multilingual` (default: the bundled English->German model)")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     srv.add_argument("--port", type=opt.integer(0, 65535), default=8000, help="port (default: 8000)")
     srv.add_argument(

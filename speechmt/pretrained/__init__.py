@@ -18,16 +18,38 @@ from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoin
 from speechmt.models.migrate import checkpoint_resolved
 
 DEFAULT_MODEL = Path(__file__).with_name("mustc_mini_en_de.safetensors")
+# the other models shipped in the package, by the name `--model` and load_model take (MODEL_CARD.md)
+BUNDLED = {"multilingual": Path(__file__).with_name("mustc_mini_multilingual.safetensors")}
 INFERENCE_KEYS = ("model", *BUNDLE_KEYS)  # the weights and the model bundle: what load_model reads
 
 
 def default_model_path() -> Path:
-    """The bundled model's path; CheckpointError (one line) when this installation lacks it."""
-    if not DEFAULT_MODEL.is_file():
+    """The bundled default model's path; CheckpointError (one line) when this installation lacks it."""
+    return _bundled(DEFAULT_MODEL, "default")
+
+
+def bundled_model_path(name: str) -> Path:
+    """The path of the bundled model `name` ("default" or one of BUNDLED); CheckpointError (one line) when this
+    installation lacks it."""
+    return default_model_path() if name == "default" else _bundled(BUNDLED[name], name)
+
+
+def _bundled(path: Path, name: str) -> Path:
+    if not path.is_file():
         raise CheckpointError(
-            f"{DEFAULT_MODEL}: the bundled default model is missing from this installation; pass --model CHECKPOINT"
+            f"{path}: the bundled {name} model is missing from this installation; pass --model CHECKPOINT"
         )
-    return DEFAULT_MODEL
+    return path
+
+
+def model_path(path: str | os.PathLike | None) -> str | os.PathLike:
+    """What a `--model` option names: None, the bundled default; a bundled model's name ("multilingual") where no
+    file of that name is here, that model; else the path as given."""
+    if path is None:
+        return default_model_path()
+    if isinstance(path, str) and (path in BUNDLED or path == "default") and not Path(path).exists():
+        return bundled_model_path(path)
+    return path
 
 
 def export_model(

@@ -143,10 +143,10 @@ def load_served_model(config: ServeConfig) -> ServedModel:
     """Loads `config.model` (None: the bundled one) for its own task, adds the other of st/asr when the
     checkpoint decodes it, and reads its languages (config's codes first)."""
     from speechmt.api import load_model
-    from speechmt.pretrained import default_model_path
+    from speechmt.pretrained import model_path
 
     lm = load_model(config.model, config.device, None, config.dtype)  # type: ignore[arg-type]
-    return served_model(lm, config, Path(os.fspath(config.model or default_model_path())))
+    return served_model(lm, config, Path(os.fspath(model_path(config.model))))
 
 
 def served_model(lm: LoadedModel, config: ServeConfig, path: Path | None = None) -> ServedModel:

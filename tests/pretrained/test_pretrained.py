@@ -1,5 +1,6 @@
-"""The bundled default model loads from the package alone and translates the example clips as recorded;
-`export_model` keeps what inference needs, in float16, and the exported model decodes as the original."""
+"""The bundled models (the default, and `multilingual` by name) load from the package alone and translate the
+example clips as recorded; `export_model` keeps what inference needs, in float16, and the exported model decodes
+as the original."""
 
 import csv
 from pathlib import Path
@@ -13,7 +14,7 @@ from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.cli import main
 from speechmt.models.build import count_parameters
 from speechmt.models.config import ModelConfig
-from speechmt.pretrained import DEFAULT_MODEL, default_model_path, export_model
+from speechmt.pretrained import BUNDLED, DEFAULT_MODEL, default_model_path, export_model, model_path
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -94,6 +95,50 @@ def test_missing_default_model_is_one_line(monkeypatch, tmp_path, capsys):
         f"speechmt: error: {tmp_path / 'gone.safetensors'}: the bundled default model is missing from this "
         "installation; pass --model CHECKPOINT"
     )
+
+
+MULTILINGUAL = ("en-de", "en-fr", "en-es", "en-it", "de-en", "fr-en", "es-en", "it-en")
+
+
+def _recorded_multilingual() -> dict[str, dict[str, str]]:
+    """target language -> file -> the multilingual model's recorded translation (examples/multilingual_model_outputs.tsv)."""
+    out: dict[str, dict[str, str]] = {}
+    with open(EXAMPLES / "multilingual_model_outputs.tsv", encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            out.setdefault(row["tgt_lang"], {})[row["file"]] = row["translation"]
+    return out
+
+
+def test_the_multilingual_model_is_bundled_by_name_with_its_eight_directions(capsys):
+    path = model_path("multilingual")
+    assert path == BUNDLED["multilingual"] and path.stat().st_size <= 25 * 10**6
+    assert model_path(None) == model_path("default") == DEFAULT_MODEL and model_path("x.safetensors") == "x.safetensors"
+    state = load_checkpoint(path)
+    assert all(".lora_" in k or k.startswith("speech_encoder.proj.") for k in state["model"])
+    assert sum(v.numel() for v in state["model"].values()) == 4_125_312  # the default's shape
+    assert set(state["resolved"]["encoder.asr_languages"]) == {"en", "de", "fr", "es", "it"}
+    lm = load_model("multilingual", tgt_lang="fr")
+    assert tuple(lm.directions) == MULTILINGUAL and lm.tag == "<fr>"
+    clip = sorted(_recorded_multilingual()["fr"])[0]
+    assert translate(lm, [EXAMPLES / clip], beam=5)[0].text == _recorded_multilingual()["fr"][clip]
+    assert main(["translate", "--model", "multilingual", "--tgt-lang", "ru", str(EXAMPLES / clip)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "*-ru: the model was not trained in that direction; it knows "
+            + ", ".join(MULTILINGUAL)
+            + " (name --src-lang / --tgt-lang)"
+        )
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tgt", ["de", "fr"])
+def test_the_multilingual_model_translates_the_examples_as_recorded(tgt):
+    expected = _recorded_multilingual()[tgt]
+    results = translate(load_model("multilingual", tgt_lang=tgt), [EXAMPLES / f for f in expected], beam=5)
+    assert {Path(r.source).name: r.text for r in results} == expected
 
 
 @pytest.fixture(scope="module")
