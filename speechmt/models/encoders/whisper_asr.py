@@ -482,8 +482,8 @@ def whisper_asr_encoder_from_hf(
     text=None,
     state: str = "after",
     transcription=None,
-) -> nn.Module:
-    """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
+) -> WhisperAsrEncoder:
+    """The whisper_asr encoder of a loaded WhisperForConditionalGeneration:
     its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`) with `transcription`
     (speechmt.decoding.transcribe.SEARCH), projected to `dim`; `pieces` (PieceEmbeddings): asr_embed lm; `text`
     (TranscriptTokens): asr_embed text; `state`: asr_state."""
