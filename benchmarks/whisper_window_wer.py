@@ -22,8 +22,8 @@ from speechmt.data.manifest import read_split
 from speechmt.decoding.transcribe import SEARCH
 from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.hub import resolve_pretrained
-from speechmt.models.encoders.whisper_asr import WHISPER_FRAMES
-from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_encoder_from_hf, whisper_asr_prompt
+from speechmt.models.encoders.whisper_asr import WHISPER_FRAMES, whisper_asr_encoder_from_hf
+from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_prompt
 from speechmt.tokenizers.whisper import WhisperTokenizer
 
 

@@ -16,7 +16,7 @@ from speechmt.decoding.base import Hypothesis, Rows
 from speechmt.models.encoders import EncoderOutput
 
 if TYPE_CHECKING:
-    from speechmt.decoding.search import DecodeOptions
+    from speechmt.decoding.options import DecodeOptions
 
 
 class BeamSearchDecoder:

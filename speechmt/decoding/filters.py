@@ -1,6 +1,6 @@
 """Logit filters (whisper's SuppressTokens, SuppressBlank and sample_len): each edits the next-token log-probs
 (R, V) in place, given the tokens generated so far (R, t) and each row's maximum length (R,). A banned token
-gets -inf. The builders `(DecodeOptions) -> filter` are registered in speechmt.decoding.search.LOGIT_FILTERS.
+gets -inf. The builders `(DecodeOptions) -> filter` are registered in speechmt.decoding.options.LOGIT_FILTERS.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from speechmt.decoding.search import DecodeOptions
+    from speechmt.decoding.options import DecodeOptions
 
 
 class SuppressTokens:

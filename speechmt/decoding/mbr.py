@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from speechmt.decoding.options import UTILITIES
+
 if TYPE_CHECKING:
     from speechmt.decoding.base import Hypothesis
-    from speechmt.decoding.search import DecodeOptions
-
-UTILITIES = ("chrf", "bleu")
+    from speechmt.decoding.options import DecodeOptions
 
 
 @lru_cache(maxsize=None)

@@ -1,6 +1,6 @@
 """Rankers of an utterance's finished hypotheses, best first (whisper's MaximumLikelihoodRanker): here the
 length penalty; minimum Bayes risk is speechmt.decoding.mbr.MBRRanker. The builders
-`(DecodeOptions, detokenize | None) -> ranker` are registered in speechmt.decoding.search.RANKERS.
+`(DecodeOptions, detokenize | None) -> ranker` are registered in speechmt.decoding.options.RANKERS.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from speechmt.decoding.base import Hypothesis
 
 if TYPE_CHECKING:
-    from speechmt.decoding.search import DecodeOptions
+    from speechmt.decoding.options import DecodeOptions
 
 
 class LengthPenaltyRanker:

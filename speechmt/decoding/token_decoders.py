@@ -3,7 +3,7 @@ probable token, or one drawn at a temperature, truncated to the top k, the top p
 probability at least epsilon (Hewitt et al. 2022). A row is done at its EOS and gets EOS after it.
 
 A new one-token-per-row strategy is a subclass that overrides `choose`; the builders
-`(DecodeOptions, torch.Generator | None) -> decoder` are registered in speechmt.decoding.search.TOKEN_DECODERS.
+`(DecodeOptions, torch.Generator | None) -> decoder` are registered in speechmt.decoding.options.TOKEN_DECODERS.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import Tensor
 from speechmt.decoding.base import Hypothesis, Rows
 
 if TYPE_CHECKING:
-    from speechmt.decoding.search import DecodeOptions
+    from speechmt.decoding.options import DecodeOptions
 
 
 class GreedyDecoder:

@@ -3,8 +3,9 @@ options dataclass and its builder, as the semantic layers are (speechmt.models.s
 
 A kind is one file: an options dataclass (the fields a config may give that kind, each checked where it is
 declared, plus what the rest of the package may ask of it: its front end, whether its states can be cached, ...)
-and a builder `(cfg: ModelConfig, parts: BuildParts) -> (module, cfg)` that returns the module and the config
-with what the build resolved filled in (an HF model's complete config). speechmt.models.registry registers the
+and a builder `(cfg, parts: BuildParts) -> (module, cfg)` that returns the module and the config with what the
+build resolved filled in (an HF model's complete config). `cfg` is the model config (ModelConfig); a builder is
+typed by what it reads of it, `ModelSettings`, so that the kinds' modules sit below the config that names them. speechmt.models.registry registers the
 built-in kinds; a test or a plug-in registers its own with `ENCODERS.register("toy", ToyOptions, build_toy)`.
 
 A config names a kind and gives its options in one mapping: `encoder: {kind: whisper, name_or_path: ..,
@@ -19,15 +20,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Protocol, TypeVar
 
 from torch import nn
 
 from speechmt.checks import checked
-from speechmt.models.finetune import FINETUNE_MODES
+from speechmt.models.finetune import FINETUNE_MODES, LoraSettings
 from speechmt.models.memory import BASE_DTYPES
 
-__all__ = ["BuildParts", "Kind", "KindOptions", "PretrainedOptions", "Slot", "kind_field"]
+__all__ = [
+    "BuildParts",
+    "Kind",
+    "KindOptions",
+    "ModelConfigT",
+    "ModelSettings",
+    "PretrainedOptions",
+    "Slot",
+    "kind_field",
+]
 
 
 class KindOptions:
@@ -88,6 +98,32 @@ def base_dtype_problem(slot: str, base_dtype: str, frozen: bool) -> str | bool:
             + " (full fine-tuning trains every weight in float32)"
         )
     )
+
+
+class ModelSettings(Protocol):
+    """What a component's builder reads of the model config (speechmt.models.config.ModelConfig has it), a
+    dataclass, which the builder returns updated with dataclasses.replace: the sizes and dropouts the modules
+    share, the vocabulary and padding of the decoder side, the slots' options (each the options dataclass of the
+    slot's kind, which its builder knows) and the LoRA settings."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a dataclass
+    d_model: int
+    n_heads: int
+    ffn_dim: int
+    dropout: float
+    attention_dropout: float
+    activation_dropout: float
+    tgt_vocab_size: int
+    pad_id: int
+    position_offset: int
+    encoder: Any  # the options of an ENCODERS kind
+    shrink: Any  # of a SHRINKS kind
+    decoder: Any  # of a DECODERS kind
+    lora: LoraSettings
+
+
+ModelConfigT = TypeVar("ModelConfigT", bound=ModelSettings)
+"""A builder's config: the one it is given (a ModelConfig), which it returns, as that type, with what it resolved."""
 
 
 @dataclass

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, KindOptions, kind_field
+from speechmt.models.components import BuildParts, KindOptions, ModelConfigT, kind_field
 from speechmt.models.finetune import FINETUNE_MODES
 from speechmt.models.layers import (
     LayerCache,
@@ -26,9 +26,6 @@ from speechmt.models.layers import (
     key_padding_mask,
 )
 from speechmt.tokenizers.whisper import language_token
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
 
 
 @dataclass
@@ -85,7 +82,7 @@ class TransformerDecoderConfig(DecoderConfig):
         )
 
 
-def build_transformer_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfig]:
+def build_transformer_decoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfigT]:
     """A Transformer decoder of the model's shared dimensions and target vocabulary."""
     d = cfg.decoder
     return transformer_decoder(

@@ -16,20 +16,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from speechmt.checks import field_problems, raise_problems
 from speechmt.hub import resolve_pretrained
-from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.components import (
+    BuildParts,
+    ModelConfigT,
+    PretrainedOptions,
+    base_dtype_field,
+    base_dtype_problem,
+    kind_field,
+)
 from speechmt.models.decoder import DecoderConfig, TransformerDecoder, transformer_decoder
-from speechmt.models.encoders.whisper import WhisperEncoder, WhisperEncoderOptions
-from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
+from speechmt.models.encoders.whisper import hf_config_dict
+from speechmt.models.memory import torch_dtype
 
 
 @dataclass
@@ -55,7 +59,7 @@ class WhisperDecoderConfig(PretrainedOptions, DecoderConfig):
         )
 
 
-def build_whisper_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfig]:
+def build_whisper_decoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfigT]:
     """Whisper's decoder (parts.hf_decoder), and `cfg` with Whisper's dimensions and complete HF config."""
     cfg = whisper_decoder_config(cfg, parts.hf_decoder)
     decoder = whisper_decoder_from_hf(
@@ -105,26 +109,6 @@ def load_hf_whisper(
     return WhisperForConditionalGeneration(WhisperConfig(**fields))
 
 
-def hf_config_dict(model: nn.Module) -> dict:
-    """The complete HF config of a loaded model, as stored in a speechmt checkpoint."""
-    return model.config.to_diff_dict() | {
-        k: getattr(model.config, k)
-        for k in (
-            "d_model",
-            "encoder_layers",
-            "decoder_layers",
-            "encoder_attention_heads",
-            "decoder_attention_heads",
-            "encoder_ffn_dim",
-            "decoder_ffn_dim",
-            "num_mel_bins",
-            "vocab_size",
-            "max_source_positions",
-            "max_target_positions",
-        )
-    }
-
-
 def decoder_state_from_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """transformers' WhisperDecoder state dict -> speechmt TransformerDecoder names; zero key biases added."""
     out = {}
@@ -169,23 +153,6 @@ def whisper_decoder_from_hf(
     )
     decoder.load_state_dict(decoder_state_from_hf(hf_decoder.state_dict()))
     return decoder
-
-
-def whisper_encoder_from_hf(
-    hf_model: nn.Module, dim: int, layerdrop: float = 0.0, frozen_layers: int = 0, checkpointing: bool = False
-) -> WhisperEncoder:
-    """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed;
-    `frozen_layers` > 0: its cacheable part stops after that many layers; `checkpointing`: its layers' activations
-    are recomputed in the backward pass (transformers' activation checkpointing)."""
-    n_layers = len(hf_model.model.encoder.layers)
-    if frozen_layers >= n_layers:
-        raise ValueError(
-            f"encoder.frozen_layers {frozen_layers} leaves none of the Whisper encoder's {n_layers} "
-            f"layers to train; use encoder.finetune frozen"
-        )
-    if checkpointing:
-        enable_hf_checkpointing(hf_model.model.encoder)
-    return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop), frozen_layers or None)
 
 
 def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
@@ -330,41 +297,3 @@ def _whisper_tokenizer_file(whisper: str, reader: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{whisper}: no tokenizer.json in {path.parent} ({reader} reads it)")
     return path
-
-
-def whisper_asr_encoder_from_hf(
-    hf_model: nn.Module,
-    dim: int,
-    prompt: tuple[int, ...],
-    pieces=None,
-    beam: int = 1,
-    text=None,
-    state: str = "after",
-    transcription=None,
-    languages: dict[str, int] | None = None,
-) -> nn.Module:
-    """The whisper_asr encoder (speechmt.models.encoders.whisper_asr) of a loaded WhisperForConditionalGeneration:
-    its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`) with `transcription`
-    (speechmt.decoding.transcribe.SEARCH), projected to `dim`; `pieces` (PieceEmbeddings): asr_embed lm; `text`
-    (TranscriptTokens): asr_embed text; `state`: asr_state; `languages`: {code: language token} of a model of
-    several sources (each utterance transcribed in its own)."""
-    from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
-
-    decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
-    encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
-    asr = WhisperAsrEncoder(
-        encoder,
-        decoder,
-        prompt,
-        int(hf_model.config.eos_token_id),
-        dim,
-        pieces=pieces,
-        beam=beam,
-        text=text,
-        state=state,
-        transcription=transcription,
-        languages=languages,
-    )
-    asr.encoder.requires_grad_(False)
-    asr.decoder.requires_grad_(False)
-    return asr

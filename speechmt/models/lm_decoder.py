@@ -23,19 +23,23 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.hub import resolve_pretrained
-from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.components import (
+    BuildParts,
+    ModelConfigT,
+    PretrainedOptions,
+    base_dtype_field,
+    base_dtype_problem,
+    kind_field,
+)
 from speechmt.models.decoder import DecoderConfig
 from speechmt.models.memory import enable_hf_checkpointing, torch_dtype
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
 
 RESOLVED = ("decoder.vocab", "decoder.prompt")
 """What an LM decoder's build reads from the model bundle's `resolved` (speechmt.bundle.ModelBundle.resolved), each
@@ -87,7 +91,7 @@ class LMDecoderConfig(PretrainedOptions, DecoderConfig):
         )
 
 
-def build_lm_decoder(cfg: ModelConfig, parts: BuildParts) -> tuple[LMDecoder, ModelConfig]:
+def build_lm_decoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[LMDecoder, ModelConfigT]:
     """A causal LM as the decoder, over the output vocabulary and prompt of `parts.resolved` (RESOLVED: what the run
     derived from the LM's tokenizer), and `cfg` with its width as d_model, its trimmed vocabulary's size and its
     complete HF config filled in."""

@@ -23,21 +23,18 @@ Both map an EncoderOutput to an EncoderOutput with new x and lengths, keeping th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, KindOptions, kind_field
+from speechmt.models.components import BuildParts, KindOptions, ModelConfigT, kind_field
 from speechmt.models.ctc_head import CTC_BLANK_ID, FIRST_LABEL, LabelEmbeddings
 from speechmt.models.encoders.base import EncoderOutput
 from speechmt.models.subsampling import Conv1dSubsampler
 from speechmt.sequence import lengths_to_padding_mask
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
 
 SHRINK_MODES = ("mean", "first")
 SHRINK_EMBEDS = ("states", "lm")
@@ -101,16 +98,16 @@ class CTCShrinkConfig(ShrinkConfig):
         )
 
 
-def build_no_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[None, ModelConfig]:
+def build_no_shrink(cfg: ModelConfigT, parts: BuildParts) -> tuple[None, ModelConfigT]:
     return None, cfg
 
 
-def build_conv_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvShrink, ModelConfig]:
+def build_conv_shrink(cfg: ModelConfigT, parts: BuildParts) -> tuple[ConvShrink, ModelConfigT]:
     s = cfg.shrink
     return ConvShrink(cfg.d_model, s.channels, (s.kernel,) * s.layers), cfg
 
 
-def build_ctc_shrink(cfg: ModelConfig, parts: BuildParts) -> tuple[CTCShrink, ModelConfig]:
+def build_ctc_shrink(cfg: ModelConfigT, parts: BuildParts) -> tuple[CTCShrink, ModelConfigT]:
     """CTC-guided merging over the CTC head's labels (parts.ctc_head); with embed lm, of the soft embeddings of the
     LM decoder's tokens that the head writes (its `vocab`: the bundle's resolved "ctc_vocab")."""
     if parts.ctc_head is None:

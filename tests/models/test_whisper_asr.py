@@ -10,7 +10,8 @@ from speechmt.decoding.transcribe import SEARCH, beam_tokens, beam_transcript, g
 from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
-from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_encoder_from_hf, whisper_asr_prompt
+from speechmt.models.encoders.whisper_asr import whisper_asr_encoder_from_hf
+from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_prompt
 from tests.lm_helpers import LM_RESOLVED, tiny_lm_dir
 from tests.whisper_helpers import tiny_whisper_dir
 

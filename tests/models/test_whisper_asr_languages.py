@@ -10,12 +10,8 @@ import torch
 from speechmt.decoding.transcribe import SEARCH, language_logits
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig
-from speechmt.models.hf_whisper import (
-    load_hf_whisper,
-    whisper_asr_encoder_from_hf,
-    whisper_asr_prompt,
-    whisper_language_ids,
-)
+from speechmt.models.encoders.whisper_asr import whisper_asr_encoder_from_hf
+from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_prompt, whisper_language_ids
 from tests.lm_helpers import LM_RESOLVED, tiny_lm_dir
 from tests.models.test_whisper_asr import _mels
 from tests.whisper_helpers import tiny_whisper_dir

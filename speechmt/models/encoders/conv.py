@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, kind_field
+from speechmt.models.components import BuildParts, ModelConfigT, kind_field
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.layers import SinusoidalPositionalEncoding, TransformerEncoder, config_stack
 from speechmt.models.subsampling import Conv1dSubsampler, Conv2dSubsampler
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
 
 SUBSAMPLERS = ("conv1d", "conv2d")
 
@@ -47,7 +44,7 @@ class ConvEncoderConfig(EncoderConfig):
         )
 
 
-def build_conv_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[ConvEncoder, ModelConfig]:
+def build_conv_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[ConvEncoder, ModelConfigT]:
     """The conv encoder of `cfg` (its Transformer is what text_encoder.shared runs)."""
     e = cfg.encoder
     stack = config_stack(cfg, e.layers)  # before the subsampler: the seeded order of every tiny model's weights

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.frontend.waveform import WaveformConfig
-from speechmt.models.components import BuildParts, PretrainedOptions, kind_field
+from speechmt.models.components import BuildParts, ModelConfigT, PretrainedOptions, kind_field
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.finetune import lna_, lora_
 from speechmt.models.memory import enable_hf_checkpointing
@@ -34,8 +34,6 @@ from speechmt.sequence import lengths_to_padding_mask
 
 if TYPE_CHECKING:  # transformers is imported when an encoder is built
     from transformers import PretrainedConfig, PreTrainedModel
-
-    from speechmt.models.config import ModelConfig
 
 
 @dataclass
@@ -56,7 +54,7 @@ class Wav2Vec2EncoderConfig(PretrainedOptions, EncoderConfig):
         raise_problems("bad ModelConfig", field_problems(self, "encoder.") + self.pretrained_problems("encoder"))
 
 
-def build_wav2vec2_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Wav2Vec2Encoder, ModelConfig]:
+def build_wav2vec2_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[Wav2Vec2Encoder, ModelConfigT]:
     """The encoder, and `cfg` with the complete HF config in encoder.hf_config (so that a checkpoint
     rebuilds the same architecture without the pretrained model at hand)."""
     e = cfg.encoder

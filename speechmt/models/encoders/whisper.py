@@ -20,20 +20,25 @@ a frozen encoder, or the bottom layers only, with the layers above adapted (`enc
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.components import (
+    BuildParts,
+    ModelConfigT,
+    PretrainedOptions,
+    base_dtype_field,
+    base_dtype_problem,
+    kind_field,
+)
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.finetune import set_finetuning
+from speechmt.models.memory import enable_hf_checkpointing
 from speechmt.sequence import lengths_to_padding_mask
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
 
 
 @dataclass
@@ -72,11 +77,9 @@ class WhisperEncoderConfig(PretrainedOptions, EncoderConfig):
         return self.finetune == "frozen" or self.frozen_layers > 0
 
 
-def build_whisper_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperEncoder, ModelConfig]:
+def build_whisper_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[WhisperEncoder, ModelConfigT]:
     """The Whisper encoder of parts.hf_encoder with its fine-tuning mode (with frozen_layers N: applied to the
     layers above N and the final LayerNorm only), and `cfg` with its complete HF config."""
-    from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
-
     e, lora = cfg.encoder, cfg.lora
     speech = whisper_encoder_from_hf(
         parts.hf_encoder, cfg.d_model, e.layerdrop, e.frozen_layers, e.gradient_checkpointing
@@ -217,3 +220,40 @@ class WhisperEncoder(nn.Module):
     def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """mels (B, T, n_mels), lengths (B,) -> EncoderOutput(x (B, ceil(T/2), D), lengths)."""
         return self.project(*self.states(mels, lengths, record), record)
+
+
+def hf_config_dict(model: nn.Module) -> dict:
+    """The complete HF config of a loaded model, as stored in a speechmt checkpoint."""
+    return model.config.to_diff_dict() | {
+        k: getattr(model.config, k)
+        for k in (
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "num_mel_bins",
+            "vocab_size",
+            "max_source_positions",
+            "max_target_positions",
+        )
+    }
+
+
+def whisper_encoder_from_hf(
+    hf_model: nn.Module, dim: int, layerdrop: float = 0.0, frozen_layers: int = 0, checkpointing: bool = False
+) -> WhisperEncoder:
+    """The Whisper encoder of a loaded WhisperForConditionalGeneration, projected to `dim` when needed;
+    `frozen_layers` > 0: its cacheable part stops after that many layers; `checkpointing`: its layers' activations
+    are recomputed in the backward pass (transformers' activation checkpointing)."""
+    n_layers = len(hf_model.model.encoder.layers)
+    if frozen_layers >= n_layers:
+        raise ValueError(
+            f"encoder.frozen_layers {frozen_layers} leaves none of the Whisper encoder's {n_layers} "
+            f"layers to train; use encoder.finetune frozen"
+        )
+    if checkpointing:
+        enable_hf_checkpointing(hf_model.model.encoder)
+    return WhisperEncoder(hf_model.model.encoder, dim, WhisperEncoderOptions(layerdrop), frozen_layers or None)

@@ -42,22 +42,27 @@ would only write it again. The decoder's search options do not apply to it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Protocol, Sequence
+from typing import ClassVar, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, PretrainedOptions, kind_field
+from speechmt.models.components import BuildParts, ModelConfigT, PretrainedOptions, kind_field
 from speechmt.models.decoder import TransformerDecoder
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
-from speechmt.models.encoders.whisper import WhisperEncoder
+from speechmt.models.encoders.whisper import WhisperEncoder, hf_config_dict
 from speechmt.models.encoders.whisper_handover import PieceEmbeddings, TranscriptTokens, pack_ids, unpack_ids
+from speechmt.models.hf_whisper import (
+    whisper_asr_prompt,
+    whisper_decoder_from_hf,
+    whisper_language_ids,
+    whisper_lm_table,
+    whisper_lm_text,
+    whisper_transcript_tokenizer,
+)
 from speechmt.sequence import lengths_to_padding_mask
-
-if TYPE_CHECKING:
-    from speechmt.models.config import ModelConfig
 
 Languages = Sequence[str | None] | None
 """Each row's source language code ("de"), None or "" where not given: Whisper detects it."""
@@ -142,26 +147,15 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
     def transcript_tokenizer(self):
         """Whisper's own tokenizer (speechmt.tokenizers.whisper, from the model's tokenizer.json): what reads its
         transcript ids. One-line errors: no name_or_path, no tokenizer.json."""
-        from speechmt.models.hf_whisper import whisper_transcript_tokenizer
-
         return whisper_transcript_tokenizer(self.name_or_path)
 
 
-def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfig]:
+def build_whisper_asr_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfigT]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm or text: plus
     the LM decoder's embeddings of its tokens); `cfg` with the complete HF config filled in. The search's prompt is
     `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else made for asr_language and put there. A model of
     several sources (`parts.resolved`'s "encoder.asr_languages": their codes, or a checkpoint's {code: token})
     transcribes each utterance in its own language (WhisperAsrEncoder's `languages`)."""
-    from speechmt.models.hf_whisper import (
-        hf_config_dict,
-        whisper_asr_encoder_from_hf,
-        whisper_asr_prompt,
-        whisper_language_ids,
-        whisper_lm_table,
-        whisper_lm_text,
-    )
-
     e, hf_model = cfg.encoder, parts.hf_encoder
     prompt = tuple(parts.resolved.get("encoder.asr_prompt") or whisper_asr_prompt(hf_model, e.asr_language))
     parts.resolved["encoder.asr_prompt"] = [int(i) for i in prompt]
@@ -569,3 +563,39 @@ class WhisperAsrEncoder(nn.Module):
 def _space_ids(vocab: int, eos_id: int) -> list[int]:
     """Whisper's lone-space token (220 in its GPT-2 byte-level vocabulary), where the vocabulary has it."""
     return [220] if 220 < min(vocab, eos_id) else []
+
+
+def whisper_asr_encoder_from_hf(
+    hf_model: nn.Module,
+    dim: int,
+    prompt: tuple[int, ...],
+    pieces=None,
+    beam: int = 1,
+    text=None,
+    state: str = "after",
+    transcription=None,
+    languages: dict[str, int] | None = None,
+) -> WhisperAsrEncoder:
+    """The whisper_asr encoder of a loaded WhisperForConditionalGeneration:
+    its encoder and decoder, frozen, searching from `prompt` (greedy, or a beam of `beam`) with `transcription`
+    (speechmt.decoding.transcribe.SEARCH), projected to `dim`; `pieces` (PieceEmbeddings): asr_embed lm; `text`
+    (TranscriptTokens): asr_embed text; `state`: asr_state; `languages`: {code: language token} of a model of
+    several sources (each utterance transcribed in its own)."""
+    decoder = whisper_decoder_from_hf(hf_model.model.decoder, int(hf_model.config.pad_token_id))
+    encoder = WhisperEncoder(hf_model.model.encoder, hf_model.config.d_model)
+    asr = WhisperAsrEncoder(
+        encoder,
+        decoder,
+        prompt,
+        int(hf_model.config.eos_token_id),
+        dim,
+        pieces=pieces,
+        beam=beam,
+        text=text,
+        state=state,
+        transcription=transcription,
+        languages=languages,
+    )
+    asr.encoder.requires_grad_(False)
+    asr.decoder.requires_grad_(False)
+    return asr

@@ -79,13 +79,9 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
     whisper the model takes the Whisper decoder's dimensions and vocabulary (translator.whisper_decoder_config),
     its target text ids are those below <|endoftext|> and, `pretrained`, its target embedding starts as the
     Whisper decoder's token embedding (the same load as the encoder's when they name the same model)."""
+    from speechmt.models.encoders.whisper import hf_config_dict, whisper_encoder_from_hf
     from speechmt.models.finetune import set_finetuning
-    from speechmt.models.hf_whisper import (
-        hf_config_dict,
-        whisper_decoder_config,
-        whisper_encoder_from_hf,
-        whisper_models,
-    )
+    from speechmt.models.hf_whisper import whisper_decoder_config, whisper_models
 
     problems = [
         cfg.encoder.finetune != "frozen"
