@@ -86,7 +86,8 @@ class ModelBundle:
     def hears_source(self) -> bool:
         """Whether each utterance's source language, when not given, is heard: a speech encoder that transcribes
         (whisper_asr) in a model of several sources, which Whisper tells apart (its detected language)."""
-        return bool(self.config.encoder.transcribes) and len(self.sources()) > 1
+        encoder = getattr(self.config, "encoder", None)  # (a bundle made for its tags alone has no config)
+        return bool(getattr(encoder, "transcribes", False)) and len(self.sources()) > 1
 
     def decoder_tokenizer(self, task: str) -> AnyTokenizer:
         """The tokenizer the decoder writes `task`'s output with."""

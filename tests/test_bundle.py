@@ -6,10 +6,11 @@ from dataclasses import asdict
 import pytest
 
 from speechmt.audio import CMVNConfig, FbankConfig
-from speechmt.bundle import KEYS, ModelBundle
+from speechmt.bundle import KEYS, ModelBundle, direction_source, pick_tag
 from speechmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from speechmt.frontend import FbankFrontend, WaveformFrontend
 from speechmt.models import preset
+from speechmt.models.config import ModelConfig
 from speechmt.pretrained import DEFAULT_MODEL
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.tokenizers.sentencepiece import Tokenizer
@@ -56,6 +57,39 @@ def test_a_bundle_keeps_the_directions_it_knows(bundle, tmp_path):
         bundle.direction_tag("st", tgt_lang="fr")
     with pytest.raises(CheckpointError, match="directions must map tasks"):
         ModelBundle.from_checkpoint({**many.state_dict(), "directions": {"st": "<fr>"}})
+
+
+def test_a_model_that_hears_its_source_needs_no_src_lang(bundle):
+    """A whisper_asr model of several sources (Whisper detects the language) takes a target that several sources
+    share, one tag; another model names its sources in one line; a model of one source does not hear it."""
+    directions = {"st": {"en-de": "<de>", "de-en": "<en>", "fr-en": "<en>"}}
+    many = dataclasses.replace(bundle, directions=directions)
+    assert many.sources() == ["en", "de", "fr"] and not many.hears_source  # a conv encoder: it names them
+    with pytest.raises(CheckpointError) as e:
+        many.direction_tag("st", tgt_lang="en")
+    assert (
+        str(e.value)
+        == "*-en: the model knows several such directions; it knows en-de, de-en, fr-en (name --src-lang / --tgt-lang)"
+    )
+    cascade = {"kind": "whisper_asr", "name_or_path": "whisper", "finetune": "frozen"}
+    hears = dataclasses.replace(many, config=ModelConfig(encoder=cascade, tgt_vocab_size=10, n_heads=2))
+    assert hears.hears_source
+    assert hears.direction_tag("st", tgt_lang="en") == "<en>" and hears.direction_tag("st", "fr", "en") == "<en>"
+    assert hears.direction_tag("st") == "<de>"
+    with pytest.raises(CheckpointError, match="was not trained in that direction"):
+        hears.direction_tag("st", "de", "fr")
+    one = dataclasses.replace(hears, directions={"st": {"en-de": "<de>", "en-fr": "<fr>"}})
+    assert one.sources() == ["en"] and not one.hears_source
+    mixed = {"en-de": "<de>", "de-en": "<en>", "fr-en": "<fr-en>"}  # one target, two tags: the source decides
+    with pytest.raises(CheckpointError, match="knows several such directions"):
+        pick_tag(mixed, "<de>", None, "en", hears_source=True)
+
+
+def test_the_source_of_a_direction_is_the_one_named_or_the_one_its_target_leaves():
+    known = {"en-de": "<de>", "de-en": "<en>", "fr-en": "<en>"}
+    assert direction_source(known, "fr", "en") == "fr" and direction_source(known, "fr", None) == "fr"
+    assert direction_source(known, None, "de") == "en"
+    assert direction_source(known, None, "en") is None and direction_source(known, None, None) is None
 
 
 def test_the_bundled_model_reads_as_a_bundle():

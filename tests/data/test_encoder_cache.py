@@ -112,3 +112,39 @@ def test_the_split_key_follows_the_frozen_layers_only(split_encoder):
             layers[0].fc1.bias.sub_(1e-3)
             layers[1].fc1.base_layer.bias.sub_(1.0)
             layers[1].fc1.lora_A.default.weight.sub_(1.0)
+
+
+def test_a_whisper_asr_cache_of_several_sources_holds_each_utterance_in_its_record_language(tiny_data, tmp_path):
+    """Each entry is the search in its record's src_lang (a record naming none: the language Whisper detects); the
+    key holds the sources, so a model of one source never reads it."""
+    import dataclasses
+
+    from speechmt.decoding.transcribe import SEARCH
+    from speechmt.models.hf_whisper import (
+        load_hf_whisper,
+        whisper_asr_encoder_from_hf,
+        whisper_asr_prompt,
+        whisper_language_ids,
+    )
+
+    folder = tiny_whisper_dir(tmp_path / "whisper", multilingual=True)
+    hf = load_hf_whisper(str(folder), {}).eval()
+    prompt = whisper_asr_prompt(hf, "en")
+    several = whisper_asr_encoder_from_hf(
+        hf, 16, prompt, transcription=SEARCH, languages=whisper_language_ids(hf, str(folder), ["de", "en", "fr"])
+    ).eval()
+    one = whisper_asr_encoder_from_hf(hf, 16, prompt, transcription=SEARCH).eval()
+    records = [
+        dataclasses.replace(r, src_lang=lang)
+        for r, lang in zip(read_manifest(tiny_data / "train.jsonl"), ["fr", "", "de", "en"])
+    ]
+    mel = WhisperMelConfig(pad_seconds=10)
+    inputs = lambda i: whisper_log_mel(record_audio(records[i], tiny_data), mel)  # noqa: E731
+    store = cached_split(tiny_data, "langs", several, mel, inputs, records)
+    assert cache_key(several, mel)[0] != cache_key(one, mel)[0]
+    with torch.no_grad():
+        for i, r in enumerate(records):
+            x = inputs(i)
+            live, n, _, heard = several.heard(x[None], torch.tensor([len(x)]), languages=[r.src_lang])
+            assert heard[0] == (r.src_lang or several.heard(x[None], torch.tensor([len(x)]))[3][0])
+            torch.testing.assert_close(torch.from_numpy(store[r.id]), live[0, : int(n)], atol=2e-3, rtol=1e-3)

@@ -233,6 +233,20 @@ def test_every_decoder_kind_tags_each_direction(overrides, st, asr):
     assert prompt_language(one_source) == "en"
 
 
+def test_a_run_of_several_sources_resolves_them_for_a_transcribing_encoder():
+    """whisper_asr hears each utterance in its own source: the run's sources go to the build (which resolves their
+    Whisper tokens), from its cached search alone; one source resolves none (its prompt's language)."""
+    from speechmt.training.builders import resolved_for
+
+    asr = ["model.encoder.kind=whisper_asr", "model.encoder.name_or_path=w", "data.whisper_pad_seconds=30"]
+    cfg = load_config(None, [*asr, "data.directions=[en-fr,de-fr,en-es]"])
+    assert resolved_for(cfg, None) == {"encoder.asr_languages": ["en", "de"]}
+    assert resolved_for(load_config(None, [*asr, "data.directions=[en-fr,en-es]"]), None) == {}
+    assert resolved_for(load_config(None, ["data.directions=[en-fr,de-fr]"]), None) == {}  # a conv encoder
+    with pytest.raises(ConfigError, match=r"several sources \(en, de\) .* set data.cache_encoder true$"):
+        resolved_for(load_config(None, [*asr, "data.directions=[en-fr,de-fr]", "data.cache_encoder=false"]), None)
+
+
 def test_an_lm_prompt_of_several_sources_is_its_start_token(lm_dir):
     from speechmt.tokenizers.lm import LMTokenizer
 
