@@ -120,12 +120,8 @@ def test_a_whisper_asr_cache_of_several_sources_holds_each_utterance_in_its_reco
     import dataclasses
 
     from speechmt.decoding.transcribe import SEARCH
-    from speechmt.models.hf_whisper import (
-        load_hf_whisper,
-        whisper_asr_encoder_from_hf,
-        whisper_asr_prompt,
-        whisper_language_ids,
-    )
+    from speechmt.models.encoders.whisper_asr import whisper_asr_encoder_from_hf
+    from speechmt.models.hf_whisper import load_hf_whisper, whisper_asr_prompt, whisper_language_ids
 
     folder = tiny_whisper_dir(tmp_path / "whisper", multilingual=True)
     hf = load_hf_whisper(str(folder), {}).eval()

@@ -49,7 +49,8 @@ def test_detection_is_the_argmax_of_whisper_first_step_over_the_language_tokens(
     all of them or among those allowed."""
     from speechmt.decoding.transcribe import SEARCH
     from speechmt.frontend.whisper_mel import WhisperMelConfig, whisper_log_mel
-    from speechmt.models.hf_whisper import whisper_asr_encoder_from_hf, whisper_asr_prompt
+    from speechmt.models.encoders.whisper_asr import whisper_asr_encoder_from_hf
+    from speechmt.models.hf_whisper import whisper_asr_prompt
 
     hf = load_hf_whisper(str(whisper_dir), {}).eval()
     asr = whisper_asr_encoder_from_hf(hf, 16, whisper_asr_prompt(hf, "en"), transcription=SEARCH).eval()
