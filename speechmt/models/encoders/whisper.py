@@ -19,7 +19,7 @@ a frozen encoder, or the bottom layers only, with the layers above adapted (`enc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -27,7 +27,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, PretrainedOptions, base_dtype_field, base_dtype_problem, kind_field
+from speechmt.models.components import (
+    HF_CONFIGS,
+    BuildParts,
+    PretrainedOptions,
+    base_dtype_field,
+    base_dtype_problem,
+    kind_field,
+)
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.finetune import set_finetuning
 from speechmt.sequence import lengths_to_padding_mask
@@ -74,7 +81,8 @@ class WhisperEncoderConfig(PretrainedOptions, EncoderConfig):
 
 def build_whisper_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperEncoder, ModelConfig]:
     """The Whisper encoder of parts.hf_encoder with its fine-tuning mode (with frozen_layers N: applied to the
-    layers above N and the final LayerNorm only), and `cfg` with its complete HF config."""
+    layers above N and the final LayerNorm only), and `cfg` as it is; its complete HF config goes to `parts.resolved`
+    ("encoder.hf_config")."""
     from speechmt.models.hf_whisper import hf_config_dict, whisper_encoder_from_hf
 
     e, lora = cfg.encoder, cfg.lora
@@ -89,7 +97,8 @@ def build_whisper_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperE
         speech.model.layer_norm.requires_grad_(e.finetune in ("full", "lna"))
     else:
         set_finetuning(speech.model, e.finetune, lora)
-    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(parts.hf_encoder)))
+    parts.resolved.setdefault(HF_CONFIGS["encoder"], hf_config_dict(parts.hf_encoder))
+    return speech, cfg
 
 
 @dataclass(frozen=True)

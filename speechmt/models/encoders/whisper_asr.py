@@ -41,7 +41,7 @@ would only write it again. The decoder's search options do not apply to it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, PretrainedOptions, kind_field
+from speechmt.models.components import HF_CONFIGS, BuildParts, PretrainedOptions, kind_field
 from speechmt.models.decoder import TransformerDecoder
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.encoders.whisper import WhisperEncoder
@@ -142,7 +142,8 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
 
 def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfig]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm or text: plus
-    the LM decoder's embeddings of its tokens); `cfg` with the complete HF config filled in. The search's prompt is
+    the LM decoder's embeddings of its tokens), and `cfg` as it is; its complete HF config goes to `parts.resolved`
+    ("encoder.hf_config"). The search's prompt is
     `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else made for asr_language and put there."""
     from speechmt.models.hf_whisper import (
         hf_config_dict,
@@ -170,7 +171,8 @@ def build_whisper_asr_encoder(cfg: ModelConfig, parts: BuildParts) -> tuple[Whis
         state=e.asr_state,
         transcription=parts.transcription,
     )
-    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model)))
+    parts.resolved.setdefault(HF_CONFIGS["encoder"], hf_config_dict(hf_model))
+    return speech, cfg
 
 
 @dataclass
