@@ -485,6 +485,7 @@ def test_the_complete_hf_configs_an_old_config_held_move_to_the_bundle_and_rebui
     import shutil
 
     from speechmt.bundle import ModelBundle
+    from speechmt.data.encoder_cache import cache_key
     from speechmt.frontend.whisper_mel import WhisperMelConfig
     from speechmt.models.hf_whisper import hf_config_dict, load_hf_whisper
     from speechmt.pretrained import export_model
@@ -516,6 +517,7 @@ def test_the_complete_hf_configs_an_old_config_held_move_to_the_bundle_and_rebui
     shutil.rmtree(folder)  # the checkpoint alone rebuilds the model
     mels, lengths = _mels()
     tokens = torch.tensor([[50, 7, 9], [50, 11, 3], [50, 4, 4]])
+    keys = set()  # an encoder cache's key reads the built encoder (its HF module's config), as before the move
     with torch.no_grad():
         ref = model.encode_speech(mels, lengths)
         ref_logits = model.decode(tokens, ref)
@@ -528,6 +530,8 @@ def test_the_complete_hf_configs_an_old_config_held_move_to_the_bundle_and_rebui
             assert again.resolved == model.resolved
             enc = again.encode_speech(mels, lengths)
             assert torch.equal(enc.x, ref.x) and torch.equal(again.decode(tokens, enc), ref_logits)
+            keys.add(cache_key(again.speech_encoder, bundle.frontend.settings)[0])
+    assert len(keys) == 1  # the same cache serves a model rebuilt from either checkpoint
 
 
 def test_a_random_inits_architecture_stays_in_an_old_config_and_is_copied_to_the_bundle(tiny_data, tmp_path):
