@@ -7,7 +7,8 @@ the model's build and run derived (`resolved`: values no config field holds, whi
 Its checkpoint form is the one speechmt has always written: "model_config", "tokenizers", "features",
 "task", "decoder_tag", "decoder_tags", "decoder_side", "decoder_start", "base" and "resolved" (KEYS); checkpoints
 of every earlier version read back (one without decoder_tags does its own task only, with its decoder_tag; one
-whose model config held a derived value has it moved to `resolved`: speechmt.models.migrate.RESOLVED_FIELDS).
+whose model config held a derived value has it moved to `resolved`: speechmt.models.migrate.RESOLVED_FIELDS, and
+the complete HF configs of its pretrained parts, migrate.checkpoint_config).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from speechmt.checkpoint import CheckpointError
 from speechmt.data.manifest import split_direction
 from speechmt.frontend import Frontend, frontend_from_state
 from speechmt.models.config import ModelConfig
-from speechmt.models.migrate import checkpoint_resolved
+from speechmt.models.migrate import checkpoint_config, checkpoint_resolved
 from speechmt.tokenizers.pair import AnyTokenizer, Tokenizers
 
 KEYS = (
@@ -49,7 +50,8 @@ class ModelBundle:
     the decoder writes with (None: "src" for asr, else "tgt", as checkpoints before it), `decoder_start` its
     first input; `base` names the pretrained weights a checkpoint of trained parameters sits on; `resolved` holds
     what the model's build and run derived, by name (speechmt.models.build.build_model's: "encoder.asr_prompt",
-    "decoder.vocab", "decoder.prompt", "ctc_vocab");
+    "decoder.vocab", "decoder.prompt", "ctc_vocab", and the complete HF configs of its pretrained parts,
+    "encoder.hf_config" and "decoder.hf_config");
     `directions` the languages it was trained in: {task: {"en-fr": the tag that starts that direction's output}}
     (empty for a checkpoint from before they were recorded: its one direction, decoder_tags')."""
 
@@ -116,7 +118,7 @@ class ModelBundle:
         """The bundle of a loaded checkpoint; CheckpointError (one line naming `path`) when something a model
         needs is missing or does not fit."""
         try:
-            config = ModelConfig.from_dict(ckpt["model_config"])
+            config = ModelConfig.from_dict(checkpoint_config(ckpt))
             resolved = checkpoint_resolved(ckpt)
             tokenizers = Tokenizers.from_state_dict(ckpt["tokenizers"])
             frontend = frontend_from_state(ckpt["features"])

@@ -97,10 +97,22 @@ def test_the_bundled_model_reads_as_a_bundle():
     assert bundle.frontend.name == bundle.config.encoder.frontend == "whisper_mel"
     assert bundle.tag("st") == "<de>" and bundle.base["sources"] == ["whisper-base", "gemma-3-270m"]
     assert bundle.decoder_tokenizer("st") is bundle.tokenizers.tgt
-    # its config holds the search prompt its build derived and the LM decoder's vocabulary and prompt its run
-    # derived (as checkpoints did): the bundle's `resolved` now
+    # its config holds the search prompt and the complete HF configs its build derived and the LM decoder's
+    # vocabulary and prompt its run derived (as checkpoints did): the bundle's `resolved` now
     resolved = bundle.resolved
-    assert set(resolved) == {"encoder.asr_prompt", "decoder.vocab", "decoder.prompt"}
+    assert set(resolved) == {
+        "encoder.asr_prompt",
+        "decoder.vocab",
+        "decoder.prompt",
+        "encoder.hf_config",
+        "decoder.hf_config",
+    }
+    assert (resolved["encoder.hf_config"]["model_type"], resolved["encoder.hf_config"]["d_model"]) == ("whisper", 512)
+    assert (resolved["decoder.hf_config"]["model_type"], resolved["decoder.hf_config"]["hidden_size"]) == (
+        "gemma3_text",
+        640,
+    )
+    assert bundle.config.encoder.hf_config == bundle.config.decoder.hf_config == {}  # nothing the user wrote
     assert resolved["encoder.asr_prompt"] == [50258, 50259, 50359, 50363] and resolved["decoder.prompt"] == [
         2,
         27832,

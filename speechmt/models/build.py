@@ -35,17 +35,17 @@ __all__ = [
     "whisper_text_encoder",
 ]
 
-PRETRAINING_MODELS: dict[str, Callable[[ModelConfig, bool], nn.Module]] = {"fat_mlm": fat_mlm}
+PRETRAINING_MODELS: dict[str, Callable[[ModelConfig, bool, dict[str, Any] | None], nn.Module]] = {"fat_mlm": fat_mlm}
 """The builders of the models a config names by its semantic kind that are no Translator."""
 
 
 def build(
     cfg: ModelConfig, pretrained: bool = True, transcription: Any = None, resolved: dict[str, Any] | None = None
 ) -> nn.Module:
-    """The model `cfg` describes: its pretraining model (PRETRAINING_MODELS, which derives nothing), else a
-    Translator; `pretrained`, `transcription` and `resolved` as build_model's."""
+    """The model `cfg` describes: its pretraining model (PRETRAINING_MODELS, which derives the complete HF configs of
+    its pretrained parts alone), else a Translator; `pretrained`, `transcription` and `resolved` as build_model's."""
     if cfg.semantic.kind in PRETRAINING_MODELS:
-        return PRETRAINING_MODELS[cfg.semantic.kind](cfg, pretrained)
+        return PRETRAINING_MODELS[cfg.semantic.kind](cfg, pretrained, resolved)
     return build_model(cfg, pretrained, transcription, resolved)
 
 
@@ -60,13 +60,14 @@ def build_model(
 ) -> Translator:
     """Builds the Translator that `cfg` describes. Pretrained parts (wav2vec2 or Whisper encoder, Whisper
     decoder) load the weights of their name_or_path when `pretrained`; otherwise (a checkpoint's weights
-    follow) they are built from their stored HF config alone. Fine-tuning modes (frozen, LNA, LoRA) are
+    follow) they are built from their complete HF config alone (`resolved`'s, a checkpoint's). Fine-tuning modes (frozen, LNA, LoRA) are
     applied last, so a checkpoint's trained parameters load into the same structure. `transcription`: the
     search of a cascade's ASR (encoder whisper_asr), speechmt.decoding.transcribe.SEARCH; without it such a model
     reads cached states only. `resolved`: what an earlier build or the run derived (a checkpoint bundle's; a
     run's from its tokenizers and transcripts, speechmt.training.builders.resolved_for: an LM decoder's
-    "decoder.vocab" and "decoder.prompt", a CTC head's "ctc_vocab"), reused; the model's `resolved` holds it with
-    what this build derived (speechmt.bundle.ModelBundle.resolved)."""
+    "decoder.vocab" and "decoder.prompt", a CTC head's "ctc_vocab"; a checkpoint's also the complete HF configs of its
+    pretrained parts, "encoder.hf_config" and "decoder.hf_config": speechmt.models.components.HF_CONFIGS), reused; the
+    model's `resolved` holds it with what this build derived (speechmt.bundle.ModelBundle.resolved)."""
     if cfg.semantic.kind not in SEMANTICS:
         raise ValueError(
             f"bad ModelConfig: semantic {cfg.semantic.kind!r} names a pretraining model, not a "
@@ -74,8 +75,9 @@ def build_model(
         )
     from speechmt.models.hf_whisper import whisper_models
 
-    hf_encoder, hf_decoder = whisper_models(cfg, pretrained)
-    parts = BuildParts(pretrained, hf_encoder, hf_decoder, transcription=transcription, resolved=dict(resolved or {}))
+    resolved = dict(resolved or {})
+    hf_encoder, hf_decoder = whisper_models(cfg, pretrained, resolved)
+    parts = BuildParts(pretrained, hf_encoder, hf_decoder, transcription=transcription, resolved=resolved)
     # a pretrained decoder (Whisper's, an LM) sets the model's width and vocabulary, which the encoder projects
     # to: it is built first; a trained one takes them from the config, after the encoder (the seeded order)
     if cfg.decoder.one_vocabulary:

@@ -3,9 +3,11 @@ options dataclass and its builder, as the semantic layers are (speechmt.models.s
 
 A kind is one file: an options dataclass (the fields a config may give that kind, each checked where it is
 declared, plus what the rest of the package may ask of it: its front end, whether its states can be cached, ...)
-and a builder `(cfg, parts: BuildParts) -> (module, cfg)` that returns the module and the config with what the
-build resolved filled in (an HF model's complete config). `cfg` is the model config (ModelConfig); a builder is
-typed by what it reads of it, `ModelSettings`, so that the kinds' modules sit below the config that names them. speechmt.models.registry registers the
+and a builder `(cfg, parts: BuildParts) -> (module, cfg)` that returns the module and the config with the sizes
+the build took on (a pretrained decoder's width and vocabulary); what else it derives (an HF model's complete
+config, `HF_CONFIGS`) goes to `parts.resolved`, the model bundle's. `cfg` is the model config (ModelConfig); a
+builder is typed by what it reads of it, `ModelSettings`, so that the kinds' modules sit below the config that
+names them. speechmt.models.registry registers the
 built-in kinds; a test or a plug-in registers its own with `ENCODERS.register("toy", ToyOptions, build_toy)`.
 
 A config names a kind and gives its options in one mapping: `encoder: {kind: whisper, name_or_path: ..,
@@ -27,8 +29,10 @@ from torch import nn
 from speechmt.checks import checked
 from speechmt.models.finetune import FINETUNE_MODES, LoraSettings
 from speechmt.models.memory import BASE_DTYPES
+from speechmt.models.migrate import HF_CONFIGS
 
 __all__ = [
+    "HF_CONFIGS",
     "BuildParts",
     "Kind",
     "KindOptions",
@@ -36,6 +40,7 @@ __all__ = [
     "ModelSettings",
     "PretrainedOptions",
     "Slot",
+    "hf_fields",
     "kind_field",
 ]
 
@@ -66,8 +71,8 @@ class PretrainedOptions:
     # a hub id, a local directory or a name set-up converted under $SPEECHMT_HOME (e.g. whisper-base); "": a
     # random init of hf_config
     name_or_path: str = ""
-    # HF config fields over the pretrained config, or the whole architecture for a random init; a built model
-    # holds its complete config here
+    # HF config fields over the pretrained config, or the whole architecture for a random init, as given; the
+    # complete config a build derives is the model bundle's (resolved "encoder.hf_config", "decoder.hf_config")
     hf_config: dict = field(default_factory=dict)
     # full, frozen, lna (only its LayerNorms and attention projections train) or lora (adapters with
     # ModelConfig.lora, the rest frozen)
@@ -80,6 +85,14 @@ class PretrainedOptions:
             self.finetune not in FINETUNE_MODES
             and f"unknown {slot}.finetune {self.finetune!r}; expected one of {', '.join(FINETUNE_MODES)}"
         ]
+
+
+def hf_fields(slot: str, options: Any, resolved: Mapping[str, Any]) -> dict:
+    """The HF config fields `slot`'s pretrained part is built with: the complete config an earlier build derived
+    (`resolved`'s HF_CONFIGS entry: a checkpoint's, so that it rebuilds the same architecture), else the options'
+    own hf_config (overrides over the pretrained config, or a random init's architecture). The build then puts the
+    complete config it derived in `resolved` where that held none (a checkpoint's stays as it was saved)."""
+    return dict(resolved.get(HF_CONFIGS[slot]) or options.hf_config)
 
 
 def base_dtype_field() -> Any:

@@ -14,9 +14,10 @@ the keys adds the same number to every score of a query).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -24,11 +25,13 @@ from torch import nn
 from speechmt.checks import field_problems, raise_problems
 from speechmt.hub import resolve_pretrained
 from speechmt.models.components import (
+    HF_CONFIGS,
     BuildParts,
     ModelConfigT,
     PretrainedOptions,
     base_dtype_field,
     base_dtype_problem,
+    hf_fields,
     kind_field,
 )
 from speechmt.models.decoder import DecoderConfig, TransformerDecoder, transformer_decoder
@@ -60,8 +63,10 @@ class WhisperDecoderConfig(PretrainedOptions, DecoderConfig):
 
 
 def build_whisper_decoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[TransformerDecoder, ModelConfigT]:
-    """Whisper's decoder (parts.hf_decoder), and `cfg` with Whisper's dimensions and complete HF config."""
+    """Whisper's decoder (parts.hf_decoder), and `cfg` with Whisper's dimensions; its complete HF config goes to
+    `parts.resolved` ("decoder.hf_config")."""
     cfg = whisper_decoder_config(cfg, parts.hf_decoder)
+    parts.resolved.setdefault(HF_CONFIGS["decoder"], hf_config_dict(parts.hf_decoder))
     decoder = whisper_decoder_from_hf(
         parts.hf_decoder.model.decoder, cfg.pad_id, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout
     )
@@ -155,39 +160,44 @@ def whisper_decoder_from_hf(
     return decoder
 
 
-def whisper_models(cfg, pretrained: bool) -> tuple[nn.Module | None, nn.Module | None]:
+def whisper_models(
+    cfg, pretrained: bool, resolved: Mapping[str, Any] | None = None
+) -> tuple[nn.Module | None, nn.Module | None]:
     """The HF Whisper models the encoder and the decoder come from (one load when they name the same), each in its
-    base_dtype (one load in float32 when they share it and their base_dtype differ; build_model casts the parts)."""
-    e, d = cfg.encoder, cfg.decoder
+    base_dtype (one load in float32 when they share it and their base_dtype differ; build_model casts the parts),
+    with the HF configs of `resolved` (a checkpoint's complete ones, speechmt.models.components.HF_CONFIGS) where it
+    holds them, else the options' hf_config (the decoder's: the encoder's when it gives none)."""
+    e, d, resolved = cfg.encoder, cfg.decoder, resolved or {}
     whisper_encoder = e.frontend == "whisper_mel"
+    enc_fields = hf_fields("encoder", e, resolved) if whisper_encoder else {}
+    dec_fields = hf_fields("decoder", d, resolved) if d.whisper_tokens else {}
     shared = (
         whisper_encoder
         and d.whisper_tokens
         and cfg.whisper_decoder_source == e.name_or_path
-        and (not d.hf_config or d.hf_config == e.hf_config)
+        and (not dec_fields or dec_fields == enc_fields)
     )
     enc_dtype = torch_dtype(e.base_dtype if not shared or e.base_dtype == d.base_dtype else "float32")
-    enc = load_hf_whisper(e.name_or_path, e.hf_config, pretrained, enc_dtype) if whisper_encoder else None
+    enc = load_hf_whisper(e.name_or_path, enc_fields, pretrained, enc_dtype) if whisper_encoder else None
     if not d.whisper_tokens:
         return enc, None
     if shared:
         return enc, enc
     return enc, load_hf_whisper(
-        cfg.whisper_decoder_source, d.hf_config or e.hf_config, pretrained, torch_dtype(d.base_dtype)
+        cfg.whisper_decoder_source, dec_fields or e.hf_config, pretrained, torch_dtype(d.base_dtype)
     )
 
 
 def whisper_decoder_config(cfg, hf_model: nn.Module):
-    """`cfg` with the Whisper decoder's dimensions, vocabulary and complete HF config filled in."""
+    """`cfg` with the Whisper decoder's dimensions and vocabulary filled in (its complete HF config, hf_config_dict,
+    is the caller's to keep in the bundle's resolved)."""
     c = hf_model.config
-    decoder = replace(cfg.decoder, hf_config=hf_config_dict(hf_model))
     return replace(
         cfg,
         d_model=c.d_model,
         n_heads=c.decoder_attention_heads,
         ffn_dim=c.decoder_ffn_dim,
         tgt_vocab_size=c.vocab_size,
-        decoder=decoder,
     )
 
 

@@ -31,11 +31,13 @@ from torch import Tensor, nn
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.hub import resolve_pretrained
 from speechmt.models.components import (
+    HF_CONFIGS,
     BuildParts,
     ModelConfigT,
     PretrainedOptions,
     base_dtype_field,
     base_dtype_problem,
+    hf_fields,
     kind_field,
 )
 from speechmt.models.decoder import DecoderConfig
@@ -93,18 +95,21 @@ class LMDecoderConfig(PretrainedOptions, DecoderConfig):
 
 def build_lm_decoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[LMDecoder, ModelConfigT]:
     """A causal LM as the decoder, over the output vocabulary and prompt of `parts.resolved` (RESOLVED: what the run
-    derived from the LM's tokenizer), and `cfg` with its width as d_model, its trimmed vocabulary's size and its
-    complete HF config filled in."""
+    derived from the LM's tokenizer), and `cfg` with its width as d_model and its trimmed vocabulary's size; its
+    complete HF config goes to `parts.resolved` ("decoder.hf_config"; a checkpoint's is read back from there)."""
     d = cfg.decoder
     vocab, prompt = (tuple(parts.resolved.get(key) or ()) for key in RESOLVED)
     decoder = lm_decoder(
-        load_causal_lm(d.name_or_path, d.hf_config, parts.pretrained, torch_dtype(d.base_dtype)), vocab, prompt
+        load_causal_lm(
+            d.name_or_path, hf_fields("decoder", d, parts.resolved), parts.pretrained, torch_dtype(d.base_dtype)
+        ),
+        vocab,
+        prompt,
     )
     if d.gradient_checkpointing:
         enable_hf_checkpointing(decoder.lm)
-    return decoder, replace(
-        cfg, d_model=decoder.dim, tgt_vocab_size=len(vocab), decoder=replace(d, hf_config=lm_config_dict(decoder.lm))
-    )
+    parts.resolved.setdefault(HF_CONFIGS["decoder"], lm_config_dict(decoder.lm))
+    return decoder, replace(cfg, d_model=decoder.dim, tgt_vocab_size=len(vocab))
 
 
 @dataclass
@@ -289,7 +294,7 @@ def text_causal_lm(source: str, text_config, dtype: torch.dtype) -> nn.Module:
 
 
 def lm_config_dict(lm: nn.Module) -> dict:
-    """The complete HF config of a loaded LM, as stored in a speechmt checkpoint (decoder.hf_config)."""
+    """The complete HF config of a loaded LM, as a checkpoint's bundle keeps it (resolved "decoder.hf_config")."""
     return {k: v for k, v in lm.config.to_dict().items() if k not in _META_KEYS}
 
 

@@ -11,7 +11,12 @@ form with flat overrides) is merged; an option set twice to different values is 
 
 What a build derives is no config field: `RESOLVED_FIELDS` names the fields configs once held for it, which
 `migrate_model_config` drops and `resolved_fields` takes out of an old checkpoint's config for the model bundle's
-`resolved` (speechmt.bundle), where a build writes and reads them now.
+`resolved` (speechmt.bundle), where a build writes and reads them now. A pretrained part's `hf_config` is both: what
+the user gives (overrides over the pretrained config, a random init's architecture) and, in a checkpoint written
+before the move, the complete config its build derived. `resolved_fields` copies an old checkpoint's to `resolved`
+("encoder.hf_config", "decoder.hf_config": HF_CONFIGS), and `checkpoint_config` leaves it out of the config of a
+part that loads a pretrained model, whose own fields the user did not write (a random init's is kept: it is the
+architecture the config asks for).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ __all__ = [
     "FINETUNE_FLAGS",
     "FLAT_NAMES",
     "GROUPS",
+    "HF_CONFIGS",
+    "checkpoint_config",
     "checkpoint_resolved",
     "merge_model_configs",
     "RESOLVED_FIELDS",
@@ -88,6 +95,12 @@ Whisper model's generation config), an LM decoder's trimmed output vocabulary an
 the LM tokens a CTC head writes (LM ids, from the LM's tokenizer and the training transcripts)."""
 
 
+HF_CONFIGS: dict[str, str] = {"encoder": "encoder.hf_config", "decoder": "decoder.hf_config"}
+"""Slot -> the name in the model bundle's `resolved` of the complete HF config its pretrained part was built with (a
+dict, as the HF config's to_dict gives it): written by the part's build, read when a checkpoint's model is rebuilt
+(its pretrained model need not be at hand when its weights follow; speechmt.models.components.hf_fields)."""
+
+
 def migrate_model_config(d: Mapping[str, Any]) -> dict[str, Any]:
     """`d` in the nested form: old flat names moved into their sub-config, sub-configs given as dataclasses
     turned into dicts, other keys (shared settings, a YAML file's `preset`, unknown names) kept as they are;
@@ -102,12 +115,17 @@ def migrate_model_config(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def resolved_fields(d: Mapping[str, Any]) -> dict[str, Any]:
     """What an old checkpoint's model config `d` (any form migrate_model_config reads) held of RESOLVED_FIELDS, by
-    their names in the bundle's `resolved` (sequences as lists); empty ones (not filled in yet) left out."""
+    their names in the bundle's `resolved` (sequences as lists), and its parts' hf_config (HF_CONFIGS: the complete
+    config a build wrote there before it moved); empty ones (not filled in yet) left out."""
     out, nested = {}, _nested(d)
     for (*groups, name), key in RESOLVED_FIELDS.items():
         value = (_parent(nested, groups) or {}).get(name)
         if value:
             out[key] = list(value) if isinstance(value, (list, tuple)) else value
+    for group, key in HF_CONFIGS.items():
+        value = (_parent(nested, [group]) or {}).get("hf_config")
+        if value:
+            out[key] = dict(value)
     return out
 
 
@@ -115,6 +133,38 @@ def checkpoint_resolved(ckpt: Mapping[str, Any]) -> dict[str, Any]:
     """A checkpoint's `resolved` (speechmt.bundle.ModelBundle.resolved): its own entry, over what its model config
     held of RESOLVED_FIELDS when it was written before they moved (resolved_fields)."""
     return {**resolved_fields(ckpt.get("model_config") or {}), **dict(ckpt.get("resolved") or {})}
+
+
+def checkpoint_config(ckpt: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's model config in the nested form (migrate_model_config) holding what its user gave: a part that
+    loads a pretrained model (a name_or_path; Whisper's decoder: its own or the encoder's) has no hf_config where the
+    one it holds is the complete config of checkpoint_resolved (a checkpoint written before that moved to the
+    bundle's `resolved`, which its rebuild reads instead); a random init's architecture stays."""
+    config = migrate_model_config(ckpt["model_config"])
+    resolved = checkpoint_resolved(ckpt)
+    for group, key in HF_CONFIGS.items():
+        part = _parent(config, [group])
+        if (
+            part
+            and part.get("hf_config")
+            and part["hf_config"] == resolved.get(key)
+            and _loads_pretrained(config, group)
+        ):
+            config[group] = {**part, "hf_config": {}}
+    return config
+
+
+def _loads_pretrained(config: dict[str, Any], group: str) -> bool:
+    """Whether sub-config `group` of the nested `config` names a pretrained model (Whisper's decoder defaults to
+    the encoder's: ModelConfig.whisper_decoder_source)."""
+    part = _parent(config, [group]) or {}
+    if part.get("name_or_path"):
+        return True
+    return (
+        group == "decoder"
+        and part.get("kind") == "whisper"
+        and bool((_parent(config, ["encoder"]) or {}).get("name_or_path"))
+    )
 
 
 def _parent(d: dict[str, Any], groups: list[str]) -> dict[str, Any] | None:

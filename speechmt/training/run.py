@@ -181,7 +181,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
         decoder_tags(cfg),
         decoder_side(cfg),
         base=base_reference(model),
-        resolved=getattr(model, "resolved", {}),  # a pretraining model (FAT-MLM) derives nothing
+        resolved=getattr(model, "resolved", {}),  # what the build derived (a Translator's or FAT-MLM's)
         directions=direction_tags(cfg),
     )  # what every checkpoint of the run carries
     pad_id = decoder_tokenizer(decoder_side(cfg), toks).pad_id

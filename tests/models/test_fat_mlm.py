@@ -416,11 +416,14 @@ def test_whisper_fat_mlm_takes_whispers_dimensions_vocabulary_and_token_embeddin
     assert (model.config.d_model, model.config.n_heads, model.config.ffn_dim) == (32, 4, 64)
     assert model.config.tgt_vocab_size == c.vocab_size and model.tgt_text_ids == (0, c.eos_token_id)
     assert torch.equal(model.tgt_embedding.weight, hf.model.decoder.embed_tokens.weight)
-    assert model.config.encoder.hf_config["d_model"] == 32  # a checkpoint rebuilds it without the folder
+    # a checkpoint rebuilds it without the folder: the bundle keeps the complete HF configs, the config what was given
+    assert model.resolved["encoder.hf_config"]["d_model"] == 32 and model.config.encoder.hf_config == {}
+    assert model.resolved["decoder.hf_config"] == model.resolved["encoder.hf_config"]
     assert not any(p.requires_grad for p in model.speech_encoder.parameters())  # frozen: its states are cached
     assert model.reconstruct.out_features == 32 and model.factor == 1
-    rebuilt = build(model.config, pretrained=False)
+    rebuilt = build(model.config, pretrained=False, resolved=model.resolved)
     assert isinstance(rebuilt, WhisperFatMLM) and rebuilt.state_dict().keys() == model.state_dict().keys()
+    assert rebuilt.resolved == model.resolved
     with pytest.raises(ValueError, match="needs encoder.finetune frozen"):
         build(_whisper_cfg(whisper_dir, {"kind": "fat_mlm", "options": {"layers": 1}}, encoder={"finetune": "full"}))
     with pytest.raises(ValueError, match="needs options.layers"):

@@ -259,7 +259,9 @@ def test_the_text_model_of_a_multimodal_gemma3_loads_alone(tmp_path):
     multimodal = save_multimodal_gemma3(tmp_path / "gemma3-mm")
     model = lm_translator(tmp_path / "gemma3-mm", finetune="lora", base_dtype="bfloat16").eval()
     lm = model.decoder.lm
-    assert type(lm).__name__ == "Gemma3ForCausalLM" and model.config.decoder.hf_config["model_type"] == "gemma3_text"
+    assert (
+        type(lm).__name__ == "Gemma3ForCausalLM" and model.resolved["decoder.hf_config"]["model_type"] == "gemma3_text"
+    )
     assert not any("vision" in n or "multi_modal" in n for n in model.state_dict())
     assert lm.lm_head.weight is lm.model.embed_tokens.weight  # tied, as in the checkpoint
     expected = multimodal.model.language_model.state_dict()

@@ -16,7 +16,13 @@ from speechmt.models.config import ModelConfig, preset
 from speechmt.models.decoder import TransformerDecoderConfig
 from speechmt.models.encoders.wav2vec2 import Wav2Vec2EncoderConfig
 from speechmt.models.encoders.whisper import WhisperEncoderConfig
-from speechmt.models.migrate import FINETUNE_FLAGS, FLAT_NAMES, migrate_model_config, resolved_fields
+from speechmt.models.migrate import (
+    FINETUNE_FLAGS,
+    FLAT_NAMES,
+    checkpoint_config,
+    migrate_model_config,
+    resolved_fields,
+)
 from speechmt.tokenizers.pair import Tokenizers
 from speechmt.tokenizers.sentencepiece import Tokenizer
 from tests.helpers import flat_model_config
@@ -346,25 +352,30 @@ def test_the_search_prompt_an_old_config_held_moves_to_the_bundle_and_the_model_
     whisper = {"kind": "whisper_asr", "name_or_path": str(tiny_whisper_dir(tmp_path / "w", d_model=32))}
     model = build_model(preset("tiny", tgt_vocab_size=len(tok), encoder=whisper), transcription=SEARCH).eval()
     start = model.speech_encoder.prompt[0]  # the tiny Whisper has no generation config: the prompt is its start
-    assert model.resolved == {"encoder.asr_prompt": [start]} and "asr_prompt" not in asdict(model.config.encoder)
+    hf = model.resolved["encoder.hf_config"]  # the complete HF config its build derived
+    assert model.resolved == {"encoder.asr_prompt": [start], "encoder.hf_config": hf}
+    assert "asr_prompt" not in asdict(model.config.encoder) and model.config.encoder.hf_config == {}
     old = asdict(model.config)
     old["encoder"]["asr_prompt"] = (start, 7)  # as checkpoints stored it (a tuple); another prompt, to tell it apart
-    assert resolved_fields(old) == {"encoder.asr_prompt": [start, 7]}
-    assert "asr_prompt" not in migrate_model_config(old)["encoder"] and ModelConfig.from_dict(old) == model.config
+    old["encoder"]["hf_config"] = hf  # as checkpoints stored it: the complete config
+    want = {"encoder.asr_prompt": [start, 7], "encoder.hf_config": hf}
+    assert resolved_fields(old) == want
+    assert "asr_prompt" not in migrate_model_config(old)["encoder"]
+    assert ModelConfig.from_dict(checkpoint_config({"model_config": old})) == model.config
     assert resolved_fields({"encoder": {"kind": "whisper_asr", "asr_prompt": ()}}) == {}  # not filled in yet
     features = {"whisper_mel": asdict(WhisperMelConfig(pad_seconds=30))}
     for name, config, extra in (
         ("old", old, {}),
-        ("new", asdict(model.config), {"resolved": {"encoder.asr_prompt": [start, 7]}}),
+        ("new", asdict(model.config), {"resolved": want}),
     ):
         _checkpoint(tmp_path / f"{name}.safetensors", config, model, tok, features, **extra)
         bundle = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / f"{name}.safetensors"))
-        assert bundle.resolved == {"encoder.asr_prompt": [start, 7]} and bundle.config == model.config
-        assert bundle.state_dict()["resolved"] == {"encoder.asr_prompt": [start, 7]}
+        assert bundle.resolved == want and bundle.config == model.config
+        assert bundle.state_dict()["resolved"] == want
     mels, lengths = _mels()
     old_lm, new_lm = load_model(tmp_path / "old.safetensors"), load_model(tmp_path / "new.safetensors")
     assert old_lm.model.speech_encoder.prompt == new_lm.model.speech_encoder.prompt == (start, 7)
-    assert old_lm.model.resolved == new_lm.model.resolved == {"encoder.asr_prompt": [start, 7]}
+    assert old_lm.model.resolved == new_lm.model.resolved == want
     with torch.no_grad():
         (a, a_lengths), (b, b_lengths) = (lm.model.speech_encoder.states(mels, lengths) for lm in (old_lm, new_lm))
     assert torch.equal(a, b) and torch.equal(a_lengths, b_lengths)
@@ -377,6 +388,7 @@ def test_the_lm_decoders_vocabulary_and_prompt_an_old_config_held_move_to_the_bu
     these computes the same."""
     from speechmt.bundle import ModelBundle
     from speechmt.config import ExperimentConfig
+    from speechmt.models.lm_decoder import lm_config_dict
     from speechmt.pretrained import export_model
     from speechmt.tokenizers.lm import LMTokenizer
     from speechmt.training.run import average
@@ -384,15 +396,23 @@ def test_the_lm_decoders_vocabulary_and_prompt_an_old_config_held_move_to_the_bu
 
     lm_dir = tiny_lm_dir(tmp_path / "lm")
     tok = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön.", "Bitte öffne das Fenster."], ["<de>"])
-    resolved = lm_resolved(tok)
     torch.manual_seed(0)
     decoder = {"kind": "lm", "name_or_path": str(lm_dir)}
-    model = build_model(preset("tiny", n_heads=2, dropout=0.0, decoder=decoder), resolved=resolved).eval()
-    assert model.resolved == resolved and not {"vocab", "prompt"} & set(asdict(model.config.decoder))
+    model = build_model(preset("tiny", n_heads=2, dropout=0.0, decoder=decoder), resolved=lm_resolved(tok)).eval()
+    resolved = model.resolved  # the run's, with the LM's complete HF config the build derived
+    assert resolved == {**lm_resolved(tok), "decoder.hf_config": lm_config_dict(model.decoder.lm)}
+    assert not {"vocab", "prompt"} & set(asdict(model.config.decoder)) and model.config.decoder.hf_config == {}
     assert model.decoder.prompt.tolist() == resolved["decoder.prompt"] and len(tok) == model.config.tgt_vocab_size
     old = asdict(model.config)
-    old["decoder"] |= {"vocab": tuple(resolved["decoder.vocab"]), "prompt": tuple(resolved["decoder.prompt"])}
-    assert resolved_fields(old) == resolved and ModelConfig.from_dict(old) == model.config
+    old["decoder"] |= {
+        "vocab": tuple(resolved["decoder.vocab"]),
+        "prompt": tuple(resolved["decoder.prompt"]),
+        "hf_config": resolved["decoder.hf_config"],
+    }
+    assert (
+        resolved_fields(old) == resolved
+        and ModelConfig.from_dict(checkpoint_config({"model_config": old})) == model.config
+    )
     section = {"decoder": {**decoder, "vocab": [5, 6], "prompt": [2]}}  # an old YAML's model section
     assert ExperimentConfig.from_dict({"model": section}).model.decoder == preset("tiny", decoder=decoder).decoder
     for name, config, extra in (("old", old, {}), ("new", asdict(model.config), {"resolved": resolved})):
@@ -428,12 +448,21 @@ def test_the_lm_tokens_of_a_ctc_head_an_old_config_held_move_to_the_bundle(tmp_p
     tgt = LMTokenizer.trimmed(str(lm_dir), ["Das Wetter ist schön."], ["<de>"])
     resolved = model.resolved
     vocab = resolved["ctc_vocab"]
-    assert vocab and model.ctc_head.vocab.tolist() == vocab and resolved == {**lm_resolved(tgt), "ctc_vocab": vocab}
+    hf = resolved["decoder.hf_config"]
+    assert vocab and model.ctc_head.vocab.tolist() == vocab
+    assert resolved == {**lm_resolved(tgt), "ctc_vocab": vocab, "decoder.hf_config": hf}
     assert "ctc_vocab" not in asdict(model.config)
     old = asdict(model.config)
     old["ctc_vocab"] = tuple(vocab)
-    old["decoder"] |= {"vocab": tuple(resolved["decoder.vocab"]), "prompt": tuple(resolved["decoder.prompt"])}
-    assert resolved_fields(old) == resolved and ModelConfig.from_dict(old) == model.config
+    old["decoder"] |= {
+        "vocab": tuple(resolved["decoder.vocab"]),
+        "prompt": tuple(resolved["decoder.prompt"]),
+        "hf_config": hf,
+    }
+    assert (
+        resolved_fields(old) == resolved
+        and ModelConfig.from_dict(checkpoint_config({"model_config": old})) == model.config
+    )
     assert "ctc_vocab" not in migrate_model_config({"ctc_vocab": [5, 6], "ctc": True})  # an old YAML's
     _checkpoint(tmp_path / "old.safetensors", old, model, tgt)
     bundle = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / "old.safetensors"))
@@ -444,3 +473,87 @@ def test_the_lm_tokens_of_a_ctc_head_an_old_config_held_move_to_the_bundle(tmp_p
     with torch.no_grad():
         a, b = (m.encode_speech(feats, lengths) for m in (model, again))
     assert torch.equal(a.x, b.x) and torch.equal(a.lengths, b.lengths)
+
+
+def test_the_complete_hf_configs_an_old_config_held_move_to_the_bundle_and_rebuild_without_the_pretrained_model(
+    tiny_data, tmp_path
+):
+    """A pretrained part's hf_config holds what the user wrote (overrides over the pretrained config); the complete
+    HF config a build derives is the bundle's `resolved` ("encoder.hf_config", "decoder.hf_config"). A checkpoint
+    written before held the complete configs in its model config: they move to `resolved`, the config keeps what a
+    user writes, and the model, rebuilt from either checkpoint without the Whisper folder, computes the same."""
+    import shutil
+
+    from speechmt.bundle import ModelBundle
+    from speechmt.data.encoder_cache import cache_key
+    from speechmt.frontend.whisper_mel import WhisperMelConfig
+    from speechmt.models.hf_whisper import hf_config_dict, load_hf_whisper
+    from speechmt.pretrained import export_model
+    from tests.models.test_whisper_asr import _mels
+    from tests.whisper_helpers import tiny_whisper_dir
+
+    tok = Tokenizer.load(tiny_data / "spm.model")
+    folder = str(tiny_whisper_dir(tmp_path / "w", d_model=32))
+    whisper = {"kind": "whisper", "name_or_path": folder, "finetune": "frozen"}
+    cfg = ModelConfig(encoder=whisper, decoder={"kind": "whisper"}, dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    complete = hf_config_dict(load_hf_whisper(folder, {}))  # the whole of Whisper's config
+    assert model.resolved == {"encoder.hf_config": complete, "decoder.hf_config": complete}  # one Whisper, shared
+    assert model.config.encoder.hf_config == model.config.decoder.hf_config == {}  # as the user wrote them
+    overrides = build_model(replace(cfg, encoder={**whisper, "hf_config": {"dropout": 0.25}}))
+    assert overrides.config.encoder.hf_config == {"dropout": 0.25}  # stays what the user wrote
+    assert overrides.resolved["encoder.hf_config"]["dropout"] == 0.25 and complete["dropout"] != 0.25
+
+    old = asdict(model.config)
+    old["encoder"]["hf_config"] = old["decoder"]["hf_config"] = complete  # as checkpoints stored them
+    assert resolved_fields(old) == model.resolved
+    assert ModelConfig.from_dict(checkpoint_config({"model_config": old})) == model.config
+    assert checkpoint_config({"model_config": old, "resolved": model.resolved}) == asdict(model.config)
+    features = {"whisper_mel": asdict(WhisperMelConfig(pad_seconds=30))}
+    _checkpoint(tmp_path / "old.safetensors", old, model, tok, features)
+    _checkpoint(tmp_path / "new.safetensors", asdict(model.config), model, tok, features, resolved=model.resolved)
+    export_model(tmp_path / "old.safetensors", tmp_path / "exported.safetensors", half=False)
+    shutil.rmtree(folder)  # the checkpoint alone rebuilds the model
+    mels, lengths = _mels()
+    tokens = torch.tensor([[50, 7, 9], [50, 11, 3], [50, 4, 4]])
+    keys = set()  # an encoder cache's key reads the built encoder (its HF module's config), as before the move
+    with torch.no_grad():
+        ref = model.encode_speech(mels, lengths)
+        ref_logits = model.decode(tokens, ref)
+        for name in ("old", "new", "exported"):
+            ckpt = load_checkpoint(tmp_path / f"{name}.safetensors")
+            bundle = ModelBundle.from_checkpoint(ckpt)
+            assert bundle.config == model.config and bundle.resolved == model.resolved
+            again = build_model(bundle.config, pretrained=False, resolved=bundle.resolved).eval()
+            again.load_state_dict(ckpt["model"])
+            assert again.resolved == model.resolved
+            enc = again.encode_speech(mels, lengths)
+            assert torch.equal(enc.x, ref.x) and torch.equal(again.decode(tokens, enc), ref_logits)
+            keys.add(cache_key(again.speech_encoder, bundle.frontend.settings)[0])
+    assert len(keys) == 1  # the same cache serves a model rebuilt from either checkpoint
+
+
+def test_a_random_inits_architecture_stays_in_an_old_config_and_is_copied_to_the_bundle(tiny_data, tmp_path):
+    """A random init (no name_or_path) of an old checkpoint keeps its hf_config in the config: it is the architecture
+    the config asks for (its complete form, as old checkpoints stored it); the bundle's `resolved` holds it too."""
+    from speechmt.bundle import ModelBundle
+    from speechmt.frontend.waveform import WaveformConfig
+    from tests.helpers import tiny_wav2vec2_fields
+
+    tok = Tokenizer.load(tiny_data / "spm.model")
+    cfg = preset("tiny", tgt_vocab_size=len(tok), encoder={"kind": "wav2vec2", "hf_config": tiny_wav2vec2_fields()})
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    complete = model.resolved["encoder.hf_config"]
+    assert model.config.encoder.hf_config == tiny_wav2vec2_fields() != complete  # what the user wrote
+    old = asdict(model.config)
+    old["encoder"]["hf_config"] = complete
+    features = {"waveform": asdict(WaveformConfig())}
+    _checkpoint(tmp_path / "old.safetensors", old, model, tok, features)
+    bundle = ModelBundle.from_checkpoint(load_checkpoint(tmp_path / "old.safetensors"))
+    assert bundle.config.encoder.hf_config == complete and bundle.resolved == {"encoder.hf_config": complete}
+    again = load_model(tmp_path / "old.safetensors").model
+    wave, lengths = torch.randn(2, 9000), torch.tensor([9000, 7000])
+    with torch.no_grad():
+        assert torch.equal(again.encode_speech(wave, lengths).x, model.encode_speech(wave, lengths).x)

@@ -220,33 +220,45 @@ def test_model_with_a_wav2vec2_encoder_saves_and_loads_offline(tiny_data, tmp_pa
     weights = saved.state_dict()
     assert set(weights) - set(own) == {"masked_spec_embed"}  # time masking is off (mask_time_prob 0)
     assert all(torch.equal(own[k], weights[k]) for k in own)
-    assert model.config.encoder.hf_config["hidden_size"] == 32 and model.config.encoder.name_or_path == str(hf_dir)
+    complete = model.resolved["encoder.hf_config"]  # the build's complete HF config: the bundle's, not the config's
+    assert complete["hidden_size"] == 32 and model.config.encoder.name_or_path == str(hf_dir)
+    assert model.config.encoder.hf_config == {} and model.resolved == {"encoder.hf_config": complete}
     waveform = feature_extractor_settings(str(hf_dir))
     assert waveform == WaveformConfig(do_normalize=False)
 
     tok = Tokenizer.load(tiny_data / "spm.model")
-    ckpt = tmp_path / "st.safetensors"
     fbank, cmvn = FbankConfig(), CMVNConfig("utterance")
-    save_checkpoint(
-        ckpt,
-        {
-            "model_config": asdict(model.config),
-            "model": model.state_dict(),
-            "tokenizers": Tokenizers(tok, tok).state_dict(),
-            "task": "st",
-            "decoder_tag": "<de>",
-            "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn), "waveform": asdict(waveform)},
-        },
-    )
+    old_config = asdict(model.config)
+    old_config["encoder"]["hf_config"] = complete  # a checkpoint from before the complete config moved to the bundle
+    for name, config, extra in (
+        ("st", asdict(model.config), {"resolved": model.resolved}),
+        ("old", old_config, {}),
+    ):
+        save_checkpoint(
+            tmp_path / f"{name}.safetensors",
+            {
+                "model_config": config,
+                "model": model.state_dict(),
+                "tokenizers": Tokenizers(tok, tok).state_dict(),
+                "task": "st",
+                "decoder_tag": "<de>",
+                "features": {"fbank": asdict(fbank), "cmvn": asdict(cmvn), "waveform": asdict(waveform)},
+                **extra,
+            },
+        )
     shutil.rmtree(hf_dir)  # the checkpoint alone rebuilds the model
-    lm = load_model(ckpt)
-    assert lm.frontend.config == waveform and lm.model.config == model.config
     wave, lengths = torch.randn(2, 9000), torch.tensor([9000, 7000])
     tokens = torch.randint(5, 60, (2, 4))
-    with torch.no_grad():
-        a, b = model.encode_speech(wave, lengths), lm.model.encode_speech(wave, lengths)
-        assert torch.equal(a.x, b.x) and torch.equal(a.lengths, b.lengths) and torch.equal(a.ctc_logits, b.ctc_logits)
-        assert torch.equal(model.decode(tokens, a), lm.model.decode(tokens, b))
+    for name in ("old", "st"):
+        lm = load_model(tmp_path / f"{name}.safetensors")
+        assert lm.frontend.config == waveform and lm.model.config == model.config
+        assert lm.model.resolved == model.resolved
+        with torch.no_grad():
+            a, b = model.encode_speech(wave, lengths), lm.model.encode_speech(wave, lengths)
+            assert torch.equal(a.x, b.x) and torch.equal(a.lengths, b.lengths)
+            assert torch.equal(a.ctc_logits, b.ctc_logits) and torch.equal(
+                model.decode(tokens, a), lm.model.decode(tokens, b)
+            )
     original = LoadedModel(model, tok, "<de>", WaveformFrontend(waveform), "st", "(memory)", torch.device("cpu"), tok)
     audio = [wave[0].numpy(), wave[1, :7000].numpy()]
     assert [r.text for r in translate(lm, audio, beam=2, max_len_b=5)] == [

@@ -154,7 +154,9 @@ def test_a_translator_on_whisper_asr_trains_only_the_projection_before_its_lm(wh
         n_heads=2,
     )
     model = build_model(cfg, transcription=SEARCH, resolved=LM_RESOLVED)
-    assert model.resolved == {**LM_RESOLVED, "encoder.asr_prompt": list(model.speech_encoder.prompt)}
+    hf = {k: model.resolved[k] for k in ("encoder.hf_config", "decoder.hf_config")}  # the complete HF configs
+    assert model.resolved == {**LM_RESOLVED, "encoder.asr_prompt": list(model.speech_encoder.prompt), **hf}
+    assert hf["encoder.hf_config"]["model_type"] == "whisper" and model.config.encoder.hf_config == {}
     assert model.config.d_model == 48
     trained = {n.split(".")[1] for n, p in model.named_parameters() if p.requires_grad}
     assert trained == {"proj"}

@@ -347,9 +347,16 @@ def test_st_through_whisper_own_search_trains_on_cached_states_and_reloads_exact
     keys = set(ckpt["model"])
     assert keys and all(k.startswith("speech_encoder.proj") or ".lora_" in k for k in keys), sorted(keys)[:5]
     encoder = ckpt["model_config"]["encoder"]
-    assert ckpt["resolved"]["encoder.asr_prompt"] == [encoder["hf_config"]["decoder_start_token_id"]]
-    assert set(ckpt["resolved"]) == {"encoder.asr_prompt", "decoder.vocab", "decoder.prompt"}
-    assert "asr_prompt" not in encoder  # what the build derived is no config field
+    hf = ckpt["resolved"]["encoder.hf_config"]  # the complete HF config the build derived: the bundle's
+    assert ckpt["resolved"]["encoder.asr_prompt"] == [hf["decoder_start_token_id"]]
+    assert set(ckpt["resolved"]) == {
+        "encoder.asr_prompt",
+        "decoder.vocab",
+        "decoder.prompt",
+        "encoder.hf_config",
+        "decoder.hf_config",
+    }
+    assert "asr_prompt" not in encoder and encoder["hf_config"] == {}  # what the build derived is no config field
     metas = [json.loads(p.read_text()) for p in (tiny_data / "encoder_cache").glob("*/meta.json")]
     assert any(m["encoder"] == "WhisperAsrEncoder" and m["frontend"]["pad_seconds"] == 30 for m in metas)
     log = [json.loads(line) for line in (save_dir / "train_log.jsonl").read_text().splitlines()]

@@ -18,7 +18,7 @@ Pretrained Models"): only the LayerNorms and the self-attention projections trai
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.frontend.waveform import WaveformConfig
-from speechmt.models.components import BuildParts, ModelConfigT, PretrainedOptions, kind_field
+from speechmt.models.components import HF_CONFIGS, BuildParts, ModelConfigT, PretrainedOptions, hf_fields, kind_field
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.finetune import lna_, lora_
 from speechmt.models.memory import enable_hf_checkpointing
@@ -55,8 +55,9 @@ class Wav2Vec2EncoderConfig(PretrainedOptions, EncoderConfig):
 
 
 def build_wav2vec2_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[Wav2Vec2Encoder, ModelConfigT]:
-    """The encoder, and `cfg` with the complete HF config in encoder.hf_config (so that a checkpoint
-    rebuilds the same architecture without the pretrained model at hand)."""
+    """The encoder, and `cfg` as it is; the complete HF config goes to `parts.resolved` ("encoder.hf_config"), so that
+    a checkpoint rebuilds the same architecture without the pretrained model at hand (from that config, which it
+    reads there)."""
     e = cfg.encoder
     options = Wav2Vec2Options(
         freeze_feature_extractor=e.freeze_feature_extractor,
@@ -67,10 +68,12 @@ def build_wav2vec2_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[Wav2Ve
         mask_time_length=e.mask_time_length,
         gradient_checkpointing=e.gradient_checkpointing,
     )
-    encoder = wav2vec2_encoder(e.name_or_path, e.hf_config, cfg.d_model, options, parts.pretrained)
+    fields = hf_fields("encoder", e, parts.resolved)
+    encoder = wav2vec2_encoder(e.name_or_path, fields, cfg.d_model, options, parts.pretrained)
     if e.finetune == "lora":  # frozen and lna are the options'
         lora_(encoder.model, cfg.lora)
-    return encoder, replace(cfg, encoder=replace(e, hf_config=encoder.model.config.to_dict()))
+    parts.resolved.setdefault(HF_CONFIGS["encoder"], encoder.model.config.to_dict())
+    return encoder, cfg
 
 
 @dataclass(frozen=True)

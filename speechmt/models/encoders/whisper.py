@@ -19,7 +19,7 @@ a frozen encoder, or the bottom layers only, with the layers above adapted (`enc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.models.components import (
+    HF_CONFIGS,
     BuildParts,
     ModelConfigT,
     PretrainedOptions,
@@ -79,7 +80,8 @@ class WhisperEncoderConfig(PretrainedOptions, EncoderConfig):
 
 def build_whisper_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[WhisperEncoder, ModelConfigT]:
     """The Whisper encoder of parts.hf_encoder with its fine-tuning mode (with frozen_layers N: applied to the
-    layers above N and the final LayerNorm only), and `cfg` with its complete HF config."""
+    layers above N and the final LayerNorm only), and `cfg` as it is; its complete HF config goes to `parts.resolved`
+    ("encoder.hf_config")."""
     e, lora = cfg.encoder, cfg.lora
     speech = whisper_encoder_from_hf(
         parts.hf_encoder, cfg.d_model, e.layerdrop, e.frozen_layers, e.gradient_checkpointing
@@ -92,7 +94,8 @@ def build_whisper_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[Whisper
         speech.model.layer_norm.requires_grad_(e.finetune in ("full", "lna"))
     else:
         set_finetuning(speech.model, e.finetune, lora)
-    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(parts.hf_encoder)))
+    parts.resolved.setdefault(HF_CONFIGS["encoder"], hf_config_dict(parts.hf_encoder))
+    return speech, cfg
 
 
 @dataclass(frozen=True)

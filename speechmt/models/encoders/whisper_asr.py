@@ -41,7 +41,7 @@ would only write it again. The decoder's search options do not apply to it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar, Protocol, Sequence
 
 import torch
@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechmt.checks import checked, field_problems, raise_problems
-from speechmt.models.components import BuildParts, ModelConfigT, PretrainedOptions, kind_field
+from speechmt.models.components import HF_CONFIGS, BuildParts, ModelConfigT, PretrainedOptions, kind_field
 from speechmt.models.decoder import TransformerDecoder
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.encoders.whisper import WhisperEncoder, hf_config_dict
@@ -152,10 +152,11 @@ class WhisperASRConfig(PretrainedOptions, EncoderConfig):
 
 def build_whisper_asr_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[WhisperAsrEncoder, ModelConfigT]:
     """Whisper transcribing (frozen), its decoder's states projected to d_model (with asr_embed lm or text: plus
-    the LM decoder's embeddings of its tokens); `cfg` with the complete HF config filled in. The search's prompt is
-    `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else made for asr_language and put there. A model of
-    several sources (`parts.resolved`'s "encoder.asr_languages": their codes, or a checkpoint's {code: token})
-    transcribes each utterance in its own language (WhisperAsrEncoder's `languages`)."""
+    the LM decoder's embeddings of its tokens), and `cfg` as it is; its complete HF config goes to `parts.resolved`
+    ("encoder.hf_config"). The search's prompt is `parts.resolved`'s "encoder.asr_prompt" (a checkpoint's), else
+    made for asr_language and put there. A model of several sources (`parts.resolved`'s "encoder.asr_languages":
+    their codes, or a checkpoint's {code: token}) transcribes each utterance in its own language
+    (WhisperAsrEncoder's `languages`)."""
     e, hf_model = cfg.encoder, parts.hf_encoder
     prompt = tuple(parts.resolved.get("encoder.asr_prompt") or whisper_asr_prompt(hf_model, e.asr_language))
     parts.resolved["encoder.asr_prompt"] = [int(i) for i in prompt]
@@ -180,7 +181,8 @@ def build_whisper_asr_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[Whi
         transcription=parts.transcription,
         languages=languages or None,
     )
-    return speech, replace(cfg, encoder=replace(e, hf_config=hf_config_dict(hf_model)))
+    parts.resolved.setdefault(HF_CONFIGS["encoder"], hf_config_dict(hf_model))
+    return speech, cfg
 
 
 @dataclass

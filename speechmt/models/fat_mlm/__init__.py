@@ -54,10 +54,11 @@ from speechmt.models.fat_mlm.transfer import DECODER_FROM_ENCODER, translator_st
 from speechmt.models.fat_mlm.whisper_fat_mlm import WhisperFatMLM, whisper_fat_mlm
 
 
-def fat_mlm(cfg, pretrained: bool = True) -> FatMLM:
+def fat_mlm(cfg, pretrained: bool = True, resolved: dict | None = None) -> FatMLM:
     """Builds FAT-MLM from a ModelConfig (conv encoder: conv_fat_mlm; whisper encoder: whisper_fat_mlm; src
     and tgt vocabularies; its options: semantic.options, FatMLMOptions fields). `pretrained`: load Whisper's
-    weights (else, a checkpoint's follow, built from the stored config)."""
+    weights (else, a checkpoint's follow, built from the stored config and `resolved`, the checkpoint bundle's: the
+    complete HF configs of the Whisper parts). The model's `resolved` holds what its build derived (those configs)."""
     o = FatMLMOptions(**cfg.semantic.options)  # checked when the config was read (SemanticConfig)
     if cfg.encoder.kind not in ("conv", "whisper"):
         raise ValueError(
@@ -65,7 +66,11 @@ def fat_mlm(cfg, pretrained: bool = True) -> FatMLM:
         )
     if cfg.src_vocab_size <= 0 or cfg.tgt_vocab_size <= 0:
         raise ValueError("bad ModelConfig: semantic fat_mlm needs src_vocab_size and tgt_vocab_size > 0")
-    return whisper_fat_mlm(cfg, o, pretrained) if cfg.encoder.kind == "whisper" else conv_fat_mlm(cfg, o)
+    if cfg.encoder.kind == "whisper":
+        return whisper_fat_mlm(cfg, o, pretrained, resolved)
+    model = conv_fat_mlm(cfg, o)
+    model.resolved = dict(resolved or {})
+    return model
 
 
 __all__ = [

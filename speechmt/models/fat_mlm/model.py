@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -122,6 +123,8 @@ class FatMLM(nn.Module):
         self.reconstruct = nn.Linear(dim, factor * frame_dim)
         self.scale = math.sqrt(dim)
         self.generator = torch.Generator().manual_seed(options.seed)
+        # what its build derived (the Whisper variant's complete HF configs; speechmt.bundle.ModelBundle.resolved)
+        self.resolved: dict[str, Any] = {}
 
     def before_update(self, step: int) -> None:
         """Reseeds the mask generator from (seed, step): the masks of an update depend on nothing else."""

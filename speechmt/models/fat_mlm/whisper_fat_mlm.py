@@ -3,8 +3,6 @@ reconstructed as themselves, in a fused stack of its own (see speechmt.models.fa
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor, nn
 
@@ -74,11 +72,14 @@ class WhisperFatMLM(FatMLM):
         return self.reconstruct(out.parts["speech"][0])[masked], states[masked]
 
 
-def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
-    """FAT-MLM on the frozen Whisper encoder of encoder.name_or_path (or encoder.hf_config). With decoder.kind
+def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool, resolved: dict | None = None) -> WhisperFatMLM:
+    """FAT-MLM on the frozen Whisper encoder of encoder.name_or_path (or encoder.hf_config; `resolved`'s complete HF
+    configs, a checkpoint's, where it holds them: speechmt.models.components.HF_CONFIGS). With decoder.kind
     whisper the model takes the Whisper decoder's dimensions and vocabulary (translator.whisper_decoder_config),
     its target text ids are those below <|endoftext|> and, `pretrained`, its target embedding starts as the
-    Whisper decoder's token embedding (the same load as the encoder's when they name the same model)."""
+    Whisper decoder's token embedding (the same load as the encoder's when they name the same model). The model's
+    `resolved` holds `resolved` with the complete HF configs this build derived."""
+    from speechmt.models.components import HF_CONFIGS
     from speechmt.models.encoders.whisper import hf_config_dict, whisper_encoder_from_hf
     from speechmt.models.finetune import set_finetuning
     from speechmt.models.hf_whisper import whisper_decoder_config, whisper_models
@@ -91,19 +92,21 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
     ]
     if any(problems):
         raise ValueError(f"bad ModelConfig: semantic fat_mlm {next(p for p in problems if p)}")
-    hf_enc, hf_dec = whisper_models(cfg, pretrained)
+    resolved = dict(resolved or {})
+    hf_enc, hf_dec = whisper_models(cfg, pretrained, resolved)
     tgt_text_ids = None
     if hf_dec is not None:
         cfg = whisper_decoder_config(cfg, hf_dec)
+        resolved.setdefault(HF_CONFIGS["decoder"], hf_config_dict(hf_dec))
         tgt_text_ids = (0, int(hf_dec.config.eos_token_id))  # Whisper's text ids lie below <|endoftext|>
     speech = whisper_encoder_from_hf(hf_enc, cfg.d_model, cfg.encoder.layerdrop)
-    cfg = replace(cfg, encoder=replace(cfg.encoder, hf_config=hf_config_dict(hf_enc)))
+    resolved.setdefault(HF_CONFIGS["encoder"], hf_config_dict(hf_enc))
     set_finetuning(speech.model, "frozen")
     tgt = embedding(cfg.tgt_vocab_size, cfg.d_model, cfg.pad_id)
     if hf_dec is not None and pretrained:
         with torch.no_grad():
             tgt.weight.copy_(hf_dec.model.decoder.embed_tokens.weight)
-    return WhisperFatMLM(
+    model = WhisperFatMLM(
         cfg,
         speech,
         config_stack(cfg, o.layers, o.init == "identity"),
@@ -112,3 +115,5 @@ def whisper_fat_mlm(cfg, o: FatMLMOptions, pretrained: bool) -> WhisperFatMLM:
         o,
         tgt_text_ids,
     )
+    model.resolved = resolved
+    return model
