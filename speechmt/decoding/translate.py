@@ -293,7 +293,7 @@ def encode_heard(
     x, lengths = collate_sequences(inputs)
     x, lengths = _to_model(lm, x), lengths.to(lm.device)
     if lm.speech_examples:
-        return heard_with_examples(lm, x, lengths, _languages(lm, languages, len(inputs)))
+        return encode_with_examples(lm, x, lengths, _languages(lm, languages, len(inputs)))
     encoder = lm.model.speech_encoder
     if getattr(encoder, "languages", None):  # its search's prompt is each row's language: the states first
         states, state_lengths, _, spoken = encoder.heard(x, lengths, languages=_languages(lm, languages, len(inputs)))
@@ -309,19 +309,13 @@ def _languages(lm: LoadedModel, languages: Languages, rows: int) -> list[str | N
 
 def encode_with_examples(
     lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor, languages: Languages = None
-) -> EncoderOutput:
+) -> tuple[EncoderOutput, list[str]]:
     """Speech read after retrieved examples: Whisper's search (a whisper_asr encoder) gives each utterance's
     states and transcript; the transcript finds the `lm.examples` nearest pairs of `lm.memory` (BM25), whose
     few-shot text the decoder reads before the speech's vectors; without `lm.memory`, the memory the model names
-    (decoder.memory) is loaded on first use. CheckpointError or ManifestError (one line) without a memory or
-    without a transcript to search by. `languages`: each row's source language (`encode_heard`)."""
-    return heard_with_examples(lm, x, lengths, languages)[0]
-
-
-def heard_with_examples(
-    lm: LoadedModel, x: torch.Tensor, lengths: torch.Tensor, languages: Languages = None
-) -> tuple[EncoderOutput, list[str]]:
-    """`encode_with_examples`' output and the language each row was transcribed in (`encode_heard`)."""
+    (decoder.memory) is loaded on first use. Returns that encoder output and the language each row was transcribed
+    in (`languages`: each row's source language, as `encode_heard`'s). CheckpointError or ManifestError (one line)
+    without a memory or without a transcript to search by."""
     encoder = lm.model.speech_encoder
     if not hasattr(encoder, "search"):
         raise CheckpointError(
