@@ -117,6 +117,10 @@ def test_the_multilingual_model_is_bundled_by_name_with_its_eight_directions(cap
     assert all(".lora_" in k or k.startswith("speech_encoder.proj.") for k in state["model"])
     assert sum(v.numel() for v in state["model"].values()) == 4_125_312  # the default's shape
     assert set(state["resolved"]["encoder.asr_languages"]) == {"en", "de", "fr", "es", "it"}
+    # the hand-over is Whisper's beam-5 transcript as Gemma's own text, the state projection at zero
+    encoder = state["model_config"]["encoder"]
+    assert (encoder["asr_embed"], encoder["asr_beam"]) == ("text", 5)
+    assert all(float(v.abs().max()) == 0.0 for k, v in state["model"].items() if k.startswith("speech_encoder.proj."))
     lm = load_model("multilingual", tgt_lang="fr")
     assert tuple(lm.directions) == MULTILINGUAL and lm.tag == "<fr>"
     clip = sorted(_recorded_multilingual()["fr"])[0]
