@@ -75,6 +75,11 @@ class LoadedModel:
         prompt = self.source_tokenizer.decode(self.model.decoder.prompt.tolist(), strip_tags=False)
         return prompt.strip().rstrip(":"), language_name(self.tag)
 
+    def sources(self) -> tuple[str, ...]:
+        """The source languages of the directions into the target this model writes (its `tag`): those a clip
+        whose language is not given may be heard in (empty: any its encoder transcribes)."""
+        return tuple(d.split("-")[0] for d, tag in self.directions.items() if tag == self.tag)
+
     def transcript_text(self, ids: list[int]) -> str:
         """The speech encoder's own transcript ids -> text (its transcript_tokenizer, loaded on first use)."""
         if self._transcript_tokenizer is None:
@@ -296,7 +301,8 @@ def encode_heard(
         return encode_with_examples(lm, x, lengths, _languages(lm, languages, len(inputs)))
     encoder = lm.model.speech_encoder
     if getattr(encoder, "languages", None):  # its search's prompt is each row's language: the states first
-        states, state_lengths, _, spoken = encoder.heard(x, lengths, languages=_languages(lm, languages, len(inputs)))
+        given = _languages(lm, languages, len(inputs))
+        states, state_lengths, _, spoken = encoder.heard(x, lengths, languages=given, among=lm.sources())
         return lm.model.encode_speech(states, state_lengths, precomputed=True), spoken
     return lm.model.encode_speech(x, lengths), [""] * len(inputs)
 
@@ -324,7 +330,7 @@ def encode_with_examples(
         )
     if lm.memory is None:
         with_memory(lm, None)  # the memory the model names, or one line asking for one
-    states, state_lengths, ids, spoken = encoder.heard(x, lengths, languages=languages)
+    states, state_lengths, ids, spoken = encoder.heard(x, lengths, languages=languages, among=lm.sources())
     out = lm.model.encode_speech(states, state_lengths, precomputed=True)
     found = lm.memory.search([lm.transcript_text(i) for i in ids], lm.examples)
     prefixes = example_prefixes(
@@ -372,7 +378,7 @@ def decode_heard(
     if lm.whisper_transcript:
         x, lengths = collate_sequences(inputs)
         encoder, given = lm.model.speech_encoder, _languages(lm, languages, len(inputs))
-        ids, spoken = encoder.heard_transcripts(_to_model(lm, x), lengths.to(lm.device), given)
+        ids, spoken = encoder.heard_transcripts(_to_model(lm, x), lengths.to(lm.device), given, lm.sources())
         return [[lm.tokenizer.decode(i)] for i in ids], [len(i) for i in ids], spoken
     enc, spoken = encode_heard(lm, inputs, languages)
     return (*decode_encoded(lm, enc, options), spoken)

@@ -113,6 +113,9 @@ def test_an_utterance_without_a_language_is_transcribed_in_the_one_whisper_detec
             hf, 48, several.prompt, transcription=SEARCH, languages=dict(zip(sources, tokens))
         ).eval()
         assert fewer.heard(mels, lengths)[3] == [sources[i] for i in logits[:, 0, tokens].argmax(-1).tolist()]
+        # or the encoder's own, narrowed per call to the sources of the directions into one target
+        assert several.heard(mels, lengths, among=sources)[3] == fewer.heard(mels, lengths)[3]
+        assert several.heard_transcripts(mels, lengths, among=sources)[1] == fewer.heard(mels, lengths)[3]
     memory, memory_lengths = several.encoder.states(mels, lengths)
     torch.testing.assert_close(
         language_logits(several, memory, memory_lengths, torch.tensor(list(several.languages.values()))),

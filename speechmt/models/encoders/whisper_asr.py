@@ -344,15 +344,21 @@ class WhisperAsrEncoder(nn.Module):
 
     @torch.no_grad()
     def heard(
-        self, mels: Tensor, lengths: Tensor, record: Record | None = None, languages: Languages = None
+        self,
+        mels: Tensor,
+        lengths: Tensor,
+        record: Record | None = None,
+        languages: Languages = None,
+        among: Sequence[str] = (),
     ) -> tuple[Tensor, Tensor, list[list[int]], list[str]]:
         """`search`'s states, their lengths and the transcripts, and the language each row was transcribed in. With
         several source languages (`languages` of the encoder) each row's own: `languages`' code for it, or where that
-        is None or "" (or `languages` is None) the one Whisper detects among the encoder's (`language_prompts`); with
-        one source every row is transcribed from `prompt` and its language is "" (the given ones are not read)."""
+        is None or "" (or `languages` is None) the one Whisper detects among `among` (empty: the encoder's;
+        `language_prompts`); with one source every row is transcribed from `prompt` and its language is "" (the
+        given ones are not read)."""
         memory, memory_lengths = self._memory(mels, lengths)
         note(record, "whisper.out", memory, memory_lengths)
-        prompts, spoken = self.language_prompts(memory, memory_lengths, languages)
+        prompts, spoken = self.language_prompts(memory, memory_lengths, languages, among)
         found = self._search().transcript(self, memory, memory_lengths, prompts)
         if self._text is not None:
             x, token_lengths = self.retokenized(found.ids, found.states)
@@ -371,22 +377,23 @@ class WhisperAsrEncoder(nn.Module):
 
     @torch.no_grad()
     def heard_transcripts(
-        self, mels: Tensor, lengths: Tensor, languages: Languages = None
+        self, mels: Tensor, lengths: Tensor, languages: Languages = None, among: Sequence[str] = ()
     ) -> tuple[list[list[int]], list[str]]:
         """`transcripts` and the language each row was transcribed in (as `heard`'s)."""
         memory, memory_lengths = self._memory(mels, lengths)
-        prompts, spoken = self.language_prompts(memory, memory_lengths, languages)
+        prompts, spoken = self.language_prompts(memory, memory_lengths, languages, among)
         return self._search().tokens(self, memory, memory_lengths, prompts), spoken
 
     def language_prompts(
-        self, memory: Tensor, memory_lengths: Tensor, languages: Languages = None
+        self, memory: Tensor, memory_lengths: Tensor, languages: Languages = None, among: Sequence[str] = ()
     ) -> tuple[Tensor | None, list[str]]:
         """Whisper's encoder states (B, S, H), their lengths (B,) and each row's source language (None, or a row's
         None or "": not given) -> each row's prompt (B, P), `prompt` with its language token (the second) that of
         the row's language, and those languages; a row not given one is heard in the language Whisper detects
-        among the encoder's `languages` (openai/whisper's detect_language: speechmt.decoding.transcribe). With one
-        source: (None, "" per row), every row transcribed from `prompt`. A one-line ValueError for a language the
-        encoder does not transcribe."""
+        (openai/whisper's detect_language: speechmt.decoding.transcribe) among `among` (the sources of the
+        directions into the target being written; empty: all the encoder's `languages`). With one source: (None,
+        "" per row), every row transcribed from `prompt`. A one-line ValueError for a language the encoder does
+        not transcribe."""
         rows = memory.size(0)
         if not self.languages:
             return None, [""] * rows
@@ -400,8 +407,8 @@ class WhisperAsrEncoder(nn.Module):
             )
         missing = [row for row, g in enumerate(given) if not g]
         if missing:
-            codes = list(self.languages)
-            tokens = torch.tensor(list(self.languages.values()), device=memory.device)
+            codes = [code for code in self.languages if code in among] or list(self.languages)
+            tokens = torch.tensor([self.languages[c] for c in codes], device=memory.device)
             index = self._search().detect(self, memory[missing], memory_lengths[missing], tokens).tolist()
             for row, i in zip(missing, index):
                 given[row] = codes[i]
