@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from speechmt.decoding.translate import LoadedModel
+from speechmt.decoding.translate import LoadedModel, in_direction
 from speechmt.serve.config import ServeConfig
 
 TASK_NAMES = {"st": "translate", "asr": "transcribe"}  # verbose_json's "task", as OpenAI names them
@@ -101,13 +101,14 @@ class ServedModel:
         )
 
     def model(self, task: str, direction: str | None = None) -> LoadedModel:
-        """The model of `task` writing `direction` (None: as loaded): the same weights, that direction's tag."""
+        """The model of `task` writing `direction` (None: as loaded): the same weights, that direction's tag and
+        its source language (speechmt.decoding.translate.in_direction: the speech heard in it)."""
         lm = self.tasks[task]
-        if direction is None or lm.directions.get(direction, lm.tag) == lm.tag:
+        if direction is None or direction not in lm.directions:
             return lm
         key = (task, direction)
         if key not in self._in_direction:
-            self._in_direction[key] = dataclasses.replace(lm, tag=lm.directions[direction])
+            self._in_direction[key] = in_direction(lm, *_split(direction))
         return self._in_direction[key]
 
     def output_language(self, task: str, direction: str | None = None) -> str | None:

@@ -108,7 +108,11 @@ def test_languages_that_fit_several_directions(multi_lm):
     assert served.direction("st", target="de") == "en-de"  # the default fits
     assert served.direction("st", source="fr", target="de") == "fr-de"
     assert served.direction("st", target="en") == "fr-en"
-    assert served.model("st", "fr-de") is lm and served.model("st", "fr-en").tag == "<en>"
+    # the direction's tag and its source (what a whisper_asr model of several sources transcribes in), one
+    # copy per direction over the same weights
+    fr_de, fr_en = served.model("st", "fr-de"), served.model("st", "fr-en")
+    assert (fr_de.tag, fr_de.src_lang, fr_en.tag, fr_en.src_lang) == ("<de>", "fr", "<en>", "fr")
+    assert fr_de.model is lm.model and served.model("st", "fr-de") is fr_de and served.model("st") is lm
     with pytest.raises(DirectionError, match="several directions fit") as several:
         served.direction("st", source="fr")  # fr-de or fr-en: different tags
     assert several.value.param == "target_language"
