@@ -25,7 +25,8 @@ from torch import Tensor
 from speechmt.decoding.base import Hypothesis, LogitFilter
 from speechmt.decoding.filters import SuppressAtBegin, SuppressTokens
 from speechmt.models.decoder import DecoderCache
-from speechmt.models.encoders.whisper_asr import Transcript, WhisperAsrEncoder
+from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
+from speechmt.models.encoders.whisper_transcript import Transcript, begin_suppressed
 from speechmt.sequence import lengths_to_padding_mask
 
 __all__ = [
@@ -73,7 +74,7 @@ SEARCH = WhisperSearch()
 def logit_filters(asr: WhisperAsrEncoder, vocab: int) -> list[LogitFilter]:
     """What the search never writes, over a vocabulary of `vocab`: ids above <|endoftext|>; first, its
     `begin_suppressed` ids (<|endoftext|> and a lone space)."""
-    return [SuppressTokens(range(asr.eos_id + 1, vocab)), SuppressAtBegin(asr.begin_suppressed(vocab))]
+    return [SuppressTokens(range(asr.eos_id + 1, vocab)), SuppressAtBegin(begin_suppressed(asr, vocab))]
 
 
 def _logits(asr: WhisperAsrEncoder, h: Tensor, tokens: Tensor) -> Tensor:

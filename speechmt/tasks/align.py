@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from speechmt.checks import checked, field_problems, raise_problems
 from speechmt.evaluation.alignment import AlignmentError, ctc_forced_align
 from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
+from speechmt.models.encoders.whisper_transcript import unit_targets
 from speechmt.models.shrink import CTCShrink, ctc_segments
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.losses import strip_specials
@@ -248,7 +249,7 @@ def asr_token_pairs(encoder: WhisperAsrEncoder, batch, enc, cfg: AlignConfig) ->
             f"train.align.layer {cfg.layer}: a whisper_asr encoder's tokens are Whisper's pieces, which "
             f"meet the LM's embeddings of their text at layer 0 only"
         )
-    text = encoder.unit_targets(*batch_states(encoder, batch))
+    text = unit_targets(encoder, *batch_states(encoder, batch))
     if text.shape != enc.x.shape:
         raise ValueError(
             "train.align on a whisper_asr encoder pairs the projection's vectors, one per transcript "

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from speechmt.evaluation.geometry import iterative_normalize, procrustes
+from speechmt.models.encoders.whisper_transcript import token_pairs
 from speechmt.sequence import lengths_to_padding_mask
 from speechmt.tasks.align import batch_states, compact, span_weights, token_spans, transcript_units
 
@@ -129,7 +130,7 @@ def asr_pairs(encoder: nn.Module, batches: Iterable, table) -> tuple[np.ndarray,
     PieceEmbeddings)."""
     xs, ys = [], []
     for batch in batches:
-        x, y = encoder.token_pairs(*batch_states(encoder, batch), table)
+        x, y = token_pairs(encoder, *batch_states(encoder, batch), table)
         xs.append(x.float().cpu().numpy())
         ys.append(y.float().cpu().numpy())
     return np.concatenate(xs), np.concatenate(ys)

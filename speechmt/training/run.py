@@ -25,6 +25,7 @@ from speechmt.models.build import build, translator_weights
 from speechmt.models.config import ModelConfig
 from speechmt.models.ctc_head import RESOLVED as CTC_RESOLVED
 from speechmt.models.delta import base_reference
+from speechmt.models.encoders.whisper_transcript import set_targets
 from speechmt.models.migrate import checkpoint_resolved
 from speechmt.tasks import TaskData, stages_of
 from speechmt.tasks.schedule import all_tasks
@@ -191,7 +192,7 @@ def run_training(cfg: ExperimentConfig, resume: bool = True) -> TrainState:
     if cfg.model.encoder.transcribes and (aligns or fits):
         table = whisper_asr_table(model, cfg.model.encoder.name_or_path, cfg.model.decoder.name_or_path)
     if table is not None and aligns:
-        model.speech_encoder.set_targets(table)  # the align objective's text side
+        set_targets(model.speech_encoder, table)  # the align objective's text side
     if fits:
         procrustes_at_start(cfg, model, data, objective_settings_for(cfg, toks), pad_id, device, table)
     valid_decoder = dev_decoder(cfg, toks, frontend, device) if cfg.train.valid_decode else None

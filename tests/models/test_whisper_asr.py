@@ -221,7 +221,7 @@ def test_each_whisper_piece_maps_to_the_lm_tokens_of_its_text(whisper_dir, lm_di
 
 @torch.no_grad()
 def test_soft_tokens_are_whisper_own_distribution_over_each_token_times_the_lm_piece_embeddings(soft):
-    from speechmt.models.encoders.whisper_asr import TOP_K
+    from speechmt.models.encoders.whisper_handover import TOP_K
 
     asr = soft.speech_encoder
     mels, lengths = _mels()

@@ -11,6 +11,7 @@ from speechmt.decoding.transcribe import SEARCH
 from speechmt.models.build import build_model
 from speechmt.models.config import ModelConfig, preset
 from speechmt.models.encoders import EncoderOutput
+from speechmt.models.encoders.whisper_transcript import set_targets, unit_targets
 from speechmt.tasks.align import (
     AlignConfig,
     frame_positions,
@@ -226,9 +227,9 @@ def test_whisper_asr_tokens_pair_with_the_lm_embeddings_of_their_text(asr_model)
     asr, settings = model.speech_encoder, ObjectiveSettings(align=AlignConfig())
     batch, ids = asr_batch(model)
     with pytest.raises(ValueError, match="no table of the LM's embeddings"):
-        asr.unit_targets(batch.feats, batch.feat_lengths)
-    asr.set_targets(table)
-    targets = asr.unit_targets(batch.feats, batch.feat_lengths)  # the search's own tokens, padded zero
+        unit_targets(asr, batch.feats, batch.feat_lengths)
+    set_targets(asr, table)
+    targets = unit_targets(asr, batch.feats, batch.feat_lengths)  # the search's own tokens, padded zero
     assert targets.shape == (3, max(len(i) for i in ids), 48)
     for row, tokens in enumerate(ids):
         torch.testing.assert_close(targets[row, : len(tokens)], table(torch.tensor(tokens)))
@@ -262,12 +263,12 @@ def test_whisper_asr_alignment_is_one_clear_error_where_it_does_not_apply(asr_mo
         resolved=model.resolved,
     )
     with pytest.raises(ValueError, match="with asr_embed lm the LM reads those embeddings already"):
-        soft.speech_encoder.set_targets(table)
+        set_targets(soft.speech_encoder, table)
     asr = model.speech_encoder
     asr.beam = 2
     try:
         with pytest.raises(ValueError, match="asr_beam is 2: set it to 1"):
-            asr.unit_targets(batch.feats, batch.feat_lengths)
+            unit_targets(asr, batch.feats, batch.feat_lengths)
     finally:
         asr.beam = 1
 

@@ -2,9 +2,11 @@
 transcribes the utterance with its own search (speechmt.decoding.transcribe), and its decoder's hidden states at the
 transcript's tokens, handed over (the bridge), are what the model's decoder (the LM) reads: the "searchable hidden
 intermediates" of Dalmia et al., NAACL 2021 (ESPnet's multi-decoder ST), here with a pretrained Whisper as the ASR
-sub-net. This module holds the ASR's parts and the bridge (the projection, the hand-overs, the cache layout); the
-search is given to the encoder when the model is built (speechmt.models.build.build_model's `transcription`); the
-hand-over tables are speechmt.models.encoders.whisper_handover.
+sub-net. This module holds the ASR's parts and the bridge (the projection, the cache layout); the search is given
+to the encoder when the model is built (speechmt.models.build.build_model's `transcription`); the hand-overs and
+their tables are speechmt.models.encoders.whisper_handover; the search's interface, the tokens it never writes and
+the transcript's tokens read back for the align objective and train.init_procrustes are
+speechmt.models.encoders.whisper_transcript.
 
 Whisper (encoder and decoder, frozen) transcribes the utterance greedily from its own padded input (the wave
 zero-padded to 30 s, 3000 mel frames, Whisper's window, or to at least MIN_PAD_SECONDS: data.whisper_pad_seconds;
@@ -42,7 +44,7 @@ would only write it again. The decoder's search options do not apply to it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, Sequence
+from typing import ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +55,14 @@ from speechmt.models.components import HF_CONFIGS, BuildParts, ModelConfigT, Pre
 from speechmt.models.decoder import TransformerDecoder
 from speechmt.models.encoders.base import EncoderConfig, EncoderOutput, Record, note
 from speechmt.models.encoders.whisper import WhisperEncoder, hf_config_dict
-from speechmt.models.encoders.whisper_handover import PieceEmbeddings, TranscriptTokens, pack_ids, unpack_ids
+from speechmt.models.encoders.whisper_handover import (
+    PieceEmbeddings,
+    TranscriptTokens,
+    retokenized,
+    soft_tokens,
+    unpack_ids,
+)
+from speechmt.models.encoders.whisper_transcript import TranscriptionSearch
 from speechmt.models.hf_whisper import (
     whisper_asr_prompt,
     whisper_decoder_from_hf,
@@ -76,9 +85,6 @@ MIN_PAD_SECONDS = 10
 
 MAX_TOKENS = 160
 """Transcript tokens searched at most per utterance (a 30 s window holds about 100 English tokens)."""
-
-TOP_K = 16
-"""Candidates per token in embed "lm"'s soft embeddings."""
 
 EMBED_KEYS = ("states", "lm", "text")
 """Each cache layout's code in the cache key (`states_part`): append, never reorder (older caches keep theirs).
@@ -185,37 +191,6 @@ def build_whisper_asr_encoder(cfg: ModelConfigT, parts: BuildParts) -> tuple[Whi
     return speech, cfg
 
 
-@dataclass
-class Transcript:
-    """One batch's transcripts, as the ASR's search finds them: `ids` each row's text token ids (below eos_id, at
-    least one), `states` (B, U, H) Whisper's decoder state after each token, padded positions zero, `lengths` (B,)
-    and `first` (B, H) the prompt's last state (the one that predicted the first token)."""
-
-    ids: list[list[int]]
-    states: Tensor
-    lengths: Tensor
-    first: Tensor
-
-
-class TranscriptionSearch(Protocol):
-    """The ASR's search (speechmt.decoding.transcribe.SEARCH), which the encoder receives when it is built: Whisper's
-    encoder states memory (B, S, H) and their lengths (B,) -> what the encoder's parts transcribe."""
-
-    def transcript(
-        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
-    ) -> Transcript:
-        """The transcripts and their states, by the encoder's configured search (greedy, or a beam of `asr.beam`),
-        each row from its own prompt `prompts` (B, P) (None: `asr.prompt`)."""
-
-    def tokens(
-        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
-    ) -> list[list[int]]:
-        """The transcripts' ids alone (a beam's states are not computed)."""
-
-    def detect(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
-        """The language each row is heard in: an index (B,) into the language tokens `languages` (L,)."""
-
-
 class WhisperAsrEncoder(nn.Module):
     """The ASR and the bridge of the whisper_asr cascade: mels (B, 3000, n_mels) -> Whisper's transcript, found by
     `transcription` (speechmt.decoding.transcribe) -> its decoder states (B, U, H) -> the hand-over to the decoder,
@@ -256,7 +231,7 @@ class WhisperAsrEncoder(nn.Module):
         if state != "after" and (pieces is not None or text is not None):
             raise ValueError(f"the whisper_asr state {state!r} is for embed states only")
         self.state = state
-        self._targets: tuple[PieceEmbeddings, ...] = ()  # set_targets: the align objective's table
+        self._targets: tuple[PieceEmbeddings, ...] = ()  # whisper_transcript.set_targets: the align objective's table
         if beam < 1:
             raise ValueError(f"the whisper_asr search's beam must be at least 1, got {beam}")
         if pieces is not None and text is not None:
@@ -361,7 +336,7 @@ class WhisperAsrEncoder(nn.Module):
         prompts, spoken = self.language_prompts(memory, memory_lengths, languages, among)
         found = self._search().transcript(self, memory, memory_lengths, prompts)
         if self._text is not None:
-            x, token_lengths = self.retokenized(found.ids, found.states)
+            x, token_lengths = retokenized(self, found.ids, found.states)
         else:
             x, token_lengths = torch.cat([found.first[:, None], found.states], dim=1), found.lengths + 1
         note(record, "asr", x, token_lengths)
@@ -426,58 +401,6 @@ class WhisperAsrEncoder(nn.Module):
             )
         return self.transcription
 
-    @torch.no_grad()
-    def token_pairs(self, states: Tensor, lengths: Tensor, table: "PieceEmbeddings") -> tuple[Tensor, Tensor]:
-        """Pairs for fitting the projection (train.init_procrustes; embed "states" only): `states`' output (B, 1 + U,
-        H), cached or live, lengths (B,), `table` the LM's embeddings of Whisper's pieces -> each transcript token's
-        projection input (its normalised state, `state`'s choice, as `project` reads it) (P, H or 2H) and the LM's
-        input embedding of the token's text (P, D), P the transcripts' tokens in all, in order. The token is the
-        search's own (`read_tokens`)."""
-        if self.embed != "states":
-            raise ValueError(
-                f"train.init_procrustes fits a whisper_asr projection with asr_embed states only (with "
-                f"{self.embed} the LM reads the transcript's embeddings already; the projection "
-                f"starts at zero)"
-            )
-        inputs, _ = self.projected_states(states, lengths)
-        tokens, pad = self.read_tokens(states, lengths)
-        return inputs[~pad], table(tokens[~pad])
-
-    def read_tokens(self, states: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """`states`' output (B, 1 + U, H) (embed "states"), lengths (B,) -> each transcript token's id (B, U), the
-        one Whisper's output layer picks at the state before it: the greedy search's own token (ties that a cache's
-        float16 rounding breaks the other way aside), padded positions 0; and the padding mask (B, U)."""
-        if self.beam > 1:
-            raise ValueError(
-                f"a whisper_asr encoder's tokens are read off the state before each, which is the greedy "
-                f"search's token; encoder.asr_beam is {self.beam}: set it to 1"
-            )
-        logits = self._token_logits(states[:, :-1])
-        pad = lengths_to_padding_mask(lengths - 1, logits.size(1))
-        return logits.argmax(-1).masked_fill(pad, 0), pad
-
-    def set_targets(self, table: "PieceEmbeddings") -> None:
-        """Gives embed "states" the LM's embeddings of Whisper's pieces (`table`), which `unit_targets` reads: built
-        only for the align objective (4 s of tokenizing), so not when a model is built."""
-        if self.embed != "states":
-            raise ValueError(
-                f"train.align pulls a whisper_asr encoder's projected states (asr_embed states) to "
-                f"the LM's embeddings of their tokens; with asr_embed {self.embed} the LM reads those "
-                f"embeddings already"
-            )
-        self._targets = (table,)
-
-    @torch.no_grad()
-    def unit_targets(self, states: Tensor, lengths: Tensor) -> Tensor:
-        """`states`' output (B, 1 + U, H) (embed "states"), lengths (B,) -> the LM's input embedding of each
-        transcript token's text (B, U, D), padded positions zero: the align objective's text side. The token is the
-        one Whisper's output layer picks at the state before it: the greedy search's own token (ties that the
-        cache's float16 rounding breaks the other way aside)."""
-        if not self._targets:
-            raise ValueError("the whisper_asr encoder has no table of the LM's embeddings (set_targets)")
-        tokens, pad = self.read_tokens(states, lengths)
-        return self._targets[0](tokens).masked_fill(pad[..., None], 0.0)
-
     def _memory(self, mels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """mels (B, T, n_mels), lengths (B,) -> Whisper's encoder states (B, S, H) and their lengths (B,); a
         one-line ValueError for input longer than Whisper's window or padded less than MIN_PAD_SECONDS."""
@@ -491,51 +414,6 @@ class WhisperAsrEncoder(nn.Module):
             )
         return self.encoder.states(mels, lengths)
 
-    def retokenized(self, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
-        """Whisper's transcripts (ids per row) and their states (B, U, H) -> per LM token of each re-tokenised
-        transcript the state of the piece completing it and the token's packed id (B, U', H + 2), padded rows
-        zero, and lengths (B,)."""
-        rows = [self._text[0](i) for i in ids]
-        lengths = torch.tensor([len(lm_ids) for lm_ids, _ in rows], device=states.device)
-        out = states.new_zeros(len(rows), int(lengths.max()), states.size(-1) + 2)
-        for row, (lm_ids, pos) in enumerate(rows):
-            out[row, : len(pos), :-2] = states[row, torch.tensor(pos, device=states.device)]
-            out[row, : len(pos), -2:] = pack_ids(torch.tensor(lm_ids, device=states.device))
-        return out, lengths
-
-    def begin_suppressed(self, vocab: int) -> list[int]:
-        """What Whisper never writes first, over a vocabulary of `vocab`: <|endoftext|> and a lone space (whisper's
-        SuppressBlank; every id above <|endoftext|> is never written at all)."""
-        return [self.eos_id, *_space_ids(vocab, self.eos_id)]
-
-    def allowed(self, logits: Tensor, first: Tensor | bool) -> Tensor:
-        """logits (..., V) with what the search never writes banned (speechmt.decoding.transcribe.logit_filters):
-        ids above <|endoftext|>, and at a first step (`first`: bool, or (...,) bool) `begin_suppressed`."""
-        logits = logits.clone()
-        logits[..., self.eos_id + 1 :] = float("-inf")
-        banned = self.begin_suppressed(logits.size(-1))
-        first = torch.as_tensor(first, device=logits.device)
-        logits[..., banned] = logits[..., banned].masked_fill(first[..., None], float("-inf"))
-        return logits
-
-    def _token_logits(self, before: Tensor) -> Tensor:
-        """The states before each transcript token (B, U, H) -> Whisper's logits for that token (B, U, V) in float32,
-        what the search never writes and <|endoftext|> banned (a transcript token is never it)."""
-        first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
-        first[:, 0] = True
-        # contiguous: a sliced 3-D input makes nn.Linear expand the (V, H) weight to every row instead of folding
-        logits = self.allowed(self.decoder.output(before.contiguous()).float(), first)
-        logits[..., self.eos_id] = float("-inf")
-        return logits
-
-    def soft_tokens(self, before: Tensor) -> Tensor:
-        """The states before each transcript token (B, U, H) -> the LM's soft embeddings of those tokens (B, U, D):
-        Whisper's distribution over the token (top TOP_K, renormalised; <|endoftext|> excluded) times each
-        candidate piece's LM embedding."""
-        top, ids = self._token_logits(before).topk(min(TOP_K, self.eos_id), dim=-1)  # (B, U, K)
-        vectors = self._pieces[0](ids)  # (B, U, K, D)
-        return (top.softmax(-1)[..., None].to(vectors.dtype) * vectors).sum(-2)
-
     def project(self, states: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """`states`' output (B, 1 + U, H) -> each token's state (`projected_states`: `state`'s choice) normalised
         (zero mean, unit variance; no gains: Whisper's final LayerNorm leaves its states ~290 long, a Gemma input
@@ -544,7 +422,7 @@ class WhisperAsrEncoder(nn.Module):
         (B, U', H + 2)): each LM token's input embedding plus the projection of its state."""
         if self._pieces is not None:
             before, states, lengths = states[:, :-1], states[:, 1:], lengths - 1
-            x = self.soft_tokens(before) + self.proj(F.layer_norm(states, states.shape[-1:]))
+            x = soft_tokens(self, before) + self.proj(F.layer_norm(states, states.shape[-1:]))
         elif self._text is not None:
             ids, states = unpack_ids(states[..., -2:]), states[..., :-2]
             x = self.proj(F.layer_norm(states, states.shape[-1:]))  # padded rows: id 0, zeroed below
@@ -567,11 +445,6 @@ class WhisperAsrEncoder(nn.Module):
     def forward(self, mels: Tensor, lengths: Tensor, record: Record | None = None) -> EncoderOutput:
         """mels (B, T, n_mels) padded to at least MIN_PAD_SECONDS each, T <= 3000, lengths (B,) -> EncoderOutput(x (B, U, D), lengths)."""
         return self.project(*self.states(mels, lengths, record), record)
-
-
-def _space_ids(vocab: int, eos_id: int) -> list[int]:
-    """Whisper's lone-space token (220 in its GPT-2 byte-level vocabulary), where the vocabulary has it."""
-    return [220] if 220 < min(vocab, eos_id) else []
 
 
 def whisper_asr_encoder_from_hf(

@@ -1,18 +1,27 @@
 """What Whisper's transcript becomes for a language-model decoder in the whisper_asr cascade (ASR -> bridge -> LM;
-speechmt.models.encoders.whisper_asr): the bridge's hand-over tables. Embed "lm": each Whisper piece as the mean of
-the LM's input embeddings of its text's tokens (`PieceEmbeddings`, built by `whisper_lm_pieces`); embed "text": the
-transcript re-tokenised as the LM reads source text, each LM token with the Whisper piece that completes it
-(`TranscriptTokens`, on GPT-2's byte-level alphabet: `piece_bytes`), its id packed beside the states in the encoder
-cache (`pack_ids`, `unpack_ids`).
+speechmt.models.encoders.whisper_asr): the bridge's hand-overs and their tables. Embed "lm": each transcript token as
+Whisper's distribution over it times each candidate piece's embedding (`soft_tokens`), a piece's embedding the mean
+of the LM's input embeddings of its text's tokens (`PieceEmbeddings`, built by `whisper_lm_pieces`); embed "text":
+the transcript re-tokenised as the LM reads source text, each LM token with the Whisper piece that completes it
+(`TranscriptTokens`, on GPT-2's byte-level alphabet: `piece_bytes`; `retokenized`), its id packed beside the states
+in the encoder cache (`pack_ids`, `unpack_ids`).
 """
 
 from __future__ import annotations
 
 import codecs
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor, nn
+
+from speechmt.models.encoders.whisper_transcript import token_logits
+
+if TYPE_CHECKING:  # whisper_asr imports this module
+    from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
+
+TOP_K = 16
+"""Candidates per token in embed "lm"'s soft embeddings."""
 
 MAX_PIECE_TOKENS = 8
 """LM tokens kept per Whisper piece in embed "lm"'s table (a piece's text rarely needs more than 3)."""
@@ -118,3 +127,25 @@ def unpack_ids(channels: Tensor) -> Tensor:
     """pack_ids' channels (..., 2), in any float dtype -> the ids (...,)."""
     hi, lo = channels.float().round().long().unbind(-1)
     return hi * ID_BASE + lo
+
+
+def soft_tokens(asr: WhisperAsrEncoder, before: Tensor) -> Tensor:
+    """The states before each transcript token (B, U, H) -> the LM's soft embeddings of those tokens (B, U, D):
+    Whisper's distribution over the token (top TOP_K, renormalised; <|endoftext|> excluded) times each
+    candidate piece's LM embedding (the encoder's PieceEmbeddings; embed "lm")."""
+    top, ids = token_logits(asr, before).topk(min(TOP_K, asr.eos_id), dim=-1)  # (B, U, K)
+    vectors = asr._pieces[0](ids)  # (B, U, K, D)
+    return (top.softmax(-1)[..., None].to(vectors.dtype) * vectors).sum(-2)
+
+
+def retokenized(asr: WhisperAsrEncoder, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
+    """Whisper's transcripts (ids per row) and their states (B, U, H) -> per LM token of each re-tokenised
+    transcript (the encoder's TranscriptTokens; embed "text") the state of the piece completing it and the token's
+    packed id (B, U', H + 2), padded rows zero, and lengths (B,)."""
+    rows = [asr._text[0](i) for i in ids]
+    lengths = torch.tensor([len(lm_ids) for lm_ids, _ in rows], device=states.device)
+    out = states.new_zeros(len(rows), int(lengths.max()), states.size(-1) + 2)
+    for row, (lm_ids, pos) in enumerate(rows):
+        out[row, : len(pos), :-2] = states[row, torch.tensor(pos, device=states.device)]
+        out[row, : len(pos), -2:] = pack_ids(torch.tensor(lm_ids, device=states.device))
+    return out, lengths
