@@ -10,15 +10,12 @@ in the encoder cache (`pack_ids`, `unpack_ids`).
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from speechmt.models.encoders.whisper_transcript import token_logits
-
-if TYPE_CHECKING:  # whisper_asr imports this module
-    from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
+from speechmt.models.encoders.whisper_transcript import WhisperAsr, token_logits
 
 TOP_K = 16
 """Candidates per token in embed "lm"'s soft embeddings."""
@@ -129,7 +126,7 @@ def unpack_ids(channels: Tensor) -> Tensor:
     return hi * ID_BASE + lo
 
 
-def soft_tokens(asr: WhisperAsrEncoder, before: Tensor) -> Tensor:
+def soft_tokens(asr: WhisperAsr, before: Tensor) -> Tensor:
     """The states before each transcript token (B, U, H) -> the LM's soft embeddings of those tokens (B, U, D):
     Whisper's distribution over the token (top TOP_K, renormalised; <|endoftext|> excluded) times each
     candidate piece's LM embedding (the encoder's PieceEmbeddings; embed "lm")."""
@@ -138,7 +135,7 @@ def soft_tokens(asr: WhisperAsrEncoder, before: Tensor) -> Tensor:
     return (top.softmax(-1)[..., None].to(vectors.dtype) * vectors).sum(-2)
 
 
-def retokenized(asr: WhisperAsrEncoder, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
+def retokenized(asr: WhisperAsr, ids: list[list[int]], states: Tensor) -> tuple[Tensor, Tensor]:
     """Whisper's transcripts (ids per row) and their states (B, U, H) -> per LM token of each re-tokenised
     transcript (the encoder's TranscriptTokens; embed "text") the state of the piece completing it and the token's
     packed id (B, U', H + 2), padded rows zero, and lengths (B,)."""

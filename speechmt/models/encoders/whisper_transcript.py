@@ -9,16 +9,19 @@ takes the encoder (`asr`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Callable, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from speechmt.sequence import lengths_to_padding_mask
 
-if TYPE_CHECKING:  # whisper_asr imports this module
-    from speechmt.models.encoders.whisper_asr import WhisperAsrEncoder
-    from speechmt.models.encoders.whisper_handover import PieceEmbeddings
+WhisperAsr = nn.Module
+"""The `asr` these functions read: a speechmt.models.encoders.whisper_asr.WhisperAsrEncoder (that module imports this
+one, so it is not named here)."""
+
+PieceTable = Callable[[Tensor], Tensor]
+"""Whisper token ids (...,) -> the LM's embeddings of their text (..., D): whisper_handover.PieceEmbeddings."""
 
 
 @dataclass
@@ -38,24 +41,22 @@ class TranscriptionSearch(Protocol):
     encoder states memory (B, S, H) and their lengths (B,) -> what the encoder's parts transcribe."""
 
     def transcript(
-        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+        self, asr: WhisperAsr, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
     ) -> Transcript:
         """The transcripts and their states, by the encoder's configured search (greedy, or a beam of `asr.beam`),
         each row from its own prompt `prompts` (B, P) (None: `asr.prompt`)."""
 
     def tokens(
-        self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
+        self, asr: WhisperAsr, memory: Tensor, memory_lengths: Tensor, prompts: Tensor | None = None
     ) -> list[list[int]]:
         """The transcripts' ids alone (a beam's states are not computed)."""
 
-    def detect(self, asr: WhisperAsrEncoder, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
+    def detect(self, asr: WhisperAsr, memory: Tensor, memory_lengths: Tensor, languages: Tensor) -> Tensor:
         """The language each row is heard in: an index (B,) into the language tokens `languages` (L,)."""
 
 
 @torch.no_grad()
-def token_pairs(
-    asr: WhisperAsrEncoder, states: Tensor, lengths: Tensor, table: PieceEmbeddings
-) -> tuple[Tensor, Tensor]:
+def token_pairs(asr: WhisperAsr, states: Tensor, lengths: Tensor, table: PieceTable) -> tuple[Tensor, Tensor]:
     """Pairs for fitting the projection (train.init_procrustes; embed "states" only): `asr.states`' output (B, 1 + U,
     H), cached or live, lengths (B,), `table` the LM's embeddings of Whisper's pieces -> each transcript token's
     projection input (its normalised state, `asr.state`'s choice, as `asr.project` reads it) (P, H or 2H) and the LM's
@@ -72,7 +73,7 @@ def token_pairs(
     return inputs[~pad], table(tokens[~pad])
 
 
-def read_tokens(asr: WhisperAsrEncoder, states: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+def read_tokens(asr: WhisperAsr, states: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """`asr.states`' output (B, 1 + U, H) (embed "states"), lengths (B,) -> each transcript token's id (B, U), the
     one Whisper's output layer picks at the state before it: the greedy search's own token (ties that a cache's
     float16 rounding breaks the other way aside), padded positions 0; and the padding mask (B, U)."""
@@ -86,7 +87,7 @@ def read_tokens(asr: WhisperAsrEncoder, states: Tensor, lengths: Tensor) -> tupl
     return logits.argmax(-1).masked_fill(pad, 0), pad
 
 
-def set_targets(asr: WhisperAsrEncoder, table: PieceEmbeddings) -> None:
+def set_targets(asr: WhisperAsr, table: PieceTable) -> None:
     """Gives embed "states" the LM's embeddings of Whisper's pieces (`table`), which `unit_targets` reads: built
     only for the align objective (4 s of tokenizing), so not when a model is built."""
     if asr.embed != "states":
@@ -99,7 +100,7 @@ def set_targets(asr: WhisperAsrEncoder, table: PieceEmbeddings) -> None:
 
 
 @torch.no_grad()
-def unit_targets(asr: WhisperAsrEncoder, states: Tensor, lengths: Tensor) -> Tensor:
+def unit_targets(asr: WhisperAsr, states: Tensor, lengths: Tensor) -> Tensor:
     """`asr.states`' output (B, 1 + U, H) (embed "states"), lengths (B,) -> the LM's input embedding of each
     transcript token's text (B, U, D), padded positions zero: the align objective's text side. The token is the
     one Whisper's output layer picks at the state before it: the greedy search's own token (ties that the
@@ -110,13 +111,13 @@ def unit_targets(asr: WhisperAsrEncoder, states: Tensor, lengths: Tensor) -> Ten
     return asr._targets[0](tokens).masked_fill(pad[..., None], 0.0)
 
 
-def begin_suppressed(asr: WhisperAsrEncoder, vocab: int) -> list[int]:
+def begin_suppressed(asr: WhisperAsr, vocab: int) -> list[int]:
     """What Whisper never writes first, over a vocabulary of `vocab`: <|endoftext|> and a lone space (whisper's
     SuppressBlank; every id above <|endoftext|> is never written at all)."""
     return [asr.eos_id, *_space_ids(vocab, asr.eos_id)]
 
 
-def allowed(asr: WhisperAsrEncoder, logits: Tensor, first: Tensor | bool) -> Tensor:
+def allowed(asr: WhisperAsr, logits: Tensor, first: Tensor | bool) -> Tensor:
     """logits (..., V) with what the search never writes banned (speechmt.decoding.transcribe.logit_filters):
     ids above <|endoftext|>, and at a first step (`first`: bool, or (...,) bool) `begin_suppressed`."""
     logits = logits.clone()
@@ -127,7 +128,7 @@ def allowed(asr: WhisperAsrEncoder, logits: Tensor, first: Tensor | bool) -> Ten
     return logits
 
 
-def token_logits(asr: WhisperAsrEncoder, before: Tensor) -> Tensor:
+def token_logits(asr: WhisperAsr, before: Tensor) -> Tensor:
     """The states before each transcript token (B, U, H) -> Whisper's logits for that token (B, U, V) in float32,
     what the search never writes and <|endoftext|> banned (a transcript token is never it)."""
     first = torch.zeros(before.shape[:2], dtype=torch.bool, device=before.device)
