@@ -25,6 +25,7 @@ from speechmt.bundle import ModelBundle, direction_source, pick_tag
 from speechmt.checkpoint import CheckpointError, load_checkpoint
 from speechmt.checks import DTYPES
 from speechmt.data.batching import collate_sequences
+from speechmt.data.manifest import split_direction
 from speechmt.data.retrieval import TranslationMemory, example_prefixes, memory_from_manifests
 from speechmt.decoding.mbr import mbr_order
 from speechmt.decoding.search import DecodeOptions, search
@@ -78,7 +79,7 @@ class LoadedModel:
     def sources(self) -> tuple[str, ...]:
         """The source languages of the directions into the target this model writes (its `tag`): those a clip
         whose language is not given may be heard in (empty: any its encoder transcribes)."""
-        return tuple(d.split("-")[0] for d, tag in self.directions.items() if tag == self.tag)
+        return tuple(split_direction(d)[0] for d, tag in self.directions.items() if tag == self.tag)
 
     def transcript_text(self, ids: list[int]) -> str:
         """The speech encoder's own transcript ids -> text (its transcript_tokenizer, loaded on first use)."""
